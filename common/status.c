@@ -1,0 +1,50 @@
+#include "status.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char g_msg[4096];
+
+glm_status glm_verr(glm_status code, const char *fmt, va_list ap) {
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    return code;
+}
+
+glm_status glm_err(glm_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    glm_verr(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+glm_status glm_err_context(glm_status code, const char *fmt, ...) {
+    char prefix[1024], old[sizeof g_msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, g_msg, sizeof old);
+    snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old);
+    return code;
+}
+
+const char *glm_errmsg(void) { return g_msg; }
+
+void glm_err_clear(void) { g_msg[0] = 0; }
+
+const char *glm_status_name(glm_status s) {
+    switch (s) {
+    case GLM_OK: return "ok";
+    case GLM_EOF: return "end of stream";
+    case GLM_ERR_IO: return "i/o error";
+    case GLM_ERR_FORMAT: return "format error";
+    case GLM_ERR_ARG: return "bad argument";
+    case GLM_ERR_NOMEM: return "out of memory";
+    case GLM_ERR_UNSUPPORTED: return "unsupported";
+    case GLM_ERR_NUMERIC: return "numeric error";
+    case GLM_ERR_MISMATCH: return "mismatch";
+    case GLM_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown error";
+}

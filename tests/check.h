@@ -1,0 +1,48 @@
+/* tests/check.h: a minimal test harness for C unit tests.
+ * CHECK(cond, fmt, ...) records a failure with its location; main() ends with
+ * `return check_summary("name");`, which prints "N passed, N failed" and returns 1 on any
+ * failure. check_shared() returns ../shared's path, or exits 77 (skipped) with a message. */
+#ifndef GLM_TESTS_CHECK_H
+#define GLM_TESTS_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int check_passed_, check_failed_;
+
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (cond) {                                                                            \
+            check_passed_++;                                                                   \
+        } else {                                                                               \
+            check_failed_++;                                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                     \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                               \
+        }                                                                                      \
+    } while (0)
+
+/* |a-b| <= rtol * max(|b|, floor): relative closeness with an absolute floor for tiny values. */
+static inline int check_close(double a, double b, double rtol, double floor_) {
+    double s = fabs(b) > floor_ ? fabs(b) : floor_;
+    return isfinite(a) && fabs(a - b) <= rtol * s;
+}
+
+static inline int check_summary(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, check_passed_, check_failed_);
+    return check_failed_ ? 1 : 0;
+}
+
+static inline const char *check_shared(void) {
+    const char *s = getenv("GLM_SHARED");
+    if (!s || access(s, R_OK) != 0) {
+        printf("SKIPPED: ../shared not found (GLM_SHARED=%s): fixtures and corpora are absent\n",
+               s ? s : "(unset)");
+        exit(77);
+    }
+    return s;
+}
+
+#endif
