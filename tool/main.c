@@ -1,2 +1,41 @@
+/* glmtune: LoRA fine-tuning for GLM-4 (see README.md). Dispatches the subcommands. */
 #include <stdio.h>
-int main(void) { puts("glmtune"); return 0; }
+#include <string.h>
+
+#include "common/log.h"
+#include "tool/cli.h"
+
+static const char *USAGE =
+    "usage: glmtune COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  tokenize        conversation corpora -> packed GLM-4 training shards (+ --encode/--decode)\n"
+    "  inspect         show a shard's samples decoded with targets marked, and statistics\n"
+    "  train           fine-tune LoRA adapters on the shards (resumable)\n"
+    "  export-adapter  write a checkpoint as a PEFT adapter directory (or --merge a full model)\n"
+    "  init-model      write a randomly initialised GLM-4-shaped model (demos and tests)\n"
+    "\n"
+    "Run `glmtune COMMAND --help` for a command's options.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || cli_flag(argv[1], "--help") || cli_flag(argv[1], "-h") || cli_flag(argv[1], "help")) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? GLM_EXIT_USAGE : GLM_EXIT_OK;
+    }
+    if (cli_flag(argv[1], "--version")) {
+        puts("glmtune 0.1.0");
+        return GLM_EXIT_OK;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {{"tokenize", cmd_tokenize},
+                {"inspect", cmd_inspect},
+                {"train", cmd_train},
+                {"export-adapter", cmd_export_adapter},
+                {"init-model", cmd_init_model}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model", argv[1]);
+    return GLM_EXIT_USAGE;
+}

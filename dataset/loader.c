@@ -1,0 +1,164 @@
+#include "loader.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+
+static glm_status add_shard(glm_loader *l, const char *path) {
+    glm_shard *ns = realloc(l->shards, (l->n_shards + 1) * sizeof *ns);
+    if (!ns) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    l->shards = ns;
+    GLM_TRY(glm_shard_open(path, &l->shards[l->n_shards]));
+    glm_shard *sh = &l->shards[l->n_shards++];
+    if (l->n_shards == 1) {
+        l->T = sh->seq_len;
+        l->fingerprint = sh->fingerprint;
+        l->vocab_size = sh->vocab_size;
+    } else if (sh->seq_len != l->T || sh->fingerprint != l->fingerprint) {
+        return glm_err(GLM_ERR_MISMATCH,
+                       "%s: seq_len %u / tokenizer %016llx differs from the first shard's (%u / %016llx); "
+                       "hint: all shards of a split must come from one glmtune tokenize run",
+                       path, sh->seq_len, (unsigned long long)sh->fingerprint, l->T,
+                       (unsigned long long)l->fingerprint);
+    }
+    return GLM_OK;
+}
+
+glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, uint64_t seed, bool shuffle) {
+    memset(l, 0, sizeof *l);
+    l->seed = seed;
+    l->shuffle = shuffle;
+    glm_status s = GLM_OK;
+    if (glm_is_dir(path)) {
+        char *mpath = glm_path_join(path, "manifest.json");
+        json_error_t je;
+        json_t *m = json_load_file(mpath, 0, &je);
+        if (!m) {
+            s = glm_err(glm_is_file(mpath) ? GLM_ERR_FORMAT : GLM_ERR_IO,
+                        "%s: %s (line %d); hint: pass the output directory of glmtune tokenize", mpath,
+                        je.text, je.line);
+            free(mpath);
+            return s;
+        }
+        free(mpath);
+        json_t *shards = json_object_get(json_object_get(json_object_get(m, "splits"), split), "shards");
+        if (!json_is_array(shards) || json_array_size(shards) == 0) {
+            s = glm_err(GLM_ERR_ARG, "%s: the manifest has no \"%s\" shards%s", path, split,
+                        strcmp(split, "val") == 0 ? "; hint: tokenize with --val-size N to make a validation split" : "");
+        }
+        size_t i;
+        json_t *e;
+        json_array_foreach(shards, i, e) {
+            if (s != GLM_OK) break;
+            const char *f = json_string_value(json_object_get(e, "file"));
+            if (!f) {
+                s = glm_err(GLM_ERR_FORMAT, "%s/manifest.json: shard entry %zu has no \"file\"", path, i);
+                break;
+            }
+            char *fp = glm_path_join(path, f);
+            s = add_shard(l, fp);
+            free(fp);
+        }
+        json_decref(m);
+    } else {
+        s = add_shard(l, path);
+    }
+    if (s == GLM_OK) {
+        l->row_base = calloc(l->n_shards + 1, sizeof *l->row_base);
+        for (size_t i = 0; i < l->n_shards; i++) {
+            l->row_base[i + 1] = l->row_base[i] + l->shards[i].n_rows;
+            l->n_tokens += l->shards[i].n_tokens;
+            l->n_targets += l->shards[i].n_targets;
+        }
+        l->n_rows = l->row_base[l->n_shards];
+        if (l->n_rows == 0) s = glm_err(GLM_ERR_ARG, "%s: no rows in split \"%s\"", path, split);
+    }
+    if (s == GLM_OK) s = glm_loader_seek(l, 0, 0);
+    if (s != GLM_OK) glm_loader_close(l);
+    return s;
+}
+
+void glm_loader_close(glm_loader *l) {
+    for (size_t i = 0; i < l->n_shards; i++) glm_shard_close(&l->shards[i]);
+    free(l->shards);
+    free(l->row_base);
+    free(l->perm);
+    memset(l, 0, sizeof *l);
+}
+
+glm_status glm_loader_seek(glm_loader *l, uint64_t epoch, uint64_t cursor) {
+    if (cursor > l->n_rows) return glm_err(GLM_ERR_ARG, "data position %llu is beyond the %llu rows of the data; hint: "
+                                           "the checkpoint was made with other shards",
+                                           (unsigned long long)cursor, (unsigned long long)l->n_rows);
+    if (!l->perm) l->perm = malloc(l->n_rows * sizeof *l->perm);
+    if (!l->perm) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < l->n_rows; i++) l->perm[i] = i;
+    if (l->shuffle) {
+        glm_rng r;
+        glm_rng_seed(&r, l->seed, 0x10ade7 + epoch);
+        for (uint64_t i = l->n_rows; i > 1; i--) {
+            uint64_t j = glm_rng_below(&r, i);
+            uint64_t t = l->perm[i - 1];
+            l->perm[i - 1] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->epoch = epoch;
+    l->cursor = cursor;
+    return GLM_OK;
+}
+
+glm_status glm_loader_next(glm_loader *l, uint32_t n, uint64_t *rows, uint32_t *got) {
+    if (l->cursor >= l->n_rows) GLM_TRY(glm_loader_seek(l, l->epoch + 1, 0));
+    uint32_t k = 0;
+    while (k < n && l->cursor < l->n_rows) rows[k++] = l->perm[l->cursor++];
+    *got = k;
+    return GLM_OK;
+}
+
+const glm_shard *glm_loader_shard_of(const glm_loader *l, uint64_t row, uint32_t *local_row) {
+    size_t lo = 0, hi = l->n_shards;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (l->row_base[mid] <= row) lo = mid;
+        else hi = mid;
+    }
+    *local_row = (uint32_t)(row - l->row_base[lo]);
+    return &l->shards[lo];
+}
+
+void glm_loader_row(const glm_loader *l, uint64_t row, uint32_t *ids, uint8_t *targets, int32_t *pos,
+                    int32_t *doc, int64_t *n_targets) {
+    uint32_t r;
+    const glm_shard *sh = glm_loader_shard_of(l, row, &r);
+    uint32_t T = sh->seq_len;
+    uint64_t base = (uint64_t)r * T;
+    memcpy(ids, sh->ids + base, 4 * (size_t)T);
+    int64_t nt = 0;
+    uint32_t t = 0;
+    int32_t di = 0;
+    for (uint64_t d = sh->rowdocs[r]; d < sh->rowdocs[r + 1]; d++, di++)
+        for (uint32_t k = 0; k < sh->docs[d].len; k++, t++) {
+            targets[t] = (uint8_t)glm_shard_target(sh, base + t);
+            nt += targets[t];
+            pos[t] = (int32_t)k;
+            doc[t] = di;
+        }
+    for (int32_t k = 0; t < T; t++, k++) {
+        targets[t] = 0;
+        pos[t] = k;
+        doc[t] = di;
+    }
+    if (n_targets) *n_targets = nt;
+}
+
+int64_t glm_loader_row_targets(const glm_loader *l, uint64_t row) {
+    uint32_t r;
+    const glm_shard *sh = glm_loader_shard_of(l, row, &r);
+    uint64_t base = (uint64_t)r * sh->seq_len;
+    int64_t nt = 0;
+    for (uint32_t t = 0; t < sh->seq_len; t++) nt += glm_shard_target(sh, base + t);
+    return nt;
+}

@@ -1,0 +1,56 @@
+/* dataset/loader.h: reads the shards of one split for training: epoch shuffle by seed,
+ * rank sharding, and a position that a checkpoint saves and restores exactly.
+ *
+ * Rows are the unit: an epoch is a permutation of all rows of the split (Fisher-Yates with a
+ * glm_rng seeded by (seed, epoch)); consecutive calls take rows in that order; the last batch
+ * of an epoch may be short (it is used, not dropped). */
+#ifndef GLM_LOADER_H
+#define GLM_LOADER_H
+
+#include <stdint.h>
+
+#include "dataset/shard.h"
+
+typedef struct glm_loader {
+    uint32_t T;
+    uint64_t fingerprint;   /* tokenizer fingerprint of the shards (0: pre-tokenized, unknown) */
+    uint32_t vocab_size;    /* of that tokenizer (0: unknown) */
+    size_t n_shards;
+    glm_shard *shards;
+    uint64_t *row_base;     /* [n_shards + 1]: first global row of each shard */
+    uint64_t n_rows, n_tokens, n_targets;
+    uint64_t seed;
+    bool shuffle;
+    /* position */
+    uint64_t epoch, cursor;
+    uint64_t *perm;         /* [n_rows] row order of the current epoch */
+} glm_loader;
+
+/* Opens the `split` ("train" or "val") of a tokenize output directory (manifest.json), or a
+ * single shard file (split ignored). Every shard is validated (glm_shard_open) and must share
+ * seq_len and tokenizer fingerprint. Errors: GLM_ERR_IO / GLM_ERR_FORMAT naming the file;
+ * GLM_ERR_ARG when the split is missing or empty (hint: tokenize with --val-size). */
+glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, uint64_t seed, bool shuffle);
+void glm_loader_close(glm_loader *l);
+
+/* Moves to (epoch, cursor), rebuilding that epoch's permutation. */
+glm_status glm_loader_seek(glm_loader *l, uint64_t epoch, uint64_t cursor);
+
+/* Takes up to `n` next global row indices of the current epoch into rows[]; *got is how many
+ * (0 < *got <= n; fewer only at the epoch's end). When an epoch is exhausted the next call
+ * starts the following epoch. */
+glm_status glm_loader_next(glm_loader *l, uint32_t n, uint64_t *rows, uint32_t *got);
+
+/* Copies row `row` into ids[T], targets[T] (0/1 bytes), pos[T] (position in its document,
+ * restarting at 0; padding counts 0..), doc[T] (document index within the row; the padding
+ * is one more document). Returns the row's count of target tokens in *n_targets. */
+void glm_loader_row(const glm_loader *l, uint64_t row, uint32_t *ids, uint8_t *targets, int32_t *pos,
+                    int32_t *doc, int64_t *n_targets);
+
+/* Target-token count of a row, without copying it. */
+int64_t glm_loader_row_targets(const glm_loader *l, uint64_t row);
+
+/* The shard and the local row of a global row. */
+const glm_shard *glm_loader_shard_of(const glm_loader *l, uint64_t row, uint32_t *local_row);
+
+#endif

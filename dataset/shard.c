@@ -1,0 +1,356 @@
+#define _GNU_SOURCE
+#include "shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+
+static inline uint64_t pad8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+/* Section layout from the counts: the single source of truth for reader and writer. */
+typedef struct { uint64_t ids, targets, rowdocs, docs, sources; } layout;
+static layout make_layout(uint32_t T, uint32_t R, uint64_t D) {
+    layout L;
+    uint64_t rt = (uint64_t)R * T;
+    L.ids = GLM_SHARD_HEADER_BYTES;
+    L.targets = L.ids + 4 * rt;
+    L.rowdocs = L.targets + pad8((rt + 7) / 8);
+    L.docs = L.rowdocs + 8 * ((uint64_t)R + 1);
+    L.sources = L.docs + 16 * D;
+    return L;
+}
+
+#define BAD(off, ...) shard_bad(path, off, __VA_ARGS__)
+static glm_status shard_bad(const char *path, uint64_t off, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return glm_err(GLM_ERR_FORMAT, "%s: offset %llu: %s", path, (unsigned long long)off, msg);
+}
+
+void glm_shard_close(glm_shard *sh) {
+    if (sh->sources) {
+        for (uint32_t i = 0; i < sh->n_sources; i++) free(sh->sources[i]);
+        free(sh->sources);
+    }
+    glm_mmap_close(&sh->map);
+    free(sh->path);
+    memset(sh, 0, sizeof *sh);
+}
+
+glm_status glm_shard_open(const char *path, glm_shard *sh) {
+    memset(sh, 0, sizeof *sh);
+    GLM_TRY(glm_mmap_open(&sh->map, path));
+    sh->path = strdup(path);
+    const uint8_t *p = sh->map.data;
+    uint64_t size = sh->map.size;
+    glm_status s = GLM_OK;
+    const char *hint_trunc = "hint: the file is truncated or is not a glmtune shard; re-run glmtune tokenize";
+    if (size < GLM_SHARD_HEADER_BYTES) {
+        s = BAD(size, "file is %llu bytes, shorter than the %d-byte header; %s", (unsigned long long)size,
+                GLM_SHARD_HEADER_BYTES, hint_trunc);
+        goto fail;
+    }
+    if (memcmp(p, GLM_SHARD_MAGIC, 8) != 0) {
+        s = BAD(0, "bad magic (expected \"GLMSHARD\"); hint: this is not a glmtune shard");
+        goto fail;
+    }
+    uint32_t version = rd32(p + 8);
+    if (version != GLM_SHARD_VERSION) {
+        s = glm_err(GLM_ERR_UNSUPPORTED,
+                    "%s: offset 8: shard format version %u, this glmtune reads version %d; hint: re-run "
+                    "glmtune tokenize with this version", path, version, GLM_SHARD_VERSION);
+        goto fail;
+    }
+    if (glm_crc32(0, p, 124) != rd32(p + 124)) {
+        s = BAD(124, "header checksum mismatch (expected %08x, found %08x); hint: the header is corrupt, "
+                "re-run glmtune tokenize", glm_crc32(0, p, 124), rd32(p + 124));
+        goto fail;
+    }
+    if (rd32(p + 12) != GLM_SHARD_HEADER_BYTES) {
+        s = BAD(12, "header_bytes is %u, expected %d", rd32(p + 12), GLM_SHARD_HEADER_BYTES);
+        goto fail;
+    }
+    sh->seq_len = rd32(p + 16);
+    sh->n_rows = rd32(p + 20);
+    sh->n_docs = rd64(p + 24);
+    sh->n_tokens = rd64(p + 32);
+    sh->n_targets = rd64(p + 40);
+    sh->fingerprint = rd64(p + 48);
+    sh->vocab_size = rd32(p + 56);
+    if (sh->seq_len == 0) {
+        s = BAD(16, "seq_len is 0");
+        goto fail;
+    }
+    uint64_t rt = (uint64_t)sh->n_rows * sh->seq_len;
+    if (sh->n_docs > rt) {
+        s = BAD(24, "n_docs %llu exceeds rows x seq_len", (unsigned long long)sh->n_docs);
+        goto fail;
+    }
+    layout L = make_layout(sh->seq_len, sh->n_rows, sh->n_docs);
+    const uint64_t found[5] = {rd64(p + 64), rd64(p + 72), rd64(p + 80), rd64(p + 88), rd64(p + 96)};
+    const uint64_t want[5] = {L.ids, L.targets, L.rowdocs, L.docs, L.sources};
+    static const char *names[5] = {"ids_offset", "targets_offset", "rowdocs_offset", "docs_offset", "sources_offset"};
+    for (int i = 0; i < 5; i++)
+        if (found[i] != want[i]) {
+            s = BAD(64 + 8 * i, "%s is %llu, expected %llu from the counts; hint: the header is inconsistent",
+                    names[i], (unsigned long long)found[i], (unsigned long long)want[i]);
+            goto fail;
+        }
+    uint64_t file_bytes = rd64(p + 104);
+    if (file_bytes != size) {
+        s = BAD(104, "header says %llu bytes, file has %llu; %s", (unsigned long long)file_bytes,
+                (unsigned long long)size, hint_trunc);
+        goto fail;
+    }
+    if (L.sources + 4 > size) {
+        s = BAD(L.sources, "source table is beyond the end of the file; %s", hint_trunc);
+        goto fail;
+    }
+    uint32_t crc = glm_crc32(0, p + GLM_SHARD_HEADER_BYTES, size - GLM_SHARD_HEADER_BYTES);
+    if (crc != rd32(p + 112)) {
+        s = BAD(112, "payload checksum mismatch (expected %08x, computed %08x); hint: the file is corrupt, "
+                "re-run glmtune tokenize", rd32(p + 112), crc);
+        goto fail;
+    }
+    sh->ids = (const uint32_t *)(p + L.ids);
+    sh->targets = p + L.targets;
+    sh->rowdocs = (const uint64_t *)(p + L.rowdocs);
+    sh->docs = (const glm_shard_doc *)(p + L.docs);
+    /* source names */
+    uint64_t off = L.sources;
+    sh->n_sources = rd32(p + off);
+    off += 4;
+    if (sh->n_sources > size) {
+        s = BAD(L.sources, "source count %u is impossible", sh->n_sources);
+        goto fail;
+    }
+    sh->sources = calloc(sh->n_sources ? sh->n_sources : 1, sizeof(char *));
+    for (uint32_t i = 0; i < sh->n_sources; i++) {
+        if (off + 4 > size || off + 4 + rd32(p + off) > size) {
+            s = BAD(off, "source name %u runs past the end of the file", i);
+            goto fail;
+        }
+        uint32_t n = rd32(p + off);
+        sh->sources[i] = strndup((const char *)p + off + 4, n);
+        off += 4 + n;
+    }
+    if (pad8(off) != size) {
+        s = BAD(off, "%llu unexpected bytes after the source table", (unsigned long long)(size - off));
+        goto fail;
+    }
+    /* rows and documents */
+    if (sh->rowdocs[0] != 0 || sh->rowdocs[sh->n_rows] != sh->n_docs) {
+        s = BAD(L.rowdocs, "row document index does not cover the %llu documents", (unsigned long long)sh->n_docs);
+        goto fail;
+    }
+    uint64_t ntok = 0, ntgt = 0;
+    for (uint32_t r = 0; r < sh->n_rows; r++) {
+        uint64_t a = sh->rowdocs[r], b = sh->rowdocs[r + 1];
+        if (b < a || b > sh->n_docs) {
+            s = BAD(L.rowdocs + 8 * (r + 1), "row %u: document index %llu out of order", r, (unsigned long long)b);
+            goto fail;
+        }
+        uint64_t t = 0;
+        for (uint64_t d = a; d < b; d++) {
+            const glm_shard_doc *doc = &sh->docs[d];
+            if (doc->len == 0 || t + doc->len > sh->seq_len) {
+                s = BAD(L.docs + 16 * d, "row %u: document %llu of %u tokens does not fit (row has %u)", r,
+                        (unsigned long long)d, doc->len, sh->seq_len);
+                goto fail;
+            }
+            if (doc->source >= sh->n_sources) {
+                s = BAD(L.docs + 16 * d + 4, "document %llu: source index %u out of range", (unsigned long long)d,
+                        doc->source);
+                goto fail;
+            }
+            uint64_t base = (uint64_t)r * sh->seq_len + t;
+            if (glm_shard_target(sh, base)) {
+                s = BAD(L.targets + base / 8, "row %u: the first token of document %llu is marked as a target", r,
+                        (unsigned long long)d);
+                goto fail;
+            }
+            for (uint32_t k = 0; k < doc->len; k++) {
+                if (sh->vocab_size && sh->ids[base + k] >= sh->vocab_size) {
+                    s = BAD(L.ids + 4 * (base + k), "token id %u is outside the vocabulary (%u)", sh->ids[base + k],
+                            sh->vocab_size);
+                    goto fail;
+                }
+                ntgt += glm_shard_target(sh, base + k);
+            }
+            t += doc->len;
+        }
+        for (uint64_t i = (uint64_t)r * sh->seq_len + t; i < (uint64_t)(r + 1) * sh->seq_len; i++)
+            if (glm_shard_target(sh, i)) {
+                s = BAD(L.targets + i / 8, "row %u: a padding token is marked as a target", r);
+                goto fail;
+            }
+        ntok += t;
+    }
+    if (ntok != sh->n_tokens || ntgt != sh->n_targets) {
+        s = BAD(32, "header counts (%llu tokens, %llu targets) differ from the data (%llu, %llu)",
+                (unsigned long long)sh->n_tokens, (unsigned long long)sh->n_targets, (unsigned long long)ntok,
+                (unsigned long long)ntgt);
+        goto fail;
+    }
+    return GLM_OK;
+fail:
+    glm_shard_close(sh);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------ writer */
+
+glm_status glm_shard_writer_init(glm_shard_writer *w, const char *dir, const char *prefix,
+                                 uint32_t seq_len, uint32_t rows_per_shard, uint64_t fingerprint,
+                                 uint32_t vocab_size) {
+    memset(w, 0, sizeof *w);
+    if (seq_len == 0 || rows_per_shard == 0) return glm_err(GLM_ERR_ARG, "shard writer: seq_len and rows per shard must be > 0");
+    w->seq_len = seq_len;
+    w->rows_per_shard = rows_per_shard;
+    w->fingerprint = fingerprint;
+    w->vocab_size = vocab_size;
+    w->dir = strdup(dir);
+    w->prefix = strdup(prefix);
+    return glm_vec_push(w->rowdocs, 0);
+}
+
+static glm_status writer_flush(glm_shard_writer *w) {
+    uint32_t R = (uint32_t)(w->rowdocs.n - 1), T = w->seq_len;
+    if (R == 0) return GLM_OK;
+    uint64_t D = w->docs.n, rt = (uint64_t)R * T;
+    layout L = make_layout(T, R, D);
+    uint64_t src_bytes = 4;
+    for (size_t i = 0; i < w->sources.n; i++) src_bytes += 4 + strlen(w->sources.v[i]);
+    uint64_t size = pad8(L.sources + src_bytes);
+    uint8_t *buf = calloc(1, size);
+    if (!buf) return glm_err(GLM_ERR_NOMEM, "out of memory building a shard of %llu bytes", (unsigned long long)size);
+    memcpy(buf, GLM_SHARD_MAGIC, 8);
+    wr32(buf + 8, GLM_SHARD_VERSION);
+    wr32(buf + 12, GLM_SHARD_HEADER_BYTES);
+    wr32(buf + 16, T);
+    wr32(buf + 20, R);
+    wr64(buf + 24, D);
+    wr64(buf + 32, w->n_tokens);
+    wr64(buf + 40, w->n_targets);
+    wr64(buf + 48, w->fingerprint);
+    wr32(buf + 56, w->vocab_size);
+    wr64(buf + 64, L.ids);
+    wr64(buf + 72, L.targets);
+    wr64(buf + 80, L.rowdocs);
+    wr64(buf + 88, L.docs);
+    wr64(buf + 96, L.sources);
+    wr64(buf + 104, size);
+    memcpy(buf + L.ids, w->ids.v, 4 * rt);
+    for (uint64_t i = 0; i < rt; i++)
+        if (w->targets.v[i]) buf[L.targets + i / 8] |= (uint8_t)(1u << (i % 8));
+    memcpy(buf + L.rowdocs, w->rowdocs.v, 8 * ((uint64_t)R + 1));
+    memcpy(buf + L.docs, w->docs.v, 16 * D);
+    uint64_t off = L.sources;
+    wr32(buf + off, (uint32_t)w->sources.n);
+    off += 4;
+    for (size_t i = 0; i < w->sources.n; i++) {
+        uint32_t n = (uint32_t)strlen(w->sources.v[i]);
+        wr32(buf + off, n);
+        memcpy(buf + off + 4, w->sources.v[i], n);
+        off += 4 + n;
+    }
+    uint32_t crc = glm_crc32(0, buf + GLM_SHARD_HEADER_BYTES, size - GLM_SHARD_HEADER_BYTES);
+    wr32(buf + 112, crc);
+    wr32(buf + 124, glm_crc32(0, buf, 124));
+
+    char name[512];
+    snprintf(name, sizeof name, "%s-%05u.bin", w->prefix, w->next_index);
+    char *path = glm_path_join(w->dir, name);
+    glm_status s = glm_write_file_atomic(path, buf, size);
+    free(path);
+    free(buf);
+    if (s != GLM_OK) return s;
+    if (w->n_written == w->cap_written) {
+        size_t nc = w->cap_written ? 2 * w->cap_written : 8;
+        void *p = realloc(w->written, nc * sizeof *w->written);
+        if (!p) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        w->written = p;
+        w->cap_written = nc;
+    }
+    w->written[w->n_written++] = (struct glm_shard_info){strdup(name), R, D, w->n_tokens, w->n_targets, crc};
+    w->next_index++;
+    /* reset the in-memory shard */
+    w->ids.n = w->targets.n = w->docs.n = 0;
+    w->rowdocs.n = 1;
+    for (size_t i = 0; i < w->sources.n; i++) free(w->sources.v[i]);
+    w->sources.n = 0;
+    w->n_tokens = w->n_targets = 0;
+    return GLM_OK;
+}
+
+static glm_status intern_source(glm_shard_writer *w, const char *name, uint32_t *idx) {
+    /* documents of one source arrive together, so the last few entries are the likely hits */
+    for (size_t i = w->sources.n; i-- > 0;)
+        if (!strcmp(w->sources.v[i], name)) {
+            *idx = (uint32_t)i;
+            return GLM_OK;
+        }
+    char *c = strdup(name);
+    if (!c) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    GLM_TRY(glm_vec_push(w->sources, c));
+    *idx = (uint32_t)(w->sources.n - 1);
+    return GLM_OK;
+}
+
+glm_status glm_shard_writer_add_row(glm_shard_writer *w, size_t n, const uint32_t *const *ids,
+                                    const uint8_t *const *tg, const uint32_t *lens,
+                                    const char *const *srcs, const uint64_t *recs) {
+    uint64_t used = 0;
+    for (size_t k = 0; k < n; k++) used += lens[k];
+    if (used > w->seq_len) return glm_err(GLM_ERR_INTERNAL, "packer produced a row of %llu tokens (> %u)",
+                                          (unsigned long long)used, w->seq_len);
+    GLM_TRY(glm_vec_reserve(w->ids, w->seq_len));
+    GLM_TRY(glm_vec_reserve(w->targets, w->seq_len));
+    for (size_t k = 0; k < n; k++) {
+        glm_shard_doc d = {lens[k], 0, recs[k]};
+        GLM_TRY(intern_source(w, srcs[k], &d.source));
+        GLM_TRY(glm_vec_push(w->docs, d));
+        memcpy(w->ids.v + w->ids.n, ids[k], 4 * (size_t)lens[k]);
+        for (uint32_t i = 0; i < lens[k]; i++) {
+            uint8_t t = i == 0 ? 0 : (tg[k][i] != 0); /* a document's first token is never a target */
+            w->targets.v[w->targets.n + i] = t;
+            w->n_targets += t;
+        }
+        w->ids.n += lens[k];
+        w->targets.n += lens[k];
+    }
+    size_t padn = w->seq_len - used;
+    memset(w->ids.v + w->ids.n, 0, 4 * padn);
+    memset(w->targets.v + w->targets.n, 0, padn);
+    w->ids.n += padn;
+    w->targets.n += padn;
+    w->n_tokens += used;
+    GLM_TRY(glm_vec_push(w->rowdocs, (uint64_t)w->docs.n));
+    if (w->rowdocs.n - 1 >= w->rows_per_shard) return writer_flush(w);
+    return GLM_OK;
+}
+
+glm_status glm_shard_writer_finish(glm_shard_writer *w) { return writer_flush(w); }
+
+void glm_shard_writer_free(glm_shard_writer *w) {
+    glm_vec_free(w->ids);
+    glm_vec_free(w->targets);
+    glm_vec_free(w->rowdocs);
+    glm_vec_free(w->docs);
+    for (size_t i = 0; i < w->sources.n; i++) free(w->sources.v[i]);
+    glm_vec_free(w->sources);
+    for (size_t i = 0; i < w->n_written; i++) free(w->written[i].file);
+    free(w->written);
+    free(w->dir);
+    free(w->prefix);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,185 @@
+/* glmtune inspect: a shard's samples decoded with their targets marked, and statistics. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/log.h"
+#include "dataset/shard.h"
+#include "tokenize/tokenizer.h"
+#include "tool/cli.h"
+
+static const char *HELP =
+    "usage: glmtune inspect [options] OUTDIR|SHARD\n"
+    "\n"
+    "Shows statistics of the shards of a `glmtune tokenize` output (or one shard file) and\n"
+    "samples decoded with their training targets marked.\n"
+    "\n"
+    "options:\n"
+    "  --json             one JSON object per line per sample: {\"file\", \"record\", \"ids\", \"targets\"}\n"
+    "  --tokenizer PATH   tokenizer for decoding (default: the one recorded in manifest.json)\n"
+    "  --sample K         first sample to show (0-based, default 0)\n"
+    "  --samples N        how many samples to show (default 1; with --json: all)\n"
+    "  --split S          train (default) or val, for an output directory\n";
+
+typedef struct {
+    glm_shard *sh;
+    size_t n;
+} shard_set;
+
+static glm_status open_set(const char *path, const char *split, shard_set *set, char **tok_path) {
+    set->sh = NULL;
+    set->n = 0;
+    *tok_path = NULL;
+    if (!glm_is_dir(path)) {
+        set->sh = calloc(1, sizeof *set->sh);
+        GLM_TRY(glm_shard_open(path, set->sh));
+        set->n = 1;
+        return GLM_OK;
+    }
+    char *mp = glm_path_join(path, "manifest.json");
+    json_error_t je;
+    json_t *m = json_load_file(mp, 0, &je);
+    free(mp);
+    if (!m) return glm_err(GLM_ERR_IO, "%s/manifest.json: %s; hint: pass a glmtune tokenize output dir or a .bin shard", path, je.text);
+    const char *tp = json_string_value(json_object_get(json_object_get(m, "tokenizer"), "path"));
+    if (tp) *tok_path = strdup(tp);
+    json_t *shards = json_object_get(json_object_get(json_object_get(m, "splits"), split), "shards");
+    size_t n = json_array_size(shards);
+    set->sh = calloc(n ? n : 1, sizeof *set->sh);
+    glm_status s = GLM_OK;
+    for (size_t i = 0; i < n && s == GLM_OK; i++) {
+        char *f = glm_path_join(path, json_string_value(json_object_get(json_array_get(shards, i), "file")));
+        s = glm_shard_open(f, &set->sh[i]);
+        free(f);
+        if (s == GLM_OK) set->n++;
+    }
+    json_decref(m);
+    if (s == GLM_OK && n == 0) s = glm_err(GLM_ERR_ARG, "%s: no \"%s\" shards", path, split);
+    return s;
+}
+
+static void print_decoded(const glm_tokenizer *tok, const uint32_t *ids, const uint8_t *tg, uint32_t n, bool color) {
+    glm_charvec buf = {0};
+    uint32_t i = 0;
+    while (i < n) {
+        uint32_t j = i;
+        while (j < n && tg[j] == tg[i]) j++;
+        buf.n = 0;
+        if (glm_tokenizer_decode(tok, ids + i, j - i, &buf) != GLM_OK) {
+            printf("<%s>", glm_errmsg());
+        } else {
+            if (tg[i]) fputs(color ? "\x1b[32m" : "\u27e6", stdout);
+            fwrite(buf.v, 1, buf.n, stdout);
+            if (tg[i]) fputs(color ? "\x1b[0m" : "\u27e7", stdout);
+        }
+        i = j;
+    }
+    glm_vec_free(buf);
+    putchar('\n');
+}
+
+int cmd_inspect(int argc, char **argv) {
+    bool json = false;
+    const char *tok_arg = NULL, *split = "train", *path = NULL;
+    uint64_t first = 0, count = 0;
+    glm_status s = GLM_OK;
+    for (int i = 1; i < argc && s == GLM_OK; i++) {
+        const char *v;
+        int r;
+        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
+            fputs(HELP, stdout);
+            return GLM_EXIT_OK;
+        } else if (cli_flag(argv[i], "--json")) json = true;
+        else if ((r = cli_value(argc, argv, &i, "--tokenizer", &v))) s = r < 0 ? GLM_ERR_ARG : (tok_arg = v, GLM_OK);
+        else if ((r = cli_value(argc, argv, &i, "--split", &v))) s = r < 0 ? GLM_ERR_ARG : (split = v, GLM_OK);
+        else if ((r = cli_value(argc, argv, &i, "--sample", &v))) s = r < 0 ? GLM_ERR_ARG : cli_u64("--sample", v, &first);
+        else if ((r = cli_value(argc, argv, &i, "--samples", &v))) s = r < 0 ? GLM_ERR_ARG : cli_u64("--samples", v, &count);
+        else if (argv[i][0] == '-') s = glm_err(GLM_ERR_ARG, "inspect: unknown option %s; hint: glmtune inspect --help", argv[i]);
+        else if (path) s = glm_err(GLM_ERR_ARG, "inspect: one OUTDIR or SHARD, got a second: %s", argv[i]);
+        else path = argv[i];
+    }
+    if (s == GLM_OK && !path) s = glm_err(GLM_ERR_ARG, "inspect: no OUTDIR or SHARD given; hint: glmtune inspect out/");
+    if (s != GLM_OK) return cli_fail(s);
+    if (!count) count = json ? UINT64_MAX : 1;
+
+    shard_set set;
+    char *tok_path = NULL;
+    glm_tokenizer *tok = NULL;
+    s = open_set(path, split, &set, &tok_path);
+    if (s == GLM_OK && !json) {
+        const char *tp = tok_arg ? tok_arg : tok_path;
+        if (tp && glm_tokenizer_load(tp, &tok) != GLM_OK) {
+            glm_log_warn("cannot load tokenizer %s (%s): showing ids only; hint: --tokenizer PATH", tp, glm_errmsg());
+            tok = NULL;
+        }
+    }
+    uint64_t rows = 0, docs = 0, tokens = 0, targets = 0, cap = 0, minlen = UINT64_MAX, maxlen = 0;
+    uint64_t sample = 0, shown = 0;
+    bool color = isatty(1);
+    for (size_t k = 0; s == GLM_OK && k < set.n; k++) {
+        glm_shard *sh = &set.sh[k];
+        rows += sh->n_rows;
+        docs += sh->n_docs;
+        tokens += sh->n_tokens;
+        targets += sh->n_targets;
+        cap += (uint64_t)sh->n_rows * sh->seq_len;
+        for (uint32_t r = 0; r < sh->n_rows; r++) {
+            uint64_t off = (uint64_t)r * sh->seq_len;
+            for (uint64_t d = sh->rowdocs[r]; d < sh->rowdocs[r + 1]; d++, sample++) {
+                uint32_t len = sh->docs[d].len;
+                if (len < minlen) minlen = len;
+                if (len > maxlen) maxlen = len;
+                if (sample >= first && shown < count) {
+                    shown++;
+                    uint8_t *tg = malloc(len);
+                    for (uint32_t t = 0; t < len; t++) tg[t] = (uint8_t)glm_shard_target(sh, off + t);
+                    if (json) {
+                        json_t *ids = json_array(), *ta = json_array();
+                        for (uint32_t t = 0; t < len; t++) {
+                            json_array_append_new(ids, json_integer(sh->ids[off + t]));
+                            json_array_append_new(ta, json_integer(tg[t]));
+                        }
+                        json_t *o = json_pack("{s:s,s:I,s:o,s:o}", "file", sh->sources[sh->docs[d].source], "record",
+                                              (json_int_t)sh->docs[d].record, "ids", ids, "targets", ta);
+                        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+                        puts(line);
+                        free(line);
+                        json_decref(o);
+                    } else {
+                        uint32_t nt = 0;
+                        for (uint32_t t = 0; t < len; t++) nt += tg[t];
+                        printf("--- sample %llu: %s record %llu, %u tokens, %u targets (%s) ---\n",
+                               (unsigned long long)sample, sh->sources[sh->docs[d].source],
+                               (unsigned long long)sh->docs[d].record, len, nt,
+                               color ? "targets in green" : "targets between \u27e6 \u27e7");
+                        if (tok) {
+                            print_decoded(tok, sh->ids + off, tg, len, color);
+                        } else {
+                            for (uint32_t t = 0; t < len; t++) printf("%s%u%s ", tg[t] ? "*" : "", sh->ids[off + t], "");
+                            printf("\n(ids; * = target)\n");
+                        }
+                    }
+                    free(tg);
+                }
+                off += sh->docs[d].len;
+            }
+        }
+    }
+    if (s == GLM_OK && !json) {
+        printf("--- %zu shard(s): %llu rows of %u tokens, %llu samples ---\n", set.n, (unsigned long long)rows,
+               set.n ? set.sh[0].seq_len : 0, (unsigned long long)docs);
+        printf("tokens              %llu (%.1f%% of the rows)\n", (unsigned long long)tokens, cap ? 100.0 * tokens / cap : 0);
+        printf("target tokens       %llu (%.1f%% of the rows)\n", (unsigned long long)targets, cap ? 100.0 * targets / cap : 0);
+        if (docs)
+            printf("sample length       min %llu, mean %.1f, max %llu\n", (unsigned long long)minlen,
+                   (double)tokens / docs, (unsigned long long)maxlen);
+    }
+    for (size_t k = 0; k < set.n; k++) glm_shard_close(&set.sh[k]);
+    free(set.sh);
+    free(tok_path);
+    glm_tokenizer_free(tok);
+    return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+}

@@ -1,0 +1,676 @@
+/* glmtune tokenize: conversation corpora -> packed GLM-4 shards + manifest.json + report.
+ *
+ * Pipeline (DESIGN.md §2): the reader (dataset/reader.h) streams records from every input in
+ * order; batches of records are converted (dataset/formats.h) and rendered + encoded
+ * (tokenize/chat.h) by a pool of worker threads while the next batch is read; results are
+ * consumed in input order, so the output does not depend on the thread count; kept samples go
+ * to the validation set or the packer (dataset/packer.h), which writes shards atomically.
+ * Everything is written into a temporary directory that replaces OUTDIR only at the end. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "dataset/formats.h"
+#include "dataset/packer.h"
+#include "dataset/reader.h"
+#include "tokenize/chat.h"
+#include "tokenize/template.h"
+#include "tokenize/tokenizer.h"
+#include "tool/cli.h"
+#include "tool/tokenize_report.h"
+
+static const char *HELP =
+    "usage: glmtune tokenize --tokenizer PATH [options] -o OUTDIR INPUT...\n"
+    "       glmtune tokenize --tokenizer PATH --encode|--decode  < in.jsonl > out.jsonl\n"
+    "\n"
+    "Reads conversation corpora and writes packed training shards in the GLM-4 chat format.\n"
+    "INPUT: files, directories or globs; .json (array or one object) and .jsonl, plain or\n"
+    ".gz .zst .xz .bz2, or inside .tar .tar.gz .zip archives; a LLaMA-Factory dataset_info.json.\n"
+    "\n"
+    "options:\n"
+    "  --tokenizer PATH     model directory (tokenizer.model + tokenizer_config.json) or tokenizer\n"
+    "                       file; not needed when every record is pre-tokenized\n"
+    "  -o, --output OUTDIR  output directory (created; a previous glmtune output there is replaced)\n"
+    "  --format F           auto (default, per record) | messages | sharegpt | alpaca | pretokenized\n"
+    "  --dataset NAMES      with a dataset_info.json: the entries to read (comma list; default all\n"
+    "                       entries with a local file)\n"
+    "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's\n"
+    "  --seq-len T          tokens per packed row (default 8192)\n"
+    "  --train-on all|last  targets on every assistant turn (default) or only on the last one\n"
+    "  --truncate           cut samples longer than T, keeping the end-of-turn token (default: drop)\n"
+    "  --val-size N         set N conversations (or a fraction like 0.05) aside as the val split\n"
+    "  --seed N             seed of the validation selection (default 42)\n"
+    "  --strict             any bad record is fatal (default: skip it and count it by reason)\n"
+    "  --threads N          worker threads (default: all cores)\n"
+    "  --report FILE        also write the report as JSON\n"
+    "  --shard-rows N       rows per shard file (default: about 256 MiB of tokens)\n"
+    "  --quiet              no progress display\n"
+    "  --encode             read JSONL {\"text\": ...} on stdin, write JSONL {\"ids\": [...]}\n"
+    "  --decode             read JSONL {\"ids\": [...]} on stdin, write JSONL {\"text\": ...}\n";
+
+typedef struct {
+    const char *tokenizer_path, *out, *format_name, *dataset, *template_path, *report_path;
+    uint64_t seq_len, seed, threads, shard_rows;
+    double val_size;       /* >= 1: a count; (0, 1): a fraction; 0: none */
+    glm_train_on train_on;
+    bool truncate, strict, quiet, encode, decode;
+    const char **inputs;
+    int n_inputs;
+} tok_opts;
+
+/* ------------------------------------------------------------------ one record, in and out */
+
+typedef struct {
+    glm_record rec;        /* rec.source points to `source` (interned, lives for the run) */
+    /* results */
+    glm_u32vec ids;
+    glm_u8vec tg;
+    const char *drop;      /* reason key, or NULL when kept */
+    char *drop_detail;
+    const char *notes[8];
+    int n_notes;
+    bool truncated;
+} job;
+
+typedef struct {
+    const tok_opts *o;
+    const glm_tokenizer *tok;
+    const glm_template *tpl;
+    glm_format fmt;
+    job *jobs;
+    size_t n_jobs;
+    size_t next;           /* atomic work counter */
+} batch_ctx;
+
+static void job_drop(job *j, const char *reason, const char *msg) {
+    j->drop = reason;
+    free(j->drop_detail);
+    if (asprintf(&j->drop_detail, "%s:%lld (record %lld): %s", j->rec.source, (long long)j->rec.line,
+                 (long long)j->rec.index, msg) < 0)
+        j->drop_detail = NULL;
+}
+
+static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
+    size_t n = json_array_size(conv->input_ids);
+    uint32_t V = c->tok ? glm_tokenizer_vocab_size(c->tok) : 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(conv->input_ids, i);
+        json_int_t id = json_integer_value(x);
+        if (!json_is_integer(x) || id < 0 || id > UINT32_MAX || (V && (uint64_t)id >= V)) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "input_ids[%zu] = %lld is not a token id%s", i, (long long)id,
+                     V ? " of this tokenizer" : "");
+            job_drop(j, "bad_token_id", msg);
+            return;
+        }
+        json_t *lab = conv->labels ? json_array_get(conv->labels, i) : NULL;
+        json_int_t l = lab ? json_integer_value(lab) : id;
+        if (conv->labels && l != -100 && l != id) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "labels[%zu] = %lld is neither -100 nor input_ids[%zu] = %lld; hint: labels "
+                     "must be aligned with input_ids (transformers convention, the model shifts them)", i,
+                     (long long)l, i, (long long)id);
+            job_drop(j, "labels_mismatch", msg);
+            return;
+        }
+        glm_vec_push(j->ids, (uint32_t)id);
+        glm_vec_push(j->tg, (uint8_t)(i > 0 && l != -100));
+    }
+}
+
+static void process(batch_ctx *c, job *j) {
+    if (j->rec.reason) {
+        j->drop = j->rec.reason;
+        j->drop_detail = strdup(j->rec.detail);
+        return;
+    }
+    glm_conversation conv;
+    const char *reason = NULL;
+    glm_err_clear();
+    glm_status s = glm_record_convert(&j->rec, c->fmt, &conv, &reason);
+    if (s != GLM_OK) {
+        j->drop = reason ? reason : "bad_record";
+        j->drop_detail = strdup(glm_errmsg());
+        return;
+    }
+    for (int k = 0; k < conv.n_notes && j->n_notes < 8; k++) j->notes[j->n_notes++] = conv.notes[k];
+    if (conv.format == GLM_FMT_PRETOKENIZED) {
+        pretokenized(c, j, &conv);
+    } else if (!c->tok) {
+        job_drop(j, "needs_tokenizer", "a conversation record needs --tokenizer (only pre-tokenized records do not)");
+    } else {
+        s = glm_chat_encode(c->tok, c->tpl, conv.messages, c->o->train_on, &j->ids, &j->tg);
+        if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
+    }
+    glm_conversation_free(&conv);
+    if (j->drop) return;
+    uint64_t T = c->o->seq_len;
+    if (j->ids.n > T) {
+        if (!c->o->truncate) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%zu tokens, longer than --seq-len %llu; hint: --truncate keeps its start", j->ids.n,
+                     (unsigned long long)T);
+            job_drop(j, "too_long", msg);
+            return;
+        }
+        /* keep the first T-1 tokens and the end-of-turn token */
+        j->ids.v[T - 1] = j->ids.v[j->ids.n - 1];
+        j->tg.v[T - 1] = j->tg.v[j->tg.n - 1];
+        j->ids.n = j->tg.n = T;
+        j->truncated = true;
+    }
+    size_t nt = 0;
+    for (size_t i = 1; i < j->tg.n; i++) nt += j->tg.v[i] != 0;
+    if (j->ids.n == 0) job_drop(j, "empty", "the sample has no tokens");
+    else if (nt == 0) job_drop(j, "no_target", "no token to train on (no assistant reply, or all masked)");
+}
+
+static void *worker(void *arg) {
+    batch_ctx *c = arg;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+        if (i >= c->n_jobs) break;
+        process(c, &c->jobs[i]);
+    }
+    return NULL;
+}
+
+static void job_clear(job *j) {
+    if (j->rec.value) json_decref(j->rec.value);
+    glm_vec_free(j->ids);
+    glm_vec_free(j->tg);
+    free(j->drop_detail);
+    memset(j, 0, sizeof *j);
+}
+
+/* ------------------------------------------------------------------ validation selection */
+
+typedef struct {
+    uint64_t key;
+    glm_pack_doc doc;
+    uint64_t seq;
+} val_item;
+
+typedef struct {
+    double size;            /* count (>= 1) or fraction */
+    uint64_t seed;
+    GLM_VEC(val_item) heap; /* count mode: max-heap on key of the `size` smallest keys */
+} val_split;
+
+static uint64_t val_key(uint64_t seed, uint64_t seq) {
+    uint64_t h = glm_fnv1a64(GLM_FNV1A64_INIT, &seed, sizeof seed);
+    h = glm_fnv1a64(h, &seq, sizeof seq);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static void heap_sift_down(val_item *h, size_t n, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l].key > h[m].key) m = l;
+        if (r < n && h[r].key > h[m].key) m = r;
+        if (m == i) return;
+        val_item t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* Routes a kept sample: returns true and fills *to_train when it goes to training. */
+static glm_status val_route(val_split *v, glm_pack_doc d, uint64_t seq, glm_pack_doc *to_train, bool *train) {
+    *train = true;
+    *to_train = d;
+    if (v->size <= 0) return GLM_OK;
+    uint64_t key = val_key(v->seed, seq);
+    if (v->size < 1) {
+        if ((double)key < v->size * 18446744073709551616.0) {
+            GLM_TRY(glm_vec_push(v->heap, ((val_item){key, d, seq})));
+            *train = false;
+        }
+        return GLM_OK;
+    }
+    size_t cap = (size_t)v->size;
+    if (v->heap.n < cap) {
+        GLM_TRY(glm_vec_push(v->heap, ((val_item){key, d, seq})));
+        for (size_t i = v->heap.n - 1; i > 0 && v->heap.v[(i - 1) / 2].key < v->heap.v[i].key; i = (i - 1) / 2) {
+            val_item t = v->heap.v[i];
+            v->heap.v[i] = v->heap.v[(i - 1) / 2];
+            v->heap.v[(i - 1) / 2] = t;
+        }
+        *train = false;
+    } else if (key < v->heap.v[0].key) {
+        *to_train = v->heap.v[0].doc;
+        v->heap.v[0] = (val_item){key, d, seq};
+        heap_sift_down(v->heap.v, v->heap.n, 0);
+    }
+    return GLM_OK;
+}
+
+static int by_seq(const void *a, const void *b) {
+    const val_item *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* ------------------------------------------------------------------ encode / decode */
+
+static int encode_decode(const tok_opts *o, const glm_tokenizer *tok) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    glm_u32vec ids = {0};
+    glm_charvec bytes = {0};
+    int rc = GLM_EXIT_OK;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n == 0) continue;
+        json_error_t je;
+        json_t *v = json_loadb(line, (size_t)n, 0, &je);
+        json_t *out = NULL;
+        if (!v || !json_is_object(v)) {
+            glm_log_error("<stdin>:%ld: not a JSON object (%s); hint: one object per line, like {\"%s\": ...}", lineno,
+                          v ? "another JSON value" : je.text, o->encode ? "text" : "ids");
+            rc = GLM_EXIT_FAIL;
+        } else if (o->encode) {
+            json_t *t = json_object_get(v, "text");
+            ids.n = 0;
+            if (!json_is_string(t)) {
+                glm_log_error("<stdin>:%ld: no string \"text\" field", lineno);
+                rc = GLM_EXIT_FAIL;
+            } else if (glm_tokenizer_encode(tok, json_string_value(t), json_string_length(t), &ids) != GLM_OK) {
+                glm_log_error("<stdin>:%ld: %s", lineno, glm_errmsg());
+                rc = GLM_EXIT_FAIL;
+            } else {
+                json_t *arr = json_array();
+                for (size_t i = 0; i < ids.n; i++) json_array_append_new(arr, json_integer(ids.v[i]));
+                out = json_pack("{s:o}", "ids", arr);
+            }
+        } else {
+            json_t *a = json_object_get(v, "ids");
+            ids.n = 0;
+            bytes.n = 0;
+            bool ok = json_is_array(a);
+            for (size_t i = 0; ok && i < json_array_size(a); i++) {
+                json_t *x = json_array_get(a, i);
+                ok = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= UINT32_MAX;
+                if (ok) glm_vec_push(ids, (uint32_t)json_integer_value(x));
+            }
+            if (!ok) {
+                glm_log_error("<stdin>:%ld: \"ids\" must be an array of non-negative integers", lineno);
+                rc = GLM_EXIT_FAIL;
+            } else if (glm_tokenizer_decode(tok, ids.v, ids.n, &bytes) != GLM_OK) {
+                glm_log_error("<stdin>:%ld: %s", lineno, glm_errmsg());
+                rc = GLM_EXIT_FAIL;
+            } else {
+                json_t *s = json_stringn(bytes.v ? bytes.v : "", bytes.n);
+                if (s) {
+                    out = json_pack("{s:o}", "text", s);
+                } else { /* the ids end inside a UTF-8 sequence: give the bytes as hex */
+                    char *hex = malloc(2 * bytes.n + 1);
+                    for (size_t i = 0; i < bytes.n; i++) sprintf(hex + 2 * i, "%02x", (unsigned char)bytes.v[i]);
+                    hex[2 * bytes.n] = 0;
+                    out = json_pack("{s:n,s:s}", "text", "bytes_hex", hex);
+                    free(hex);
+                }
+            }
+        }
+        if (out) {
+            char *s = json_dumps(out, JSON_COMPACT | JSON_ENSURE_ASCII * 0);
+            puts(s);
+            free(s);
+            json_decref(out);
+        }
+        if (v) json_decref(v);
+    }
+    free(line);
+    glm_vec_free(ids);
+    glm_vec_free(bytes);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ options */
+
+static int parse_opts(int argc, char **argv, tok_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->seq_len = 8192;
+    o->seed = 42;
+    o->threads = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
+    o->format_name = "auto";
+    o->inputs = calloc((size_t)argc, sizeof(char *));
+    glm_status s = GLM_OK;
+    for (int i = 1; i < argc && s == GLM_OK; i++) {
+        const char *v = NULL;
+        int r;
+        const char *a = argv[i];
+        if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
+            fputs(HELP, stdout);
+            exit(GLM_EXIT_OK);
+        }
+#define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) != 0)
+        if (VAL("--tokenizer")) o->tokenizer_path = v;
+        else if (VAL("--output") || VAL("-o")) o->out = v;
+        else if (VAL("--format")) o->format_name = v;
+        else if (VAL("--dataset")) o->dataset = v;
+        else if (VAL("--chat-template")) o->template_path = v;
+        else if (VAL("--report")) o->report_path = v;
+        else if (VAL("--seq-len")) s = cli_u64("--seq-len", v, &o->seq_len);
+        else if (VAL("--seed")) s = cli_u64("--seed", v, &o->seed);
+        else if (VAL("--threads")) s = cli_u64("--threads", v, &o->threads);
+        else if (VAL("--shard-rows")) s = cli_u64("--shard-rows", v, &o->shard_rows);
+        else if (VAL("--val-size")) {
+            s = cli_double("--val-size", v, &o->val_size);
+            if (s == GLM_OK && (o->val_size < 0 || (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
+                s = glm_err(GLM_ERR_ARG, "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got %s", v);
+        } else if (VAL("--train-on")) {
+            if (!strcmp(v, "all")) o->train_on = GLM_TRAIN_ALL;
+            else if (!strcmp(v, "last")) o->train_on = GLM_TRAIN_LAST;
+            else s = glm_err(GLM_ERR_ARG, "--train-on: expected all or last, got \"%s\"", v);
+        } else if (r < 0) s = GLM_ERR_ARG;
+        else if (cli_flag(a, "--truncate")) o->truncate = true;
+        else if (cli_flag(a, "--strict")) o->strict = true;
+        else if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) o->quiet = true;
+        else if (cli_flag(a, "--encode")) o->encode = true;
+        else if (cli_flag(a, "--decode")) o->decode = true;
+        else if (a[0] == '-' && a[1]) s = glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
+        else o->inputs[o->n_inputs++] = a;
+#undef VAL
+    }
+    if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
+    if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
+        s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
+    if (s == GLM_OK && !o->encode && !o->decode) {
+        if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR");
+        else if (o->n_inputs == 0) s = glm_err(GLM_ERR_ARG, "tokenize: no input files; hint: glmtune tokenize --tokenizer DIR -o OUT data/*.jsonl");
+        else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");
+        else if (o->threads == 0) o->threads = 1;
+    }
+    return s == GLM_OK ? 0 : cli_fail(s);
+}
+
+/* ------------------------------------------------------------------ the run */
+
+static glm_status prepare_outdir(const char *out, char **tmp) {
+    if (glm_is_dir(out)) {
+        char *m = glm_path_join(out, "manifest.json");
+        bool ours = glm_is_file(m);
+        free(m);
+        if (!ours) { /* an empty directory is fine; anything else is not ours to replace */
+            DIR *d = opendir(out);
+            struct dirent *e;
+            bool empty = true;
+            while (d && (e = readdir(d)))
+                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
+            if (d) closedir(d);
+            if (!empty)
+                return glm_err(GLM_ERR_ARG, "%s exists and is not a glmtune tokenize output (no manifest.json); "
+                               "hint: choose a new or empty directory", out);
+        }
+    } else if (glm_is_file(out)) {
+        return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
+    }
+    if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_rmtree(*tmp);
+    return glm_mkdir_p(*tmp);
+}
+
+static json_t *shard_list(const glm_shard_writer *w) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < w->n_written; i++) {
+        const struct glm_shard_info *x = &w->written[i];
+        char crc[16];
+        snprintf(crc, sizeof crc, "%08x", x->crc);
+        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:I,s:s}", "file", x->file, "rows", (json_int_t)x->rows,
+                                           "samples", (json_int_t)x->docs, "tokens", (json_int_t)x->tokens,
+                                           "target_tokens", (json_int_t)x->targets, "payload_crc32", crc));
+    }
+    return a;
+}
+
+/* manifest.json (shards, counts, settings, tokenizer) and report.json into tmpdir; --report FILE. */
+static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const char *out, const char *report_path,
+                                    const tok_opts *o, const glm_tokenizer *tok, const glm_shard_writer *wtrain,
+                                    const glm_shard_writer *wval) {
+    (void)out;
+    json_t *m = json_object();
+    json_object_set_new(m, "format", json_string("glmtune-shards"));
+    json_object_set_new(m, "version", json_integer(GLM_SHARD_VERSION));
+    json_object_set_new(m, "seq_len", json_integer((json_int_t)o->seq_len));
+    if (tok) {
+        char fp[24];
+        snprintf(fp, sizeof fp, "%016llx", (unsigned long long)glm_tokenizer_fingerprint(tok));
+        json_object_set_new(m, "tokenizer", json_pack("{s:s,s:s,s:s,s:I}", "path", glm_tokenizer_path(tok), "kind",
+                                                      glm_tokenizer_kind(tok), "fingerprint", fp, "vocab_size",
+                                                      (json_int_t)glm_tokenizer_vocab_size(tok)));
+    } else {
+        json_object_set_new(m, "tokenizer", json_null());
+    }
+    json_t *inputs = json_array();
+    for (int i = 0; i < o->n_inputs; i++) json_array_append_new(inputs, json_string(o->inputs[i]));
+    json_t *settings = json_pack("{s:o,s:s,s:s,s:b,s:f,s:I,s:b,s:s*}", "inputs", inputs, "format", o->format_name,
+                                 "train_on", o->train_on == GLM_TRAIN_LAST ? "last" : "all", "truncate", o->truncate,
+                                 "val_size", o->val_size, "seed", (json_int_t)o->seed, "strict", o->strict,
+                                 "chat_template", o->template_path);
+    json_object_set_new(m, "settings", settings);
+    json_t *splits = json_object();
+    json_t *tr = json_object_get(rep->final, "train"), *va = json_object_get(rep->final, "val");
+    json_t *st = json_deep_copy(tr), *sv = json_deep_copy(va);
+    json_object_set_new(st, "shards", shard_list(wtrain));
+    json_object_set_new(sv, "shards", shard_list(wval));
+    json_object_set_new(splits, "train", st);
+    json_object_set_new(splits, "val", sv);
+    json_object_set_new(m, "splits", splits);
+    json_object_set_new(m, "report", json_string("report.json"));
+    glm_status s = GLM_OK;
+    char *text = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *mp = glm_path_join(tmpdir, "manifest.json");
+    s = glm_write_file_atomic(mp, text, strlen(text));
+    free(mp);
+    free(text);
+    json_decref(m);
+    text = json_dumps(rep->final, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s == GLM_OK) {
+        char *rp = glm_path_join(tmpdir, "report.json");
+        s = glm_write_file_atomic(rp, text, strlen(text));
+        free(rp);
+    }
+    if (s == GLM_OK && report_path) s = glm_write_file_atomic(report_path, text, strlen(text));
+    free(text);
+    return s;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    tok_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc;
+    glm_status s = GLM_OK;
+    glm_tokenizer *tok = NULL;
+    glm_template *tpl = NULL;
+    if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
+    if (o.encode || o.decode) {
+        rc = encode_decode(&o, tok);
+        glm_tokenizer_free(tok);
+        return rc;
+    }
+    glm_format fmt;
+    if ((s = glm_format_parse(o.format_name, &fmt)) != GLM_OK) return cli_fail(s);
+    if (tok) {
+        char *src = NULL;
+        size_t n;
+        const char *tsrc = glm_tokenizer_chat_template(tok), *tname = "tokenizer_config.json chat_template";
+        if (o.template_path) {
+            if ((s = glm_read_file(o.template_path, &src, &n)) != GLM_OK) return cli_fail(s);
+            tsrc = src;
+            tname = o.template_path;
+        }
+        if (!tsrc) {
+            glm_tokenizer_free(tok);
+            return cli_fail(glm_err(GLM_ERR_ARG, "%s: the tokenizer has no chat_template in tokenizer_config.json; hint: "
+                                    "pass --chat-template FILE", o.tokenizer_path));
+        }
+        s = glm_template_parse(tsrc, tname, &tpl);
+        free(src);
+        if (s != GLM_OK) {
+            glm_tokenizer_free(tok);
+            return cli_fail(s);
+        }
+    }
+
+    glm_reader *rd = NULL;
+    char *tmpdir = NULL;
+    if ((s = glm_reader_open((const char *const *)o.inputs, (size_t)o.n_inputs, o.dataset, &rd)) != GLM_OK ||
+        (s = prepare_outdir(o.out, &tmpdir)) != GLM_OK) {
+        glm_reader_close(rd);
+        glm_template_free(tpl);
+        glm_tokenizer_free(tok);
+        return cli_fail(s);
+    }
+    uint32_t T = (uint32_t)o.seq_len;
+    uint64_t fp = tok ? glm_tokenizer_fingerprint(tok) : 0;
+    uint32_t V = tok ? glm_tokenizer_vocab_size(tok) : 0;
+    uint32_t rows_per_shard = o.shard_rows ? (uint32_t)o.shard_rows : (uint32_t)((1u << 26) / T + 1);
+    glm_shard_writer wtrain, wval;
+    glm_shard_writer_init(&wtrain, tmpdir, "train", T, rows_per_shard, fp, V);
+    glm_shard_writer_init(&wval, tmpdir, "val", T, rows_per_shard, fp, V);
+    glm_packer ptrain, pval;
+    glm_packer_init(&ptrain, T, (uint64_t)1 << 24, &wtrain);
+    glm_packer_init(&pval, T, (uint64_t)1 << 24, &wval);
+    val_split vs = {.size = o.val_size, .seed = o.seed};
+    tok_report rep;
+    tok_report_init(&rep);
+
+    glm_progress prog;
+    glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(rd), !o.quiet);
+    enum { BATCH = 512 };
+    job *batches[2] = {calloc(BATCH, sizeof(job)), calloc(BATCH, sizeof(job))};
+    size_t nthreads = o.threads;
+    pthread_t *th = calloc(nthreads, sizeof *th);
+    batch_ctx ctx[2];
+    int cur = 0;
+    bool eof = false, running = false;
+    size_t n_running = 0;
+    uint64_t seq = 0;
+    int64_t last_bytes = 0;
+    double t0 = glm_now();
+
+    /* read batch into batches[b]; returns count */
+    while (s == GLM_OK) {
+        size_t n = 0;
+        job *jb = batches[cur];
+        while (!eof && n < BATCH && s == GLM_OK) {
+            job *j = &jb[n];
+            glm_status r = glm_reader_next(rd, &j->rec);
+            if (r == GLM_EOF) {
+                eof = true;
+                break;
+            }
+            if (r != GLM_OK) {
+                s = r;
+                break;
+            }
+            j->rec.source = tok_report_source(&rep, j->rec.source);
+            n++;
+        }
+        if (s != GLM_OK) break;
+        /* wait for the running batch, then start this one */
+        if (running) {
+            for (size_t t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+            running = false;
+        }
+        if (n > 0) {
+            ctx[cur] = (batch_ctx){&o, tok, tpl, fmt, jb, n, 0};
+            for (size_t t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, &ctx[cur]);
+            running = true;
+        }
+        /* consume the previous batch (finished) in order */
+        job *prev = batches[1 - cur];
+        for (size_t k = 0; k < n_running && s == GLM_OK; k++) {
+            job *j = &prev[k];
+            tok_report_record(&rep, j->rec.source, j->rec.nbytes);
+            for (int q = 0; q < j->n_notes; q++) tok_report_note(&rep, j->notes[q]);
+            if (j->drop) {
+                tok_report_drop(&rep, j->rec.source, j->drop, j->drop_detail);
+                if (o.strict)
+                    s = glm_err(GLM_ERR_FORMAT, "%s [%s]; hint: without --strict bad records are skipped and counted",
+                                j->drop_detail ? j->drop_detail : j->drop, j->drop);
+            } else {
+                if (j->truncated) tok_report_note(&rep, "truncated");
+                size_t nt = 0;
+                for (size_t i = 1; i < j->tg.n; i++) nt += j->tg.v[i] != 0;
+                tok_report_keep(&rep, j->rec.source, j->ids.n, nt);
+                glm_pack_doc d = {j->ids.v, j->tg.v, (uint32_t)j->ids.n, j->rec.source, (uint64_t)j->rec.index};
+                j->ids.v = NULL;
+                j->tg.v = NULL;
+                glm_pack_doc to_train;
+                bool train;
+                s = val_route(&vs, d, seq++, &to_train, &train);
+                if (s == GLM_OK && train) s = glm_packer_add(&ptrain, to_train);
+            }
+        }
+        for (size_t k = 0; k < n_running; k++) job_clear(&prev[k]);
+        int64_t b = glm_reader_bytes_read(rd);
+        glm_progress_add(&prog, (int64_t)n_running, b - last_bytes);
+        last_bytes = b;
+        n_running = n;
+        cur = 1 - cur;
+        if (n == 0 && eof) break;
+    }
+    if (running)
+        for (size_t t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+    for (int b = 0; b < 2; b++) {
+        for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
+        free(batches[b]);
+    }
+    free(th);
+    glm_progress_finish(&prog);
+    /* validation split: in input order */
+    if (s == GLM_OK && vs.heap.n) {
+        qsort(vs.heap.v, vs.heap.n, sizeof *vs.heap.v, by_seq);
+        for (size_t i = 0; i < vs.heap.n && s == GLM_OK; i++) {
+            s = glm_packer_add(&pval, vs.heap.v[i].doc);
+            vs.heap.v[i].doc.ids = NULL;
+            vs.heap.v[i].doc.targets = NULL;
+        }
+    }
+    for (size_t i = 0; i < vs.heap.n; i++) {
+        free(vs.heap.v[i].doc.ids);
+        free(vs.heap.v[i].doc.targets);
+    }
+    glm_vec_free(vs.heap);
+    if (s == GLM_OK) s = glm_packer_finish(&ptrain);
+    if (s == GLM_OK) s = glm_packer_finish(&pval);
+    double secs = glm_now() - t0;
+    if (s == GLM_OK && ptrain.rows == 0)
+        s = glm_err(GLM_ERR_FORMAT, "no usable sample in the input (%lld records read, all dropped); nothing was written. "
+                    "See the reasons above; hint: check --format, --seq-len, --tokenizer", (long long)rep.records_read);
+    if (s == GLM_OK) {
+        tok_report_finish(&rep, &ptrain, &pval, T, secs, glm_reader_total_bytes(rd));
+        s = tok_write_outputs(&rep, tmpdir, o.out, o.report_path, &o, tok, &wtrain, &wval);
+    }
+    if (s == GLM_OK) s = glm_commit_dir(tmpdir, o.out);
+    tok_report_print(&rep, s == GLM_OK);
+    if (s != GLM_OK) glm_rmtree(tmpdir);
+    glm_packer_free(&ptrain);
+    glm_packer_free(&pval);
+    glm_shard_writer_free(&wtrain);
+    glm_shard_writer_free(&wval);
+    tok_report_free(&rep);
+    free(tmpdir);
+    glm_reader_close(rd);
+    glm_template_free(tpl);
+    glm_tokenizer_free(tok);
+    free(o.inputs);
+    return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+}
