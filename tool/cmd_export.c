@@ -1,3 +1,145 @@
-#include "tool/cli.h"
+/* glmtune export-adapter: a training checkpoint -> a PEFT adapter directory, or with --merge the
+ * full model W + scaling * B A in the base checkpoint's layout and sharding. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fileio.h"
 #include "common/log.h"
-int cmd_export_adapter(int argc, char **argv) { (void)argc; (void)argv; glm_log_error("not built yet"); return GLM_EXIT_FAIL; }
+#include "lora/checkpoint.h"
+#include "lora/export.h"
+#include "lora/safetensors.h"
+#include "tool/cli.h"
+
+static const char *HELP =
+    "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--dtype fp32|bf16|fp16] [--merge [--base MODEL]]\n"
+    "\n"
+    "DIR is a checkpoint directory (checkpoint-N) or a training output directory (its latest\n"
+    "checkpoint). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
+    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT, transformers and\n"
+    "vLLM. --dtype: fp32 (default), bf16 or fp16.\n"
+    "--merge writes the whole model instead: every adapted weight becomes W + scaling * B A, in the\n"
+    "base checkpoint's layout, shard files and dtype (or --dtype), with its config, tokenizer and\n"
+    "generation files copied. The base is the run's --model unless --base is given.\n";
+
+static glm_status resolve_checkpoint(const char *path, char **dir) {
+    char *t = glm_path_join(path, "trainer_state.json");
+    bool is = glm_is_file(t);
+    free(t);
+    if (is) {
+        *dir = strdup(path);
+        return GLM_OK;
+    }
+    int64_t step;
+    glm_status s = glm_ckpt_latest(path, dir, &step);
+    if (s != GLM_OK)
+        return glm_err_context(s, "%s is neither a checkpoint (no trainer_state.json) nor an output directory with one", path);
+    return GLM_OK;
+}
+
+int cmd_export_adapter(int argc, char **argv) {
+    const char *ckpt = NULL, *out = NULL, *dtype_s = "fp32", *base = NULL;
+    bool merge = false, dtype_given = false;
+    glm_status s = GLM_OK;
+    for (int i = 1; i < argc && s == GLM_OK; i++) {
+        const char *v;
+        int r = 0;
+        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
+            fputs(HELP, stdout);
+            return GLM_EXIT_OK;
+        }
+        if (cli_flag(argv[i], "--merge")) merge = true;
+        else if ((r = cli_value(argc, argv, &i, "--checkpoint", &v))) ckpt = v;
+        else if ((r = cli_value(argc, argv, &i, "--output", &v)) || (r = cli_value(argc, argv, &i, "-o", &v))) out = v;
+        else if ((r = cli_value(argc, argv, &i, "--dtype", &v))) dtype_s = v, dtype_given = true;
+        else if ((r = cli_value(argc, argv, &i, "--base", &v))) base = v;
+        else s = glm_err(GLM_ERR_ARG, "export-adapter: unknown argument %s; hint: glmtune export-adapter --help", argv[i]);
+        if (r < 0) s = GLM_ERR_ARG;
+    }
+    if (s == GLM_OK && (!ckpt || !out)) s = glm_err(GLM_ERR_ARG, "export-adapter needs --checkpoint DIR and -o OUTDIR");
+    glm_st_dtype dt = GLM_ST_F32;
+    if (s == GLM_OK) {
+        if (!strcmp(dtype_s, "fp32") || !strcmp(dtype_s, "float32")) dt = GLM_ST_F32;
+        else if (!strcmp(dtype_s, "bf16") || !strcmp(dtype_s, "bfloat16")) dt = GLM_ST_BF16;
+        else if (!strcmp(dtype_s, "fp16") || !strcmp(dtype_s, "float16")) dt = GLM_ST_F16;
+        else s = glm_err(GLM_ERR_ARG, "--dtype: expected fp32, bf16 or fp16, got \"%s\"", dtype_s);
+    }
+    if (s != GLM_OK) return cli_fail(s);
+
+    char *dir = NULL, *cfg_path = NULL, *st_path = NULL, *text = NULL;
+    json_t *cfg = NULL;
+    glm_st_set *st = NULL;
+    glm_param *params = NULL;
+    size_t n = 0, len;
+    const char **targets = NULL;
+    s = resolve_checkpoint(ckpt, &dir);
+    if (s == GLM_OK) s = glm_ckpt_verify(dir);
+    if (s == GLM_OK) {
+        cfg_path = glm_path_join(dir, "adapter_config.json");
+        st_path = glm_path_join(dir, "adapter_model.safetensors");
+        s = glm_read_file(cfg_path, &text, &len);
+    }
+    if (s == GLM_OK) {
+        json_error_t je;
+        cfg = json_loads(text, 0, &je);
+        if (!cfg) s = glm_err(GLM_ERR_FORMAT, "%s:%d: %s", cfg_path, je.line, je.text);
+    }
+    if (s == GLM_OK) s = glm_st_open(st_path, &st);
+    if (s == GLM_OK) {
+        n = glm_st_count(st);
+        params = calloc(n ? n : 1, sizeof *params);
+        for (size_t i = 0; i < n && s == GLM_OK; i++) {
+            const glm_st_tensor *t = glm_st_at(st, i);
+            const char *name = t->name;
+            if (!strncmp(name, GLM_PEFT_PREFIX, strlen(GLM_PEFT_PREFIX))) name += strlen(GLM_PEFT_PREFIX);
+            glm_param *p = &params[i];
+            snprintf(p->name, sizeof p->name, "%s", name);
+            if (t->ndim != 2) {
+                s = glm_err(GLM_ERR_FORMAT, "%s: tensor %s has %d dimensions, a LoRA weight has 2", st_path, t->name, t->ndim);
+                break;
+            }
+            p->ndim = 2;
+            p->shape[0] = t->shape[0];
+            p->shape[1] = t->shape[1];
+            p->numel = t->numel;
+            p->w = malloc(sizeof(float) * (size_t)t->numel);
+            s = glm_st_to_f32(t->dtype, t->data, (size_t)t->numel, p->w);
+        }
+    }
+    glm_adapter_cfg ac = {0};
+    if (s == GLM_OK) {
+        json_t *tm = json_object_get(cfg, "target_modules");
+        ac.n_targets = json_array_size(tm);
+        targets = calloc(ac.n_targets + 1, sizeof *targets);
+        for (size_t i = 0; i < ac.n_targets; i++) targets[i] = json_string_value(json_array_get(tm, i));
+        ac.target_modules = targets;
+        ac.r = (int)json_integer_value(json_object_get(cfg, "r"));
+        ac.alpha = json_number_value(json_object_get(cfg, "lora_alpha"));
+        ac.dropout = json_number_value(json_object_get(cfg, "lora_dropout"));
+        ac.use_rslora = json_is_true(json_object_get(cfg, "use_rslora"));
+        ac.base_model_name_or_path = json_string_value(json_object_get(cfg, "base_model_name_or_path"));
+        if (ac.r < 1) s = glm_err(GLM_ERR_FORMAT, "%s: \"r\" must be a positive integer", cfg_path);
+    }
+    if (s == GLM_OK && !merge) {
+        s = glm_export_adapter(out, NULL, params, n, &ac, dt);
+        if (s == GLM_OK) glm_log_info("wrote the PEFT adapter of %s (%zu tensors, %s) to %s", dir, n, dtype_s, out);
+    } else if (s == GLM_OK) {
+        const char *b = base ? base : ac.base_model_name_or_path;
+        if (!b) s = glm_err(GLM_ERR_ARG, "--merge: the checkpoint does not name its base model; hint: --base MODEL_DIR");
+        double scaling = ac.use_rslora ? ac.alpha / sqrt((double)ac.r) : ac.alpha / ac.r;
+        if (s == GLM_OK) s = glm_export_merged(b, out, NULL, params, n, scaling, dtype_given ? (int)dt : GLM_EXPORT_SAME_DTYPE);
+        if (s == GLM_OK) glm_log_info("wrote %s merged with the adapter of %s (scaling %g) to %s", b, dir, scaling, out);
+    }
+    for (size_t i = 0; i < n; i++) free(params[i].w);
+    free(params);
+    free(targets);
+    glm_st_close(st);
+    json_decref(cfg);
+    free(text);
+    free(cfg_path);
+    free(st_path);
+    free(dir);
+    return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+}

@@ -1,3 +1,74 @@
-#include "tool/cli.h"
+/* glmtune init-model: a randomly initialised GLM-4-shaped checkpoint (for the demo and tests). */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/fileio.h"
 #include "common/log.h"
-int cmd_init_model(int argc, char **argv) { (void)argc; (void)argv; glm_log_error("not built yet"); return GLM_EXIT_FAIL; }
+#include "lora/config.h"
+#include "lora/model.h"
+#include "tool/cli.h"
+
+static const char *HELP =
+    "usage: glmtune init-model --config FILE -o OUTDIR [--layout chatglm|hf] [--seed N] [--tokenizer DIR]\n"
+    "\n"
+    "Writes config.json and model.safetensors (bf16) of a GLM-4-shaped model with seeded random\n"
+    "weights. FILE is a config.json in either layout (THUDM chatglm or transformers glm); the output\n"
+    "layout defaults to the config's. --tokenizer copies tokenizer.model and tokenizer_config.json\n"
+    "into OUTDIR, so that `glmtune train` can check that shards and model share the tokenizer.\n";
+
+static glm_status copy_file(const char *src_dir, const char *name, const char *dst_dir, bool required) {
+    char *src = glm_path_join(src_dir, name), *dst = glm_path_join(dst_dir, name);
+    glm_status s = GLM_OK;
+    if (glm_is_file(src)) {
+        char *data;
+        size_t n;
+        s = glm_read_file(src, &data, &n);
+        if (s == GLM_OK) {
+            s = glm_write_file_atomic(dst, data, n);
+            free(data);
+        }
+    } else if (required) {
+        s = glm_err(GLM_ERR_IO, "%s: not found; hint: --tokenizer takes a directory with tokenizer.model", src);
+    }
+    free(src);
+    free(dst);
+    return s;
+}
+
+int cmd_init_model(int argc, char **argv) {
+    const char *config = NULL, *out = NULL, *layout_s = NULL, *tok = NULL;
+    uint64_t seed = 0;
+    glm_status s = GLM_OK;
+    for (int i = 1; i < argc && s == GLM_OK; i++) {
+        const char *v;
+        int r;
+        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
+            fputs(HELP, stdout);
+            return GLM_EXIT_OK;
+        }
+        if ((r = cli_value(argc, argv, &i, "--config", &v))) config = v;
+        else if ((r = cli_value(argc, argv, &i, "--out", &v)) || (r = cli_value(argc, argv, &i, "-o", &v))) out = v;
+        else if ((r = cli_value(argc, argv, &i, "--layout", &v))) layout_s = v;
+        else if ((r = cli_value(argc, argv, &i, "--tokenizer", &v))) tok = v;
+        else if ((r = cli_value(argc, argv, &i, "--seed", &v))) s = r > 0 ? cli_u64("--seed", v, &seed) : GLM_ERR_ARG;
+        else s = glm_err(GLM_ERR_ARG, "init-model: unknown argument %s; hint: glmtune init-model --help", argv[i]);
+        if (r < 0) s = GLM_ERR_ARG;
+    }
+    if (s == GLM_OK && (!config || !out)) s = glm_err(GLM_ERR_ARG, "init-model needs --config FILE and -o OUTDIR");
+    glm_config cfg;
+    glm_layout layout;
+    if (s == GLM_OK) s = glm_config_load(config, 0, &cfg);
+    if (s == GLM_OK) s = glm_config_validate(&cfg, config);
+    layout = cfg.layout;
+    if (s == GLM_OK && layout_s) s = glm_layout_parse(layout_s, &layout);
+    if (s == GLM_OK) s = glm_mkdir_p(out);
+    if (s == GLM_OK) s = glm_model_init_random(&cfg, seed, out, layout);
+    if (s == GLM_OK && tok) {
+        s = copy_file(tok, "tokenizer.model", out, true);
+        if (s == GLM_OK) s = copy_file(tok, "tokenizer_config.json", out, false);
+    }
+    if (s != GLM_OK) return cli_fail(s);
+    glm_log_info("wrote a random %s-layout GLM-4 (L=%d C=%d H=%d Hkv=%d F=%d V=%d, seed %llu) to %s",
+                 glm_layout_name(layout), cfg.L, cfg.C, cfg.H, cfg.Hkv, cfg.F, cfg.V, (unsigned long long)seed, out);
+    return GLM_EXIT_OK;
+}

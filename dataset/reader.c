@@ -1,0 +1,793 @@
+/* dataset/reader.c: inputs -> libarchive streams -> jsonsplit -> jansson records (reader.h). */
+#include "dataset/reader.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/vec.h"
+#include "dataset/dataset_info.h"
+#include "dataset/jsonsplit.h"
+
+#define BLOCK_SIZE (1 << 20)           /* libarchive read block for plain files */
+#define REGISTRY_PEEK_MAX (8 << 20)    /* files up to this size are checked for being a registry */
+
+typedef struct rd_src {
+    char *path;                        /* as given / walked */
+    char *real;                        /* realpath, for de-duplication and registry lookup */
+    const glm_dsinfo_entry *map;       /* registry entry that maps this file, or NULL */
+    int64_t size;
+} rd_src;
+
+struct glm_reader {
+    GLM_VEC(rd_src) srcs;
+    GLM_VEC(glm_dsinfo *) infos;
+    size_t next_src;                   /* index of the next source to open */
+    const rd_src *cur;                 /* the open source */
+    struct archive *outer;             /* the open file */
+    struct archive *inner;             /* the open member of an archive (NULL for raw files) */
+    bool outer_raw;                    /* the file is one stream (not an archive) */
+    bool stream_open;                  /* a stream is being split */
+    bool blk_eof;
+    const char *blk;
+    size_t blk_n;
+    char *name;                        /* display name of the current stream */
+    glm_jsonsplit js;
+    size_t max_record;
+    int64_t total_bytes, bytes_done;
+    size_t n_opened;
+    bool failed;
+};
+
+/* ---------------------------------------------------------------- UTF-8 / surrogate checks */
+
+int64_t glm_utf8_invalid_at(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp, min;
+        if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
+        else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
+        else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
+        else return (int64_t)i;
+        if (i + len > n) return (int64_t)i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return (int64_t)i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return (int64_t)i;
+        i += len;
+    }
+    return -1;
+}
+
+static int hex4(const char *s, size_t n, size_t i) {
+    if (i + 4 > n) return -1;
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = s[i + k];
+        int d = c >= '0' && c <= '9' ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+int64_t glm_json_lone_surrogate_at(const char *s, size_t n) {
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!in_str) {
+            if (c == '"') in_str = true;
+            continue;
+        }
+        if (c == '"') {
+            in_str = false;
+            continue;
+        }
+        if (c != '\\' || i + 1 >= n) continue;
+        if (s[i + 1] != 'u') {
+            i++;
+            continue;
+        }
+        int v = hex4(s, n, i + 2);
+        if (v < 0) {
+            i++;
+            continue;
+        }
+        if (v >= 0xDC00 && v <= 0xDFFF) return (int64_t)i;
+        if (v >= 0xD800 && v <= 0xDBFF) {
+            int lo = (i + 7 < n && s[i + 6] == '\\' && s[i + 7] == 'u') ? hex4(s, n, i + 8) : -1;
+            if (lo < 0xDC00 || lo > 0xDFFF) return (int64_t)i;
+            i += 11;
+            continue;
+        }
+        i += 5;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- input expansion */
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+static bool is_json_name(const char *name) {
+    static const char *const base[] = {".json", ".jsonl"};
+    static const char *const comp[] = {"", ".gz", ".zst", ".xz", ".bz2"};
+    char buf[64];
+    for (size_t b = 0; b < 2; b++)
+        for (size_t c = 0; c < 5; c++) {
+            snprintf(buf, sizeof buf, "%s%s", base[b], comp[c]);
+            if (ends_with(name, buf)) return true;
+        }
+    return false;
+}
+
+static bool is_archive_name(const char *name) {
+    static const char *const exts[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.xz",
+                                       ".txz", ".tar.bz2", ".tbz2", ".zip"};
+    for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
+        if (ends_with(name, exts[i])) return true;
+    return false;
+}
+
+static bool is_lines_name(const char *name) {
+    static const char *const exts[] = {".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.xz",
+                                       ".jsonl.bz2"};
+    for (size_t i = 0; i < sizeof exts / sizeof *exts; i++)
+        if (ends_with(name, exts[i])) return true;
+    return false;
+}
+
+/* Loads `path` as a registry when it is a small plain file whose content is one. *info is NULL
+ * when it is not a registry. */
+static glm_status maybe_registry(const char *path, int64_t size, glm_dsinfo **info) {
+    *info = NULL;
+    if (size <= 0 || size > REGISTRY_PEEK_MAX || !ends_with(path, ".json")) return GLM_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) return GLM_OK; /* reported when the file is read */
+    int c;
+    while ((c = fgetc(f)) != EOF && (c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
+                                     c == 0xEF || c == 0xBB || c == 0xBF)) {
+    }
+    fclose(f);
+    if (c != '{') return GLM_OK;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return GLM_OK; /* not valid as a whole: read as a corpus, problems reported there */
+    glm_status st = GLM_OK;
+    if (glm_dsinfo_looks_like(root)) st = glm_dsinfo_from_json(root, path, info);
+    json_decref(root);
+    return st;
+}
+
+typedef struct expand_ctx {
+    glm_reader *r;
+} expand_ctx;
+
+static glm_status add_source(glm_reader *r, const char *path, int64_t size,
+                             const glm_dsinfo_entry *map) {
+    char rp[PATH_MAX];
+    rd_src s = {0};
+    s.path = strdup(path);
+    s.real = strdup(realpath(path, rp) ? rp : path);
+    s.map = map;
+    s.size = size;
+    if (!s.path || !s.real) {
+        free(s.path);
+        free(s.real);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < r->srcs.n; i++)
+        if (strcmp(r->srcs.v[i].real, s.real) == 0) {
+            if (!r->srcs.v[i].map) r->srcs.v[i].map = map;
+            glm_log_debug("%s: given twice; read once", path);
+            free(s.path);
+            free(s.real);
+            return GLM_OK;
+        }
+    if (glm_vec_push(r->srcs, s) != GLM_OK) {
+        free(s.path);
+        free(s.real);
+        return GLM_ERR_NOMEM;
+    }
+    return GLM_OK;
+}
+
+/* The registry entry that names file `real`, searching the most recently loaded first. */
+static const glm_dsinfo_entry *find_mapping(const glm_reader *r, const char *real) {
+    for (size_t i = r->infos.n; i-- > 0;) {
+        const glm_dsinfo_entry *e = glm_dsinfo_find_path(r->infos.v[i], real);
+        if (e) return e;
+    }
+    return NULL;
+}
+
+static int cmp_names(const struct dirent **a, const struct dirent **b) {
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
+                           size_t depth);
+
+static glm_status add_registry(glm_reader *r, glm_dsinfo *info) {
+    if (glm_vec_push(r->infos, info) != GLM_OK) {
+        glm_dsinfo_free(info);
+        return GLM_ERR_NOMEM;
+    }
+    return GLM_OK;
+}
+
+/* An explicit registry input: every entry with a local file becomes sources. */
+static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
+    GLM_TRY(add_registry(r, info));
+    for (size_t i = 0; i < info->n; i++) {
+        const glm_dsinfo_entry *e = &info->entries[i];
+        if (!e->file_name) {
+            glm_log_debug("%s: entry \"%s\" has no local file_name (hub dataset): skipped",
+                          info->path, e->name);
+            continue;
+        }
+        if (!e->local) {
+            glm_log_debug("%s: entry \"%s\": file %s does not exist: skipped", info->path, e->name,
+                          e->path);
+            continue;
+        }
+        struct stat st;
+        if (stat(e->path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) GLM_TRY(walk_dir(r, e->path, e, 0));
+        else GLM_TRY(add_source(r, e->path, st.st_size, e));
+    }
+    return GLM_OK;
+}
+
+static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
+                           size_t depth) {
+    if (depth > 64)
+        return glm_err(GLM_ERR_ARG, "%s: folders nested more than 64 deep (a symlink loop?); "
+                       "hint: name the folder that holds the data", dir);
+    struct dirent **names = NULL;
+    int nn = scandir(dir, &names, NULL, cmp_names);
+    if (nn < 0)
+        return glm_err(GLM_ERR_IO, "%s: cannot list the folder: %s; hint: check its permissions",
+                       dir, strerror(errno));
+    glm_status st = GLM_OK;
+    /* A dataset_info.json in this folder maps the files it names. */
+    char *reg_path = glm_path_join(dir, "dataset_info.json");
+    char *reg_real = NULL;
+    struct stat sb;
+    if (!forced && reg_path && stat(reg_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        glm_dsinfo *info = NULL;
+        st = maybe_registry(reg_path, sb.st_size, &info);
+        if (st == GLM_OK && info) {
+            reg_real = strdup(info->path);
+            st = add_registry(r, info);
+        }
+    }
+    for (int i = 0; i < nn && st == GLM_OK; i++) {
+        const char *nm = names[i]->d_name;
+        if (nm[0] == '.') continue;
+        char *p = glm_path_join(dir, nm);
+        if (!p) {
+            st = glm_err(GLM_ERR_NOMEM, "out of memory");
+            break;
+        }
+        if (stat(p, &sb) != 0) {
+            glm_log_debug("%s: cannot stat (%s): skipped", p, strerror(errno));
+        } else if (S_ISDIR(sb.st_mode)) {
+            st = walk_dir(r, p, forced, depth + 1);
+        } else if (S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
+            char rp[PATH_MAX];
+            const char *real = realpath(p, rp) ? rp : p;
+            if (reg_real && strcmp(real, reg_real) == 0) {
+                /* the registry itself is not a corpus */
+            } else {
+                const glm_dsinfo_entry *map = forced ? forced : find_mapping(r, real);
+                st = add_source(r, p, sb.st_size, map);
+            }
+        } else {
+            glm_log_debug("%s: not a .json/.jsonl file or archive: skipped", p);
+        }
+        free(p);
+    }
+    for (int i = 0; i < nn; i++) free(names[i]);
+    free(names);
+    free(reg_path);
+    free(reg_real);
+    return st;
+}
+
+static glm_status add_input(glm_reader *r, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return glm_err(GLM_ERR_IO, "%s: cannot open: %s; hint: check the path and spelling",
+                       path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return walk_dir(r, path, NULL, 0);
+    if (access(path, R_OK) != 0)
+        return glm_err(GLM_ERR_IO, "%s: cannot read: %s; hint: check the file's permissions",
+                       path, strerror(errno));
+    glm_dsinfo *info = NULL;
+    GLM_TRY(maybe_registry(path, sb.st_size, &info));
+    if (info) return expand_registry(r, info);
+    return add_source(r, path, sb.st_size, find_mapping(r, path));
+}
+
+static bool has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+/* Applies --dataset / unsupported entries to the collected sources. */
+static glm_status apply_filter(glm_reader *r, const char *filter) {
+    GLM_VEC(const glm_dsinfo_entry *) sel = {0};
+    glm_status st = GLM_OK;
+    if (filter && *filter) {
+        if (r->infos.n == 0)
+            return glm_err(GLM_ERR_ARG,
+                           "--dataset %s was given but no dataset_info.json is among the inputs; "
+                           "hint: pass the folder that holds dataset_info.json, or drop --dataset",
+                           filter);
+        char *copy = strdup(filter);
+        if (!copy) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        char *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok && st == GLM_OK;
+             tok = strtok_r(NULL, ",", &save)) {
+            while (*tok == ' ') tok++;
+            char *end = tok + strlen(tok);
+            while (end > tok && end[-1] == ' ') *--end = 0;
+            if (!*tok) continue;
+            const glm_dsinfo_entry *e = NULL;
+            for (size_t i = 0; i < r->infos.n && !e; i++) e = glm_dsinfo_find_name(r->infos.v[i], tok);
+            if (!e) {
+                char close[512];
+                glm_dsinfo_close_names(r->infos.v, r->infos.n, tok, close, sizeof close, 8);
+                st = glm_err(GLM_ERR_ARG, "--dataset: no dataset called \"%s\" in %s%s%s%s", tok,
+                             r->infos.v[0]->path, r->infos.n > 1 ? " (and other registries)" : "",
+                             close[0] ? "; hint: close names: " : "; hint: check the spelling",
+                             close);
+            } else if (!e->local) {
+                st = glm_err(GLM_ERR_ARG,
+                             "--dataset %s: %s names no local file (%s); hint: glmtune reads local "
+                             "files only: download the data next to the registry",
+                             tok, e->registry, e->path ? e->path : "hub dataset");
+            } else if (e->unsupported) {
+                st = glm_err(GLM_ERR_ARG, "--dataset %s: cannot be used: %s (%s)", tok,
+                             e->unsupported, e->registry);
+            } else if (glm_vec_push(sel, e) != GLM_OK) {
+                st = GLM_ERR_NOMEM;
+            }
+        }
+        free(copy);
+        if (st != GLM_OK) {
+            glm_vec_free(sel);
+            return st;
+        }
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < r->srcs.n; i++) {
+        rd_src *s = &r->srcs.v[i];
+        bool keep = true;
+        if (sel.n) {
+            keep = false;
+            for (size_t k = 0; k < sel.n; k++) keep |= s->map == sel.v[k];
+            if (!keep) glm_log_debug("%s: not selected by --dataset: skipped", s->path);
+        } else if (s->map && s->map->unsupported) {
+            glm_log_warn("%s: skipped: dataset \"%s\" in %s: %s", s->path, s->map->name,
+                         s->map->registry, s->map->unsupported);
+            keep = false;
+        }
+        if (keep) r->srcs.v[w++] = *s;
+        else {
+            free(s->path);
+            free(s->real);
+        }
+    }
+    r->srcs.n = w;
+    glm_vec_free(sel);
+    return GLM_OK;
+}
+
+glm_status glm_reader_open(const char *const *inputs, size_t n, const char *dataset_filter,
+                           glm_reader **out) {
+    *out = NULL;
+    glm_reader *r = calloc(1, sizeof *r);
+    if (!r) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    r->max_record = (size_t)256 << 20;
+    glm_status st = GLM_OK;
+    for (size_t i = 0; i < n && st == GLM_OK; i++) {
+        const char *in = inputs[i];
+        struct stat sb;
+        if (has_glob_chars(in) && stat(in, &sb) != 0) {
+            glob_t g;
+            int rc = glob(in, 0, NULL, &g);
+            if (rc == GLOB_NOMATCH) {
+                st = glm_err(GLM_ERR_ARG, "%s: no file matches this pattern; hint: check the "
+                             "pattern, and quote it so the shell passes it unexpanded", in);
+            } else if (rc != 0) {
+                st = glm_err(GLM_ERR_IO, "%s: cannot expand the pattern (glob error %d)", in, rc);
+            } else {
+                for (size_t k = 0; k < g.gl_pathc && st == GLM_OK; k++)
+                    st = add_input(r, g.gl_pathv[k]);
+            }
+            if (rc == 0 || rc == GLOB_NOMATCH) globfree(&g);
+        } else {
+            size_t before = r->srcs.n;
+            st = add_input(r, in);
+            if (st == GLM_OK && r->srcs.n == before && glm_is_dir(in))
+                glm_log_warn("%s: the folder holds no .json/.jsonl files or archives", in);
+        }
+    }
+    if (st == GLM_OK) st = apply_filter(r, dataset_filter);
+    if (st == GLM_OK && r->srcs.n == 0)
+        st = glm_err(GLM_ERR_ARG, "no corpus file found in the inputs (%zu given); hint: inputs "
+                     "are .json/.jsonl files (optionally .gz/.zst/.xz/.bz2), archives "
+                     "(.tar/.tar.gz/.zip ...) or folders holding them", n);
+    if (st != GLM_OK) {
+        glm_reader_close(r);
+        return st;
+    }
+    for (size_t i = 0; i < r->srcs.n; i++) r->total_bytes += r->srcs.v[i].size;
+    *out = r;
+    return GLM_OK;
+}
+
+void glm_reader_set_max_record(glm_reader *r, size_t bytes) {
+    r->max_record = bytes ? bytes : ((size_t)256 << 20);
+}
+
+int64_t glm_reader_total_bytes(const glm_reader *r) { return r->total_bytes; }
+
+int64_t glm_reader_bytes_read(const glm_reader *r) {
+    int64_t cur = r->outer ? (int64_t)archive_filter_bytes(r->outer, -1) : 0;
+    if (cur < 0) cur = 0;
+    return r->bytes_done + cur;
+}
+
+size_t glm_reader_n_sources(const glm_reader *r) { return r->n_opened; }
+
+/* ---------------------------------------------------------------- streaming */
+
+static void close_stream(glm_reader *r) {
+    if (r->inner) {
+        archive_read_free(r->inner);
+        r->inner = NULL;
+    }
+    if (r->stream_open) glm_jsonsplit_free(&r->js);
+    r->stream_open = false;
+    r->blk = NULL;
+    r->blk_n = 0;
+    r->blk_eof = false;
+}
+
+static void close_file(glm_reader *r) {
+    close_stream(r);
+    if (r->outer) {
+        int64_t b = archive_filter_bytes(r->outer, -1);
+        r->bytes_done += b > 0 ? b : 0;
+        archive_read_free(r->outer);
+        r->outer = NULL;
+    }
+    r->cur = NULL;
+}
+
+void glm_reader_close(glm_reader *r) {
+    if (!r) return;
+    close_file(r);
+    for (size_t i = 0; i < r->srcs.n; i++) {
+        free(r->srcs.v[i].path);
+        free(r->srcs.v[i].real);
+    }
+    glm_vec_free(r->srcs);
+    for (size_t i = 0; i < r->infos.n; i++) glm_dsinfo_free(r->infos.v[i]);
+    glm_vec_free(r->infos);
+    free(r->name);
+    free(r);
+}
+
+static glm_status set_name(glm_reader *r, const char *file, const char *member) {
+    free(r->name);
+    r->name = NULL;
+    size_t n = strlen(file) + (member ? strlen(member) + 1 : 0) + 1;
+    if (!(r->name = malloc(n))) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    snprintf(r->name, n, member ? "%s:%s" : "%s", file, member ? member : "");
+    return GLM_OK;
+}
+
+static glm_status archive_fail(glm_reader *r, struct archive *a, const char *what) {
+    const char *msg = archive_error_string(a);
+    int err = archive_errno(a);
+    r->failed = true;
+    return glm_err(err == ENOMEM ? GLM_ERR_NOMEM : GLM_ERR_FORMAT,
+                   "%s: %s after %lld decompressed bytes: %s; hint: the file is corrupt or cut "
+                   "off: test it (gzip -t / zstd -t / xz -t / bzip2 -t / unzip -t) and re-download",
+                   r->name ? r->name : r->cur->path, what, (long long)r->js.offset,
+                   msg ? msg : "unknown libarchive error");
+}
+
+/* The inner archive reads the outer archive's current member. */
+static la_ssize_t inner_read_cb(struct archive *a, void *ud, const void **buf) {
+    glm_reader *r = ud;
+    size_t sz = 0;
+    la_int64_t off = 0;
+    int rc = archive_read_data_block(r->outer, buf, &sz, &off);
+    if (rc == ARCHIVE_EOF) return 0;
+    if (rc < ARCHIVE_WARN) {
+        const char *m = archive_error_string(r->outer);
+        archive_set_error(a, archive_errno(r->outer) ? archive_errno(r->outer) : EIO, "%s",
+                          m ? m : "read error in the archive member");
+        return -1;
+    }
+    return (la_ssize_t)sz;
+}
+
+static void start_split(glm_reader *r, const char *name_for_hint) {
+    glm_jsonsplit_init(&r->js, r->max_record, is_lines_name(name_for_hint));
+    r->stream_open = true;
+    r->blk = NULL;
+    r->blk_n = 0;
+    r->blk_eof = false;
+    r->n_opened++;
+}
+
+/* Opens member `ent` of the open archive as a stream when it is a JSON file. *opened tells. */
+static glm_status try_member(glm_reader *r, struct archive_entry *ent, bool *opened) {
+    *opened = false;
+    const char *mn = archive_entry_pathname(ent);
+    const char *base = mn ? strrchr(mn, '/') : NULL;
+    base = base ? base + 1 : mn;
+    if (archive_entry_filetype(ent) != AE_IFREG || !mn || !is_json_name(mn) || base[0] == '.' ||
+        strncmp(mn, "__MACOSX/", 9) == 0) {
+        glm_log_debug("%s: member %s is not a .json/.jsonl file: skipped", r->cur->path,
+                      mn ? mn : "?");
+        return GLM_OK;
+    }
+    if (strcmp(base, "dataset_info.json") == 0) {
+        glm_log_warn("%s: member %s skipped: registries inside archives are not used; hint: "
+                     "extract the archive to use its dataset_info.json", r->cur->path, mn);
+        return GLM_OK;
+    }
+    GLM_TRY(set_name(r, r->cur->path, mn));
+    /* The member may itself be compressed (x.jsonl.gz inside a .tar): a second libarchive
+     * reader with the raw format decompresses it while reading from the first. */
+    r->inner = archive_read_new();
+    if (!r->inner) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    archive_read_support_filter_all(r->inner);
+    archive_read_support_format_raw(r->inner);
+    archive_read_support_format_empty(r->inner);
+    if (archive_read_open(r->inner, r, NULL, inner_read_cb, NULL) != ARCHIVE_OK)
+        return archive_fail(r, r->inner, "cannot open the member");
+    struct archive_entry *ie;
+    int rc = archive_read_next_header(r->inner, &ie);
+    if (rc == ARCHIVE_EOF) { /* empty member */
+        r->n_opened++;
+        archive_read_free(r->inner);
+        r->inner = NULL;
+        return GLM_OK;
+    }
+    if (rc < ARCHIVE_WARN) return archive_fail(r, r->inner, "cannot read the member");
+    start_split(r, mn);
+    *opened = true;
+    return GLM_OK;
+}
+
+/* Opens the next stream: the next member of the open archive, or the next file. Returns
+ * GLM_EOF when all sources are done. */
+static glm_status open_next_stream(glm_reader *r) {
+    for (;;) {
+        if (r->outer && r->outer_raw) { /* the single stream of a plain file is done */
+            close_file(r);
+            continue;
+        }
+        if (r->outer) {
+            struct archive_entry *ent;
+            int rc = archive_read_next_header(r->outer, &ent);
+            if (rc == ARCHIVE_EOF) {
+                close_file(r);
+                continue;
+            }
+            if (rc < ARCHIVE_WARN) return archive_fail(r, r->outer, "cannot read the next member");
+            bool opened;
+            GLM_TRY(try_member(r, ent, &opened));
+            if (opened) return GLM_OK;
+            continue;
+        }
+        if (r->next_src >= r->srcs.n) return GLM_EOF;
+        r->cur = &r->srcs.v[r->next_src++];
+        GLM_TRY(set_name(r, r->cur->path, NULL));
+        r->outer = archive_read_new();
+        if (!r->outer) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        archive_read_support_filter_all(r->outer);
+        archive_read_support_format_all(r->outer);
+        archive_read_support_format_raw(r->outer);
+        archive_read_support_format_empty(r->outer);
+        if (archive_read_open_filename(r->outer, r->cur->path, BLOCK_SIZE) != ARCHIVE_OK) {
+            const char *m = archive_error_string(r->outer);
+            r->failed = true;
+            return glm_err(GLM_ERR_IO, "%s: cannot open: %s; hint: check that the file exists "
+                           "and is readable", r->cur->path, m ? m : "unknown error");
+        }
+        r->outer_raw = false;
+        struct archive_entry *ent;
+        int rc = archive_read_next_header(r->outer, &ent);
+        if (rc == ARCHIVE_EOF) { /* an empty file or an empty archive */
+            r->n_opened++;
+            close_file(r);
+            continue;
+        }
+        if (rc < ARCHIVE_WARN) return archive_fail(r, r->outer, "cannot read the start");
+        if (archive_format(r->outer) == ARCHIVE_FORMAT_RAW) {
+            r->outer_raw = true;
+            start_split(r, r->cur->path);
+            return GLM_OK;
+        }
+        bool opened;
+        GLM_TRY(try_member(r, ent, &opened));
+        if (opened) return GLM_OK;
+    }
+}
+
+static const char *problem_hint(const char *reason) {
+    if (!strcmp(reason, "invalid_utf8"))
+        return "the text is not UTF-8: convert the file (iconv -f <encoding> -t UTF-8)";
+    if (!strcmp(reason, "lone_surrogate"))
+        return "an escaped UTF-16 surrogate has no partner (broken emoji/CJK text); fix or drop "
+               "the record";
+    if (!strcmp(reason, "nul_character"))
+        return "remove the \\u0000 characters from the text";
+    if (!strcmp(reason, "not_an_object"))
+        return "each record must be a JSON object such as {\"messages\": [...]}";
+    if (!strcmp(reason, "record_too_large"))
+        return "split the record, or check that the file's layout is what you expect";
+    if (!strcmp(reason, "truncated_json"))
+        return "re-download or re-export the file";
+    if (!strcmp(reason, "too_deep")) return "the record nests brackets too deeply";
+    return "check the record with a JSON validator (python3 -m json.tool)";
+}
+
+/* Turns one split record into *rec: parses it with jansson and classifies failures. */
+static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec) {
+    memset(rec, 0, sizeof *rec);
+    rec->source = r->name;
+    rec->index = sr->index;
+    rec->line = sr->line;
+    rec->offset = sr->offset;
+    rec->nbytes = sr->n;
+    rec->mapping = r->cur ? r->cur->map : NULL;
+    const char *what = NULL;
+    char buf[320];
+    int64_t line = sr->line, off = sr->offset;
+    switch (sr->problem) {
+    case GLM_JSPLIT_TOO_LARGE: rec->reason = "record_too_large"; what = sr->what; break;
+    case GLM_JSPLIT_TRUNCATED: rec->reason = "truncated_json"; what = sr->what; break;
+    case GLM_JSPLIT_SYNTAX: rec->reason = "invalid_json"; what = sr->what; break;
+    case GLM_JSPLIT_OK: break;
+    }
+    if (!rec->reason) {
+        json_error_t jerr;
+        json_t *v = json_loadb(sr->data, sr->n, 0, &jerr);
+        if (!v && json_error_code(&jerr) == json_error_numeric_overflow && strstr(jerr.text, "integer"))
+            v = json_loadb(sr->data, sr->n, JSON_DECODE_INT_AS_REAL, &jerr); /* > 2^63: as real */
+        if (v && !json_is_object(v)) {
+            json_decref(v);
+            rec->reason = "not_an_object";
+            what = "the record is a JSON array, not an object";
+        } else if (v) {
+            rec->value = v;
+            return;
+        } else {
+            unsigned char c0 = sr->n ? (unsigned char)sr->data[0] : 0;
+            int64_t at;
+            if (json_error_code(&jerr) == json_error_invalid_utf8 ||
+                (at = glm_utf8_invalid_at(sr->data, sr->n)) >= 0) {
+                at = glm_utf8_invalid_at(sr->data, sr->n);
+                rec->reason = "invalid_utf8";
+                if (at >= 0) {
+                    off = sr->offset + at;
+                    for (int64_t k = 0; k < at; k++) line += sr->data[k] == '\n';
+                    snprintf(buf, sizeof buf, "byte 0x%02x at offset %lld is not valid UTF-8",
+                             (unsigned char)sr->data[at], (long long)off);
+                } else {
+                    snprintf(buf, sizeof buf, "invalid UTF-8: %s", jerr.text);
+                }
+            } else if ((at = glm_json_lone_surrogate_at(sr->data, sr->n)) >= 0) {
+                rec->reason = "lone_surrogate";
+                off = sr->offset + at;
+                for (int64_t k = 0; k < at; k++) line += sr->data[k] == '\n';
+                snprintf(buf, sizeof buf, "the escape %.6s at offset %lld is half of a UTF-16 "
+                         "surrogate pair with no other half", sr->data + at, (long long)off);
+            } else if (json_error_code(&jerr) == json_error_null_character) {
+                rec->reason = "nul_character";
+                snprintf(buf, sizeof buf, "a string holds \\u0000 (NUL)");
+            } else if (strstr(jerr.text, "depth")) {
+                rec->reason = "too_deep";
+                snprintf(buf, sizeof buf, "%s", jerr.text);
+            } else if (c0 != '{' && c0 != '[') {
+                rec->reason = "not_an_object";
+                snprintf(buf, sizeof buf, "the record is a JSON scalar (starts with '%c'), not an "
+                         "object", c0 >= 0x20 && c0 < 0x7f ? c0 : '?');
+            } else {
+                rec->reason = "invalid_json";
+                line = sr->line + (jerr.line > 0 ? jerr.line - 1 : 0);
+                off = sr->offset + (jerr.position > 0 ? jerr.position : 0);
+                snprintf(buf, sizeof buf, "invalid JSON near offset %lld: %s", (long long)off,
+                         jerr.text);
+            }
+            what = buf;
+        }
+    }
+    snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s",
+             r->name, (long long)line, (long long)sr->index, (long long)off, what,
+             problem_hint(rec->reason));
+}
+
+glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
+    if (r->failed)
+        return glm_err(GLM_ERR_INTERNAL, "glm_reader_next called after a fatal error");
+    for (;;) {
+        if (!r->stream_open) {
+            glm_status st = open_next_stream(r);
+            if (st != GLM_OK) {
+                if (st != GLM_EOF) r->failed = true;
+                return st;
+            }
+        }
+        struct archive *a = r->inner ? r->inner : r->outer;
+        glm_jsplit_rec sr;
+        bool have = false;
+        if (r->blk_n == 0 && !r->blk_eof) {
+            const void *b;
+            size_t sz = 0;
+            la_int64_t o;
+            int rc = archive_read_data_block(a, &b, &sz, &o);
+            if (rc == ARCHIVE_EOF) r->blk_eof = true;
+            else if (rc < ARCHIVE_WARN) return archive_fail(r, a, "cannot decompress/read the data");
+            else {
+                r->blk = b;
+                r->blk_n = sz;
+            }
+        }
+        glm_status st;
+        if (r->blk_n > 0) {
+            size_t used = 0;
+            st = glm_jsonsplit_feed(&r->js, r->blk, r->blk_n, &used, &sr, &have);
+            r->blk += used;
+            r->blk_n -= used;
+        } else if (r->blk_eof) {
+            st = glm_jsonsplit_finish(&r->js, &sr, &have);
+            if (st == GLM_OK && !have) {
+                close_stream(r);
+                continue;
+            }
+        } else {
+            continue;
+        }
+        if (st != GLM_OK) {
+            r->failed = true;
+            return glm_err_context(st, "%s", r->name);
+        }
+        if (have) {
+            make_record(r, &sr, rec);
+            return GLM_OK;
+        }
+    }
+}

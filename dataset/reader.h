@@ -1,0 +1,91 @@
+/* dataset/reader.h: corpus inputs -> JSON records, streamed (DESIGN.md §2).
+ *
+ * Inputs are files, folders (walked recursively in sorted order, hidden names skipped) and glob
+ * patterns. Every file goes through libarchive in blocks: plain or compressed single files
+ * (.json .jsonl, + .gz .zst .xz .bz2; the raw and empty formats) and archives (.tar .tar.gz .tgz
+ * .tar.zst .tar.xz .tar.bz2 .zip), whose members ending in .json/.jsonl (optionally compressed)
+ * are read in archive order. Each stream is cut into records by dataset/jsonsplit (array, JSON
+ * Lines or single object, detected by content) and each record is parsed by jansson, so memory
+ * stays bounded by the largest record (limit 256 MiB, see glm_reader_set_max_record).
+ *
+ * LLaMA-Factory registries (dataset_info.json, detected by content) are understood: given as
+ * an input, its entries with a local file are read with their column/tag mapping; found in a
+ * walked folder, it maps the files it names and is not itself read as a corpus.
+ *
+ * Problems with one record (invalid JSON or UTF-8, lone surrogate, not an object, too large,
+ * ...) are returned as records with `reason` set, so the caller counts them; problems with a
+ * whole stream (corrupt archive or compressed data, I/O) are fatal errors. */
+#ifndef GLM_DATASET_READER_H
+#define GLM_DATASET_READER_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef struct glm_reader glm_reader;
+
+typedef struct glm_record {
+    const char *source;  /* file path, or "archive.tar.gz:member.jsonl" for archive members;
+                            valid until the next call */
+    int64_t index;       /* 0-based record index within source */
+    int64_t line;        /* 1-based line where the record starts */
+    int64_t offset;      /* byte offset in the (decompressed) stream where it starts */
+    size_t nbytes;       /* raw bytes of the record */
+    json_t *value;       /* the parsed record; caller owns (json_decref); NULL when `reason` set */
+    const char *reason;  /* per-record problem key or NULL: "invalid_json", "invalid_utf8",
+                            "lone_surrogate", "nul_character", "not_an_object", "too_deep",
+                            "truncated_json", "record_too_large" */
+    char detail[512];    /* human message for that problem: file:line (offset): record, what,
+                            hint */
+    const void *mapping; /* the glm_dsinfo_entry (dataset/dataset_info.h) that applies to this
+                            source, or NULL */
+} glm_record;
+
+/* Expands `inputs` (n of them) into the list of sources and prepares to read them.
+ * dataset_filter: NULL, or a comma list of registry names (--dataset): only those entries of the
+ * dataset_info.json registries among the inputs (given directly or found in walked folders) are
+ * read. Nothing is decompressed here; registries are parsed.
+ * Errors: GLM_ERR_ARG when a pattern or folder matches no corpus file, when nothing at all
+ * matched, when a --dataset name is unknown (the message lists close names) or names an entry
+ * without a local file / of an unsupported kind, or when --dataset is given without any
+ * registry; GLM_ERR_IO for a missing or unreadable file; GLM_ERR_FORMAT for a broken registry. */
+glm_status glm_reader_open(const char *const *inputs, size_t n, const char *dataset_filter,
+                           glm_reader **out);
+
+/* Sets the largest record kept in memory, in bytes (default 256 MiB); a longer record is skipped
+ * as a "record_too_large" problem. Call before the first glm_reader_next. */
+void glm_reader_set_max_record(glm_reader *r, size_t bytes);
+
+/* Reads the next record into *rec (overwriting it; rec->value must have been taken or freed).
+ * Returns GLM_OK with a record (value set) or a per-record problem (reason + detail set);
+ * GLM_EOF after the last source; or a fatal error: GLM_ERR_FORMAT for corrupt/truncated
+ * compressed data or archives, a stream that is not JSON, a top-level array cut off or followed
+ * by other text (the message names the file or "archive:member", line and offset);
+ * GLM_ERR_IO for read errors; GLM_ERR_NOMEM. After a fatal error the reader is only closed. */
+glm_status glm_reader_next(glm_reader *r, glm_record *rec);
+
+/* Sum of the input files' sizes on disk, in bytes (for progress / ETA). */
+int64_t glm_reader_total_bytes(const glm_reader *r);
+
+/* Bytes of the input files consumed so far (compressed bytes for compressed inputs). */
+int64_t glm_reader_bytes_read(const glm_reader *r);
+
+/* Number of streams (plain files or archive members) opened so far. */
+size_t glm_reader_n_sources(const glm_reader *r);
+
+/* Closes everything; NULL is accepted. */
+void glm_reader_close(glm_reader *r);
+
+/* Helpers shared with the tests. */
+
+/* Byte offset of the first invalid UTF-8 sequence in s[0..n) (overlong forms, surrogates
+ * U+D800..DFFF, values over U+10FFFF and truncated sequences are invalid), or -1 if valid. */
+int64_t glm_utf8_invalid_at(const char *s, size_t n);
+
+/* Byte offset of the first "\uXXXX" escape that is an unpaired UTF-16 surrogate (a high one not
+ * followed by "\u" + low, or a low one alone), scanning only inside JSON strings; -1 if none. */
+int64_t glm_json_lone_surrogate_at(const char *s, size_t n);
+
+#endif

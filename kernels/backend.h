@@ -1,0 +1,203 @@
+/* kernels/backend.h: the backend interface (DESIGN.md §4): one op table implemented by the CPU
+ * reference backend (kernels/cpu/) and by CUDA (kernels/cuda/, later). The model code in lora/
+ * calls only these ops, so the same model code runs on both.
+ *
+ * Memory model
+ * - Every tensor an op touches lives in backend memory, obtained from be->alloc. Host <-> backend
+ *   transfers are explicit (upload / download / upload_f32). On the CPU backend backend memory is
+ *   host memory; on CUDA it is device memory and pointers must not be dereferenced by the host.
+ * - Element types: buffers holding base weights have type be->weight_dtype; activations and their
+ *   gradients (residual stream, normed inputs, q/k/v, attention output, MLP hidden, logits chunk)
+ *   have type be->act_dtype. CPU: both GLM_DT_F32. CUDA: GLM_DT_BF16. LoRA weights, their grads,
+ *   AdamW moments, softmax / RMSNorm statistics (lse, rstd) and the LoRA rank-r intermediates are
+ *   always fp32. Where an op's docstring says "act", the buffer has be->act_dtype; "w" means
+ *   be->weight_dtype; "f32" means float32; "i32" means int32.
+ * - Ops are asynchronous on CUDA (one stream); anything that returns a host value (sumsq,
+ *   cross_entropy's loss, download) synchronises.
+ *
+ * Precision contract: the CPU backend is the specification: fp32 storage, fp32 GEMM (cblas_sgemm),
+ * double accumulators for every other reduction (norms, dot products in attention, softmax sums,
+ * cross-entropy, sumsq). Each op says where it rounds.
+ *
+ * Shapes use the named dims of DESIGN.md: N = number of tokens (B*T rows, row-major), C hidden,
+ * H query heads, Hkv KV groups, Dh head dim, F FFN width, V vocab, r LoRA rank. */
+#ifndef GLM_KERNELS_BACKEND_H
+#define GLM_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+typedef enum { GLM_DT_F32 = 0, GLM_DT_BF16 = 1 } glm_dtype;
+
+/* Bytes per element of a backend dtype (4 or 2). */
+size_t glm_dtype_size(glm_dtype dt);
+
+typedef struct glm_backend glm_backend;
+
+struct glm_backend {
+    const char *name;       /* "cpu", "cuda" */
+    glm_dtype weight_dtype; /* base (frozen) weights */
+    glm_dtype act_dtype;    /* activations and activation gradients */
+    int rank, world;        /* data-parallel rank and world size (cpu: 0 and 1) */
+    void *impl;             /* backend private state */
+
+    /* ---- memory ------------------------------------------------------------------------ */
+
+    /* Allocates `bytes` of backend memory (uninitialised) into *out. bytes == 0 gives a valid
+     * non-NULL pointer. Errors: GLM_ERR_NOMEM naming `what` (a tensor name for the message). */
+    glm_status (*alloc)(const glm_backend *be, size_t bytes, const char *what, void **out);
+    /* Frees memory from alloc (NULL is a no-op). */
+    void (*free)(const glm_backend *be, void *p);
+    /* Host -> backend, `bytes` raw bytes (no conversion). */
+    glm_status (*upload)(const glm_backend *be, void *dst, const void *src, size_t bytes);
+    /* Backend -> host, `bytes` raw bytes (no conversion). */
+    glm_status (*download)(const glm_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host float32 -> backend buffer of dtype `dt` (n elements); bf16 rounds to nearest even. */
+    glm_status (*upload_f32)(const glm_backend *be, void *dst, glm_dtype dt, const float *src, int64_t n);
+    /* Backend buffer of dtype `dt` -> host float32 (n elements; exact). */
+    glm_status (*download_f32)(const glm_backend *be, float *dst, glm_dtype dt, const void *src, int64_t n);
+    /* Sets `bytes` bytes to zero (all-zero bits = 0.0 in f32 and bf16). */
+    glm_status (*zero)(const glm_backend *be, void *p, size_t bytes);
+    /* Backend -> backend copy of `bytes` bytes (regions must not overlap). */
+    glm_status (*copy)(const glm_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* ---- dense algebra ------------------------------------------------------------------ */
+
+    /* Row-major GEMM: C = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T (ta, tb nonzero =
+     * transpose). op(A) is [M,K], op(B) is [K,N], C is [M,N]; lda/ldb/ldc are row strides in
+     * elements of the stored (untransposed) matrices. dta/dtb/dtc give each operand's dtype
+     * (a LoRA matmul mixes f32 LoRA weights with act buffers). Accumulation fp32; CPU:
+     * cblas_sgemm (only F32 operands; others -> GLM_ERR_UNSUPPORTED). beta == 0 overwrites C
+     * without reading it (NaN in C does not propagate); beta == 1 accumulates. */
+    glm_status (*matmul)(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                         float alpha, const void *A, glm_dtype dta, int64_t lda,
+                         const void *B, glm_dtype dtb, int64_t ldb,
+                         float beta, void *C, glm_dtype dtc, int64_t ldc);
+
+    /* y[n, c] += b[c] for n < N, c < D; y act with row stride ldy, b of dtype w. */
+    glm_status (*add_bias)(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N, int64_t D);
+
+    /* y[i] += alpha * x[i], i < n, both act. */
+    glm_status (*axpy)(const glm_backend *be, void *y, const void *x, float alpha, int64_t n);
+
+    /* Inverted dropout over a [N, D] act matrix (row strides ldx, ldy; in place allowed):
+     * y[n,d] = keep(n,d) ? x[n,d] / (1-p) : 0, keep = (glm_dropout_u01(seed, stream, n*D+d) >= p).
+     * The mask is a pure function of (seed, stream, element index) so recomputation and the
+     * backward pass (which is the same op on the gradient) reproduce it exactly on every backend.
+     * p == 0 copies. Errors: GLM_ERR_ARG when p is not in [0, 1). */
+    glm_status (*dropout)(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
+                          int64_t N, int64_t D, float p, uint64_t seed, uint64_t stream);
+
+    /* ---- transformer ops ---------------------------------------------------------------- */
+
+    /* Embedding lookup: out[n, :] = table[ids[n], :], n < N; table [V, C] w, out [N, C] act,
+     * ids [N] uint32 in backend memory. The embedding is frozen: there is no backward.
+     * Errors: GLM_ERR_ARG naming the position when ids[n] >= V (the CPU backend checks). */
+    glm_status (*embedding)(const glm_backend *be, void *out, const void *table, const uint32_t *ids,
+                            int64_t N, int64_t C, int64_t V);
+
+    /* RMSNorm forward (GLM-4 / make_fixtures.py RMSNorm): for each row n of x [N, C] act,
+     * rstd[n] = 1 / sqrt(mean_c(x[n,c]^2) + eps)  (mean in double on CPU, stored f32), and
+     * y[n,c] = x[n,c] * rstd[n] * w[c]  (w [C] of dtype w). Overwrites y and rstd. */
+    glm_status (*rmsnorm_fwd)(const glm_backend *be, void *y, float *rstd, const void *x, const void *w,
+                              int64_t N, int64_t C, float eps);
+    /* RMSNorm backward w.r.t. x (the norm weight is frozen): with r = rstd[n],
+     * dx[n,c] += r * w[c] * dy[n,c] - x[n,c] * r^3 / C * sum_j dy[n,j] w[j] x[n,j]
+     * (sum in double on CPU). ACCUMULATES into dx (the residual stream's gradient). */
+    glm_status (*rmsnorm_bwd)(const glm_backend *be, void *dx, const void *dy, const void *x,
+                              const void *w, const float *rstd, int64_t N, int64_t C);
+
+    /* Partial interleaved RoPE (THUDM modeling_chatglm apply_rotary_pos_emb; transformers Glm):
+     * x holds N rows (row stride ldx elements) of nheads heads of Dh contiguous channels. For
+     * i < rot/2: angle = float32(float32(pos[n]) * inv_freq[i]), c = cos(angle), s = sin(angle)
+     * (evaluated in double, rounded to f32), and the pair (x[2i], x[2i+1]) -> (x0 c - x1 s,
+     * x1 c + x0 s); channels >= rot pass through. inv_freq [rot/2] f32 in backend memory, normally
+     * glm_rope_inv_freq()'s table. inverse != 0 applies the transpose rotation (angle -> -angle),
+     * which is the backward pass (dx = R^T dy). In place; pos [N] int32 in backend memory.
+     * Errors: GLM_ERR_ARG when rot is odd or not in (0, Dh]. */
+    glm_status (*rope)(const glm_backend *be, void *x, int64_t ldx, const int32_t *pos, int64_t N,
+                       int nheads, int Dh, int rot, const float *inv_freq, int inverse);
+
+    /* SwiGLU over [gate | up]: h [N, 2F] act holds gate in columns [0, F) and up in [F, 2F);
+     * out[n, f] = silu(gate) * up, silu(g) = g / (1 + exp(-g)) (computed in double on CPU,
+     * rounded to f32 once). Overwrites out [N, F]. */
+    glm_status (*swiglu_fwd)(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F);
+    /* SwiGLU backward: dh[:, :F] = dout * up * sig(g) * (1 + g (1 - sig(g))), dh[:, F:] = dout *
+     * silu(g). OVERWRITES dh [N, 2F]. */
+    glm_status (*swiglu_bwd)(const glm_backend *be, void *dh, const void *dout, const void *h,
+                             int64_t N, int64_t F);
+
+    /* Causal grouped-query attention over packed rows. q, k, v are act matrices of B*T rows
+     * (row strides ldq, ldk, ldv) holding H (q) or Hkv (k, v) heads of Dh channels; token i of
+     * row b attends to tokens j <= i of the same row with doc[b*T+j] == doc[b*T+i]; q head h uses
+     * KV group h / (H / Hkv); scores (q . k) / sqrt(Dh); softmax over the allowed keys.
+     * out [B*T, H*Dh] (row stride ldo) and lse [B, H, T] f32 (log-sum-exp of the scaled scores,
+     * kept for the backward) are overwritten. CPU: dot products and softmax sums in double,
+     * probabilities rounded to f32 once. doc [B*T] int32 in backend memory. */
+    glm_status (*attention_fwd)(const glm_backend *be, void *out, int64_t ldo, float *lse,
+                                const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                const void *v, int64_t ldv, const int32_t *doc,
+                                int B, int T, int H, int Hkv, int Dh);
+    /* Attention backward from dout [B*T, H*Dh] (row stride ldo), the forward's out and lse:
+     * P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D), dq = dS k / sqrt(Dh),
+     * dk = dS^T q / sqrt(Dh) and dv = P^T dout summed over the heads of each group.
+     * OVERWRITES dq, dk, dv (row strides ldq, ldk, ldv, same layout as q, k, v; they may be
+     * column blocks of one [B*T, (H+2Hkv)Dh] buffer). */
+    glm_status (*attention_bwd)(const glm_backend *be, void *dq, void *dk, void *dv,
+                                const void *dout, int64_t ldo, const void *out, const float *lse,
+                                const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                const void *v, int64_t ldv, const int32_t *doc,
+                                int B, int T, int H, int Hkv, int Dh);
+
+    /* Fused cross-entropy over a chunk of n rows of logits [n, V] (act): for each row with
+     * labels[i] >= 0 (int32, backend memory), lse = log sum_v exp(logits[i,v]) (double on CPU),
+     * loss_i = lse - logits[i, labels[i]]; *loss_sum (host) receives sum_i loss_i (double,
+     * OVERWRITTEN) and *n_targets the count. When dlogits != NULL it is OVERWRITTEN with
+     * d(loss_scale * sum_i loss_i)/dlogits = loss_scale * (softmax - onehot) on target rows and 0
+     * on rows with labels[i] < 0; dlogits may equal logits (in place).
+     * Errors: GLM_ERR_ARG when a label is >= V; GLM_ERR_NUMERIC when the loss is not finite. */
+    glm_status (*cross_entropy)(const glm_backend *be, void *dlogits, const void *logits,
+                                const int32_t *labels, int64_t n, int64_t V, float loss_scale,
+                                double *loss_sum, int64_t *n_targets);
+
+    /* ---- optimizer and communication --------------------------------------------------- */
+
+    /* torch.optim.AdamW (non-foreach) on n fp32 elements, step = 1-based step count:
+       g' = g * grad_scale; w *= 1 - lr*weight_decay; m = m + (1-beta1)*(g' - m); v = beta2*v + (1-beta2)*g'^2;
+       w -= (lr / (1-beta1^step)) * m / (sqrt(v)/sqrt(1-beta2^step) + eps)
+       All arithmetic in f32 like torch's single-tensor path, bias corrections in double then
+       rounded. Errors: GLM_ERR_ARG when step < 1. */
+    glm_status (*adamw)(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n,
+                        float lr, float beta1, float beta2, float eps, float weight_decay,
+                        float grad_scale, int64_t step);
+    /* Sum of squares of n fp32 elements, double accumulation; returns it to the host. */
+    double (*sumsq)(const glm_backend *be, const float *x, int64_t n);
+
+    /* Sum of an fp32 buffer across the ranks, in place (CPU: world size 1, a no-op). */
+    glm_status (*all_reduce)(const glm_backend *be, float *x, int64_t n);
+    /* Waits for queued work (CPU: no-op). */
+    glm_status (*sync)(const glm_backend *be);
+};
+
+/* The RoPE frequencies as the references compute them: inv_freq[i] = float32(1 / base^(2i/rot)),
+ * i < rot/2 (pow in double, rounded once to f32; torch's float32 pow is within 1 ulp). Host memory. */
+void glm_rope_inv_freq(double base, int rot, float *inv_freq);
+
+/* The CPU reference backend (a static table; fp32 everywhere). */
+const glm_backend *glm_backend_cpu(void);
+
+/* The dropout hash: a uniform number in [0, 1) (24 bits) from (seed, stream, index), computed
+ * by splitmix64-style mixing of seed ^ stream * K1 ^ index * K2. Every backend uses this
+ * function's exact integer arithmetic for its masks. */
+static inline float glm_dropout_u01(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (index * 0xD1B54A32D192ED03ULL);
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+#endif

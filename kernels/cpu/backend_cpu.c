@@ -1,0 +1,442 @@
+/* kernels/cpu/backend_cpu.c: the CPU reference backend (fp32 storage, cblas_sgemm, double
+ * accumulators for reductions). It is the specification the CUDA backend is tested against
+ * (DESIGN.md §4); clarity beats speed here. See kernels/backend.h for each op's contract. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+
+size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : 4; }
+
+void glm_rope_inv_freq(double base, int rot, float *inv_freq) {
+    for (int i = 0; i < rot / 2; i++) inv_freq[i] = (float)(1.0 / pow(base, (double)(2 * i) / (double)rot));
+}
+
+static glm_status need_f32(glm_dtype dt, const char *op) {
+    if (dt != GLM_DT_F32)
+        return glm_err(GLM_ERR_UNSUPPORTED, "cpu backend: %s: only float32 buffers are supported (got bf16)", op);
+    return GLM_OK;
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static glm_status cpu_alloc(const glm_backend *be, size_t bytes, const char *what, void **out) {
+    /* 64-byte alignment for vector loads; round the size up as aligned_alloc requires. */
+    size_t n = (bytes + 63) / 64 * 64;
+    if (n == 0) n = 64;
+    void *p = aligned_alloc(64, n);
+    if (!p) return glm_err(GLM_ERR_NOMEM, "cpu backend: out of memory allocating %zu bytes for %s", bytes, what ? what : "a buffer");
+    *out = p;
+    return GLM_OK;
+}
+
+static void cpu_free(const glm_backend *be, void *p) { free(p); }
+
+static glm_status cpu_memcpy(const glm_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) memmove(dst, src, bytes);
+    return GLM_OK;
+}
+
+static glm_status cpu_upload_f32(const glm_backend *be, void *dst, glm_dtype dt, const float *src, int64_t n) {
+    GLM_TRY(need_f32(dt, "upload_f32"));
+    if (n > 0) memcpy(dst, src, (size_t)n * sizeof(float));
+    return GLM_OK;
+}
+
+static glm_status cpu_download_f32(const glm_backend *be, float *dst, glm_dtype dt, const void *src, int64_t n) {
+    GLM_TRY(need_f32(dt, "download_f32"));
+    if (n > 0) memcpy(dst, src, (size_t)n * sizeof(float));
+    return GLM_OK;
+}
+
+static glm_status cpu_zero(const glm_backend *be, void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+    return GLM_OK;
+}
+
+/* ---- dense algebra ----------------------------------------------------------------------- */
+
+static glm_status cpu_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                             float alpha, const void *A, glm_dtype dta, int64_t lda,
+                             const void *B, glm_dtype dtb, int64_t ldb,
+                             float beta, void *C, glm_dtype dtc, int64_t ldc) {
+    GLM_TRY(need_f32(dta, "matmul A"));
+    GLM_TRY(need_f32(dtb, "matmul B"));
+    GLM_TRY(need_f32(dtc, "matmul C"));
+    if (M < 0 || N < 0 || K < 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return glm_err(GLM_ERR_ARG, "matmul: bad sizes M=%lld N=%lld K=%lld", (long long)M, (long long)N, (long long)K);
+    if (M == 0 || N == 0) return GLM_OK;
+    float *c = C;
+    if (K == 0) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return GLM_OK;
+    }
+    if (beta == 0.0f) /* BLAS may read C when beta == 0 in some builds: make it clean */
+        for (int64_t i = 0; i < M; i++) memset(c + i * ldc, 0, (size_t)N * sizeof(float));
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, c, (int)ldc);
+    return GLM_OK;
+}
+
+static glm_status cpu_add_bias(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N, int64_t D) {
+    float *Y = y;
+    const float *bb = b;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++) Y[n * ldy + d] += bb[d];
+    return GLM_OK;
+}
+
+static glm_status cpu_axpy(const glm_backend *be, void *y, const void *x, float alpha, int64_t n) {
+    float *Y = y;
+    const float *X = x;
+    for (int64_t i = 0; i < n; i++) Y[i] += alpha * X[i];
+    return GLM_OK;
+}
+
+static glm_status cpu_dropout(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
+                              int64_t N, int64_t D, float p, uint64_t seed, uint64_t stream) {
+    if (!(p >= 0.0f && p < 1.0f)) return glm_err(GLM_ERR_ARG, "dropout: probability %g is not in [0, 1)", p);
+    float *Y = y;
+    const float *X = x;
+    float inv = 1.0f / (1.0f - p);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t d = 0; d < D; d++) {
+            float v = X[n * ldx + d];
+            if (p > 0.0f) v = glm_dropout_u01(seed, stream, (uint64_t)(n * D + d)) >= p ? v * inv : 0.0f;
+            Y[n * ldy + d] = v;
+        }
+    return GLM_OK;
+}
+
+/* ---- transformer ops --------------------------------------------------------------------- */
+
+static glm_status cpu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids,
+                                int64_t N, int64_t C, int64_t V) {
+    float *o = out;
+    const float *t = table;
+    for (int64_t n = 0; n < N; n++) {
+        if ((int64_t)ids[n] >= V)
+            return glm_err(GLM_ERR_ARG, "embedding: token id %u at position %lld is outside the vocabulary (V = %lld)",
+                           ids[n], (long long)n, (long long)V);
+        memcpy(o + n * C, t + (int64_t)ids[n] * C, (size_t)C * sizeof(float));
+    }
+    return GLM_OK;
+}
+
+static glm_status cpu_rmsnorm_fwd(const glm_backend *be, void *y, float *rstd, const void *x, const void *w,
+                                  int64_t N, int64_t C, float eps) {
+    float *Y = y;
+    const float *X = x, *W = w;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = X + n * C;
+        double ss = 0;
+        for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+        float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+        rstd[n] = r;
+        for (int64_t c = 0; c < C; c++) Y[n * C + c] = xr[c] * r * W[c];
+    }
+    return GLM_OK;
+}
+
+static glm_status cpu_rmsnorm_bwd(const glm_backend *be, void *dx, const void *dy, const void *x,
+                                  const void *w, const float *rstd, int64_t N, int64_t C) {
+    float *DX = dx;
+    const float *DY = dy, *X = x, *W = w;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = X + n * C, *dyr = DY + n * C;
+        double dot = 0;
+        for (int64_t c = 0; c < C; c++) dot += (double)dyr[c] * W[c] * xr[c];
+        double r = rstd[n];
+        double k = r * r * r * dot / (double)C;
+        for (int64_t c = 0; c < C; c++) DX[n * C + c] += (float)(r * W[c] * dyr[c] - xr[c] * k);
+    }
+    return GLM_OK;
+}
+
+static glm_status cpu_rope(const glm_backend *be, void *x, int64_t ldx, const int32_t *pos, int64_t N,
+                           int nheads, int Dh, int rot, const float *inv_freq, int inverse) {
+    if (rot <= 0 || rot > Dh || rot % 2)
+        return glm_err(GLM_ERR_ARG, "rope: rotary dims %d must be even and in (0, Dh=%d]", rot, Dh);
+    int half = rot / 2;
+    float *cs = malloc((size_t)half * 2 * sizeof(float));
+    if (!cs) return glm_err(GLM_ERR_NOMEM, "rope: out of memory");
+    float *X = x;
+    for (int64_t n = 0; n < N; n++) {
+        float fp = (float)pos[n];
+        for (int i = 0; i < half; i++) {
+            float ang = fp * inv_freq[i];
+            cs[2 * i] = (float)cos((double)ang);
+            cs[2 * i + 1] = (float)sin((double)ang);
+            if (inverse) cs[2 * i + 1] = -cs[2 * i + 1];
+        }
+        for (int h = 0; h < nheads; h++) {
+            float *xh = X + n * ldx + (int64_t)h * Dh;
+            for (int i = 0; i < half; i++) {
+                float x0 = xh[2 * i], x1 = xh[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
+                xh[2 * i] = x0 * c - x1 * s;
+                xh[2 * i + 1] = x1 * c + x0 * s;
+            }
+        }
+    }
+    free(cs);
+    return GLM_OK;
+}
+
+static glm_status cpu_swiglu_fwd(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F) {
+    float *O = out;
+    const float *Hh = h;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t f = 0; f < F; f++) {
+            double g = Hh[n * 2 * F + f], u = Hh[n * 2 * F + F + f];
+            O[n * F + f] = (float)(g / (1.0 + exp(-g)) * u);
+        }
+    return GLM_OK;
+}
+
+static glm_status cpu_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h,
+                                 int64_t N, int64_t F) {
+    float *DH = dh;
+    const float *DO = dout, *Hh = h;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t f = 0; f < F; f++) {
+            double g = Hh[n * 2 * F + f], u = Hh[n * 2 * F + F + f], d = DO[n * F + f];
+            double sg = 1.0 / (1.0 + exp(-g));
+            DH[n * 2 * F + f] = (float)(d * u * sg * (1.0 + g * (1.0 - sg)));
+            DH[n * 2 * F + F + f] = (float)(d * g * sg);
+        }
+    return GLM_OK;
+}
+
+static glm_status check_heads(int H, int Hkv, int Dh) {
+    if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
+        return glm_err(GLM_ERR_ARG, "attention: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", H, Hkv, Dh);
+    return GLM_OK;
+}
+
+static glm_status cpu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse,
+                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                    const void *v, int64_t ldv, const int32_t *doc,
+                                    int B, int T, int H, int Hkv, int Dh) {
+    GLM_TRY(check_heads(H, Hkv, Dh));
+    const float *Q = q, *K = k, *Vv = v;
+    float *O = out;
+    double scale = 1.0 / sqrt((double)Dh);
+    double *s = malloc((size_t)T * sizeof(double));
+    double *acc = malloc((size_t)Dh * sizeof(double));
+    if (!s || !acc) {
+        free(s);
+        free(acc);
+        return glm_err(GLM_ERR_NOMEM, "attention_fwd: out of memory");
+    }
+    int rep = H / Hkv;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / rep;
+            for (int i = 0; i < T; i++) {
+                int64_t ri = (int64_t)b * T + i;
+                const float *qi = Q + ri * ldq + (int64_t)h * Dh;
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    int64_t rj = (int64_t)b * T + j;
+                    if (doc[rj] != doc[ri]) continue;
+                    const float *kj = K + rj * ldk + (int64_t)g * Dh;
+                    double d = 0;
+                    for (int c = 0; c < Dh; c++) d += (double)qi[c] * kj[c];
+                    s[j] = d * scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                double sum = 0;
+                for (int c = 0; c < Dh; c++) acc[c] = 0;
+                for (int j = 0; j <= i; j++) {
+                    int64_t rj = (int64_t)b * T + j;
+                    if (doc[rj] != doc[ri]) continue;
+                    double e = exp(s[j] - mx);
+                    sum += e;
+                    const float *vj = Vv + rj * ldv + (int64_t)g * Dh;
+                    for (int c = 0; c < Dh; c++) acc[c] += e * vj[c];
+                }
+                float *oi = O + ri * ldo + (int64_t)h * Dh;
+                for (int c = 0; c < Dh; c++) oi[c] = (float)(acc[c] / sum);
+                lse[((int64_t)b * H + h) * T + i] = (float)(mx + log(sum));
+            }
+        }
+    free(s);
+    free(acc);
+    return GLM_OK;
+}
+
+static glm_status cpu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
+                                    const void *dout, int64_t ldo, const void *out, const float *lse,
+                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                    const void *v, int64_t ldv, const int32_t *doc,
+                                    int B, int T, int H, int Hkv, int Dh) {
+    GLM_TRY(check_heads(H, Hkv, Dh));
+    const float *Q = q, *K = k, *Vv = v, *DO = dout, *O = out;
+    float *DQ = dq, *DK = dk, *DV = dv;
+    double scale = 1.0 / sqrt((double)Dh);
+    int rep = H / Hkv;
+    int64_t NT = (int64_t)B * T;
+    /* dk, dv accumulate over query heads and tokens: keep double accumulators, write once */
+    double *adk = calloc((size_t)NT * Hkv * Dh, sizeof(double));
+    double *adv = calloc((size_t)NT * Hkv * Dh, sizeof(double));
+    double *adq = malloc((size_t)Dh * sizeof(double));
+    if (!adk || !adv || !adq) {
+        free(adk);
+        free(adv);
+        free(adq);
+        return glm_err(GLM_ERR_NOMEM, "attention_bwd: out of memory");
+    }
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int g = h / rep;
+            for (int i = 0; i < T; i++) {
+                int64_t ri = (int64_t)b * T + i;
+                const float *qi = Q + ri * ldq + (int64_t)h * Dh;
+                const float *doi = DO + ri * ldo + (int64_t)h * Dh;
+                const float *oi = O + ri * ldo + (int64_t)h * Dh;
+                double Di = 0;
+                for (int c = 0; c < Dh; c++) Di += (double)doi[c] * oi[c];
+                double L = lse[((int64_t)b * H + h) * T + i];
+                for (int c = 0; c < Dh; c++) adq[c] = 0;
+                for (int j = 0; j <= i; j++) {
+                    int64_t rj = (int64_t)b * T + j;
+                    if (doc[rj] != doc[ri]) continue;
+                    const float *kj = K + rj * ldk + (int64_t)g * Dh;
+                    const float *vj = Vv + rj * ldv + (int64_t)g * Dh;
+                    double sdot = 0, dp = 0;
+                    for (int c = 0; c < Dh; c++) {
+                        sdot += (double)qi[c] * kj[c];
+                        dp += (double)doi[c] * vj[c];
+                    }
+                    double P = exp(sdot * scale - L);
+                    double dS = P * (dp - Di) * scale;
+                    double *akj = adk + (rj * Hkv + g) * Dh, *avj = adv + (rj * Hkv + g) * Dh;
+                    for (int c = 0; c < Dh; c++) {
+                        adq[c] += dS * kj[c];
+                        akj[c] += dS * qi[c];
+                        avj[c] += P * doi[c];
+                    }
+                }
+                float *dqi = DQ + ri * ldq + (int64_t)h * Dh;
+                for (int c = 0; c < Dh; c++) dqi[c] = (float)adq[c];
+            }
+        }
+    for (int64_t r = 0; r < NT; r++)
+        for (int64_t c = 0; c < (int64_t)Hkv * Dh; c++) {
+            DK[r * ldk + c] = (float)adk[r * Hkv * Dh + c];
+            DV[r * ldv + c] = (float)adv[r * Hkv * Dh + c];
+        }
+    free(adk);
+    free(adv);
+    free(adq);
+    return GLM_OK;
+}
+
+static glm_status cpu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits,
+                                    const int32_t *labels, int64_t n, int64_t V, float loss_scale,
+                                    double *loss_sum, int64_t *n_targets) {
+    const float *L = logits;
+    float *DL = dlogits;
+    double tot = 0;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *li = L + i * V;
+        int32_t y = labels[i];
+        if (y < 0) {
+            if (DL) memset(DL + i * V, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        if ((int64_t)y >= V)
+            return glm_err(GLM_ERR_ARG, "cross_entropy: label %d at row %lld is outside the vocabulary (V = %lld)",
+                           y, (long long)i, (long long)V);
+        double mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++)
+            if (li[v] > mx) mx = li[v];
+        double s = 0;
+        for (int64_t v = 0; v < V; v++) s += exp((double)li[v] - mx);
+        double lse = mx + log(s);
+        tot += lse - (double)li[y];
+        cnt++;
+        if (DL) {
+            float *di = DL + i * V;
+            for (int64_t v = 0; v < V; v++) {
+                double p = exp((double)li[v] - lse);
+                di[v] = (float)(loss_scale * (p - (v == y ? 1.0 : 0.0)));
+            }
+        }
+    }
+    if (!isfinite(tot)) return glm_err(GLM_ERR_NUMERIC, "cross_entropy: the loss is not finite (%g)", tot);
+    *loss_sum = tot;
+    if (n_targets) *n_targets = cnt;
+    return GLM_OK;
+}
+
+/* ---- optimizer and communication --------------------------------------------------------- */
+
+static glm_status cpu_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, int64_t step) {
+    if (step < 1) return glm_err(GLM_ERR_ARG, "adamw: step must be >= 1 (got %lld)", (long long)step);
+    double bc1 = 1.0 - pow((double)beta1, (double)step);
+    double bc2 = 1.0 - pow((double)beta2, (double)step);
+    float step_size = (float)((double)lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    float decay = 1.0f - lr * weight_decay;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        w[i] *= decay;
+        m[i] += (1.0f - beta1) * (gi - m[i]);
+        v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        w[i] -= step_size * (m[i] / denom);
+    }
+    return GLM_OK;
+}
+
+static double cpu_sumsq(const glm_backend *be, const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+static glm_status cpu_all_reduce(const glm_backend *be, float *x, int64_t n) { return GLM_OK; }
+static glm_status cpu_sync(const glm_backend *be) { return GLM_OK; }
+
+static const glm_backend cpu_backend = {
+    .name = "cpu",
+    .weight_dtype = GLM_DT_F32,
+    .act_dtype = GLM_DT_F32,
+    .rank = 0,
+    .world = 1,
+    .impl = NULL,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .upload_f32 = cpu_upload_f32,
+    .download_f32 = cpu_download_f32,
+    .zero = cpu_zero,
+    .copy = cpu_memcpy,
+    .matmul = cpu_matmul,
+    .add_bias = cpu_add_bias,
+    .axpy = cpu_axpy,
+    .dropout = cpu_dropout,
+    .embedding = cpu_embedding,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope = cpu_rope,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .cross_entropy = cpu_cross_entropy,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .all_reduce = cpu_all_reduce,
+    .sync = cpu_sync,
+};
+
+const glm_backend *glm_backend_cpu(void) { return &cpu_backend; }

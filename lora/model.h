@@ -1,0 +1,93 @@
+/* lora/model.h: the GLM-4 decoder (DESIGN.md §3) over the backend interface, with optional LoRA:
+ * forward, target-token cross-entropy and backward to the LoRA weights for a packed batch.
+ *
+ *   x = embedding(ids)
+ *   per layer: x += dense(attn(rope(qkv(rmsnorm(x)))));  x += dense_4h_to_h(swiglu(dense_h_to_4h(rmsnorm(x))))
+ *   logits = output_layer(final_layernorm(x))
+ *
+ * Base weights are frozen and live in backend memory with dtype be->weight_dtype; the loss head
+ * (final norm + output layer + cross-entropy) runs over chunks of tokens so the [B*T, V] logits
+ * are never held at once. */
+#ifndef GLM_LORA_MODEL_H
+#define GLM_LORA_MODEL_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kernels/backend.h"
+#include "lora/config.h"
+#include "lora/lora.h"
+
+typedef struct glm_batch {
+    int B, T;
+    const uint32_t *ids;     /* [B*T] token ids */
+    const uint8_t *targets;  /* [B*T] 1 = ids[b*T+t] is a target, predicted at position t-1 (never the first token of a doc) */
+    const int32_t *pos;      /* [B*T] position within the document, restarting at 0 */
+    const int32_t *doc;      /* [B*T] document index within the row; attention never crosses documents; padding is its own document with no targets */
+} glm_batch;
+
+/* One layer's frozen weights (backend memory, be->weight_dtype). */
+typedef struct glm_layer_weights {
+    void *ln1;   /* input_layernorm [C] */
+    void *wqkv;  /* query_key_value [(H+2Hkv) Dh, C] (hf: q_proj; k_proj; v_proj stacked) */
+    void *bqkv;  /* its bias [(H+2Hkv) Dh], or NULL without qkv bias */
+    void *wo;    /* self_attention.dense / o_proj [C, H Dh] */
+    void *ln2;   /* post_attention_layernorm [C] */
+    void *w1;    /* dense_h_to_4h / gate_up_proj [2F, C] ([gate | up] rows) */
+    void *w2;    /* dense_4h_to_h / down_proj [C, F] */
+} glm_layer_weights;
+
+typedef struct glm_model {
+    glm_config cfg;
+    const glm_backend *be;
+    void *embed;      /* word_embeddings / embed_tokens [V, C] */
+    void *final_ln;   /* final_layernorm / norm [C] */
+    void *out_w;      /* output_layer / lm_head [V, C] */
+    glm_layer_weights *layers; /* [L] */
+    float *inv_freq;           /* RoPE frequencies [rope_dim/2] f32, backend memory (glm_rope_inv_freq) */
+    int64_t loss_chunk;        /* tokens per loss-head chunk (default: about 2^25 / V, >= 1) */
+} glm_model;
+
+/* Loads config.json (glm_config_load with rope_theta_override, see lora/config.h) and the weights
+ * from `dir` (model.safetensors, a sharded model.safetensors.index.json, or the one *.safetensors
+ * file; F32/F16/BF16/F64 converted to fp32 on the host, then uploaded as be->weight_dtype).
+ * transformer.rotary_pos_emb.inv_freq is ignored (RoPE is computed from the config).
+ * Errors (the message names the tensor, the expected vs found shape, and the file):
+ * GLM_ERR_IO, GLM_ERR_FORMAT (missing tensor, truncated or malformed file), GLM_ERR_MISMATCH
+ * (wrong shape), GLM_ERR_UNSUPPORTED (dtype), GLM_ERR_NOMEM. */
+glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out);
+void glm_model_free(glm_model *m);
+
+/* Replaces the RoPE frequency table (host float32 [rope_dim/2]). The default is
+ * glm_rope_inv_freq(rope_base, rope_dim), the float32 table of THUDM's code and of transformers.
+ * Use: reproducing a reference whose table went through a dtype round trip (transformers'
+ * model.to(torch.bfloat16) rounds the inv_freq buffer to bf16; the tiny-glm4 hf goldens carry
+ * this, see tests/lora/test_model.c). Errors: backend upload errors. */
+glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq);
+
+/* One micro-batch: forward, the sum over target tokens of the cross-entropy
+ *     loss_sum = sum_{b,t: targets[b,t]} -log softmax(logits[b, t-1])[ids[b,t]]
+ * (double) into *loss_sum and the number of target tokens into *n_targets (both OVERWRITTEN).
+ * With backward != 0 and lora != NULL, ACCUMULATES d(loss_sum * loss_scale) / d(LoRA weights)
+ * into the params' g (the trainer passes loss_scale = 1 / target tokens of the whole global batch).
+ * grad_checkpointing != 0 keeps only each layer's input and recomputes the layer in the backward
+ * (same grads, bit-identical on the CPU backend). LoRA dropout masks come from
+ * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, element) so the recomputation and
+ * the backward reproduce them. Errors: GLM_ERR_ARG (bad batch: id >= V, a target at the first
+ * token of a row or of a document, B or T <= 0), GLM_ERR_NUMERIC (non-finite loss), backend errors. */
+glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,
+                          int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets);
+
+/* The logits [B*T, V] (host float32, OVERWRITTEN) of every position, for tests and inspection;
+ * LoRA (without dropout) applied when lora != NULL. */
+glm_status glm_model_logits(glm_model *m, glm_lora *lora, const glm_batch *batch, float *logits);
+
+/* Writes a seeded random GLM-4 of shape `cfg` in `layout` (cfg->layout is ignored) to `outdir`
+ * (created): config.json + model.safetensors in bf16, tensor names of that layout. Init (as in
+ * ../fixtures/make_fixtures.py): norms 1 + 0.1 N(0,1), embeddings 0.5 N(0,1), biases 0.1 N(0,1),
+ * matrices N(0,1)/sqrt(in); each tensor from glm_rng(seed, stream = its index). All tensors are
+ * held in memory at once (2 bytes per parameter). Errors: GLM_ERR_IO, GLM_ERR_NOMEM, GLM_ERR_FORMAT
+ * (invalid cfg). */
+glm_status glm_model_init_random(const glm_config *cfg, uint64_t seed, const char *outdir, glm_layout layout);
+
+#endif

@@ -1,0 +1,283 @@
+/* End to end through the CLI, against ../shared/fixtures/tiny-glm4/{chatglm,hf}/golden.safetensors
+ * (transformers + PEFT + torch AdamW in float64): the golden rows are written as pre-tokenized
+ * JSONL, tokenized, trained for one step from the fixture's adapter_init with the fixture's
+ * settings (meta.json), with --dump-grads, and exported. The loss (metrics.jsonl), every
+ * gradient and the exported adapter (step1) must be within 1e-4 relative. Then the training
+ * invariants: micro-batch 2 == micro-batch 1 x accumulation 2, gradient checkpointing on == off,
+ * and N steps == N/2 steps + resume + N/2 steps (bit-identical on the CPU). */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fileio.h"
+#include "lora/safetensors.h"
+#include "tests/check.h"
+
+static const char *G;      /* the glmtune binary */
+static char tmp[] = "/tmp/glmgold.XXXXXX";
+
+static int run(const char *fmt, ...) {
+    char *cmd;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&cmd, fmt, ap) < 0) return -1;
+    va_end(ap);
+    char *full;
+    if (asprintf(&full, "%s >%s/cmd.log 2>&1", cmd, tmp) < 0) return -1;
+    int rc = system(full);
+    if (rc != 0) {
+        fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
+        char *log = NULL;
+        size_t n;
+        char *lp;
+        if (asprintf(&lp, "%s/cmd.log", tmp) >= 0 && glm_read_file(lp, &log, &n) == GLM_OK) fputs(log, stderr);
+        free(log);
+    }
+    free(cmd);
+    free(full);
+    return rc;
+}
+
+/* ||a - b|| / ||b|| over n elements (b in f64 from the fixture). */
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double *read_f64(const glm_st_set *s, const char *name, int64_t *n) {
+    const glm_st_tensor *t = glm_st_find(s, name);
+    if (!t) return NULL;
+    double *d = malloc(sizeof(double) * (size_t)t->numel);
+    float *f = malloc(sizeof(float) * (size_t)t->numel);
+    if (t->dtype == GLM_ST_F64) memcpy(d, t->data, 8 * (size_t)t->numel);
+    else {
+        glm_st_to_f32(t->dtype, t->data, (size_t)t->numel, f);
+        for (int64_t i = 0; i < t->numel; i++) d[i] = f[i];
+    }
+    free(f);
+    *n = t->numel;
+    return d;
+}
+
+static double metrics_loss(const char *run_dir, int step) {
+    char *p, *data;
+    size_t n;
+    if (asprintf(&p, "%s/metrics.jsonl", run_dir) < 0 || glm_read_file(p, &data, &n) != GLM_OK) return NAN;
+    free(p);
+    double loss = NAN;
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j && json_integer_value(json_object_get(j, "step")) == step && json_object_get(j, "loss"))
+            loss = json_number_value(json_object_get(j, "loss"));
+        json_decref(j);
+    }
+    free(data);
+    return loss;
+}
+
+/* Every tensor of a and b identical (bitwise) or within rtol (norm-relative). */
+static double max_rel_diff(const char *pa, const char *pb, int *count) {
+    glm_st_set *a, *b;
+    *count = 0;
+    if (glm_st_open(pa, &a) != GLM_OK) return INFINITY;
+    if (glm_st_open(pb, &b) != GLM_OK) {
+        glm_st_close(a);
+        return INFINITY;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < glm_st_count(a); i++) {
+        const glm_st_tensor *x = glm_st_at(a, i), *y = glm_st_find(b, x->name);
+        if (!y || y->numel != x->numel) {
+            worst = INFINITY;
+            continue;
+        }
+        int64_t n = x->numel;
+        float *fx = malloc(4 * (size_t)n), *fy = malloc(4 * (size_t)n);
+        double *dy = malloc(8 * (size_t)n);
+        glm_st_to_f32(x->dtype, x->data, (size_t)n, fx);
+        glm_st_to_f32(y->dtype, y->data, (size_t)n, fy);
+        for (int64_t k = 0; k < n; k++) dy[k] = fy[k];
+        double e = rel_err(fx, dy, n);
+        if (e > worst) worst = e;
+        (*count)++;
+        free(fx);
+        free(fy);
+        free(dy);
+    }
+    glm_st_close(a);
+    glm_st_close(b);
+    return worst;
+}
+
+static void layout_case(const char *shared, const char *layout, const char *targets) {
+    char *fix, *gold, *jsonl, *shards, *rund, *grads, *adapter;
+    asprintf(&fix, "%s/fixtures/tiny-glm4/%s", shared, layout);
+    asprintf(&gold, "%s/golden.safetensors", fix);
+    asprintf(&jsonl, "%s/%s.jsonl", tmp, layout);
+    asprintf(&shards, "%s/%s-shards", tmp, layout);
+    asprintf(&rund, "%s/%s-run", tmp, layout);
+    asprintf(&grads, "%s/%s-grads.safetensors", tmp, layout);
+    asprintf(&adapter, "%s/%s-adapter", tmp, layout);
+    glm_st_set *g;
+    if (glm_st_open(gold, &g) != GLM_OK) {
+        CHECK(0, "open %s: %s", gold, glm_errmsg());
+        return;
+    }
+    /* the golden batch as pre-tokenized documents */
+    const glm_st_tensor *ids = glm_st_find(g, "input_ids"), *labels = glm_st_find(g, "labels"),
+                        *dl = glm_st_find(g, "doc_lens");
+    const int64_t *I = ids->data, *Lb = labels->data, *D = dl->data;
+    int B = (int)ids->shape[0], T = (int)ids->shape[1], nd = (int)dl->shape[1];
+    FILE *f = fopen(jsonl, "w");
+    for (int b = 0; b < B; b++) {
+        int off = 0;
+        for (int k = 0; k < nd && D[b * nd + k] > 0; k++) {
+            fprintf(f, "{\"input_ids\": [");
+            for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)I[b * T + off + t]);
+            fprintf(f, "], \"labels\": [");
+            for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)Lb[b * T + off + t]);
+            fprintf(f, "]}\n");
+            off += (int)D[b * nd + k];
+        }
+    }
+    fclose(f);
+    const char *common = "--learning-rate 1e-3 --weight-decay 0.01 --max-grad-norm 1.0 --adam-beta1 0.9 "
+                         "--adam-beta2 0.999 --adam-epsilon 1e-8 --lr-scheduler-type constant --lora-rank 4 "
+                         "--lora-alpha 8 --lora-dropout 0 --logging-steps 1 --seed 5 --quiet";
+    CHECK(run("%s tokenize --quiet --seq-len %d -o %s %s", G, T, shards, jsonl) == 0, "tokenize pre-tokenized golden rows");
+    CHECK(run("%s train --model %s --data %s --output-dir %s --init-adapter %s/adapter_init --lora-target %s "
+              "--per-device-train-batch-size %d --max-steps 1 --dump-grads %s %s",
+              G, fix, shards, rund, fix, targets, B, grads, common) == 0, "train one step");
+    CHECK(run("%s export-adapter --checkpoint %s -o %s", G, rund, adapter) == 0, "export-adapter");
+
+    /* loss */
+    int64_t n;
+    double *loss = read_f64(g, "loss", &n);
+    double got = metrics_loss(rund, 1);
+    CHECK(check_close(got, loss[0], 1e-4, 0), "%s loss %.8f vs golden %.8f", layout, got, loss[0]);
+    free(loss);
+    /* gradients and step1 */
+    glm_st_set *dg = NULL, *ad = NULL;
+    char *adp;
+    asprintf(&adp, "%s/adapter_model.safetensors", adapter);
+    CHECK(glm_st_open(grads, &dg) == GLM_OK, "open dumped grads: %s", glm_errmsg());
+    CHECK(glm_st_open(adp, &ad) == GLM_OK, "open exported adapter: %s", glm_errmsg());
+    int ngrad = 0, nstep = 0;
+    for (size_t i = 0; dg && ad && i < glm_st_count(g); i++) {
+        const glm_st_tensor *t = glm_st_at(g, i);
+        const char *key = NULL;
+        glm_st_set *mine = NULL;
+        if (!strncmp(t->name, "grad.", 5)) key = t->name + 5, mine = dg, ngrad++;
+        else if (!strncmp(t->name, "step1.", 6)) key = t->name + 6, mine = ad, nstep++;
+        else continue;
+        const glm_st_tensor *m = glm_st_find(mine, key);
+        CHECK(m != NULL, "%s: %s missing in %s", layout, key, mine == dg ? "--dump-grads" : "the exported adapter");
+        if (!m) continue;
+        double *ref = read_f64(g, t->name, &n);
+        float *x = malloc(4 * (size_t)n);
+        glm_st_to_f32(m->dtype, m->data, (size_t)n, x);
+        double e = rel_err(x, ref, n);
+        CHECK(m->numel == n && e < 1e-4, "%s %s: rel err %.3g", layout, t->name, e);
+        free(ref);
+        free(x);
+    }
+    CHECK(ngrad > 0 && nstep == ngrad && (size_t)ngrad == (dg ? glm_st_count(dg) : 0), "%s: %d grads, %d step1 compared",
+          layout, ngrad, nstep);
+    glm_st_close(dg);
+    glm_st_close(ad);
+    glm_st_close(g);
+
+    /* micro-batch 2 == 1 x accumulation 2; gradient checkpointing on == off */
+    char *g1, *g2, *r2;
+    asprintf(&g1, "%s/%s-g-accum.safetensors", tmp, layout);
+    asprintf(&g2, "%s/%s-g-ckpt.safetensors", tmp, layout);
+    asprintf(&r2, "%s/%s-run2", tmp, layout);
+    CHECK(run("%s train --model %s --data %s --output-dir %s --init-adapter %s/adapter_init --lora-target %s "
+              "--per-device-train-batch-size 1 --gradient-accumulation-steps 2 --max-steps 1 --dump-grads %s %s",
+              G, fix, shards, r2, fix, targets, g1, common) == 0, "train 1 x accumulation 2");
+    int cnt;
+    double d = max_rel_diff(g1, grads, &cnt);
+    CHECK(d < 1e-6 && cnt == ngrad, "%s: micro-batch 2 vs 1 x accumulation 2: max rel diff %.3g over %d", layout, d, cnt);
+    glm_rmtree(r2);
+    CHECK(run("%s train --model %s --data %s --output-dir %s --init-adapter %s/adapter_init --lora-target %s "
+              "--per-device-train-batch-size 2 --gradient-checkpointing --max-steps 1 --dump-grads %s %s",
+              G, fix, shards, r2, fix, targets, g2, common) == 0, "train with gradient checkpointing");
+    d = max_rel_diff(g2, grads, &cnt);
+    CHECK(d == 0 && cnt == ngrad, "%s: gradient checkpointing on vs off: max rel diff %.3g (bit-identical expected)",
+          layout, d);
+    free(g1);
+    free(g2);
+    free(r2);
+    free(fix);
+    free(gold);
+    free(jsonl);
+    free(shards);
+    free(rund);
+    free(grads);
+    free(adapter);
+    free(adp);
+}
+
+/* N steps == N/2 + resume + N/2, bit-identical, on the golden rows (micro-batch 1, shuffled, LoRA
+ * dropout on, cosine schedule with warmup: every piece of state must be restored). */
+static void resume_case(const char *shared) {
+    char *fix, *shards, *a, *b, *ea, *eb;
+    asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);
+    asprintf(&shards, "%s/chatglm-shards", tmp);
+    asprintf(&a, "%s/resume-a", tmp);
+    asprintf(&b, "%s/resume-b", tmp);
+    asprintf(&ea, "%s/resume-a-adapter", tmp);
+    asprintf(&eb, "%s/resume-b-adapter", tmp);
+    const char *common = "--lora-target all --lora-rank 4 --lora-alpha 8 --lora-dropout 0.1 --learning-rate 3e-3 "
+                         "--lr-scheduler-type cosine --warmup-steps 2 --per-device-train-batch-size 1 "
+                         "--num-train-epochs 4 --save-steps 4 --logging-steps 1 --seed 11 --quiet";
+    /* 2 rows, batch 1: 2 steps per epoch, 8 steps in all */
+    CHECK(run("%s train --model %s --data %s --output-dir %s %s", G, fix, shards, a, common) == 0, "8 steps in one run");
+    /* the straight run saved checkpoint-4 on its way: continue from it into another directory */
+    CHECK(run("%s train --model %s --data %s --output-dir %s --resume-from-checkpoint %s/checkpoint-4 %s", G, fix,
+              shards, b, a, common) == 0, "resume from checkpoint-4 for the last 4 steps");
+    CHECK(run("%s export-adapter --checkpoint %s -o %s", G, a, ea) == 0 &&
+          run("%s export-adapter --checkpoint %s -o %s", G, b, eb) == 0, "export both");
+    char *pa, *pb;
+    asprintf(&pa, "%s/adapter_model.safetensors", ea);
+    asprintf(&pb, "%s/adapter_model.safetensors", eb);
+    char *da = NULL, *db = NULL;
+    size_t na = 0, nb = 0;
+    glm_read_file(pa, &da, &na);
+    glm_read_file(pb, &db, &nb);
+    CHECK(da && db && na == nb && !memcmp(da, db, na), "resumed run's adapter is bit-identical to the straight run's");
+    double la = metrics_loss(a, 8), lb = metrics_loss(b, 8);
+    CHECK(la == lb && isfinite(la), "step 8 loss equal: %.9g vs %.9g", la, lb);
+    free(da);
+    free(db);
+    free(pa);
+    free(pb);
+    free(fix);
+    free(shards);
+    free(a);
+    free(b);
+    free(ea);
+    free(eb);
+}
+
+int main(void) {
+    const char *shared = check_shared();
+    G = getenv("GLMTUNE");
+    if (!G) {
+        printf("SKIPPED: GLMTUNE (the binary) not set\n");
+        return 77;
+    }
+    if (!mkdtemp(tmp)) return 1;
+    layout_case(shared, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h");
+    layout_case(shared, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj");
+    resume_case(shared);
+    if (!check_failed_) glm_rmtree(tmp);
+    else fprintf(stderr, "outputs kept in %s\n", tmp);
+    return check_summary("test_train_golden");
+}

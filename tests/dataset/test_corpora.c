@@ -1,0 +1,185 @@
+/* Reads every file of ../shared/corpora through the reader and the format converter: each
+ * record count must equal the "records" column of SOURCES.md, with no per-record problem; the
+ * folder walk uses llamafactory/dataset_info.json as a mapping; --dataset selects entries;
+ * glaive tool calls become metadata + JSON arguments; reasoning parts are dropped. */
+#include <string.h>
+
+#include "common/status.h"
+#include "dataset/dataset_info.h"
+#include "dataset/formats.h"
+#include "dataset/reader.h"
+#include "tests/check.h"
+
+typedef struct counts {
+    long long records, problems, convert_fail, notes_empty, notes_reasoning, tool_calls;
+    long long with_tools;
+} counts;
+
+static const char *g_shared;
+
+/* Reads all records of `inputs`, converting each; fails the test on any problem. */
+static glm_status run(const char *const *inputs, size_t n, const char *filter, counts *c,
+                      json_t *keep_first_conv_of /* array to fill with messages, or NULL */) {
+    memset(c, 0, sizeof *c);
+    glm_reader *r = NULL;
+    glm_status st = glm_reader_open(inputs, n, filter, &r);
+    if (st != GLM_OK) return st;
+    glm_record rec;
+    while ((st = glm_reader_next(r, &rec)) == GLM_OK) {
+        c->records++;
+        if (rec.reason) {
+            c->problems++;
+            fprintf(stderr, "problem: %s\n", rec.detail);
+            continue;
+        }
+        glm_conversation conv;
+        const char *reason = NULL;
+        if (glm_record_convert(&rec, GLM_FMT_AUTO, &conv, &reason) != GLM_OK) {
+            c->convert_fail++;
+            fprintf(stderr, "convert: %s: %s\n", reason, glm_errmsg());
+        } else {
+            for (int k = 0; k < conv.n_notes; k++) {
+                if (!strcmp(conv.notes[k], "empty_turn")) c->notes_empty++;
+                if (!strcmp(conv.notes[k], "reasoning_dropped")) c->notes_reasoning++;
+            }
+            json_t *m;
+            size_t i;
+            bool tools = false;
+            json_array_foreach(conv.messages, i, m) {
+                if (json_object_get(m, "metadata")) c->tool_calls++;
+                if (json_object_get(m, "tools")) tools = true;
+            }
+            c->with_tools += tools;
+            if (keep_first_conv_of) json_array_append(keep_first_conv_of, conv.messages);
+            glm_conversation_free(&conv);
+        }
+        json_decref(rec.value);
+    }
+    glm_reader_close(r);
+    return st == GLM_EOF ? GLM_OK : st;
+}
+
+int main(void) {
+    g_shared = check_shared();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/corpora/SOURCES.md", g_shared);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "open %s", path);
+    if (!f) return check_summary("test_corpora");
+    char line[8192];
+    long long total = 0;
+    int nfiles = 0;
+    /* Table rows: | folder/file | repo / path | commit | format | records | size | sha256 | */
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "| ", 2) != 0) continue;
+        for (char *q = strstr(line, "\\|"); q; q = strstr(q, "\\|")) q[0] = q[1] = ' '; /* escaped | */
+        char *cols[8];
+        int nc = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(line + 1, "|", &save); t && nc < 8; t = strtok_r(NULL, "|", &save))
+            cols[nc++] = t;
+        if (nc < 7) continue;
+        char name[512];
+        if (sscanf(cols[0], " %511s", name) != 1 || !strchr(name, '/') || !strstr(name, ".json"))
+            continue;
+        char *rc = cols[4];
+        while (*rc == ' ') rc++;
+        long long expect = 0;
+        bool registry = strncmp(rc, "1 object", 8) == 0 && strstr(name, "dataset_info");
+        for (char *q = rc; *q && *q != ' '; q++)
+            if (*q >= '0' && *q <= '9') expect = expect * 10 + (*q - '0');
+        char file[4608];
+        snprintf(file, sizeof file, "%s/corpora/%s", g_shared, name);
+        nfiles++;
+        if (registry) continue; /* tested below: it is not a corpus */
+        const char *in[1] = {file};
+        counts c;
+        glm_status st = run(in, 1, NULL, &c, NULL);
+        CHECK(st == GLM_OK, "%s: %s", name, glm_errmsg());
+        CHECK(c.records == expect, "%s: %lld records, SOURCES.md says %lld", name, c.records,
+              expect);
+        CHECK(c.problems == 0 && c.convert_fail == 0, "%s: %lld problems, %lld failed conversions",
+              name, c.problems, c.convert_fail);
+        total += c.records;
+        printf("%-45s %6lld records  tool calls %5lld  with tools %4lld  empty_turn %lld  "
+               "reasoning_dropped %lld\n", name, c.records, c.tool_calls, c.with_tools,
+               c.notes_empty, c.notes_reasoning);
+        if (strstr(name, "glaive_toolcall_en")) {
+            CHECK(c.tool_calls > 0, "glaive: tool calls found");
+            CHECK(c.with_tools == 300 - 109, "glaive en: %lld records with tools (109 have none)",
+                  c.with_tools);
+        }
+        if (strstr(name, "glaive_toolcall_zh"))
+            CHECK(c.with_tools == 300 - 100, "glaive zh: %lld records with tools", c.with_tools);
+        if (strstr(name, "missingturns")) CHECK(c.notes_empty == 1, "empty turn noted");
+        if (strstr(name, "reason_tool_use")) {
+            CHECK(c.notes_reasoning > 0, "reasoning dropped");
+            CHECK(c.tool_calls > 0, "reason_tool_use: tool_call parts");
+        }
+    }
+    fclose(f);
+    CHECK(nfiles >= 15, "SOURCES.md lists %d files", nfiles);
+
+    /* The glaive record 0: its function_call becomes metadata + JSON arguments (json.dumps
+     * style), and its tools string becomes wrapped function schemas on a system message. */
+    {
+        snprintf(path, sizeof path, "%s/corpora/llamafactory/glaive_toolcall_en_demo.json",
+                 g_shared);
+        const char *in[1] = {path};
+        json_t *convs = json_array();
+        counts c;
+        CHECK(run(in, 1, NULL, &c, convs) == GLM_OK, "%s", glm_errmsg());
+        json_t *m0 = json_array_get(convs, 0);
+        json_t *sys = json_array_get(m0, 0);
+        CHECK(!strcmp(json_string_value(json_object_get(sys, "role")), "system"), "system first");
+        json_t *tools = json_object_get(sys, "tools");
+        json_t *t0 = json_array_get(tools, 0);
+        CHECK(!strcmp(json_string_value(json_object_get(t0, "type")), "function"), "wrapped");
+        CHECK(json_is_object(json_object_get(t0, "function")), "wrapped function");
+        json_t *call = NULL;
+        size_t i;
+        json_t *m;
+        json_array_foreach(m0, i, m) if (json_object_get(m, "metadata") && !call) call = m;
+        CHECK(call && !strcmp(json_string_value(json_object_get(call, "metadata")),
+                              "search_recipes"), "metadata = function name");
+        CHECK(call && !strcmp(json_string_value(json_object_get(call, "content")),
+                              "{\"ingredients\": [\"chicken\", \"bell peppers\", \"rice\"]}"),
+              "arguments: %s", call ? json_string_value(json_object_get(call, "content")) : "-");
+        json_t *obs = json_array_get(m0, i);
+        (void)obs;
+        json_decref(convs);
+    }
+
+    /* The whole folder: dataset_info.json maps and is not read; totals add up. */
+    {
+        snprintf(path, sizeof path, "%s/corpora", g_shared);
+        const char *in[1] = {path};
+        counts c;
+        glm_status st = run(in, 1, NULL, &c, NULL);
+        CHECK(st == GLM_OK, "folder: %s", glm_errmsg());
+        CHECK(c.records == total, "folder: %lld records, files sum to %lld", c.records, total);
+        CHECK(c.problems == 0 && c.convert_fail == 0, "folder: no problems");
+    }
+    /* The registry as input: its 5 local entries (identity, alpaca en/zh, glaive en/zh). */
+    {
+        snprintf(path, sizeof path, "%s/corpora/llamafactory/dataset_info.json", g_shared);
+        const char *in[1] = {path};
+        counts c;
+        glm_status st = run(in, 1, NULL, &c, NULL);
+        CHECK(st == GLM_OK, "registry: %s", glm_errmsg());
+        CHECK(c.records == 91 + 999 + 1000 + 300 + 300, "registry: %lld records", c.records);
+        st = run(in, 1, "glaive_toolcall_en_demo, identity", &c, NULL);
+        CHECK(st == GLM_OK && c.records == 300 + 91, "--dataset: %lld records (%s)", c.records,
+              glm_errmsg());
+        st = run(in, 1, "glaive_toolcal_en_demo", &c, NULL);
+        CHECK(st == GLM_ERR_ARG && strstr(glm_errmsg(), "glaive_toolcall_en_demo"),
+              "unknown name lists close names: %s", glm_errmsg());
+        st = run(in, 1, "dpo_en_demo", &c, NULL);
+        CHECK(st == GLM_ERR_ARG, "dpo entry without a local file: %s", glm_errmsg());
+        snprintf(path, sizeof path, "%s/corpora", g_shared);
+        st = run(in, 1, "alpaca_zh_demo", &c, NULL);
+        CHECK(st == GLM_OK && c.records == 1000, "folder + --dataset: %lld (%s)", c.records,
+              glm_errmsg());
+    }
+    return check_summary("test_corpora");
+}

@@ -1,0 +1,201 @@
+#define _GNU_SOURCE
+/* tests/lora/test_checkpoint.c: save / prune / latest / load round trip, and interrupted or
+ * damaged checkpoints (partial .tmp dir, missing checksums, corrupt, truncated, missing file). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/rng.h"
+#include "lora/checkpoint.h"
+#include "tests/check.h"
+
+static char g_tmp[256];
+
+static void make_params(glm_param *p, glm_rng *r) {
+    const char *names[2] = {"transformer.encoder.layers.0.self_attention.query_key_value.lora_A.weight",
+                            "transformer.encoder.layers.0.self_attention.query_key_value.lora_B.weight"};
+    int64_t shapes[2][2] = {{2, 3}, {5, 2}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p[i].name, sizeof p[i].name, "%s", names[i]);
+        p[i].ndim = 2;
+        p[i].shape[0] = shapes[i][0];
+        p[i].shape[1] = shapes[i][1];
+        p[i].numel = shapes[i][0] * shapes[i][1];
+        p[i].w = malloc(p[i].numel * sizeof(float));
+        p[i].g = malloc(p[i].numel * sizeof(float));
+        for (int64_t j = 0; j < p[i].numel; j++) {
+            p[i].w[j] = (float)glm_rng_normal(r);
+            p[i].g[j] = (float)glm_rng_normal(r);
+        }
+    }
+}
+
+static void corrupt_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/glm_test_ckpt_XXXXXX");
+    if (!mkdtemp(g_tmp)) return 1;
+    char *out = glm_path_join(g_tmp, "run");
+    glm_rng r;
+    glm_rng_seed(&r, 42, 0);
+    glm_param p[2];
+    make_params(p, &r);
+    glm_adamw_cfg cfg = glm_adamw_defaults();
+    glm_optim o;
+    CHECK(glm_optim_init(&o, NULL, p, 2, &cfg) == GLM_OK, "optim");
+    glm_sched sched;
+    glm_sched_init(&sched, GLM_SCHED_COSINE, 2e-4, 100, 0, 0.1, 1e-5, 0);
+    const char *targets[] = {"query_key_value"};
+    glm_adapter_cfg ac = {.r = 2, .alpha = 16, .dropout = 0.05, .target_modules = targets, .n_targets = 1};
+    json_t *loader = json_pack("{s:I, s:I, s:s}", "epoch", (json_int_t)1, "position", (json_int_t)1234, "order", "abc");
+    json_t *settings = json_pack("{s:f, s:i}", "learning_rate", 2e-4, "lora_rank", 2);
+    json_t *hist = json_array();
+    glm_rng rngs[2];
+    glm_rng_seed(&rngs[0], 7, 1);
+    glm_rng_seed(&rngs[1], 7, 2);
+    rngs[1].s[3] = 0xffffffffffffffffULL; /* a word above 2^63 survives as a string */
+    for (int step = 10; step <= 30; step += 10) {
+        glm_optim_step(&o, p, 2, glm_lr_at(&sched, step), NULL);
+        json_array_append_new(hist, json_pack("{s:i, s:f}", "step", step, "loss", 3.0 - step * 0.01));
+        glm_ckpt_save_args a = {.output_dir = out, .step = step, .epoch = step / 20.0, .params = p, .n_params = 2,
+                                .optim = &o, .adapter = &ac, .data_loader = loader, .rngs = rngs, .n_rngs = 2,
+                                .sched = &sched, .settings = settings, .log_history = hist,
+                                .save_total_limit = 2};
+        char *dir = NULL;
+        CHECK(glm_ckpt_save(&a, &dir) == GLM_OK, "save %d: %s", step, glm_errmsg());
+        CHECK(dir && glm_is_dir(dir), "dir exists");
+        free(dir);
+    }
+    char *c10 = glm_path_join(out, "checkpoint-10"), *c20 = glm_path_join(out, "checkpoint-20"),
+         *c30 = glm_path_join(out, "checkpoint-30");
+    CHECK(!glm_is_dir(c10) && glm_is_dir(c20) && glm_is_dir(c30), "save_total_limit 2 pruned checkpoint-10");
+    char *latest = NULL;
+    int64_t ls;
+    CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && ls == 30 && latest && strcmp(latest, c30) == 0,
+          "latest = 30");
+    free(latest);
+
+    /* load round trip */
+    glm_ckpt c;
+    CHECK(glm_ckpt_load(c30, &c) == GLM_OK, "load: %s", glm_errmsg());
+    CHECK(c.step == 30 && c.epoch == 1.5 && c.optimizer_step == 3, "step/epoch %lld %g", (long long)c.step, c.epoch);
+    CHECK(json_equal(c.data_loader, loader) && json_equal(c.settings, settings) && json_equal(c.log_history, hist),
+          "loader, settings, history");
+    CHECK(c.n_rngs == 2 && memcmp(c.rngs, rngs, sizeof rngs) == 0, "rng states");
+    CHECK(c.has_sched && c.sched.type == sched.type && c.sched.lr == sched.lr &&
+              c.sched.warmup_steps == sched.warmup_steps && c.sched.total_steps == 100 &&
+              c.sched.min_lr_rate == sched.min_lr_rate, "scheduler");
+    glm_param q[2];
+    glm_rng r2;
+    glm_rng_seed(&r2, 99, 0);
+    make_params(q, &r2);
+    glm_optim o2;
+    glm_optim_init(&o2, NULL, q, 2, &cfg);
+    CHECK(glm_ckpt_load_weights(&c, NULL, q, 2, &o2) == GLM_OK, "load weights: %s", glm_errmsg());
+    CHECK(o2.step == 3, "optimizer step %lld", (long long)o2.step);
+    for (int i = 0; i < 2; i++) {
+        CHECK(memcmp(q[i].w, p[i].w, p[i].numel * 4) == 0, "weights %d", i);
+        CHECK(memcmp(o2.m[i], o.m[i], p[i].numel * 4) == 0 && memcmp(o2.v[i], o.v[i], p[i].numel * 4) == 0, "m/v %d", i);
+    }
+    /* the checkpoint is also a PEFT adapter directory */
+    char *acfg = glm_path_join(c30, "adapter_config.json");
+    json_error_t je;
+    json_t *jc = json_load_file(acfg, 0, &je);
+    CHECK(jc && json_integer_value(json_object_get(jc, "r")) == 2 &&
+              json_integer_value(json_object_get(jc, "lora_alpha")) == 16, "adapter_config in checkpoint");
+    json_decref(jc);
+    free(acfg);
+    /* shape mismatch on load */
+    q[1].shape[1] = 3;
+    q[1].numel = 15;
+    free(q[1].w);
+    q[1].w = malloc(15 * 4);
+    glm_optim_free(&o2);
+    CHECK(glm_ckpt_load_weights(&c, NULL, q, 2, NULL) == GLM_ERR_MISMATCH && strstr(glm_errmsg(), "lora_B") &&
+              strstr(glm_errmsg(), "lora-rank"), "shape mismatch: %s", glm_errmsg());
+    glm_ckpt_free(&c);
+
+    /* a save killed half way: a partial .tmp dir; and a checkpoint dir without checksums */
+    char *t40 = glm_path_join(out, ".checkpoint-40.tmp"), *f40 = glm_path_join(t40, "adapter_model.safetensors");
+    glm_mkdir_p(t40);
+    glm_write_file_atomic(f40, "partial", 7);
+    char *c50 = glm_path_join(out, "checkpoint-50"), *f50 = glm_path_join(c50, "trainer_state.json");
+    glm_mkdir_p(c50);
+    glm_write_file_atomic(f50, "{}", 2);
+    CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && ls == 30, "latest ignores .tmp and incomplete (%lld)",
+          (long long)ls);
+    free(latest);
+    CHECK(glm_ckpt_verify(c50) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "checksums.txt") &&
+              strstr(glm_errmsg(), "incomplete"), "no checksums: %s", glm_errmsg());
+    glm_rmtree(c50);
+
+    /* corrupt optimizer file: verify names it; latest falls back to 20 */
+    char *opt30 = glm_path_join(c30, "optimizer.safetensors");
+    corrupt_byte(opt30, 100);
+    CHECK(glm_ckpt_verify(c30) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "optimizer.safetensors") &&
+              strstr(glm_errmsg(), "corrupt"), "corrupt: %s", glm_errmsg());
+    printf("  %s\n", glm_errmsg());
+    CHECK(glm_ckpt_load(c30, &c) == GLM_ERR_FORMAT, "load refuses a corrupt checkpoint");
+    CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && ls == 20, "falls back to 20");
+    free(latest);
+    corrupt_byte(opt30, 100); /* restore */
+    CHECK(glm_ckpt_verify(c30) == GLM_OK, "restored: %s", glm_errmsg());
+    /* truncated adapter */
+    char *ad30 = glm_path_join(c30, "adapter_model.safetensors");
+    CHECK(truncate(ad30, 50) == 0, "truncate");
+    CHECK(glm_ckpt_verify(c30) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "adapter_model.safetensors") &&
+              strstr(glm_errmsg(), "truncated"), "truncated: %s", glm_errmsg());
+    printf("  %s\n", glm_errmsg());
+    /* missing trainer state */
+    char *ts20 = glm_path_join(c20, "trainer_state.json");
+    unlink(ts20);
+    CHECK(glm_ckpt_verify(c20) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "trainer_state.json") &&
+              strstr(glm_errmsg(), "missing"), "missing: %s", glm_errmsg());
+    printf("  %s\n", glm_errmsg());
+    CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && latest == NULL && ls == -1, "no good checkpoint left");
+    /* saving again replaces a damaged checkpoint of the same step and clears stale .tmp dirs */
+    glm_ckpt_save_args a = {.output_dir = out, .step = 30, .epoch = 1.5, .params = p, .n_params = 2, .optim = &o,
+                            .adapter = &ac, .save_total_limit = 0};
+    CHECK(glm_ckpt_save(&a, NULL) == GLM_OK, "re-save: %s", glm_errmsg());
+    CHECK(glm_ckpt_verify(c30) == GLM_OK && !glm_is_dir(t40), "re-saved 30 good, stale tmp removed");
+    CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && ls == 30, "latest 30 again");
+    free(latest);
+    /* output dir that does not exist: no checkpoint, not an error */
+    char *none = glm_path_join(g_tmp, "nope");
+    CHECK(glm_ckpt_latest(none, &latest, &ls) == GLM_OK && latest == NULL, "missing output dir");
+
+    free(none);
+    free(ts20);
+    free(ad30);
+    free(opt30);
+    free(t40);
+    free(f40);
+    free(c50);
+    free(f50);
+    free(c10);
+    free(c20);
+    free(c30);
+    glm_optim_free(&o);
+    for (int i = 0; i < 2; i++) {
+        free(p[i].w);
+        free(p[i].g);
+        free(q[i].w);
+        free(q[i].g);
+    }
+    json_decref(loader);
+    json_decref(settings);
+    json_decref(hist);
+    free(out);
+    glm_rmtree(g_tmp);
+    return check_summary("test_checkpoint");
+}

@@ -1,0 +1,238 @@
+/* tests/tokenize/test_chat.c: GLM-4 chat rendering and training encoding against
+ * ../shared/fixtures/chat_golden.jsonl (transformers' rendering + tiktoken ids) with the real
+ * GLM-4 tokenizer; role strings inside content stay text; last-turn-only targets; the
+ * glm-4-9b-chat template; template errors. Skipped (77) without ../shared. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/fileio.h"
+#include "tests/check.h"
+#include "tokenize/chat.h"
+
+static glm_tokenizer *tok;
+static glm_template *tpl;
+
+static char *render_text(const glm_template *t, json_t *msgs) {
+    glm_tpl_output o = {0};
+    glm_status st = glm_chat_render(t, msgs, 0, &o);
+    char *s = st == GLM_OK ? glm_tpl_output_join(&o, NULL) : NULL;
+    if (st != GLM_OK) fprintf(stderr, "render: %s\n", glm_errmsg());
+    glm_tpl_output_free(&o);
+    return s;
+}
+
+static int same_ids(const glm_u32vec *a, json_t *want) {
+    if (a->n != json_array_size(want)) return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->v[i] != (uint32_t)json_integer_value(json_array_get(want, i))) return 0;
+    return 1;
+}
+
+static void print_ids(const char *what, const glm_u32vec *a) {
+    fprintf(stderr, "  %s (%zu):", what, a->n);
+    for (size_t i = 0; i < a->n && i < 80; i++) fprintf(stderr, " %u", a->v[i]);
+    fputc('\n', stderr);
+}
+
+static void golden_case(json_t *c, size_t line) {
+    json_t *msgs = json_object_get(c, "messages");
+    const char *text = json_string_value(json_object_get(c, "text"));
+    json_t *want_ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
+    char *got = render_text(tpl, msgs);
+    CHECK(got && !strcmp(got, text), "case %zu text:\n  got  [%s]\n  want [%s]", line, got ? got : "(null)", text);
+    free(got);
+
+    glm_u32vec ids = {0};
+    glm_u8vec tg = {0};
+    /* appends: start from a non-empty vector */
+    glm_vec_push(ids, 7u);
+    glm_vec_push(tg, (uint8_t)1);
+    glm_status st = glm_chat_encode(tok, tpl, msgs, GLM_TRAIN_ALL, &ids, &tg);
+    CHECK(st == GLM_OK, "case %zu encode: %s", line, glm_errmsg());
+    CHECK(ids.n == tg.n && ids.v[0] == 7 && tg.v[0] == 1, "case %zu: append semantics", line);
+    glm_u32vec body = {ids.v + 1, ids.n - 1, 0};
+    int ok = same_ids(&body, want_ids);
+    CHECK(ok, "case %zu input_ids differ", line);
+    if (!ok) print_ids("got", &body);
+    int lab_ok = json_array_size(labels) == tg.n - 1;
+    for (size_t i = 0; lab_ok && i + 1 < tg.n; i++) {
+        json_int_t l = json_integer_value(json_array_get(labels, i));
+        lab_ok = (tg.v[i + 1] != 0) == (l != -100) && (l == -100 || l == (json_int_t)ids.v[i + 1]);
+    }
+    CHECK(lab_ok, "case %zu labels differ", line);
+
+    /* the same ids from encoding the whole text (all literal) plus the end token */
+    glm_tpl_output o = {0};
+    glm_tpl_segment s = {(char *)text, strlen(text), 1};
+    o.seg = &s;
+    o.n = 1;
+    glm_u32vec whole = {0};
+    CHECK(glm_chat_encode_output(tok, &o, &whole) == GLM_OK, "encode text: %s", glm_errmsg());
+    glm_vec_push(whole, 151336u);
+    CHECK(same_ids(&whole, want_ids), "case %zu: encoding `text` with specials differs", line);
+    free(whole.v);
+
+    /* GLM_TRAIN_LAST: targets only right after tokens of the last assistant message */
+    glm_u32vec ids2 = {0};
+    glm_u8vec tg2 = {0};
+    CHECK(glm_chat_encode(tok, tpl, msgs, GLM_TRAIN_LAST, &ids2, &tg2) == GLM_OK, "last: %s", glm_errmsg());
+    CHECK(ids2.n == body.n && !memcmp(ids2.v, body.v, body.n * 4), "case %zu: TRAIN_LAST changed ids", line);
+    /* the last assistant turn starts after the last <|assistant|> */
+    size_t last = 0;
+    for (size_t i = 0; i < ids2.n; i++)
+        if (ids2.v[i] == 151337) last = i;
+    size_t n_all = 0, n_last = 0, bad = 0;
+    for (size_t i = 0; i < tg2.n; i++) {
+        n_all += tg.v[i + 1];
+        n_last += tg2.v[i];
+        if (tg2.v[i] && !tg.v[i + 1]) bad++;
+        if (i > last && tg2.v[i] != tg.v[i + 1]) bad++;
+        if (i <= last && tg2.v[i]) bad++;
+    }
+    CHECK(bad == 0 && n_last > 0 && n_last <= n_all, "case %zu: TRAIN_LAST targets wrong (%zu bad)", line, bad);
+    free(ids.v);
+    free(tg.v);
+    free(ids2.v);
+    free(tg2.v);
+}
+
+static void test_plain_role_strings(void) {
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Say <|user|> or <|assistant|>[gMASK]\"},"
+                              "{\"role\":\"assistant\",\"content\":\"<|observation|>ok\"}]", 0, NULL);
+    glm_u32vec ids = {0}, want = {0};
+    glm_u8vec tg = {0};
+    CHECK(glm_chat_encode(tok, tpl, msgs, GLM_TRAIN_ALL, &ids, &tg) == GLM_OK, "encode: %s", glm_errmsg());
+    /* expected: [gMASK] <sop> <|user|> enc("\nSay <|user|> or <|assistant|>[gMASK]") <|assistant|>
+     * enc("\n<|observation|>ok") <|user|> */
+    glm_vec_push(want, 151331u);
+    glm_vec_push(want, 151333u);
+    glm_vec_push(want, 151336u);
+    const char *a = "\nSay <|user|> or <|assistant|>[gMASK]", *b = "\n<|observation|>ok";
+    glm_tokenizer_encode(tok, a, strlen(a), &want);
+    glm_vec_push(want, 151337u);
+    size_t asst_start = want.n;
+    glm_tokenizer_encode(tok, b, strlen(b), &want);
+    glm_vec_push(want, 151336u);
+    CHECK(ids.n == want.n && !memcmp(ids.v, want.v, want.n * 4), "role strings in content must stay text");
+    if (ids.n != want.n || memcmp(ids.v, want.v, want.n * 4)) { print_ids("got", &ids); print_ids("want", &want); }
+    size_t nspec = 0;
+    for (size_t i = 0; i < ids.n; i++) nspec += ids.v[i] >= 151329;
+    CHECK(nspec == 5, "special ids: %zu, want 5", nspec);
+    for (size_t i = 0; i < tg.n; i++) CHECK(tg.v[i] == (i >= asst_start), "target %zu = %d", i, tg.v[i]);
+    free(ids.v);
+    free(want.v);
+    free(tg.v);
+    json_decref(msgs);
+}
+
+static void test_errors(const char *shared) {
+    glm_u32vec ids = {0};
+    glm_u8vec tg = {0};
+    json_t *bad = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"robot\",\"content\":\"x\"}]", 0, NULL);
+    glm_status st = glm_chat_encode(tok, tpl, bad, GLM_TRAIN_ALL, &ids, &tg);
+    CHECK(st == GLM_ERR_FORMAT && strstr(glm_errmsg(), "message 1") && strstr(glm_errmsg(), "robot"), "bad role: %s", glm_errmsg());
+    CHECK(ids.n == 0 && tg.n == 0, "ids left as they were");
+    json_decref(bad);
+    bad = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]", 0, NULL);
+    st = glm_chat_encode(tok, tpl, bad, GLM_TRAIN_ALL, &ids, &tg);
+    CHECK(st == GLM_ERR_FORMAT && strstr(glm_errmsg(), "content"), "list content: %s", glm_errmsg());
+    json_decref(bad);
+    glm_template *t = NULL;
+    st = glm_template_parse("[gMASK]<sop>\n{% for m in messages %}\n  {{ m.content + }}\n{% endfor %}", "bad.jinja", &t);
+    CHECK(st == GLM_ERR_FORMAT && strstr(glm_errmsg(), "bad.jinja:3:"), "line/col: %s", glm_errmsg());
+    st = glm_template_parse("{% for m in messages %}{{ m }}", "open.jinja", &t);
+    CHECK(st == GLM_ERR_FORMAT && strstr(glm_errmsg(), "open.jinja:1:1") && strstr(glm_errmsg(), "endfor"), "unclosed: %s", glm_errmsg());
+    /* a template whose preamble depends on the messages cannot be split per message */
+    CHECK(glm_template_parse("{{ messages | length }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}", "count", &t) == GLM_OK, "parse");
+    json_t *two = json_loads("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\"}]", 0, NULL);
+    st = glm_chat_encode(tok, t, two, GLM_TRAIN_ALL, &ids, &tg);
+    CHECK(st == GLM_ERR_MISMATCH, "preamble mismatch: %s", glm_errmsg());
+    glm_template_free(t);
+    /* a .jinja file */
+    char path[] = "/tmp/glm_test_chat_XXXXXX.jinja";
+    int fd = mkstemps(path, 6);
+    const char *src = "[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}\n";
+    CHECK(fd >= 0 && write(fd, src, strlen(src)) == (ssize_t)strlen(src), "temp file");
+    close(fd);
+    st = glm_chat_template_load(tok, path, &t);
+    CHECK(st == GLM_OK, "load .jinja: %s", glm_errmsg());
+    if (st == GLM_OK) {
+        char *s = render_text(t, two);
+        CHECK(s && !strcmp(s, "[gMASK]<sop><|user|>\na<|assistant|>\nb"), "jinja file render: %s", s ? s : "");
+        free(s);
+        glm_template_free(t);
+    }
+    unlink(path);
+    json_decref(two);
+    free(ids.v);
+    free(tg.v);
+    (void)shared;
+}
+
+/* glm-4-9b-chat's template differs only in the assistant's name in the tool preamble. */
+static void test_9b_chat(const char *shared, json_t *tools_case) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/glm4-tokenizer/tokenizer_config.glm-4-9b-chat.json", shared);
+    glm_template *t = NULL;
+    glm_status st = glm_chat_template_load(tok, path, &t);
+    CHECK(st == GLM_OK, "load %s: %s", path, glm_errmsg());
+    if (st != GLM_OK || !tools_case) return;
+    char *got = render_text(t, json_object_get(tools_case, "messages"));
+    const char *text = json_string_value(json_object_get(tools_case, "text"));
+    const char *at = strstr(text, "GLM-4");
+    CHECK(at != NULL, "fixture has GLM-4 in its tool preamble");
+    if (got && at) {
+        char want[16384];
+        snprintf(want, sizeof want, "%.*sChatGLM%s", (int)(at - text), text, at + 5);
+        CHECK(!strcmp(got, want), "glm-4-9b-chat render:\n  got  [%s]\n  want [%s]", got, want);
+    }
+    free(got);
+    json_t *m = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
+    glm_tpl_output o = {0};
+    CHECK(glm_chat_render(t, m, 1, &o) == GLM_OK, "render");
+    char *s = glm_tpl_output_join(&o, NULL);
+    CHECK(s && !strcmp(s, "[gMASK]<sop><|user|>\nhi<|assistant|>"), "generation prompt: %s", s ? s : "");
+    free(s);
+    glm_tpl_output_free(&o);
+    json_decref(m);
+    glm_template_free(t);
+}
+
+int main(void) {
+    const char *shared = check_shared();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/glm4-tokenizer", shared);
+    glm_status st = glm_tokenizer_load(path, &tok);
+    CHECK(st == GLM_OK, "load tokenizer %s: %s", path, glm_errmsg());
+    if (st != GLM_OK) return check_summary("test_chat");
+    st = glm_chat_template_load(tok, NULL, &tpl);
+    CHECK(st == GLM_OK, "chat template: %s", glm_errmsg());
+    if (st != GLM_OK) return check_summary("test_chat");
+
+    snprintf(path, sizeof path, "%s/fixtures/chat_golden.jsonl", shared);
+    char *data;
+    size_t len, n = 0;
+    json_t *tools_case = NULL;
+    CHECK(glm_read_file(path, &data, &len) == GLM_OK, "read %s", path);
+    char *save = NULL;
+    for (char *line = strtok_r(data, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *c = json_loads(line, 0, NULL);
+        CHECK(c != NULL, "bad JSON in %s", path);
+        if (!c) continue;
+        golden_case(c, ++n);
+        json_t *m0 = json_array_get(json_object_get(c, "messages"), 0);
+        if (json_object_get(m0, "tools") && !tools_case) tools_case = json_incref(c);
+        json_decref(c);
+    }
+    free(data);
+    CHECK(n == 6, "golden cases: %zu", n);
+    CHECK(tools_case != NULL, "a tools case");
+    test_plain_role_strings();
+    test_errors(shared);
+    test_9b_chat(shared, tools_case);
+    json_decref(tools_case);
+    glm_template_free(tpl);
+    glm_tokenizer_free(tok);
+    return check_summary("test_chat");
+}

@@ -1,0 +1,347 @@
+/* tests/tokenize/test_tokenizer.c: the GLM-4 tiktoken tokenizer against tiktoken's output
+ * (../shared/fixtures/tokenizer_golden.jsonl), round trips, a 1 MB single-piece run (no
+ * quadratic blow-up), a reference merge for long pieces, invalid input, concurrent use.
+ * usage: test_tokenizer [golden.jsonl]   (default $GLM_SHARED/fixtures/tokenizer_golden.jsonl) */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/fileio.h"
+#include "tests/check.h"
+#include "tokenize/bpe.h"
+#include "tokenize/tokenizer.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    char *text;
+    size_t len;
+    uint32_t *ids;
+    size_t n;
+} gcase;
+
+static GLM_VEC(gcase) cases;
+
+static void load_golden(const char *path) {
+    char *data;
+    size_t len;
+    glm_status st = glm_read_file(path, &data, &len);
+    CHECK(st == GLM_OK, "read %s: %s", path, glm_errmsg());
+    if (st) return;
+    size_t line = 0;
+    for (char *p = data; p < data + len;) {
+        char *nl = memchr(p, '\n', (size_t)(data + len - p));
+        size_t ll = nl ? (size_t)(nl - p) : (size_t)(data + len - p);
+        line++;
+        if (ll) {
+            json_error_t je;
+            json_t *j = json_loadb(p, ll, JSON_ALLOW_NUL, &je);
+            CHECK(j, "%s:%zu: %s", path, line, je.text);
+            if (j) {
+                json_t *t = json_object_get(j, "text"), *ids = json_object_get(j, "ids");
+                gcase c = {0};
+                c.len = json_string_length(t);
+                c.text = malloc(c.len + 1);
+                memcpy(c.text, json_string_value(t), c.len + 1);
+                c.n = json_array_size(ids);
+                c.ids = malloc((c.n + 1) * sizeof *c.ids);
+                for (size_t i = 0; i < c.n; i++) c.ids[i] = (uint32_t)json_integer_value(json_array_get(ids, i));
+                glm_vec_push(cases, c);
+                json_decref(j);
+            }
+        }
+        p += ll + 1;
+    }
+    free(data);
+}
+
+/* tiktoken's merge loop written independently of bpe.c (O(n^2), reference only). */
+static void ref_merge(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out) {
+    size_t *start = malloc((n + 1) * sizeof *start), m = n + 1;
+    for (size_t i = 0; i <= n; i++) start[i] = i;
+    for (;;) {
+        int64_t best = -1;
+        size_t bi = 0;
+        for (size_t i = 0; i + 2 < m; i++) {
+            int64_t r = glm_bpe_rank(b, s + start[i], start[i + 2] - start[i]);
+            if (r >= 0 && (best < 0 || r < best)) best = r, bi = i;
+        }
+        if (best < 0) break;
+        memmove(start + bi + 1, start + bi + 2, (m - bi - 2) * sizeof *start);
+        m--;
+    }
+    for (size_t i = 0; i + 1 < m; i++) glm_vec_push(*out, (uint32_t)glm_bpe_rank(b, s + start[i], start[i + 1] - start[i]));
+    free(start);
+}
+
+static uint64_t lcg = 0x1234567;
+static uint32_t rnd(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(lcg >> 33);
+}
+static size_t put_utf8(char *o, uint32_t cp) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 63)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 63)); o[2] = (char)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 63));
+    o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* A text of about `bytes` bytes: Chinese characters drawn from the 600 most common-looking
+ * ones of the CJK block start (so merges happen), no spaces: one regex piece. */
+static char *cjk_text(size_t bytes, size_t *len) {
+    char *t = malloc(bytes + 8);
+    size_t n = 0;
+    while (n + 3 <= bytes) n += put_utf8(t + n, 0x4E00 + rnd() % 600);
+    t[n] = 0;
+    *len = n;
+    return t;
+}
+
+static int roundtrip(const glm_tokenizer *tok, const char *text, size_t len, const glm_u32vec *ids) {
+    glm_charvec dec = {0};
+    int ok = glm_tokenizer_decode(tok, ids->v, ids->n, &dec) == GLM_OK && dec.n == len &&
+             memcmp(dec.v, text, len) == 0;
+    glm_vec_free(dec);
+    return ok;
+}
+
+typedef struct {
+    const glm_tokenizer *tok;
+    size_t from, step;
+    int bad;
+} worker;
+
+static void *work(void *arg) {
+    worker *w = arg;
+    glm_u32vec ids = {0};
+    for (int rep = 0; rep < 3; rep++)
+        for (size_t i = w->from; i < cases.n; i += w->step) {
+            ids.n = 0;
+            gcase *c = &cases.v[i];
+            if (glm_tokenizer_encode(w->tok, c->text, c->len, &ids) != GLM_OK || ids.n != c->n ||
+                memcmp(ids.v, c->ids, c->n * sizeof *c->ids) != 0)
+                w->bad++;
+        }
+    glm_vec_free(ids);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *shared = check_shared();
+    char dir[4096], golden[4096];
+    snprintf(dir, sizeof dir, "%s/glm4-tokenizer", shared);
+    if (argc > 1) snprintf(golden, sizeof golden, "%s", argv[1]);
+    else snprintf(golden, sizeof golden, "%s/fixtures/tokenizer_golden.jsonl", shared);
+
+    glm_tokenizer *tok = NULL;
+    double t0 = now_s();
+    glm_status st = glm_tokenizer_load(dir, &tok);
+    CHECK(st == GLM_OK, "load %s: %s", dir, glm_errmsg());
+    if (st) return check_summary("test_tokenizer");
+    printf("load: %.3f s\n", now_s() - t0);
+
+    /* --- metadata */
+    CHECK(strcmp(glm_tokenizer_kind(tok), "tiktoken") == 0, "kind %s", glm_tokenizer_kind(tok));
+    CHECK(glm_tokenizer_vocab_size(tok) == 151343, "vocab %u", glm_tokenizer_vocab_size(tok));
+    CHECK(glm_tokenizer_n_special(tok) == 14, "n_special %zu", glm_tokenizer_n_special(tok));
+    static const struct { const char *s; int64_t id; } sp[] = {
+        {"<|endoftext|>", 151329}, {"[gMASK]", 151331}, {"<sop>", 151333}, {"<|system|>", 151335},
+        {"<|user|>", 151336}, {"<|assistant|>", 151337}, {"<|observation|>", 151338}, {"<|user|", -1}, {"", -1}};
+    for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) {
+        int64_t id = glm_tokenizer_special_id(tok, sp[i].s, strlen(sp[i].s));
+        CHECK(id == sp[i].id, "special %s: %lld, want %lld", sp[i].s, (long long)id, (long long)sp[i].id);
+    }
+    uint32_t id0;
+    const char *s0 = glm_tokenizer_special(tok, 0, &id0);
+    CHECK(s0 && strcmp(s0, "<|endoftext|>") == 0 && id0 == 151329, "special 0: %s %u", s0 ? s0 : "NULL", id0);
+    CHECK(glm_tokenizer_special(tok, 14, NULL) == NULL, "special 14 exists");
+    CHECK(glm_tokenizer_chat_template(tok) && strstr(glm_tokenizer_chat_template(tok), "[gMASK]<sop>"),
+          "chat template missing");
+    CHECK(strstr(glm_tokenizer_path(tok), "tokenizer.model") != NULL, "path %s", glm_tokenizer_path(tok));
+    glm_tokenizer *tok2 = NULL;
+    char file[4200];
+    snprintf(file, sizeof file, "%s/tokenizer.model", dir);
+    CHECK(glm_tokenizer_load(file, &tok2) == GLM_OK, "load by file: %s", glm_errmsg());
+    if (tok2) {
+        CHECK(glm_tokenizer_fingerprint(tok2) == glm_tokenizer_fingerprint(tok), "fingerprint differs");
+        CHECK(glm_tokenizer_n_special(tok2) == 14, "config not found next to the file");
+        glm_tokenizer_free(tok2);
+    }
+    printf("fingerprint: %016llx\n", (unsigned long long)glm_tokenizer_fingerprint(tok));
+
+    /* --- golden cases */
+    load_golden(golden);
+    CHECK(cases.n >= 40, "only %zu golden cases", cases.n);
+    size_t bad_enc = 0, bad_dec = 0, bytes = 0;
+    glm_u32vec ids = {0};
+    t0 = now_s();
+    for (size_t i = 0; i < cases.n; i++) {
+        gcase *c = &cases.v[i];
+        ids.n = 0;
+        st = glm_tokenizer_encode(tok, c->text, c->len, &ids);
+        bytes += c->len;
+        if (st != GLM_OK || ids.n != c->n || memcmp(ids.v, c->ids, c->n * sizeof *c->ids) != 0) {
+            if (bad_enc++ < 5) {
+                fprintf(stderr, "golden case %zu (%zu bytes) \"%.80s\": got %zu ids, want %zu\n", i + 1, c->len,
+                        c->text, ids.n, c->n);
+                for (size_t k = 0; k < ids.n || k < c->n; k++) {
+                    if (k < ids.n && k < c->n && ids.v[k] == c->ids[k]) continue;
+                    fprintf(stderr, "  first difference at %zu: got %d want %d\n", k,
+                            k < ids.n ? (int)ids.v[k] : -1, k < c->n ? (int)c->ids[k] : -1);
+                    break;
+                }
+            }
+        }
+        glm_charvec dec = {0};
+        if (glm_tokenizer_decode(tok, c->ids, c->n, &dec) != GLM_OK || dec.n != c->len ||
+            memcmp(dec.v, c->text, c->len) != 0)
+            bad_dec++;
+        glm_vec_free(dec);
+    }
+    double dt = now_s() - t0;
+    CHECK(bad_enc == 0, "%zu of %zu golden cases encode differently", bad_enc, cases.n);
+    CHECK(bad_dec == 0, "%zu of %zu golden cases do not decode to their text", bad_dec, cases.n);
+    printf("golden: %zu cases, %zu bytes, %zu encode mismatches, %zu decode mismatches (%.1f MB/s incl. decode)\n",
+           cases.n, bytes, bad_enc, bad_dec, bytes / dt / 1e6);
+
+    /* --- special strings are plain text */
+    ids.n = 0;
+    CHECK(glm_tokenizer_encode(tok, "<|user|>hi[gMASK]", 17, &ids) == GLM_OK, "%s", glm_errmsg());
+    for (size_t i = 0; i < ids.n; i++) CHECK(ids.v[i] < 151329, "special id %u from plain text", ids.v[i]);
+    uint32_t spids[2] = {151336, 151331};
+    glm_charvec dec = {0};
+    CHECK(glm_tokenizer_decode(tok, spids, 2, &dec) == GLM_OK && dec.n == 15 && memcmp(dec.v, "<|user|>[gMASK]", 15) == 0,
+          "special decode");
+    glm_vec_free(dec);
+
+    /* --- long pieces: heap merge vs the reference loop, on 100..400-byte CJK pieces */
+    const glm_bpe *bpe = NULL;
+    glm_bpe *own = NULL;
+    {
+        char *data;
+        size_t len;
+        if (glm_read_file(file, &data, &len) == GLM_OK) {
+            CHECK(glm_bpe_load(file, data, len, &own) == GLM_OK, "%s", glm_errmsg());
+            free(data);
+            bpe = own;
+        }
+    }
+    for (int k = 0; bpe && k < 30; k++) {
+        size_t len;
+        char *t = cjk_text(100 + rnd() % 300, &len);
+        glm_u32vec a = {0}, r = {0};
+        CHECK(glm_tokenizer_encode(tok, t, len, &a) == GLM_OK, "%s", glm_errmsg());
+        ref_merge(bpe, (const uint8_t *)t, len, &r);
+        CHECK(a.n == r.n && memcmp(a.v, r.v, a.n * 4) == 0, "heap merge differs from the reference on %zu bytes", len);
+        glm_vec_free(a);
+        glm_vec_free(r);
+        free(t);
+    }
+    glm_bpe_free(own);
+
+    /* --- 1 MB single pieces: CJK (PCRE2 + heap merge), ASCII letters, Latin-1 letters, spaces */
+    {
+        size_t len;
+        char *t = cjk_text(1 << 20, &len);
+        ids.n = 0;
+        t0 = now_s();
+        st = glm_tokenizer_encode(tok, t, len, &ids);
+        dt = now_s() - t0;
+        CHECK(st == GLM_OK, "%s", glm_errmsg());
+        CHECK(dt < 5.0, "1 MB CJK piece took %.2f s (quadratic?)", dt);
+        CHECK(roundtrip(tok, t, len, &ids), "1 MB CJK round trip");
+        printf("1 MB CJK piece: %zu ids in %.3f s\n", ids.n, dt);
+        free(t);
+        const char *units[] = {"a", "\xc3\xa9", " ", "\xe3\x80\x80" /* U+3000 ideographic space */, "7"};
+        for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
+            size_t ul = strlen(units[u]), n = (1 << 20) / ul;
+            char *b = malloc(n * ul);
+            for (size_t i = 0; i < n; i++) memcpy(b + i * ul, units[u], ul);
+            ids.n = 0;
+            t0 = now_s();
+            st = glm_tokenizer_encode(tok, b, n * ul, &ids);
+            dt = now_s() - t0;
+            CHECK(st == GLM_OK, "1 MB of U+%s: %s", units[u], glm_errmsg());
+            CHECK(dt < 5.0, "1 MB run of \"%s\" took %.2f s", units[u], dt);
+            CHECK(roundtrip(tok, b, n * ul, &ids), "1 MB run of \"%s\" round trip", units[u]);
+            printf("1 MB run of \"%s\": %zu ids in %.3f s\n", units[u], ids.n, dt);
+            free(b);
+        }
+    }
+
+    /* --- invalid UTF-8 is rejected and leaves the output alone */
+    static const char *badutf[] = {"ok\xff", "\xc0\x80", "\xed\xa0\x80", "ab\xe4\xbd", "\xf4\x90\x80\x80", "\x80"};
+    for (size_t i = 0; i < sizeof badutf / sizeof *badutf; i++) {
+        ids.n = 1;
+        ids.v[0] = 7;
+        st = glm_tokenizer_encode(tok, badutf[i], strlen(badutf[i]), &ids);
+        CHECK(st == GLM_ERR_FORMAT, "invalid UTF-8 case %zu accepted (%d)", i, st);
+        CHECK(ids.n == 1 && ids.v[0] == 7, "output changed on error");
+        CHECK(strstr(glm_errmsg(), "offset") != NULL, "message lacks the offset: %s", glm_errmsg());
+    }
+    ids.n = 0;
+    CHECK(glm_tokenizer_encode(tok, "a\0b", 3, &ids) == GLM_OK && ids.n >= 2, "embedded NUL");
+
+    /* --- decode of out-of-range ids */
+    uint32_t badid[3] = {100, 151343, 5};
+    dec = (glm_charvec){0};
+    st = glm_tokenizer_decode(tok, badid, 3, &dec);
+    CHECK(st == GLM_ERR_ARG, "out-of-range id accepted (%d)", st);
+    CHECK(strstr(glm_errmsg(), "151343") != NULL, "message does not name the id: %s", glm_errmsg());
+    CHECK(dec.n == 0, "output changed on error");
+    uint32_t big = 0xffffffffu;
+    CHECK(glm_tokenizer_decode(tok, &big, 1, &dec) == GLM_ERR_ARG, "id 2^32-1 accepted");
+    glm_vec_free(dec);
+
+    /* --- concurrent encoding on one tokenizer */
+    {
+        enum { NT = 4 };
+        pthread_t th[NT];
+        worker w[NT];
+        for (int i = 0; i < NT; i++) {
+            w[i] = (worker){tok, (size_t)i, NT, 0};
+            pthread_create(&th[i], NULL, work, &w[i]);
+        }
+        int bad = 0;
+        for (int i = 0; i < NT; i++) pthread_join(th[i], NULL), bad += w[i].bad;
+        CHECK(bad == 0, "%d mismatches when encoding from %d threads", bad, NT);
+    }
+
+    /* --- load errors */
+    glm_tokenizer *x = NULL;
+    CHECK(glm_tokenizer_load("/nonexistent/dir", &x) == GLM_ERR_IO && !x, "missing path");
+    char tmpl[] = "/tmp/glm_tok_XXXXXX";
+    if (mkdtemp(tmpl)) {
+        char p[256];
+        snprintf(p, sizeof p, "%s/tokenizer.model", tmpl);
+        glm_write_file_atomic(p, "this is not a tokenizer\n", 24);
+        CHECK(glm_tokenizer_load(tmpl, &x) == GLM_ERR_FORMAT, "garbage accepted");
+        printf("garbage: %s\n", glm_errmsg());
+        const char *badb64 = "IQ== 0\nIg== 1\n!!!! 2\n";
+        glm_write_file_atomic(p, badb64, strlen(badb64));
+        CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT && strstr(glm_errmsg(), ":3:"), "bad base64: %s", glm_errmsg());
+        const char *dup = "IQ== 0\nIQ== 1\n";
+        glm_write_file_atomic(p, dup, strlen(dup));
+        CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT, "duplicate token accepted");
+        printf("duplicate: %s\n", glm_errmsg());
+        glm_rmtree(tmpl);
+    }
+
+    for (size_t i = 0; i < cases.n; i++) free(cases.v[i].text), free(cases.v[i].ids);
+    glm_vec_free(cases);
+    glm_vec_free(ids);
+    glm_tokenizer_free(tok);
+    return check_summary("test_tokenizer");
+}

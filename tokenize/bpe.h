@@ -1,0 +1,51 @@
+/* tokenize/bpe.h (internal to tokenize/): tiktoken-style byte-level BPE with the GLM-4 split
+ * regex. Used by tokenizer.c; not a public interface. */
+#ifndef GLM_TOKENIZE_BPE_H
+#define GLM_TOKENIZE_BPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "common/vec.h"
+
+typedef struct glm_bpe glm_bpe;
+
+/* The GLM-4 split pattern, exactly as in ../shared/fixtures/README.md (tiktoken's pat_str). */
+extern const char glm_bpe_glm4_pattern[];
+
+/* The pattern actually compiled: glm_bpe_glm4_pattern with \p{L}, \p{N} and \s spelled out
+ * so that PCRE2 10.42's Unicode tables agree with tiktoken's (see bpe.c). */
+const char *glm_bpe_pcre2_pattern(void);
+
+/* True when `data` looks like a tiktoken BPE file: its first line matches
+ * ^[A-Za-z0-9+/=]+ [0-9]+$ (a base64 token, one space, a decimal rank). */
+bool glm_bpe_detect(const char *data, size_t len);
+
+/* Parses a tiktoken BPE file (lines "base64(token) rank", LF or CRLF, blank lines ignored) held
+ * in data[0..len) and compiles the GLM-4 split regex (PCRE2, UTF+UCP, JIT).
+ * `path` only names the file in messages. Errors: GLM_ERR_FORMAT (bad base64, bad rank,
+ * duplicate token or rank; the message gives the line number), GLM_ERR_NOMEM,
+ * GLM_ERR_INTERNAL (the regex fails to compile). */
+glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe **out);
+void glm_bpe_free(glm_bpe *b);
+
+/* Max rank + 1 (ids above are unassigned in the BPE table). */
+uint32_t glm_bpe_n_ranks(const glm_bpe *b);
+
+/* The bytes of token `id`; false if `id` is not a rank in the table. */
+bool glm_bpe_token(const glm_bpe *b, uint32_t id, const char **bytes, size_t *n);
+
+/* Rank of the byte string s[0..n), or -1 if it is not a token. */
+int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n);
+
+/* Ordinary text -> ids appended to *out; text must already be valid UTF-8 (the caller checks:
+ * glm_utf8_check). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (regex engine error). */
+glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u32vec *out);
+
+/* Strict UTF-8 validation (no overlongs, no surrogates, <= U+10FFFF). Returns len when valid,
+ * else the byte offset of the first invalid sequence. */
+size_t glm_utf8_check(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,236 @@
+/* tokenize/chat.c: GLM-4 chat encoding for training. See chat.h. */
+#include "tokenize/chat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fileio.h"
+
+static const char *const known_roles[] = {"system", "user", "assistant", "observation", NULL};
+
+/* Checks one message's shape; i is its index (0-based) for the message. */
+static glm_status check_message(json_t *m, size_t i) {
+    if (!json_is_object(m))
+        return glm_err(GLM_ERR_FORMAT, "message %zu is not a JSON object; hint: messages look like {\"role\": \"user\", \"content\": \"...\"}", i);
+    json_t *role = json_object_get(m, "role");
+    if (!json_is_string(role))
+        return glm_err(GLM_ERR_FORMAT, "message %zu: \"role\" is missing or not a string; hint: use one of system, user, assistant, observation", i);
+    int ok = 0;
+    for (int k = 0; known_roles[k]; k++) ok |= !strcmp(json_string_value(role), known_roles[k]);
+    if (!ok)
+        return glm_err(GLM_ERR_FORMAT, "message %zu: unknown role \"%s\"; hint: GLM-4 knows system, user, assistant, observation (map \"tool\" to observation, \"human\"/\"gpt\" to user/assistant)",
+                       i, json_string_value(role));
+    json_t *c = json_object_get(m, "content");
+    if (c && !json_is_string(c) && !json_is_null(c))
+        return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"content\" must be a string, not %s; hint: multimodal content lists are not supported, join the text parts",
+                       i, json_string_value(role), json_is_array(c) ? "a list" : json_is_object(c) ? "an object" : "a number/bool");
+    json_t *md = json_object_get(m, "metadata");
+    if (md && !json_is_string(md) && !json_is_null(md))
+        return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"metadata\" must be a string (the tool name of a call)", i, json_string_value(role));
+    json_t *tools = json_object_get(m, "tools");
+    if (tools && !json_is_array(tools) && !json_is_null(tools))
+        return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"tools\" must be a list", i, json_string_value(role));
+    return GLM_OK;
+}
+
+glm_status glm_chat_render(const glm_template *tpl, json_t *messages, int add_generation_prompt, glm_tpl_output *out) {
+    if (!json_is_array(messages)) return glm_err(GLM_ERR_FORMAT, "messages must be a JSON array of {role, content} objects");
+    for (size_t i = 0; i < json_array_size(messages); i++) GLM_TRY(check_message(json_array_get(messages, i), i));
+    json_t *vars = json_pack("{sOsb}", "messages", messages, "add_generation_prompt", add_generation_prompt != 0);
+    if (!vars) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_status st = glm_template_render(tpl, vars, out);
+    json_decref(vars);
+    return st;
+}
+
+/* Where segment boundaries fall in the concatenated text, to ask "which segment holds byte k". */
+typedef struct {
+    size_t *start; /* start[i] = offset of segment i; start[n] = total length */
+    size_t n;
+} segmap;
+
+static size_t seg_of(const segmap *m, size_t off) {
+    size_t lo = 0, hi = m->n; /* find the last i with start[i] <= off */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (m->start[mid] <= off) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output *o, glm_u32vec *ids) {
+    size_t n0 = ids->n, total = 0;
+    for (size_t i = 0; i < o->n; i++) total += o->seg[i].len;
+    char *text = malloc(total + 1);
+    segmap m = {malloc((o->n + 1) * sizeof(size_t)), o->n};
+    if (!text || !m.start) {
+        free(text);
+        free(m.start);
+        return glm_err(GLM_ERR_NOMEM, "out of memory encoding a chat");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        m.start[i] = k;
+        memcpy(text + k, o->seg[i].text, o->seg[i].len);
+        k += o->seg[i].len;
+    }
+    m.start[o->n] = k;
+    text[k] = 0;
+    /* The specials, and which bytes can start one. */
+    size_t ns = glm_tokenizer_n_special(tok);
+    unsigned char first[256] = {0};
+    for (size_t s = 0; s < ns; s++) {
+        const char *sp = glm_tokenizer_special(tok, s, NULL);
+        if (sp && sp[0]) first[(unsigned char)sp[0]] = 1;
+    }
+    glm_status st = GLM_OK;
+    size_t run = 0, p = 0;
+    while (p < total && st == GLM_OK) {
+        if (!first[(unsigned char)text[p]]) { p++; continue; }
+        size_t best_len = 0;
+        uint32_t best_id = 0;
+        for (size_t s = 0; s < ns; s++) {
+            uint32_t id;
+            const char *sp = glm_tokenizer_special(tok, s, &id);
+            size_t l = sp ? strlen(sp) : 0;
+            if (l > best_len && l <= total - p && !memcmp(text + p, sp, l)) { best_len = l; best_id = id; }
+        }
+        if (best_len) {
+            size_t a = seg_of(&m, p), b = seg_of(&m, p + best_len - 1);
+            if (a == b && !o->seg[a].literal) best_len = 0; /* typed by a user: plain text */
+        }
+        if (!best_len) { p++; continue; }
+        if (p > run) st = glm_tokenizer_encode(tok, text + run, p - run, ids);
+        if (st == GLM_OK) st = glm_vec_push(*ids, best_id);
+        p += best_len;
+        run = p;
+    }
+    if (st == GLM_OK && total > run) st = glm_tokenizer_encode(tok, text + run, total - run, ids);
+    free(text);
+    free(m.start);
+    if (st != GLM_OK) ids->n = n0;
+    return st;
+}
+
+/* Renders messages=[m] (or [] when m is NULL) and encodes it. */
+static glm_status render_ids(const glm_tokenizer *tok, const glm_template *tpl, json_t *m, glm_u32vec *ids) {
+    json_t *list = m ? json_pack("[O]", m) : json_array();
+    if (!list) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_tpl_output o = {0};
+    glm_status st = glm_chat_render(tpl, list, 0, &o);
+    if (st == GLM_OK) st = glm_chat_encode_output(tok, &o, ids);
+    glm_tpl_output_free(&o);
+    json_decref(list);
+    return st;
+}
+
+glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, json_t *messages,
+                           glm_train_on train_on, glm_u32vec *ids, glm_u8vec *targets) {
+    if (!tok || !tpl || !ids || !targets) return glm_err(GLM_ERR_ARG, "glm_chat_encode: NULL argument");
+    if (!json_is_array(messages)) return glm_err(GLM_ERR_FORMAT, "messages must be a JSON array of {role, content} objects");
+    size_t nmsg = json_array_size(messages);
+    for (size_t i = 0; i < nmsg; i++) GLM_TRY(check_message(json_array_get(messages, i), i));
+    int64_t end_id = glm_tokenizer_special_id(tok, "<|user|>", 8);
+    if (end_id < 0)
+        return glm_err(GLM_ERR_MISMATCH, "the tokenizer has no <|user|> special token to end the last turn; hint: use a GLM-4 tokenizer (tokenizer_config.json added_tokens_decoder)");
+    /* Which assistant message counts for training. */
+    size_t last_asst = (size_t)-1;
+    for (size_t i = 0; i < nmsg; i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(messages, i), "role")), "assistant")) last_asst = i;
+
+    size_t n0 = ids->n, t0 = targets->n;
+    glm_u32vec prefix = {0}, one = {0};
+    glm_status st = render_ids(tok, tpl, NULL, &prefix);
+    int prev_counted = 0; /* does the token before the next one belong to a counted message? */
+    if (st == GLM_OK) st = glm_vec_reserve(*ids, prefix.n);
+    if (st == GLM_OK) st = glm_vec_reserve(*targets, prefix.n);
+    if (st == GLM_OK) {
+        for (size_t i = 0; i < prefix.n; i++) {
+            ids->v[ids->n++] = prefix.v[i];
+            targets->v[targets->n++] = 0;
+        }
+    }
+    for (size_t i = 0; i < nmsg && st == GLM_OK; i++) {
+        json_t *m = json_array_get(messages, i);
+        one.n = 0;
+        st = render_ids(tok, tpl, m, &one);
+        if (st != GLM_OK) {
+            glm_err_context(st, "message %zu", i);
+            break;
+        }
+        if (one.n < prefix.n || memcmp(one.v, prefix.v, prefix.n * sizeof(uint32_t)) != 0) {
+            st = glm_err(GLM_ERR_MISMATCH, "message %zu: the chat template's render of this message does not start with what it renders for no messages (%zu ids); hint: glmtune splits conversations per message, so the template's preamble must not depend on the messages",
+                         i, prefix.n);
+            break;
+        }
+        const char *role = json_string_value(json_object_get(m, "role"));
+        int counted = !strcmp(role, "assistant") && (train_on == GLM_TRAIN_ALL || i == last_asst);
+        size_t add = one.n - prefix.n;
+        if ((st = glm_vec_reserve(*ids, add)) != GLM_OK || (st = glm_vec_reserve(*targets, add)) != GLM_OK) break;
+        for (size_t k = prefix.n; k < one.n; k++) {
+            ids->v[ids->n++] = one.v[k];
+            targets->v[targets->n++] = (uint8_t)prev_counted;
+            prev_counted = counted;
+        }
+    }
+    if (st == GLM_OK) {
+        st = glm_vec_push(*ids, (uint32_t)end_id);
+        if (st == GLM_OK) st = glm_vec_push(*targets, (uint8_t)prev_counted);
+    }
+    free(prefix.v);
+    free(one.v);
+    if (st != GLM_OK) {
+        ids->n = n0;
+        targets->n = t0;
+    }
+    return st;
+}
+
+glm_status glm_chat_template_load(const glm_tokenizer *tok, const char *path, glm_template **out) {
+    if (!path) {
+        const char *src = tok ? glm_tokenizer_chat_template(tok) : NULL;
+        if (!src)
+            return glm_err(GLM_ERR_FORMAT, "%s: tokenizer_config.json has no \"chat_template\"; hint: pass a template file (.jinja, or a tokenizer_config.json that has one)",
+                           tok ? glm_tokenizer_path(tok) : "(no tokenizer)");
+        char name[4200];
+        snprintf(name, sizeof name, "%s (chat_template)", glm_tokenizer_path(tok));
+        return glm_template_parse(src, name, out);
+    }
+    char *data;
+    size_t len;
+    GLM_TRY(glm_read_file(path, &data, &len));
+    if (strlen(data) != len) {
+        free(data);
+        return glm_err(GLM_ERR_FORMAT, "%s: contains a NUL byte; hint: a chat template is UTF-8 text", path);
+    }
+    size_t pl = strlen(path);
+    glm_status st;
+    if (pl >= 5 && !strcmp(path + pl - 5, ".json")) {
+        json_error_t je;
+        json_t *root = json_loadb(data, len, 0, &je);
+        free(data);
+        if (!root)
+            return glm_err(GLM_ERR_FORMAT, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
+        json_t *ct = json_object_get(root, "chat_template");
+        if (json_is_array(ct)) { /* [{"name": "default", "template": "..."}, ...] */
+            json_t *pick = NULL;
+            for (size_t i = 0; i < json_array_size(ct); i++) {
+                json_t *e = json_array_get(ct, i);
+                const char *nm = json_string_value(json_object_get(e, "name"));
+                if (nm && !strcmp(nm, "default")) pick = json_object_get(e, "template");
+            }
+            ct = pick;
+        }
+        if (!json_is_string(ct)) {
+            json_decref(root);
+            return glm_err(GLM_ERR_FORMAT, "%s: no \"chat_template\" string; hint: pass a .jinja file with the template text", path);
+        }
+        st = glm_template_parse(json_string_value(ct), path, out);
+        json_decref(root);
+        return st;
+    }
+    st = glm_template_parse(data, path, out);
+    free(data);
+    return st;
+}

@@ -1,0 +1,31 @@
+/* tokenize/tojson.h: JSON and number text exactly as Python prints them.
+ *
+ * Chat templates call `tojson`, which transformers defines as
+ * json.dumps(x, ensure_ascii=False, indent=indent); the tool blocks of GLM-4's template are
+ * rendered with it, so its bytes become training tokens and must match Python byte for byte. */
+#ifndef GLM_TOKENIZE_TOJSON_H
+#define GLM_TOKENIZE_TOJSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Python's repr(float) for `d` into buf (NUL-terminated; 32 bytes are always enough):
+ * the shortest decimal string that reads back as the same double (IEEE-754 binary64),
+ * fixed notation with ".0" when the decimal exponent e (d = m x 10^e, 1 <= |m| < 10) lies in
+ * [-4, 16), else "1e-05" / "1.5e+100" style (sign and >= 2 exponent digits).
+ * Non-finite values: "inf", "-inf", "nan" (Python's repr); json.dumps' names are produced by
+ * glm_tojson. Returns buf. */
+char *glm_py_float_repr(double d, char buf[32]);
+
+/* The text of json.dumps(v, ensure_ascii=False, indent=indent) in a malloc'd NUL-terminated
+ * string (caller frees), or NULL when out of memory or v is NULL.
+ *   indent < 0: one line, separators ", " and ": " (json.dumps' default, indent=None);
+ *   indent >= 0: one element per line, indented by `indent` spaces per level, separators ","
+ *                and ": ", empty lists/objects as [] / {}.
+ * Object keys keep the input's order (jansson keeps insertion order). Strings: '"', '\\',
+ * \n \r \t \b \f escaped by name, other bytes < 0x20 as \u00XX, everything else (non-ASCII
+ * UTF-8, 0x7f) as is. Integers as integers; reals as Python's float repr (1.0, 1e-05, 0.1),
+ * non-finite reals as Infinity, -Infinity, NaN. */
+char *glm_tojson(json_t *v, int indent);
+
+#endif

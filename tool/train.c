@@ -1,0 +1,471 @@
+/* tool/train.c: the training loop (DESIGN.md §2, §4).
+ *
+ * One optimizer step = one global batch = per_device_train_batch_size x
+ * gradient_accumulation_steps x world rows. The loss of a step is the sum of target-token
+ * cross-entropies over the whole global batch divided by its number of target tokens, so
+ * 1 x B x 2 accumulation == 2B in one micro-batch == 2 ranks x B. Gradients are accumulated
+ * over the micro-batches (each scaled by 1/N_global), all-reduced, clipped by global norm, and
+ * applied by AdamW with the scheduled learning rate. A step whose loss or gradient norm is not
+ * finite is skipped and counted; max_nonfinite such steps in a row abort the run. */
+#define _GNU_SOURCE
+#include "train.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/progress.h"
+#include "common/rng.h"
+#include "dataset/loader.h"
+#include "kernels/backend.h"
+#include "lora/checkpoint.h"
+#include "lora/export.h"
+#include "lora/lora.h"
+#include "lora/metrics.h"
+#include "lora/model.h"
+#include "lora/optim.h"
+#include "lora/safetensors.h"
+#include "tokenize/tokenizer.h"
+
+/* Host buffers for one micro-batch of B rows. */
+typedef struct {
+    int B, T;
+    uint32_t *ids;
+    uint8_t *targets;
+    int32_t *pos, *doc;
+} batch_buf;
+
+static glm_status batch_alloc(batch_buf *b, int B, int T) {
+    b->B = B;
+    b->T = T;
+    size_t n = (size_t)B * T;
+    b->ids = malloc(4 * n);
+    b->targets = malloc(n);
+    b->pos = malloc(4 * n);
+    b->doc = malloc(4 * n);
+    if (!b->ids || !b->targets || !b->pos || !b->doc) return glm_err(GLM_ERR_NOMEM, "out of memory for a batch");
+    return GLM_OK;
+}
+
+static void batch_free(batch_buf *b) {
+    free(b->ids);
+    free(b->targets);
+    free(b->pos);
+    free(b->doc);
+}
+
+/* Fills the first n rows of the buffer; returns the glm_batch view of them. */
+static glm_batch batch_fill(batch_buf *b, const glm_loader *l, const uint64_t *rows, int n) {
+    for (int i = 0; i < n; i++)
+        glm_loader_row(l, rows[i], b->ids + (size_t)i * b->T, b->targets + (size_t)i * b->T, b->pos + (size_t)i * b->T,
+                       b->doc + (size_t)i * b->T, NULL);
+    return (glm_batch){n, b->T, b->ids, b->targets, b->pos, b->doc};
+}
+
+/* Checks, before training, that the shards fit the model: token ids inside the vocabulary,
+ * the tokenizer the shards were made with is the model's, the sequence length expected. */
+static glm_status check_data(const glm_loader *l, const char *what, const glm_model *m, const char *model_dir,
+                             int64_t want_seq_len) {
+    const glm_config *c = &m->cfg;
+    if (want_seq_len > 0 && (int64_t)l->T != want_seq_len)
+        return glm_err(GLM_ERR_MISMATCH, "%s: the shards have rows of %u tokens, but the settings ask for seq_len %lld; "
+                       "hint: re-run glmtune tokenize --seq-len %lld, or drop the seq_len/cutoff_len setting",
+                       what, l->T, (long long)want_seq_len, (long long)want_seq_len);
+    if (l->vocab_size > (uint32_t)c->V)
+        return glm_err(GLM_ERR_MISMATCH, "%s: the shards' tokenizer has %u ids but the model's vocabulary has %d; hint: "
+                       "tokenize with the model's own tokenizer", what, l->vocab_size, c->V);
+    for (size_t k = 0; k < l->n_shards; k++) {
+        const glm_shard *sh = &l->shards[k];
+        uint64_t n = (uint64_t)sh->n_rows * sh->seq_len;
+        for (uint64_t i = 0; i < n; i++)
+            if (sh->ids[i] >= (uint32_t)c->V)
+                return glm_err(GLM_ERR_MISMATCH, "%s: token id %u at token %llu is outside the model's vocabulary (%d); "
+                               "hint: the shards were made for another model", sh->path, sh->ids[i],
+                               (unsigned long long)i, c->V);
+    }
+    /* tokenizer fingerprint: the model directory's tokenizer, when it has one */
+    char *tm = glm_path_join(model_dir, "tokenizer.model");
+    bool has_tok = glm_is_file(tm);
+    free(tm);
+    if (!has_tok || l->fingerprint == 0) {
+        glm_log_info("%s: %s; the tokenizer check is skipped", what,
+                     l->fingerprint == 0 ? "pre-tokenized shards carry no tokenizer fingerprint"
+                                         : "the model directory has no tokenizer.model");
+        return GLM_OK;
+    }
+    glm_tokenizer *tok;
+    GLM_TRY(glm_tokenizer_load(model_dir, &tok));
+    uint64_t fp = glm_tokenizer_fingerprint(tok);
+    glm_tokenizer_free(tok);
+    if (fp != l->fingerprint)
+        return glm_err(GLM_ERR_MISMATCH, "%s: the shards were made with another tokenizer (fingerprint %016llx) than the "
+                       "model's %s/tokenizer.model (%016llx); hint: re-run glmtune tokenize --tokenizer %s",
+                       what, (unsigned long long)l->fingerprint, model_dir, (unsigned long long)fp, model_dir);
+    return GLM_OK;
+}
+
+/* Mean loss over every row of the eval split (forward only). */
+static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, double *loss) {
+    double sum = 0;
+    int64_t nt = 0;
+    uint64_t *rows = malloc(sizeof(uint64_t) * (size_t)bb->B);
+    glm_status s = GLM_OK;
+    for (uint64_t r0 = 0; r0 < ev->n_rows && s == GLM_OK; r0 += (uint64_t)bb->B) {
+        int n = (int)((ev->n_rows - r0) < (uint64_t)bb->B ? ev->n_rows - r0 : (uint64_t)bb->B);
+        for (int i = 0; i < n; i++) rows[i] = r0 + (uint64_t)i;
+        glm_batch b = batch_fill(bb, ev, rows, n);
+        double ls = 0;
+        int64_t k = 0;
+        s = glm_model_step(m, lora, &b, 0.0f, 0, 0, 0, &ls, &k);
+        sum += ls;
+        nt += k;
+    }
+    free(rows);
+    *loss = nt ? sum / (double)nt : NAN;
+    return s;
+}
+
+static glm_status dump_grads(const char *path, const glm_param *p, int n) {
+    glm_st_tensor *t = calloc((size_t)n, sizeof *t);
+    char **names = calloc((size_t)n, sizeof *names);
+    glm_status s = GLM_OK;
+    for (int i = 0; i < n && s == GLM_OK; i++) {
+        if (asprintf(&names[i], "base_model.model.%s", p[i].name) < 0) s = glm_err(GLM_ERR_NOMEM, "out of memory");
+        t[i] = (glm_st_tensor){.name = names[i], .dtype = GLM_ST_F32, .ndim = 2, .shape = {p[i].shape[0], p[i].shape[1]},
+                               .numel = p[i].numel, .data = p[i].g, .nbytes = 4 * (size_t)p[i].numel};
+    }
+    if (s == GLM_OK) s = glm_st_write(path, t, (size_t)n, (const char *[]){"format", "pt"}, 1);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    free(t);
+    if (s == GLM_OK) glm_log_info("wrote the first step's gradients (before clipping) to %s", path);
+    return s;
+}
+
+/* Splits "a,b,c" into module names for adapter_config.json (the resolved target list). */
+static size_t target_names(const glm_lora *lora, const char **names) {
+    int n;
+    const char *const *all = glm_lora_module_names(lora->layout, &n);
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        if (lora->module_on[i]) names[k++] = all[i];
+    return k;
+}
+
+typedef struct {
+    glm_model *model;
+    glm_lora *lora;
+    glm_param *params;
+    int n_params;
+    glm_optim optim;
+    glm_sched sched;
+    glm_loader data, eval;
+    bool has_eval;
+    batch_buf bb;
+    json_t *history;
+    int64_t step, total_steps;
+    const char *targets[8];
+    glm_adapter_cfg acfg;
+    json_t *settings;
+} run_state;
+
+static json_t *loader_pos(const glm_loader *l) {
+    return json_pack("{s:I,s:I,s:I}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
+                     (json_int_t)l->n_rows);
+}
+
+static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
+    json_t *pos = loader_pos(&rs->data);
+    glm_ckpt_save_args a = {
+        .output_dir = ts->output_dir,
+        .step = rs->step,
+        .epoch = (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_rows,
+        .be = rs->model->be,
+        .params = rs->params,
+        .n_params = (size_t)rs->n_params,
+        .optim = &rs->optim,
+        .adapter = &rs->acfg,
+        .data_loader = pos,
+        .sched = &rs->sched,
+        .settings = rs->settings,
+        .log_history = rs->history,
+        .save_total_limit = (int)ts->save_total_limit,
+    };
+    char *dir = NULL;
+    glm_status s = glm_ckpt_save(&a, &dir);
+    if (s == GLM_OK) glm_log_info("step %lld: saved %s", (long long)rs->step, dir);
+    free(dir);
+    json_decref(pos);
+    return s;
+}
+
+/* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
+ * a checkpoint directory; or another output directory (its newest checkpoint). */
+static glm_status resume_path(const train_settings *ts, char **path) {
+    const char *r = ts->resume;
+    int64_t step;
+    if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) return glm_ckpt_latest(ts->output_dir, path, &step);
+    char *ts_json = glm_path_join(r, "trainer_state.json");
+    bool is_ckpt = glm_is_file(ts_json);
+    free(ts_json);
+    if (is_ckpt) {
+        *path = strdup(r);
+        return GLM_OK;
+    }
+    return glm_ckpt_latest(r, path, &step);
+}
+
+static glm_status restore(run_state *rs, const train_settings *ts) {
+    char *path = NULL;
+    GLM_TRY(resume_path(ts, &path));
+    glm_ckpt c;
+    glm_status s = glm_ckpt_load(path, &c);
+    if (s == GLM_OK) s = glm_ckpt_load_weights(&c, rs->model->be, rs->params, (size_t)rs->n_params, &rs->optim);
+    if (s == GLM_OK) {
+        json_t *dl = c.data_loader;
+        uint64_t rows = (uint64_t)json_integer_value(json_object_get(dl, "rows"));
+        if (rows != rs->data.n_rows)
+            s = glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained on data of %llu rows, --data has %llu; hint: "
+                        "resume with the same --data", path, (unsigned long long)rows, (unsigned long long)rs->data.n_rows);
+        else
+            s = glm_loader_seek(&rs->data, (uint64_t)json_integer_value(json_object_get(dl, "epoch")),
+                                (uint64_t)json_integer_value(json_object_get(dl, "cursor")));
+    }
+    if (s == GLM_OK) {
+        rs->step = c.step;
+        json_decref(rs->history);
+        rs->history = json_is_array(c.log_history) ? json_deep_copy(c.log_history) : json_array();
+        glm_log_info("resuming from %s (step %lld, epoch %.2f)", path, (long long)c.step, c.epoch);
+    }
+    glm_ckpt_free(&c);
+    free(path);
+    return s;
+}
+
+/* loss_curve.svg in the output directory from the logged history (train and eval loss). */
+static glm_status plot_history(const json_t *hist, const char *dir) {
+    size_t n = json_array_size(hist), nt = 0, ne = 0;
+    int64_t *ts_ = malloc(sizeof(int64_t) * (n + 1)), *es = malloc(sizeof(int64_t) * (n + 1));
+    double *tl = malloc(sizeof(double) * (n + 1)), *el = malloc(sizeof(double) * (n + 1));
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = json_array_get(hist, i);
+        int64_t step = json_integer_value(json_object_get(r, "step"));
+        if (json_object_get(r, "loss")) ts_[nt] = step, tl[nt++] = json_number_value(json_object_get(r, "loss"));
+        if (json_object_get(r, "eval_loss")) es[ne] = step, el[ne++] = json_number_value(json_object_get(r, "eval_loss"));
+    }
+    char *p = glm_path_join(dir, "loss_curve.svg");
+    glm_status s = glm_plot_loss_svg(p, ts_, tl, nt, es, el, ne);
+    free(p);
+    free(ts_);
+    free(es);
+    free(tl);
+    free(el);
+    return s;
+}
+
+static uint64_t mix64(uint64_t a, uint64_t b) {
+    uint64_t z = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static glm_status setup(run_state *rs, const train_settings *ts) {
+    const glm_backend *be = NULL;
+    if (!strcmp(ts->device, "cpu")) be = glm_backend_cpu();
+    else
+        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend; the CUDA backend "
+                       "comes with the GPU release; hint: --device cpu", ts->device);
+    GLM_TRY(glm_model_load(ts->model, be, ts->rope_theta, &rs->model));
+    GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
+    GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
+    if (ts->eval_data && *ts->eval_data) {
+        GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false));
+        GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
+        rs->has_eval = true;
+    }
+    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+                          ts->lora_target};
+    GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->seed, &rs->lora));
+    if (ts->init_adapter && *ts->init_adapter) GLM_TRY(glm_lora_load_peft(rs->lora, ts->init_adapter));
+    rs->params = glm_lora_params(rs->lora, &rs->n_params);
+    glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm};
+    GLM_TRY(glm_optim_init(&rs->optim, be, rs->params, (size_t)rs->n_params, &ac));
+    uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * be->world);
+    uint64_t steps_per_epoch = (rs->data.n_rows + global_rows - 1) / global_rows;
+    rs->total_steps = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)steps_per_epoch);
+    if (rs->total_steps <= 0)
+        return glm_err(GLM_ERR_ARG, "nothing to train: max_steps %lld, num_train_epochs %g; hint: --max-steps N",
+                       (long long)ts->max_steps, ts->num_train_epochs);
+    glm_sched_type st;
+    GLM_TRY(glm_sched_parse_type(ts->lr_scheduler_type, &st));
+    GLM_TRY(glm_sched_init(&rs->sched, st, ts->learning_rate, rs->total_steps, ts->warmup_steps, ts->warmup_ratio,
+                           ts->min_lr, 0));
+    GLM_TRY(batch_alloc(&rs->bb, (int)ts->per_device_train_batch_size, (int)rs->data.T));
+    size_t nt = target_names(rs->lora, rs->targets);
+    rs->acfg = (glm_adapter_cfg){rs->lora->r, rs->lora->alpha, rs->lora->dropout, rs->targets, nt,
+                                 rs->lora->use_rslora, ts->model};
+    json_error_t je;
+    rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
+    if (!rs->settings) rs->settings = json_object();
+    rs->history = json_array();
+    GLM_TRY(glm_mkdir_p(ts->output_dir));
+    glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
+                 glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
+                 rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
+    int64_t np = 0;
+    for (int i = 0; i < rs->n_params; i++) np += rs->params[i].numel;
+    glm_log_info("LoRA r=%d alpha=%g on %d modules (%lld trainable parameters); data: %llu rows x %u tokens "
+                 "(%llu targets); %lld steps of %llu rows (%llu steps per epoch)", rs->lora->r, rs->lora->alpha,
+                 rs->lora->n_sites, (long long)np, (unsigned long long)rs->data.n_rows, rs->data.T,
+                 (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows,
+                 (unsigned long long)steps_per_epoch);
+    if (ts->resume) GLM_TRY(restore(rs, ts));
+    return GLM_OK;
+}
+
+static void teardown(run_state *rs) {
+    batch_free(&rs->bb);
+    glm_optim_free(&rs->optim);
+    glm_lora_free(rs->lora);
+    glm_model_free(rs->model);
+    glm_loader_close(&rs->data);
+    if (rs->has_eval) glm_loader_close(&rs->eval);
+    json_decref(rs->history);
+    json_decref(rs->settings);
+}
+
+glm_status train_run(const train_settings *ts) {
+    run_state rs;
+    memset(&rs, 0, sizeof rs);
+    glm_status s = setup(&rs, ts);
+    glm_metrics mx;
+    bool mx_open = false;
+    if (s == GLM_OK && !ts->resume) { /* a fresh run: no metrics of an earlier run in this directory */
+        char *old = glm_path_join(ts->output_dir, "metrics.jsonl");
+        unlink(old);
+        free(old);
+    }
+    if (s == GLM_OK) s = glm_metrics_open(&mx, ts->output_dir, true);
+    mx_open = s == GLM_OK;
+    const glm_backend *be = rs.model ? rs.model->be : NULL;
+    int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
+    uint32_t global_rows = (uint32_t)(B * accum * (be ? be->world : 1));
+    uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
+    int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
+    double t_start = glm_now(), t_last = t_start, tokens_since = 0;
+    int64_t tokens_total = 0;
+    while (s == GLM_OK && rs.step < rs.total_steps) {
+        uint32_t got;
+        if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
+        /* this rank's rows of the global batch: rank r takes every world-th row */
+        int64_t n_global = 0;
+        for (uint32_t i = 0; i < got; i++) n_global += glm_loader_row_targets(&rs.data, rows[i]);
+        if ((s = glm_lora_zero_grads(rs.lora)) != GLM_OK) break;
+        double loss_sum = 0;
+        int64_t nt_seen = 0;
+        if (n_global == 0) {
+            glm_log_warn("step %lld: the batch has no target token; skipped (not logged as loss 0)", (long long)rs.step + 1);
+            rs.step++;
+            continue;
+        }
+        uint32_t n_mine = 0;
+        for (uint32_t i = (uint32_t)be->rank; i < got; i += (uint32_t)be->world) mine[n_mine++] = rows[i];
+        for (uint32_t m0 = 0, micro = 0; m0 < n_mine && s == GLM_OK; m0 += (uint32_t)B, micro++) {
+            int n = (int)(n_mine - m0 < (uint32_t)B ? n_mine - m0 : (uint32_t)B);
+            glm_batch b = batch_fill(&rs.bb, &rs.data, mine + m0, n);
+            double ls = 0;
+            int64_t k = 0;
+            uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs.step), micro);
+            s = glm_model_step(rs.model, rs.lora, &b, (float)(1.0 / (double)n_global), 1, ts->gradient_checkpointing,
+                               dseed, &ls, &k);
+            loss_sum += ls;
+            nt_seen += k;
+            tokens_total += (int64_t)n * rs.data.T;
+            tokens_since += (double)n * rs.data.T;
+        }
+        if (s != GLM_OK) break;
+        for (int i = 0; i < rs.n_params && s == GLM_OK; i++) s = be->all_reduce(be, rs.params[i].g, rs.params[i].numel);
+        if (s != GLM_OK) break;
+        if (ts->dump_grads && *ts->dump_grads && rs.step == start_step && start_step == 0)
+            if ((s = dump_grads(ts->dump_grads, rs.params, rs.n_params)) != GLM_OK) break;
+        double loss = loss_sum / (double)n_global, gnorm;
+        if ((s = glm_grad_norm(&rs.optim, rs.params, (size_t)rs.n_params, &gnorm)) != GLM_OK) break;
+        double lr = glm_lr_at(&rs.sched, rs.step);
+        rs.step++;
+        if (!isfinite(loss) || !isfinite(gnorm)) {
+            nonfinite_run++;
+            nonfinite_total++;
+            glm_log_warn("step %lld: non-finite %s (%g); the update is skipped (%lld in a row)", (long long)rs.step,
+                         isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? gnorm : loss, (long long)nonfinite_run);
+            if (nonfinite_run >= ts->max_nonfinite) {
+                s = glm_err(GLM_ERR_NUMERIC, "%lld steps in a row had a non-finite loss or gradient norm; stopping. hint: "
+                            "lower --learning-rate, check the data with glmtune inspect, or resume from the last "
+                            "checkpoint", (long long)nonfinite_run);
+                break;
+            }
+            continue;
+        }
+        nonfinite_run = 0;
+        glm_step_stats st;
+        if ((s = glm_optim_step(&rs.optim, rs.params, (size_t)rs.n_params, lr, &st)) != GLM_OK) break;
+        double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_rows;
+        bool last = rs.step == rs.total_steps;
+        if (ts->logging_steps > 0 && (rs.step % ts->logging_steps == 0 || last || rs.step == start_step + 1)) {
+            double now = glm_now();
+            double tps = tokens_since / (now - t_last > 1e-9 ? now - t_last : 1e-9);
+            t_last = now;
+            tokens_since = 0;
+            glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
+            mr.epoch = epoch;
+            mr.loss = loss;
+            mr.grad_norm = gnorm;
+            mr.learning_rate = lr;
+            mr.target_tokens = n_global;
+            mr.tokens_per_second = tps;
+            s = glm_metrics_log(&mx, &mr);
+            json_array_append_new(rs.history, json_pack("{s:I,s:f}", "step", (json_int_t)rs.step, "loss", loss));
+            if (!ts->quiet) {
+                double el = now - t_start, eta = el / (double)(rs.step - start_step) * (double)(rs.total_steps - rs.step);
+                fprintf(stderr, "%sstep %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s  ETA %.0fs%s",
+                        isatty(2) ? "\r" : "", (long long)rs.step, (long long)rs.total_steps, epoch, loss, lr, gnorm, tps,
+                        eta, isatty(2) ? "\x1b[K" : "\n");
+            }
+        }
+        if (s == GLM_OK && rs.has_eval && ts->eval_steps > 0 && (rs.step % ts->eval_steps == 0 || last)) {
+            double el;
+            s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, &el);
+            if (s == GLM_OK) {
+                glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
+                mr.epoch = epoch;
+                mr.eval_loss = el;
+                mr.eval_perplexity = exp(el);
+                s = glm_metrics_log(&mx, &mr);
+                json_array_append_new(rs.history, json_pack("{s:I,s:f}", "step", (json_int_t)rs.step, "eval_loss", el));
+                if (!ts->quiet) fprintf(stderr, "%sstep %lld: eval loss %.4f, perplexity %.2f\n", isatty(2) ? "\n" : "",
+                                        (long long)rs.step, el, exp(el));
+            }
+        }
+        if (s == GLM_OK && ((ts->save_steps > 0 && rs.step % ts->save_steps == 0) || last))
+            s = save_checkpoint(&rs, ts);
+    }
+    if (!ts->quiet && isatty(2)) fputc('\n', stderr);
+    if (s == GLM_OK && rs.step == start_step && rs.step >= rs.total_steps)
+        glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs.step, (long long)rs.total_steps);
+    if (mx_open) glm_metrics_close(&mx);
+    if (s == GLM_OK && json_array_size(rs.history)) s = plot_history(rs.history, ts->output_dir);
+    if (nonfinite_total) glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)nonfinite_total);
+    if (s == GLM_OK && !ts->quiet)
+        glm_log_info("done: %lld steps, %lld tokens in %.1f s; adapter checkpoints in %s (export with glmtune "
+                     "export-adapter --checkpoint %s -o DIR)", (long long)(rs.step - start_step), (long long)tokens_total,
+                     glm_now() - t_start, ts->output_dir, ts->output_dir);
+    free(rows);
+    free(mine);
+    teardown(&rs);
+    return s;
+}

@@ -1,0 +1,27 @@
+/* tool/train.h: the training run behind `glmtune train` (the loop lives in tool/ because it
+ * joins the data loader (dataset/) with the model, optimizer and checkpoints (lora/)). */
+#ifndef GLM_TOOL_TRAIN_H
+#define GLM_TOOL_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+/* The resolved settings of a run (from lora/options.h: flags and --config YAML). */
+typedef struct train_settings {
+    const char *model, *data, *output_dir, *eval_data, *init_adapter, *resume, *dump_grads, *device;
+    const char *lr_scheduler_type, *lora_target;
+    int64_t per_device_train_batch_size, gradient_accumulation_steps, max_steps, save_steps, save_total_limit,
+        logging_steps, eval_steps, seed, lora_rank, seq_len, max_nonfinite;
+    double learning_rate, warmup_ratio, min_lr, weight_decay, adam_beta1, adam_beta2, adam_epsilon,
+        max_grad_norm, num_train_epochs, lora_alpha, lora_dropout, rope_theta;
+    int64_t warmup_steps;
+    bool gradient_checkpointing, use_rslora, quiet;
+    char *settings_json;    /* all resolved settings as JSON text (for trainer_state and the log) */
+} train_settings;
+
+/* Runs (or resumes) a training run. Errors: any glm_status with its message. */
+glm_status train_run(const train_settings *ts);
+
+#endif
