@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# glmtune tokenize / inspect through the CLI: real corpora with the real GLM-4 tokenizer (per-file
+# counts), determinism across runs and thread counts, archives and compression, validation split,
+# --truncate / --train-on last, bad input (skip and count, --strict fatal, nothing usable = failure,
+# no half-written output), usage errors (exit 2), --encode/--decode.
+set -uo pipefail
+G=${GLMTUNE:?}
+S=${GLM_SHARED:-}
+if [ -z "$S" ] || [ ! -d "$S/corpora" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+TOK="$S/glm4-tokenizer"
+T=$(mktemp -d /tmp/glmtok.XXXXXX)
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+jget() { # jget FILE KEY: the first integer value of "KEY": N in a JSON file
+    grep -o "\"$2\": *[0-9.e+-]*" "$1" | head -1 | sed 's/.*: *//'
+}
+
+# 1. every corpus file, per-file counts equal to SOURCES.md's record counts
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 8192 --report "$T/r1.json" -o "$T/o1" "$S/corpora" 2>"$T/log1"
+check "tokenize corpora (exit $?)" test -f "$T/o1/manifest.json"
+while IFS='|' read -r _ file _ _ _ recs _; do
+    f=$(echo "$file" | xargs); n=$(echo "$recs" | tr -d ' ,')
+    case "$f" in *dataset_info.json|"") continue;; esac
+    [[ "$n" =~ ^[0-9]+$ ]] || continue
+    got=$(grep -A2 "corpora/$f\"" "$T/r1.json" | grep -o '"records_read": [0-9]*' | head -1 | grep -o '[0-9]*$')
+    kept=$(grep -A3 "corpora/$f\"" "$T/r1.json" | grep -o '"records_kept": [0-9]*' | head -1 | grep -o '[0-9]*$')
+    check "$f: read ${got:-none} of $n records" test "${got:-x}" = "$n"
+    check "$f: kept ${kept:-none} of $n records" test "${kept:-x}" = "$n"
+done < <(grep '^| [a-z]*/' "$S/corpora/SOURCES.md")
+check "report has packing_efficiency" grep -q '"packing_efficiency"' "$T/r1.json"
+check "report has target_tokens" grep -q '"target_tokens"' "$T/r1.json"
+
+# 2. determinism: same inputs and seed -> byte-identical shards, whatever the thread count
+$G tokenize --quiet --threads 1 --tokenizer "$TOK" --seq-len 8192 -o "$T/o2" "$S/corpora" 2>/dev/null
+check "same shards with 1 thread" cmp -s "$T/o1/train-00000.bin" "$T/o2/train-00000.bin"
+
+# 3. archives and compression give the same samples
+mkdir -p "$T/arch"
+cp "$S/corpora/llamafactory/alpaca_zh_demo.json" "$S/corpora/fastchat/dummy_conversation.json" "$T/arch/"
+(cd "$T/arch" && tar czf ../a.tar.gz *.json && zip -q ../a.zip *.json && gzip -k alpaca_zh_demo.json && zstd -q dummy_conversation.json)
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 -o "$T/plain" "$T/arch/alpaca_zh_demo.json" "$T/arch/dummy_conversation.json" 2>/dev/null
+for x in "$T/a.tar.gz" "$T/a.zip" "$T/arch/alpaca_zh_demo.json.gz $T/arch/dummy_conversation.json.zst"; do
+    rm -rf "$T/x"
+    $G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 -o "$T/x" $x 2>/dev/null
+    check "$x: same token count as the plain files" test "$(jget "$T/x/report.json" tokens)" = "$(jget "$T/plain/report.json" tokens)"
+done
+
+# 4. inspect --json maps samples back to file and record
+$G inspect --json "$T/plain" > "$T/samples.jsonl"
+check "inspect --json: one line per sample" test "$(wc -l < "$T/samples.jsonl")" = "$(jget "$T/plain/report.json" records_kept)"
+check "inspect --json fields" grep -q '"file": *"[^"]*alpaca_zh_demo.json", *"record": *[0-9]*, *"ids": *\[151331, *151333' "$T/samples.jsonl"
+$G inspect "$T/plain" > "$T/inspect.txt"
+check "inspect shows decoded text with targets" grep -q '<|assistant|>' "$T/inspect.txt"
+
+# 5. validation split, --train-on last, --truncate
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 --val-size 50 -o "$T/v" "$S/corpora/fastchat" 2>/dev/null
+check "val split of 50 samples" grep -q '"samples": 50' "$T/v/report.json"
+check "val shard written" test -f "$T/v/val-00000.bin"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 --train-on last -o "$T/last" "$S/corpora/axolotl/conversation.json" 2>/dev/null
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 -o "$T/all" "$S/corpora/axolotl/conversation.json" 2>/dev/null
+check "--train-on last trains fewer tokens" test "$(jget "$T/last/report.json" target_tokens)" -lt "$(jget "$T/all/report.json" target_tokens)"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 256 -o "$T/drop" "$S/corpora/axolotl" 2>/dev/null
+check "too long samples dropped and counted" grep -q '"too_long": 2' "$T/drop/report.json"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 256 --truncate -o "$T/trunc" "$S/corpora/axolotl" 2>/dev/null
+check "--truncate keeps them" test "$(jget "$T/trunc/report.json" records_kept)" = 4
+$G inspect --json "$T/trunc" > "$T/trunc.jsonl"
+check "--truncate keeps the end-of-turn token" test "$(grep -c '151336\], *"targets"' "$T/trunc.jsonl")" = 4
+
+# 6. bad input: skipped and counted with locations; --strict fatal; nothing usable = failure
+printf '{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}\n{"messages": [oops\n{"messages":[{"role":"wizard","content":"x"}]}\n{"conversations":[{"from":"human","value":"\xff\xfe"}]}\n{"text": "no layout"}\n' > "$T/bad.jsonl"
+$G tokenize --tokenizer "$TOK" --seq-len 512 -o "$T/b" "$T/bad.jsonl" 2>"$T/blog"
+check "lenient run succeeds with 1 kept" test "$(jget "$T/b/report.json" records_kept)" = 1
+check "bad JSON counted with file:line" grep -q "bad.jsonl:2" "$T/blog"
+check "5 records read" test "$(jget "$T/b/report.json" records_read)" = 5
+for reason in invalid_json unknown_role invalid_utf8 unsupported_layout; do
+    check "dropped reason $reason counted" grep -q "\"$reason\": 1" "$T/b/report.json"
+done
+$G tokenize --strict --tokenizer "$TOK" --seq-len 512 -o "$T/bs" "$T/bad.jsonl" 2>"$T/bslog"; rc=$?
+check "--strict fails (exit $rc)" test $rc = 1
+check "--strict names file and line" grep -q "bad.jsonl:2" "$T/bslog"
+check "--strict leaves no output" test ! -e "$T/bs"
+printf '{"messages": [oops\n' > "$T/allbad.jsonl"
+$G tokenize --tokenizer "$TOK" -o "$T/ab" "$T/allbad.jsonl" 2>"$T/ablog"; rc=$?
+check "nothing usable is a failure (exit $rc)" test $rc = 1
+check "... and writes nothing" test ! -e "$T/ab"
+printf 'garbage' | gzip | head -c 10 > "$T/trunc.json.gz"
+$G tokenize --tokenizer "$TOK" -o "$T/tg" "$T/trunc.json.gz" 2>"$T/tglog"; rc=$?
+check "truncated .gz fails (exit $rc)" test $rc = 1
+check "... naming the file" grep -q "trunc.json.gz" "$T/tglog"
+mkdir -p "$T/notours" && touch "$T/notours/precious.txt"
+$G tokenize --tokenizer "$TOK" -o "$T/notours" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
+check "refuses to replace a directory it did not write (exit $rc)" test $rc = 2 -a -f "$T/notours/precious.txt"
+$G tokenize --tokenizer "$TOK" --seq-len 2048 -o "$T/o1" "$S/corpora/axolotl/alpaca.json" 2>/dev/null
+check "replaces its own earlier output" test "$(jget "$T/o1/report.json" records_read)" = 2
+
+# 7. usage errors exit 2
+$G tokenize --tokenizer "$TOK" --bogus -o "$T/u" x.json 2>/dev/null; check "unknown option: exit 2" test $? = 2
+$G tokenize --tokenizer "$TOK" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; check "no -o: exit 2" test $? = 2
+$G tokenize --tokenizer "$TOK" --train-on some -o "$T/u" x 2>/dev/null; check "bad --train-on: exit 2" test $? = 2
+$G tokenize --tokenizer /nonexistent -o "$T/u" "$S/corpora/axolotl/alpaca.json" 2>"$T/ulog"; rc=$?
+check "missing tokenizer fails naming it (exit $rc)" test $rc != 0 -a -n "$(grep /nonexistent "$T/ulog")"
+
+# 8. pre-tokenized input needs no tokenizer; --encode/--decode round trip
+printf '{"input_ids": [5, 6, 7, 8], "labels": [-100, -100, 7, 8]}\n' > "$T/pre.jsonl"
+$G tokenize --quiet --seq-len 16 -o "$T/pre" "$T/pre.jsonl" 2>/dev/null
+check "pre-tokenized: 2 targets" test "$(jget "$T/pre/report.json" target_tokens)" = 2
+printf '{"text": "GLM-4 的分词器 tokenizes 😀 text."}\n{"text": ""}\n' | $G tokenize --tokenizer "$TOK" --encode > "$T/enc.jsonl"
+$G tokenize --tokenizer "$TOK" --decode < "$T/enc.jsonl" > "$T/dec.jsonl"
+check "encode/decode round trip" grep -q '"GLM-4 的分词器 tokenizes 😀 text."' "$T/dec.jsonl"
+check "empty text encodes to no ids" grep -q '{"ids": *\[\]}' "$T/enc.jsonl"
+
+echo "test_tokenize_cli: $pass passed, $fail failed"
+[ $fail = 0 ] && rm -rf "$T"
+[ $fail = 0 ]
