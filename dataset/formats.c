@@ -189,12 +189,32 @@ typedef struct conv {
     json_t *tools;          /* collected tools (owned) or NULL */
 } conv;
 
+/* The hint added to a message that has none of its own. */
+static const char *default_hint(const char *reason) {
+    static const struct { const char *reason, *hint; } H[] = {
+        {"bad_tools", "tools must be a JSON list of function schemas, or that list as a string"},
+        {"bad_tool_call", "a tool call is {\"name\": \"fn\", \"arguments\": {...}}"},
+        {"bad_content", "content must be text, or a list of {\"type\": \"text\", \"text\": ...} "
+                        "parts"},
+        {"bad_message", "each message is {\"role\": ..., \"content\": ...}"},
+        {"bad_history", "history is a list of [question, answer] pairs of strings"},
+        {"bad_input_ids", "input_ids are token ids: integers from 0 to the vocabulary size - 1"},
+        {"bad_labels", "labels are token ids or -100, one per input id (transformers convention)"},
+    };
+    for (size_t i = 0; i < sizeof H / sizeof *H; i++)
+        if (!strcmp(H[i].reason, reason)) return H[i].hint;
+    return "fix or drop the record";
+}
+
 static glm_status failv(conv *c, const char *reason, const char *fmt, va_list ap) {
     char what[1024];
     vsnprintf(what, sizeof what, fmt, ap);
     *c->reason = reason;
-    return glm_err(GLM_ERR_FORMAT, "%s:%lld: record %lld: %s", c->rec->source ? c->rec->source : "?",
-                   (long long)c->rec->line, (long long)c->rec->index, what);
+    bool hinted = strstr(what, "hint:") != NULL;
+    return glm_err(GLM_ERR_FORMAT, "%s:%lld: record %lld: %s%s%s",
+                   c->rec->source ? c->rec->source : "?", (long long)c->rec->line,
+                   (long long)c->rec->index, what, hinted ? "" : "; hint: ",
+                   hinted ? "" : default_hint(reason));
 }
 
 static glm_status fail(conv *c, const char *reason, const char *fmt, ...)

@@ -184,10 +184,6 @@ static glm_status maybe_registry(const char *path, int64_t size, glm_dsinfo **in
     return st;
 }
 
-typedef struct expand_ctx {
-    glm_reader *r;
-} expand_ctx;
-
 static glm_status add_source(glm_reader *r, const char *path, int64_t size,
                              const glm_dsinfo_entry *map) {
     char rp[PATH_MAX];

@@ -24,6 +24,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,12 +97,14 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t head) {
     return h;
 }
 
-static inline uint32_t lookup(const glm_bpe *b, const uint8_t *s, size_t n) {
+/* Rank of s[0..n) or NONE_RANK. use_filter: consult the Bloom-style bit filter first (worth it
+ * where most lookups miss, as inside merges; whole pieces mostly hit). */
+static inline uint32_t lookup_f(const glm_bpe *b, const uint8_t *s, size_t n, int use_filter) {
     if (n <= 2) return n == 2 ? b->pair_rank[s[0] << 8 | s[1]] : b->byte_rank[s[0]];
     uint64_t head = load_head(s, n);
     uint64_t h = hash_bytes(s, n, head);
     uint64_t fb = h >> (64 - FILTER_LOG);
-    if (!(b->filter[fb >> 6] >> (fb & 63) & 1)) return NONE_RANK;
+    if (use_filter && !(b->filter[fb >> 6] >> (fb & 63) & 1)) return NONE_RANK;
     size_t i = (size_t)h & b->mask;
     for (;;) {
         const bpe_slot *e = &b->slots[i];
@@ -112,6 +115,8 @@ static inline uint32_t lookup(const glm_bpe *b, const uint8_t *s, size_t n) {
         i = (i + 1) & b->mask;
     }
 }
+
+static inline uint32_t lookup(const glm_bpe *b, const uint8_t *s, size_t n) { return lookup_f(b, s, n, 1); }
 
 int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n) {
     if (n == 0) return -1;
@@ -531,12 +536,10 @@ static const char pcre2_pattern[] =
 /* The pattern after substitution, for tests and tools that check the classes. */
 const char *glm_bpe_pcre2_pattern(void) { return pcre2_pattern; }
 
+static pthread_once_t cls_once = PTHREAD_ONCE_INIT;
+
 static glm_status compile_regex(glm_bpe *b) {
-    static int cls_ready; /* benign race: every thread writes the same table */
-    if (!cls_ready) {
-        init_cls();
-        cls_ready = 1;
-    }
+    pthread_once(&cls_once, init_cls);
     int errc;
     PCRE2_SIZE erroff;
     b->re = pcre2_compile((PCRE2_SPTR)pcre2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
@@ -591,6 +594,23 @@ static size_t regex_piece(const glm_bpe *b, const char *text, size_t len, size_t
         }
         return ov[1] - ov[0];
     }
+}
+
+size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t pos, int use_fast) {
+    if (pos >= len) return 0;
+    if (use_fast) {
+        size_t n = ascii_piece((const uint8_t *)text, len, pos);
+        if (n) return n;
+    }
+    pcre2_match_data *md = NULL;
+    pcre2_match_context *mctx = NULL;
+    pcre2_jit_stack *jstack = NULL;
+    glm_status st = GLM_OK;
+    size_t n = regex_piece(b, text, len, pos, &md, &mctx, &jstack, &st);
+    if (md) pcre2_match_data_free(md);
+    if (mctx) pcre2_match_context_free(mctx);
+    if (jstack) pcre2_jit_stack_free(jstack);
+    return n;
 }
 
 /* ------------------------------------------------------------------------- merging */
@@ -725,7 +745,7 @@ done:
 }
 
 static inline glm_status encode_piece(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out) {
-    uint32_t r = lookup(b, s, n);
+    uint32_t r = lookup_f(b, s, n, 0);
     if (r != NONE_RANK) {
         if (out->n == out->cap) GLM_TRY(glm_vec_reserve(*out, 1));
         out->v[out->n++] = r;

@@ -44,6 +44,12 @@ int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n);
  * glm_utf8_check). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (regex engine error). */
 glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u32vec *out);
 
+/* Length in bytes of the split-regex piece that starts at text[pos] (text valid UTF-8, whole
+ * text given for the look-ahead). use_fast = 1: the ASCII fast path where it decides, else
+ * PCRE2 (what glm_bpe_encode does); use_fast = 0: PCRE2 only. 0 when pos >= len or on a regex
+ * error (message set). For tests that compare the two paths and the classes. */
+size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t pos, int use_fast);
+
 /* Strict UTF-8 validation (no overlongs, no surrogates, <= U+10FFFF). Returns len when valid,
  * else the byte offset of the first invalid sequence. */
 size_t glm_utf8_check(const char *s, size_t len);

@@ -9,6 +9,7 @@
 #include "tokenize/template.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <locale.h>
 #include <pthread.h>
 #include <wctype.h>
@@ -1353,6 +1354,13 @@ static json_t *arg(argv_t *a, size_t i, const char *kw, int *found) {
     return NULL;
 }
 
+/* Keyword-only argument `kw`, or NULL. */
+static json_t *kwarg(argv_t *a, const char *kw) {
+    for (size_t k = 0; k < a->nkw; k++)
+        if (!strcmp(a->kwn[k], kw)) return a->kwv[k];
+    return NULL;
+}
+
 static int ws_char(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f'; }
 
 static json_t *strip_str(const char *s, size_t n, json_t *chars, int left, int right) {
@@ -1602,9 +1610,10 @@ static glm_status call_global(rctx *c, node *e, const char *name, argv_t *a, jso
         if (a->npos == 1) { x[1] = x[0]; x[0] = 0; }
         if (x[2] == 0) return rerr(c, e->off, "range() step must not be zero");
         json_t *r = json_array();
-        for (long long i = x[0]; x[2] > 0 ? i < x[1] : i > x[1]; i += x[2]) {
+        for (long long i = x[0]; x[2] > 0 ? i < x[1] : i > x[1];) {
             if (json_array_size(r) >= 1000000) { json_decref(r); return rerr(c, e->off, "range() too long"); }
             json_array_append_new(r, json_integer(i));
+            if (__builtin_add_overflow(i, x[2], &i)) break;
         }
         *out = r;
         return GLM_OK;
@@ -1654,14 +1663,45 @@ static int run_test(const char *t, json_t *v, argv_t *a) {
     return -1;
 }
 
+static int cmp_keys(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A deep copy of v whose objects list their keys in sorted (code point) order, for
+ * json.dumps(sort_keys=True). */
+static json_t *sorted_copy(json_t *v) {
+    if (json_is_array(v)) {
+        json_t *r = json_array();
+        for (size_t i = 0; i < json_array_size(v); i++) json_array_append_new(r, sorted_copy(json_array_get(v, i)));
+        return r;
+    }
+    if (!json_is_object(v)) return json_incref(v);
+    size_t n = json_object_size(v), k = 0;
+    const char **keys = malloc((n ? n : 1) * sizeof *keys);
+    if (!keys) return NULL;
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) keys[k++] = key;
+    qsort(keys, n, sizeof *keys, cmp_keys);
+    json_t *r = json_object();
+    for (size_t i = 0; i < n; i++) json_object_set_new(r, keys[i], sorted_copy(json_object_get(v, keys[i])));
+    free(keys);
+    return r;
+}
+
 static glm_status apply_filter(rctx *c, node *e, json_t *v, argv_t *a, json_t **out) {
     const char *f = e->name;
     *out = NULL;
     if (!strcmp(f, "tojson")) {
-        json_t *ind = arg(a, 0, "indent", NULL);
+        /* transformers: json.dumps(x, ensure_ascii=False, indent=indent, sort_keys=sort_keys) */
+        json_t *ind = arg(a, 0, "indent", NULL), *sk = arg(a, 3, "sort_keys", NULL);
+        json_t *ea = kwarg(a, "ensure_ascii"), *sep = kwarg(a, "separators");
         if (!v) return rerr(c, e->off, "tojson of an undefined value");
+        if ((ea && truthy(ea)) || (sep && !json_is_null(sep)))
+            return rerr(c, e->off, "tojson: ensure_ascii=True and separators are not supported");
+        if (ind && !json_is_null(ind) && !is_intlike(ind)) return rerr(c, e->off, "tojson: indent must be an integer");
         int indent = ind && is_intlike(ind) ? (int)intv(ind) : -1;
-        char *s = glm_tojson(v, indent);
+        json_t *sorted = sk && truthy(sk) ? sorted_copy(v) : NULL;
+        char *s = glm_tojson(sorted ? sorted : v, indent);
+        json_decref(sorted);
         if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory");
         *out = json_string_nocheck(s);
         free(s);
@@ -1862,8 +1902,8 @@ static glm_status arith(rctx *c, node *e, json_t *l, json_t *r, json_t **out) {
         return GLM_OK;
     }
     if (op == OP_MUL && l && r && (json_is_string(l) || json_is_array(l)) && is_intlike(r)) {
-        long long k = intv(r);
-        if (k * (long long)(json_is_string(l) ? json_string_length(l) + 1 : json_array_size(l) + 1) > 100000000)
+        long long k = intv(r), unit = (long long)(json_is_string(l) ? json_string_length(l) + 1 : json_array_size(l) + 1);
+        if (k > 0 && k > 100000000 / unit)
             return rerr(c, e->off, "repetition too large");
         if (json_is_string(l)) {
             glm_charvec b = {0};
@@ -1882,9 +1922,17 @@ static glm_status arith(rctx *c, node *e, json_t *l, json_t *r, json_t **out) {
     double x = numv(l), y = numv(r);
     long long i = ints ? intv(l) : 0, j = ints ? intv(r) : 0;
     switch (op) {
-    case OP_ADD: *out = ints ? json_integer(i + j) : json_real(x + y); break;
-    case OP_SUB: *out = ints ? json_integer(i - j) : json_real(x - y); break;
-    case OP_MUL: *out = ints ? json_integer(i * j) : json_real(x * y); break;
+    case OP_ADD: case OP_SUB: case OP_MUL:
+        if (ints) {
+            long long z;
+            int of = op == OP_ADD ? __builtin_add_overflow(i, j, &z) : op == OP_SUB ? __builtin_sub_overflow(i, j, &z)
+                                                                    : __builtin_mul_overflow(i, j, &z);
+            if (of) return rerr(c, e->off, "integer overflow (glmtune's integers are 64-bit)");
+            *out = json_integer(z);
+        } else {
+            *out = json_real(op == OP_ADD ? x + y : op == OP_SUB ? x - y : x * y);
+        }
+        break;
     case OP_DIV:
         if (y == 0) return rerr(c, e->off, "division by zero");
         *out = json_real(x / y);
@@ -1892,6 +1940,7 @@ static glm_status arith(rctx *c, node *e, json_t *l, json_t *r, json_t **out) {
     case OP_FDIV: case OP_MOD:
         if (y == 0) return rerr(c, e->off, "division by zero");
         if (ints) {
+            if (i == LLONG_MIN && j == -1) return rerr(c, e->off, "integer overflow (glmtune's integers are 64-bit)");
             long long q = i / j, m = i % j;
             if (m != 0 && ((m < 0) != (j < 0))) { q--; m += j; }
             *out = json_integer(op == OP_FDIV ? q : m);
@@ -1904,7 +1953,11 @@ static glm_status arith(rctx *c, node *e, json_t *l, json_t *r, json_t **out) {
     case OP_POW:
         if (ints && j >= 0) {
             long long p = 1;
-            for (long long k = 0; k < j && k < 64; k++) p *= i;
+            for (long long k = 0; k < j; k++) {
+                if (__builtin_mul_overflow(p, i, &p)) return rerr(c, e->off, "integer overflow (glmtune's integers are 64-bit)");
+                if (p == 0 || p == 1) break;
+            }
+            if (p == 1 && i == -1 && j % 2) p = -1;
             *out = json_integer(p);
         } else {
             *out = json_real(pow(x, y));
@@ -2061,6 +2114,7 @@ static glm_status eval_p(rctx *c, node *e, json_t **out, glm_tpl_output *pc) {
         if (st != GLM_OK) break;
         if (!is_num(l)) { st = rerr(c, e->off, "bad operand type for unary %c: %s", e->kind == E_NEG ? '-' : '+', tname(l)); break; }
         if (e->kind == E_POS) v = is_intlike(l) ? json_integer(intv(l)) : json_real(numv(l));
+        else if (is_intlike(l) && intv(l) == LLONG_MIN) st = rerr(c, e->off, "integer overflow (glmtune's integers are 64-bit)");
         else v = is_intlike(l) ? json_integer(-intv(l)) : json_real(-numv(l));
         break;
     case E_AND:
@@ -2134,8 +2188,12 @@ static glm_status render_for(rctx *c, node *s, glm_tpl_output *out) {
     if (st != GLM_OK) return st;
     int bad;
     items = iter_list(it, &bad);
+    if (bad) {
+        st = rerr(c, s->a->off, "cannot loop over %s", tname(it));
+        json_decref(it);
+        return st;
+    }
     json_decref(it);
-    if (bad) return rerr(c, s->a->off, "cannot loop over %s", tname(it));
     if (!items) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (s->b) { /* loop filter */
         json_t *kept = json_array();

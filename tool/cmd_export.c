@@ -36,6 +36,9 @@ static glm_status resolve_checkpoint(const char *path, char **dir) {
     glm_status s = glm_ckpt_latest(path, dir, &step);
     if (s != GLM_OK)
         return glm_err_context(s, "%s is neither a checkpoint (no trainer_state.json) nor an output directory with one", path);
+    if (!*dir)
+        return glm_err(GLM_ERR_ARG, "%s: no checkpoint there (no trainer_state.json, no complete checkpoint-N inside); "
+                       "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
     return GLM_OK;
 }
 

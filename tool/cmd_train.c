@@ -1,3 +1,93 @@
-#include "tool/cli.h"
+/* glmtune train: parses the options (flags and --config YAML, lora/options.h), prints the
+ * resolved settings and runs the training loop (tool/train.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "common/log.h"
-int cmd_train(int argc, char **argv) { (void)argc; (void)argv; glm_log_error("not built yet"); return GLM_EXIT_FAIL; }
+#include "lora/options.h"
+#include "tool/cli.h"
+#include "tool/train.h"
+
+int cmd_train(int argc, char **argv) {
+    glm_train_opts o;
+    memset(&o, 0, sizeof o);
+    glm_status s = GLM_OK;
+    bool quiet = false;
+    /* --quiet is a display option of the command, not a training setting */
+    char **args = malloc(sizeof(char *) * (size_t)(argc + 1));
+    int n = 0;
+    for (int i = 1; i < argc; i++) { /* argv[0] is "train" */
+        if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) quiet = true;
+        else args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    if (s == GLM_OK) s = glm_opts_parse(&o, n, args);
+    free(args);
+    if (s == GLM_OK && o.help) {
+        printf("usage: glmtune train [--config FILE.yaml] [options]\n\n"
+               "LoRA fine-tuning of a GLM-4 checkpoint on shards from `glmtune tokenize`. Every option is also\n"
+               "a snake_case key of --config (LLaMA-Factory-style YAML); flags override the file.\n"
+               "  --quiet  no progress lines\n\n");
+        glm_opts_help(stdout);
+        glm_opts_free(&o);
+        return GLM_EXIT_OK;
+    }
+    if (s == GLM_OK) s = glm_opts_validate(&o);
+    if (s != GLM_OK) {
+        glm_opts_free(&o);
+        return cli_fail(s);
+    }
+    if (!quiet) glm_opts_print(stderr, &o);
+    char targets[1024] = "";
+    for (size_t i = 0; i < o.lora_target.n; i++)
+        snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", i ? "," : "", o.lora_target.v[i]);
+    json_t *sj = glm_opts_to_json(&o);
+    train_settings ts = {
+        .model = o.model,
+        .data = o.data,
+        .output_dir = o.output_dir,
+        .eval_data = o.eval_data,
+        .init_adapter = o.init_adapter,
+        .resume = o.resume_from_checkpoint,
+        .dump_grads = o.dump_grads,
+        .device = (!o.device || !strcmp(o.device, "auto")) ? "cpu" : o.device,
+        .lr_scheduler_type = o.lr_scheduler_type,
+        .lora_target = o.lora_target.n ? targets : "all",
+        .per_device_train_batch_size = o.per_device_train_batch_size,
+        .gradient_accumulation_steps = o.gradient_accumulation_steps,
+        .max_steps = o.max_steps,
+        .save_steps = o.save_steps,
+        .save_total_limit = o.save_total_limit,
+        .logging_steps = o.logging_steps,
+        .eval_steps = o.eval_steps > 0 ? o.eval_steps : o.save_steps,
+        .seed = o.seed,
+        .lora_rank = o.lora_rank,
+        .seq_len = o.seq_len,
+        .max_nonfinite = o.max_nonfinite,
+        .learning_rate = o.learning_rate,
+        .warmup_ratio = o.warmup_ratio,
+        .min_lr = o.min_lr,
+        .weight_decay = o.weight_decay,
+        .adam_beta1 = o.adam_beta1,
+        .adam_beta2 = o.adam_beta2,
+        .adam_epsilon = o.adam_epsilon,
+        .max_grad_norm = o.max_grad_norm,
+        .num_train_epochs = o.num_train_epochs,
+        .lora_alpha = o.lora_alpha,
+        .lora_dropout = o.lora_dropout,
+        .rope_theta = o.rope_theta,
+        .rope_inv_freq_bf16 = o.rope_inv_freq_dtype && !strcmp(o.rope_inv_freq_dtype, "bfloat16"),
+        .warmup_steps = o.warmup_steps,
+        .gradient_checkpointing = o.gradient_checkpointing,
+        .use_rslora = o.use_rslora,
+        .quiet = quiet,
+        .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
+    };
+    json_decref(sj);
+    s = train_run(&ts);
+    free(ts.settings_json);
+    glm_opts_free(&o);
+    return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+}

@@ -209,15 +209,23 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
 static glm_status resume_path(const train_settings *ts, char **path) {
     const char *r = ts->resume;
     int64_t step;
-    if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) return glm_ckpt_latest(ts->output_dir, path, &step);
-    char *ts_json = glm_path_join(r, "trainer_state.json");
-    bool is_ckpt = glm_is_file(ts_json);
-    free(ts_json);
-    if (is_ckpt) {
-        *path = strdup(r);
-        return GLM_OK;
+    const char *dir = r;
+    if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) {
+        dir = ts->output_dir;
+    } else {
+        char *ts_json = glm_path_join(r, "trainer_state.json");
+        bool is_ckpt = glm_is_file(ts_json);
+        free(ts_json);
+        if (is_ckpt) {
+            *path = strdup(r);
+            return GLM_OK;
+        }
     }
-    return glm_ckpt_latest(r, path, &step);
+    GLM_TRY(glm_ckpt_latest(dir, path, &step));
+    if (!*path)
+        return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
+                       "directory, or start without --resume-from-checkpoint", dir);
+    return GLM_OK;
 }
 
 static glm_status restore(run_state *rs, const train_settings *ts) {
@@ -282,6 +290,18 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend; the CUDA backend "
                        "comes with the GPU release; hint: --device cpu", ts->device);
     GLM_TRY(glm_model_load(ts->model, be, ts->rope_theta, &rs->model));
+    if (ts->rope_inv_freq_bf16) { /* the table a transformers model uses after .to(torch.bfloat16) */
+        int half = rs->model->cfg.rope_dim / 2;
+        float *t = malloc(sizeof(float) * (size_t)half);
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)half);
+        glm_rope_inv_freq(rs->model->cfg.rope_base, rs->model->cfg.rope_dim, t);
+        glm_status s = glm_st_from_f32(GLM_ST_BF16, t, (size_t)half, h);
+        if (s == GLM_OK) s = glm_st_to_f32(GLM_ST_BF16, h, (size_t)half, t);
+        if (s == GLM_OK) s = glm_model_set_rope_inv_freq(rs->model, t);
+        free(t);
+        free(h);
+        GLM_TRY(s);
+    }
     GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
     GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
     if (ts->eval_data && *ts->eval_data) {

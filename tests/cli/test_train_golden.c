@@ -115,7 +115,11 @@ static double max_rel_diff(const char *pa, const char *pb, int *count) {
     return worst;
 }
 
-static void layout_case(const char *shared, const char *layout, const char *targets) {
+/* layout: "chatglm" or "hf". extra: additional train flags. The hf goldens were computed by
+ * make_fixtures.py after model.to(torch.bfloat16) and back to float64, which also rounds
+ * transformers' RoPE inv_freq buffer to bf16 (its README says float32): the hf case therefore
+ * trains with --rope-inv-freq-dtype bfloat16, the table such a cast transformers model uses. */
+static void layout_case(const char *shared, const char *layout, const char *targets, const char *extra) {
     char *fix, *gold, *jsonl, *shards, *rund, *grads, *adapter;
     asprintf(&fix, "%s/fixtures/tiny-glm4/%s", shared, layout);
     asprintf(&gold, "%s/golden.safetensors", fix);
@@ -147,9 +151,10 @@ static void layout_case(const char *shared, const char *layout, const char *targ
         }
     }
     fclose(f);
-    const char *common = "--learning-rate 1e-3 --weight-decay 0.01 --max-grad-norm 1.0 --adam-beta1 0.9 "
+    char *common;
+    asprintf(&common, "%s --learning-rate 1e-3 --weight-decay 0.01 --max-grad-norm 1.0 --adam-beta1 0.9 "
                          "--adam-beta2 0.999 --adam-epsilon 1e-8 --lr-scheduler-type constant --lora-rank 4 "
-                         "--lora-alpha 8 --lora-dropout 0 --logging-steps 1 --seed 5 --quiet";
+                         "--lora-alpha 8 --lora-dropout 0 --logging-steps 1 --seed 5 --quiet", extra);
     CHECK(run("%s tokenize --quiet --seq-len %d -o %s %s", G, T, shards, jsonl) == 0, "tokenize pre-tokenized golden rows");
     CHECK(run("%s train --model %s --data %s --output-dir %s --init-adapter %s/adapter_init --lora-target %s "
               "--per-device-train-batch-size %d --max-steps 1 --dump-grads %s %s",
@@ -213,6 +218,7 @@ static void layout_case(const char *shared, const char *layout, const char *targ
           layout, d);
     free(g1);
     free(g2);
+    free(common);
     free(r2);
     free(fix);
     free(gold);
@@ -274,8 +280,8 @@ int main(void) {
         return 77;
     }
     if (!mkdtemp(tmp)) return 1;
-    layout_case(shared, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h");
-    layout_case(shared, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj");
+    layout_case(shared, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h", "");
+    layout_case(shared, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj", "--rope-inv-freq-dtype bfloat16");
     resume_case(shared);
     if (!check_failed_) glm_rmtree(tmp);
     else fprintf(stderr, "outputs kept in %s\n", tmp);

@@ -137,7 +137,6 @@ static void test_adapter(const char *shared, const char *layout) {
     }
     json_object_foreach(oc, k, v) CHECK(in_list(k_old_ok, k), "our key %s is not an old-PEFT key", k);
     json_decref(oc);
-    json_decref(fc);
     /* bf16 export rounds each value to nearest even */
     CHECK(glm_export_adapter(out, NULL, a.p, a.n, &c, GLM_ST_BF16) == GLM_OK, "bf16 export (replaces)");
     CHECK(glm_st_open(out, &b) == GLM_OK, "reopen bf16");
@@ -160,6 +159,7 @@ static void test_adapter(const char *shared, const char *layout) {
     }
     /* refused inputs */
     CHECK(glm_export_adapter(out, NULL, a.p, a.n, &c, GLM_ST_I64) == GLM_ERR_ARG, "i64 refused");
+    json_decref(fc); /* targets point into it */
     free_adapter(&a);
     free(tmpname);
     free(ocp);

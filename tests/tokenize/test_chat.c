@@ -199,7 +199,63 @@ static void test_9b_chat(const char *shared, json_t *tools_case) {
     glm_template_free(t);
 }
 
+/* The demo's sample data with the sample SentencePiece tokenizer and its own template: every
+ * conversation encodes, ids decode back to the rendered text plus the end token, each role
+ * token is a special id, and every conversation has targets. Needs only the repository. */
+static void test_samples(void) {
+    const char *src = getenv("GLM_SRC");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/samples/tokenizer", src ? src : ".");
+    glm_tokenizer *st_tok = NULL;
+    glm_template *st_tpl = NULL;
+    glm_status st = glm_tokenizer_load(path, &st_tok);
+    CHECK(st == GLM_OK, "load %s: %s", path, glm_errmsg());
+    if (st != GLM_OK) return;
+    st = glm_chat_template_load(st_tok, NULL, &st_tpl);
+    CHECK(st == GLM_OK, "sample template: %s", glm_errmsg());
+    snprintf(path, sizeof path, "%s/samples/data/chat_messages.jsonl", src ? src : ".");
+    char *data;
+    size_t len, n = 0, bad = 0;
+    CHECK(glm_read_file(path, &data, &len) == GLM_OK, "read %s", path);
+    int64_t user = glm_tokenizer_special_id(st_tok, "<|user|>", 8), asst = glm_tokenizer_special_id(st_tok, "<|assistant|>", 13);
+    CHECK(user >= 0 && asst >= 0, "sample tokenizer specials");
+    char *save = NULL;
+    for (char *line = strtok_r(data, "\n", &save); line && st_tpl; line = strtok_r(NULL, "\n", &save)) {
+        json_t *c = json_loads(line, 0, NULL), *msgs = json_object_get(c, "messages");
+        glm_u32vec ids = {0};
+        glm_u8vec tg = {0};
+        glm_charvec dec = {0};
+        n++;
+        st = glm_chat_encode(st_tok, st_tpl, msgs, GLM_TRAIN_ALL, &ids, &tg);
+        char *text = render_text(st_tpl, msgs);
+        if (st == GLM_OK && text) st = glm_tokenizer_decode(st_tok, ids.v, ids.n, &dec);
+        size_t nt = 0, nroles = 0, nasst = 0;
+        for (size_t i = 0; i < tg.n; i++) nt += tg.v[i];
+        for (size_t i = 0; i < ids.n; i++) nasst += ids.v[i] == (uint32_t)asst;
+        for (size_t i = 0; i < json_array_size(msgs); i++)
+            nroles += !strcmp(json_string_value(json_object_get(json_array_get(msgs, i), "role")), "assistant");
+        size_t tl = text ? strlen(text) : 0;
+        int ok = st == GLM_OK && text && dec.n == tl + 8 && !memcmp(dec.v, text, tl) && !memcmp(dec.v + tl, "<|user|>", 8) &&
+                 nt > 0 && nasst == nroles && ids.n && ids.v[ids.n - 1] == (uint32_t)user;
+        if (!ok && bad++ < 3)
+            fprintf(stderr, "sample line %zu: st=%d (%s) targets=%zu asst=%zu/%zu\n  text [%s]\n  dec  [%.*s]\n", n, st,
+                    glm_errmsg(), nt, nasst, nroles, text ? text : "", (int)dec.n, dec.v ? dec.v : "");
+        free(text);
+        free(ids.v);
+        free(tg.v);
+        free(dec.v);
+        json_decref(c);
+    }
+    CHECK(n >= 100 && bad == 0, "samples: %zu of %zu conversations failed", bad, n);
+    free(data);
+    glm_template_free(st_tpl);
+    glm_tokenizer_free(st_tok);
+}
+
 int main(void) {
+    test_samples();
+    const char *env = getenv("GLM_SHARED");
+    if ((!env || access(env, R_OK) != 0) && check_failed_) return check_summary("test_chat"); /* not a skip */
     const char *shared = check_shared();
     char path[4096];
     snprintf(path, sizeof path, "%s/glm4-tokenizer", shared);

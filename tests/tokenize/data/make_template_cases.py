@@ -55,6 +55,7 @@ cases = [
     ("set_tuple", "{% set a, b = 1, 'two' %}{{ a }}-{{ b }}", {}),
     ("filters", "{{ '  x y  ' | trim }}|{{ 'AbC' | lower }}|{{ 'abc' | upper }}|{{ xs | length }}|{{ 'héllo' | length }}|{{ xs | join(', ') }}|{{ xs | first }}|{{ xs | last }}|{{ 5 | string }}|{{ missing | default('dv') }}|{{ '' | default('e', true) }}|{{ xs | reverse | list }}|{{ 'hello world' | title }}|{{ 'hello' | capitalize }}|{{ 'a-b-c' | replace('-', '+') }}|{{ '42' | int + 1 }}|{{ 3 | float }}|{{ -4 | abs }}", {"xs": ["p", "q", "r"]}),
     ("tojson_filter", "{{ v | tojson }}\n{{ v | tojson(indent=2) }}\n{{ v | tojson(indent=0) }}\n{{ s | tojson }}", {"v": {"a": [1, 2.5, {"b": None, "c": []}], "d": {}, "e": "ü\n\"q\"\t\u0001"}, "s": "plain"}),
+    ("tojson_sort_keys", "{{ v | tojson(sort_keys=true) }}|{{ v | tojson(indent=1, sort_keys=true) }}", {"v": {"b": 1, "a": {"d": 2, "c": [3]}, "B": 0}}),
     ("tests", "{{ x is defined }} {{ y is defined }} {{ y is not defined }} {{ n is none }} {{ x is string }} {{ d is mapping }} {{ xs is iterable }} {{ 3 is number }} {{ x is number }} {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby(3) }} {{ d is not mapping }}", {"x": "s", "n": None, "d": {}, "xs": [1]}),
     ("methods", "{{ s.startswith('He') }} {{ s.endswith('!') }} {{ s.strip() }} {{ s.split(',') }} {{ ' a  b '.split() }} {{ d.get('k') }} {{ d.get('zz', 'def') }} {{ d.keys() | list }} {{ d.values() | list }} {{ s.lower() }} {{ s.upper() }} {{ s.replace('l', 'L') }} {{ '--x--'.strip('-') }} {{ s.rstrip('! ') }}", {"s": " Hello, world! ", "d": {"k": "v", "k2": 2}}),
     ("item_access", "{{ d['a']['b'] }} {{ d.a.b }} {{ xs[0] }} {{ xs[-1] }} {{ xs[1:] }} {{ xs[:2] }} {{ xs[::-1] }} {{ 'hello'[1:3] }} {{ '你好世界'[1:3] }} {{ xs[10] }}|{{ d.nope }}|", {"d": {"a": {"b": "deep"}}, "xs": [10, 20, 30]}),
@@ -73,6 +74,15 @@ cases = [
     ("nested_loops", "{% for row in rows %}{% set outer = loop.index %}{% for c in row %}{{ outer }}.{{ loop.index }}={{ c }} {% endfor %}|{% endfor %}", {"rows": [["a", "b"], ["c"]]}),
     ("is_tests_on_metadata", "{% for m in ms %}{% if m.metadata is defined and m.metadata %}({{ m.metadata }}){% endif %}{{ m.content }}{% endfor %}", {"ms": [{"content": "a", "metadata": "f"}, {"content": "b"}, {"content": "c", "metadata": ""}]}),
 ]
+
+# The demo's own chat template (samples/tokenizer/chat_template.jinja) on sample conversations.
+with open(os.path.join(here, "..", "..", "..", "samples", "tokenizer", "chat_template.jinja"), encoding="utf-8") as f:
+    sample_tpl = f.read()
+with open(os.path.join(here, "..", "..", "..", "samples", "data", "chat_messages.jsonl"), encoding="utf-8") as f:
+    sample_convs = [json.loads(line)["messages"] for line in f]
+picked = [c for c in sample_convs if "tools" in c[0]] + sample_convs[:3]
+for k, conv in enumerate(picked):
+    cases.append((f"sample_template_{k}", sample_tpl, {"messages": conv, "add_generation_prompt": k % 2 == 1}))
 
 errors = [
     ("raise", "{% if true %}{{ raise_exception('bad input!') }}{% endif %}", {}, "bad input!"),

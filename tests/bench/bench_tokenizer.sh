@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# tests/bench/bench_tokenizer.sh: encoder throughput, glmtune vs tiktoken, as a markdown table.
+#
+# usage: tests/bench/bench_tokenizer.sh [BUILD_DIR] [SHARED_DIR]
+#   BUILD_DIR  holds tests/tokenize/bench_tokenizer (default: build; `ninja -C BUILD_DIR bench_tokenizer`)
+#   SHARED_DIR the shared fixtures folder (default: $GLM_SHARED or ../shared)
+# Texts: (a) every JSON string value of SHARED_DIR/corpora joined by newlines, (b) (a) repeated
+# to ~20 MB. Rows: one call over the whole text on 1 thread (both tools: glm_tokenizer_encode /
+# tiktoken encode_ordinary), then ~1 MiB chunks over 1 and 2 threads (bench_tokenizer threads /
+# tiktoken encode_ordinary_batch). MB = 1e6 input bytes; best of runs lasting >= MIN_TIME s each
+# (env MIN_TIME, default 2). The "ids" column must agree between the tools on whole-text rows
+# (same count and FNV-1a hash of the ids), else the script fails.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${1:-$root/build}
+shared=${2:-${GLM_SHARED:-$root/../shared}}
+min_time=${MIN_TIME:-2}
+threads=${THREADS:-1,2}
+bench=$build/tests/tokenize/bench_tokenizer
+[ -x "$bench" ] || { echo "bench_tokenizer.sh: $bench not built (ninja -C $build bench_tokenizer)" >&2; exit 2; }
+[ -d "$shared/corpora" ] || { echo "bench_tokenizer.sh: $shared/corpora not found" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 "$here/bench_tiktoken.py" prepare "$shared/corpora" "$tmp/corpus.txt" "$tmp/corpus20.txt"
+tok="$shared/glm4-tokenizer"
+for t in corpus corpus20; do
+  label=$t; [ $t = corpus20 ] && label=corpus-x$(( $(stat -c %s "$tmp/corpus20.txt") / $(stat -c %s "$tmp/corpus.txt") ))
+  "$bench" --tokenizer "$tok" --text "$tmp/$t.txt" --label "$label" --threads "$threads" --min-time "$min_time" 2>/dev/null
+  python3 "$here/bench_tiktoken.py" run "$tok" "$tmp/$t.txt" "$label" "$threads" "$min_time"
+done > "$tmp/results.txt"
+sizes="corpus $(stat -c %s "$tmp/corpus.txt") bytes, corpus-xN $(stat -c %s "$tmp/corpus20.txt") bytes"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; texts: $sizes"
+echo
+awk '
+  { key = $2 " " $3 " " $4; v[$1, key] = $5; n[$1, key] = $6; h[$1, key] = $7
+    if (!(key in seen)) { seen[key] = 1; order[++k] = key } }
+  END {
+    printf "| text | mode | threads | glmtune MB/s | tiktoken MB/s | speed-up | ids (glmtune / tiktoken) |\n"
+    printf "|---|---|---|---|---|---|---|\n"
+    bad = 0
+    for (i = 1; i <= k; i++) {
+      key = order[i]; split(key, p, " ")
+      g = v["glmtune", key]; t = v["tiktoken", key]
+      printf "| %s | %s | %s | %.1f | %.1f | %.2fx | %s / %s |\n", p[1], p[2], p[3], g, t, (t > 0 ? g / t : 0), n["glmtune", key], n["tiktoken", key]
+      if (p[2] == "whole" && (n["glmtune", key] != n["tiktoken", key] || h["glmtune", key] != h["tiktoken", key])) bad = 1
+    }
+    if (bad) { print "MISMATCH: glmtune and tiktoken ids differ on a whole-text row" > "/dev/stderr"; exit 1 }
+  }' "$tmp/results.txt"
