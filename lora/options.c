@@ -20,7 +20,7 @@ static const glm_opt_def k_opts[] = {
     {"data", "data", "dataset", GLM_OPT_STRING, NULL, "path",
      "tokenized training shards from `glmtune tokenize` (directory or manifest.json)", OFF(data), false},
     {"output-dir", "output_dir", NULL, GLM_OPT_STRING, NULL, "path",
-     "where checkpoints, metrics.jsonl, loss.svg and TensorBoard events go", OFF(output_dir), false},
+     "where checkpoints, metrics.jsonl, loss_curve.svg and TensorBoard events go", OFF(output_dir), false},
     {"per-device-train-batch-size", "per_device_train_batch_size", NULL, GLM_OPT_INT, "1", "rows",
      "micro-batch: packed rows per GPU per forward/backward", OFF(per_device_train_batch_size), false},
     {"gradient-accumulation-steps", "gradient_accumulation_steps", NULL, GLM_OPT_INT, "1", "micro-batches",
@@ -107,7 +107,7 @@ static const struct {
     {"template", "glmtune renders the GLM-4 chat format when tokenizing"},
     {"overwrite_output_dir", "checkpoints are added to output-dir; use resume-from-checkpoint to continue"},
     {"overwrite_cache", "there is no dataset cache; shards come from glmtune tokenize"},
-    {"plot_loss", "loss.svg is always written"},
+    {"plot_loss", "loss_curve.svg is always written"},
     {"bf16", "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
     {"pure_bf16", "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
     {"ddp_timeout", "multi-GPU runs use NCCL directly"},
@@ -635,7 +635,7 @@ void glm_opts_print(FILE *f, const glm_train_opts *o) {
     static const char *srcs[] = {"default", "config", "command line"};
     for (size_t i = 0; i < N_OPTS; i++) {
         json_t *v = value_json(o, i);
-        char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(12)) : NULL;
         fprintf(f, "  %-28s = %-24s (%s)\n", k_opts[i].key, s ? s : "?", srcs[o->src[i] < 3 ? o->src[i] : 0]);
         free(s);
         json_decref(v);

@@ -43,6 +43,11 @@ glm_status glm_tokenizer_encode(const glm_tokenizer *t, const char *text, size_t
 
 /* Decodes ids to bytes APPENDED to *out (not NUL-terminated; special ids become their strings).
  * The bytes need not be valid UTF-8 when a multi-byte character is cut between ids.
+ * tiktoken: the concatenated token bytes. SentencePiece: pieces with U+2581 as a space, byte
+ * pieces <0xNN> as the byte, control pieces that are not special as nothing, unknown as
+ * " \u2047 ", and the one space of the dummy prefix (add_dummy_prefix) dropped when ids[0] is
+ * an ordinary piece, so decode(encode(text)) == text for a model with byte fallback and the
+ * identity normalizer.
  * Errors: GLM_ERR_ARG naming the first id that is out of range or unassigned (*out unchanged),
  * GLM_ERR_NOMEM. */
 glm_status glm_tokenizer_decode(const glm_tokenizer *t, const uint32_t *ids, size_t n, glm_charvec *out);

@@ -305,7 +305,12 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
     GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
     if (ts->eval_data && *ts->eval_data) {
-        GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false));
+        /* the val split of a tokenize output (--val-size), or, when it has none, all of its rows */
+        if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) != GLM_OK) {
+            GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "train", (uint64_t)ts->seed, false));
+            glm_log_info("%s has no val split: evaluating on all of its %llu rows", ts->eval_data,
+                         (unsigned long long)rs->eval.n_rows);
+        }
         GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
         rs->has_eval = true;
     }
