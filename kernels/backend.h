@@ -157,7 +157,8 @@ struct glm_backend {
      * OVERWRITTEN) and *n_targets the count. When dlogits != NULL it is OVERWRITTEN with
      * d(loss_scale * sum_i loss_i)/dlogits = loss_scale * (softmax - onehot) on target rows and 0
      * on rows with labels[i] < 0; dlogits may equal logits (in place).
-     * Errors: GLM_ERR_ARG when a label is >= V; GLM_ERR_NUMERIC when the loss is not finite. */
+     * A non-finite loss is returned as it is (the trainer counts and skips such steps).
+     * Errors: GLM_ERR_ARG when a label is >= V. */
     glm_status (*cross_entropy)(const glm_backend *be, void *dlogits, const void *logits,
                                 const int32_t *labels, int64_t n, int64_t V, float loss_scale,
                                 double *loss_sum, int64_t *n_targets);

@@ -1,5 +1,6 @@
 /* glmtune init-model: a randomly initialised GLM-4-shaped checkpoint (for the demo and tests). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/fileio.h"

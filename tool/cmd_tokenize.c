@@ -228,17 +228,17 @@ static void heap_sift_down(val_item *h, size_t n, size_t i) {
     }
 }
 
-/* Routes a kept sample: returns true and fills *to_train when it goes to training. */
+/* Routes a kept sample. *train: whether *to_train goes to the training packer. With a fraction,
+ * a sample not for training goes straight to the val packer (the caller adds it); with a count,
+ * the sample may enter the heap of the `size` smallest keys, and the one it evicts (or itself)
+ * comes back in *to_train. */
 static glm_status val_route(val_split *v, glm_pack_doc d, uint64_t seq, glm_pack_doc *to_train, bool *train) {
     *train = true;
     *to_train = d;
     if (v->size <= 0) return GLM_OK;
     uint64_t key = val_key(v->seed, seq);
-    if (v->size < 1) {
-        if ((double)key < v->size * 18446744073709551616.0) {
-            GLM_TRY(glm_vec_push(v->heap, ((val_item){key, d, seq})));
-            *train = false;
-        }
+    if (v->size < 1) { /* a fraction: decided per sample, streamed to the val packer by the caller */
+        if ((double)key < v->size * 18446744073709551616.0) *train = false;
         return GLM_OK;
     }
     size_t cap = (size_t)v->size;
@@ -617,6 +617,7 @@ int cmd_tokenize(int argc, char **argv) {
                 bool train;
                 s = val_route(&vs, d, seq++, &to_train, &train);
                 if (s == GLM_OK && train) s = glm_packer_add(&ptrain, to_train);
+                else if (s == GLM_OK && vs.size < 1) s = glm_packer_add(&pval, d);
             }
         }
         for (size_t k = 0; k < n_running; k++) job_clear(&prev[k]);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# glmtune train / export-adapter on bad input: truncated safetensors, a missing tensor, wrong
+# shapes, ids outside the vocabulary, shards of another tokenizer, a corrupt checkpoint, a kill
+# during checkpoint writes, non-finite losses, refused and unknown settings. Each must give a
+# clear error (or a warning and a fallback) and leave the previous checkpoint intact.
+set -uo pipefail
+G=${GLMTUNE:?}
+S=${GLM_SHARED:-}
+SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+if [ -z "$S" ] || [ ! -d "$S/fixtures" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+T=$(mktemp -d /tmp/glmerr.XXXXXX)
+pass=0; fail=0
+check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
+has() { grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
+
+FIX="$S/fixtures/tiny-glm4/chatglm"
+# 40 pre-tokenized samples of 20-60 ids below 512 (the tiny model's vocabulary)
+awk 'BEGIN { srand(7); for (i = 0; i < 40; i++) { n = 20 + int(rand() * 40); ids = ""; lab = "";
+     for (j = 0; j < n; j++) { x = int(rand() * 512); ids = ids (j ? ", " : "") x; lab = lab (j ? ", " : "") (j < 5 ? -100 : x) }
+     print "{\"input_ids\": [" ids "], \"labels\": [" lab "]}" } }' > "$T/data.jsonl"
+$G tokenize --quiet --seq-len 128 -o "$T/shards" "$T/data.jsonl" 2>/dev/null
+check "tokenize pre-tokenized data" test -f "$T/shards/manifest.json"
+TR="--quiet --data $T/shards --lora-rank 4 --per-device-train-batch-size 2 --logging-steps 1"
+
+# a model directory with a truncated shard / a missing tensor / a wrong shape
+cp -r "$FIX" "$T/trunc" && truncate -s 100000 "$T/trunc/model-00002-of-00002.safetensors"
+$G train $TR --model "$T/trunc" --output-dir "$T/r" --max-steps 1 2>"$T/e1"; rc=$?
+check "truncated safetensors: exit 1 ($rc)" test $rc = 1
+check "... names the file" has "$T/e1" "model-00002-of-00002.safetensors"
+cp -r "$FIX" "$T/miss"
+sed -i 's/"transformer.encoder.layers.1.mlp.dense_4h_to_h.weight"/"transformer.encoder.layers.1.mlp.dense_4h_to_h.weightX"/' "$T/miss/model.safetensors.index.json"
+$G train $TR --model "$T/miss" --output-dir "$T/r" --max-steps 1 2>"$T/e2"; rc=$?
+check "missing tensor: exit 1 ($rc)" test $rc = 1
+check "... names the tensor" has "$T/e2" "layers.1.mlp.dense_4h_to_h.weight"
+cp -r "$FIX" "$T/shape" && sed -i 's/"ffn_hidden_size": 160/"ffn_hidden_size": 128/' "$T/shape/config.json"
+$G train $TR --model "$T/shape" --output-dir "$T/r" --max-steps 1 2>"$T/e3"; rc=$?
+check "wrong shape: exit 1 ($rc)" test $rc = 1
+check "... says expected and found" has "$T/e3" "expected \\[256, 64\\]"
+
+# ids outside the model's vocabulary
+printf '{"input_ids": [1, 2, 3, 700, 5], "labels": [-100, 2, 3, 700, 5]}\n' > "$T/big.jsonl"
+$G tokenize --quiet --seq-len 128 -o "$T/bigshards" "$T/big.jsonl" 2>/dev/null
+$G train --quiet --model "$FIX" --data "$T/bigshards" --output-dir "$T/r" --max-steps 1 2>"$T/e4"; rc=$?
+check "token id outside the vocabulary: exit 1 ($rc)" test $rc = 1
+check "... says so" has "$T/e4" "outside the model's vocabulary"
+
+# shards made with another tokenizer than the model's
+$G init-model --config "$SRC/samples/model-config.json" --tokenizer "$S/glm4-tokenizer" -o "$T/withtok" 2>/dev/null
+$G tokenize --quiet --tokenizer "$SRC/samples/tokenizer" --seq-len 128 -o "$T/spm" "$SRC/samples/data/alpaca.json" 2>/dev/null
+$G train --quiet --model "$T/withtok" --data "$T/spm" --output-dir "$T/r" --max-steps 1 2>"$T/e5"; rc=$?
+check "shards of another tokenizer: exit 1 ($rc)" test $rc = 1
+check "... says so" has "$T/e5" "another tokenizer"
+
+# refused and unknown settings
+printf 'model_name_or_path: %s\nfp16: true\n' "$FIX" > "$T/fp16.yaml"
+$G train --config "$T/fp16.yaml" --data "$T/shards" --output-dir "$T/r" 2>"$T/e6"; rc=$?
+check "fp16 refused: exit != 0 ($rc)" test $rc != 0
+check "... with the reason" has "$T/e6" "fp16"
+$G train $TR --model "$FIX" --output-dir "$T/r" --lerning-rate 1e-3 2>"$T/e7"; rc=$?
+check "unknown flag: exit 2 ($rc)" test $rc = 2
+check "... suggests the closest" has "$T/e7" "learning-rate"
+
+# non-finite losses: skipped, and N in a row abort
+$G train $TR --model "$FIX" --output-dir "$T/nan" --learning-rate 1e30 --lr-scheduler-type constant \
+    --max-steps 20 --max-nonfinite 3 --save-steps 100 2>"$T/e8"; rc=$?
+check "non-finite steps abort: exit 1 ($rc)" test $rc = 1
+check "... with a clear message" has "$T/e8" "in a row had a non-finite"
+
+# checkpoints: corrupt the newest, resume falls back to the previous one with a warning
+$G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 4 --save-steps 2 2>/dev/null
+check "checkpoints 2 and 4" test -d "$T/ck/checkpoint-2" -a -d "$T/ck/checkpoint-4"
+printf 'XXXX' | dd of="$T/ck/checkpoint-4/adapter_model.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+$G export-adapter --checkpoint "$T/ck/checkpoint-4" -o "$T/ex" 2>"$T/e9"; rc=$?
+check "export of a corrupt checkpoint: exit 1 ($rc)" test $rc = 1
+check "... names the file" has "$T/e9" "adapter_model.safetensors"
+$G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 6 --save-steps 2 --resume-from-checkpoint 2>"$T/e10"; rc=$?
+check "resume skips the corrupt checkpoint (exit $rc)" test $rc = 0
+check "... saying so" has "$T/e10" "checkpoint-4"
+check "... and resumes from checkpoint-2" has "$T/e10" "resuming from .*checkpoint-2"
+
+# a kill during checkpoint writes leaves only complete checkpoints
+cat > "$T/big.json" <<'JSON'
+{"model_type": "chatglm", "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4, "multi_query_group_num": 2,
+ "kv_channels": 64, "ffn_hidden_size": 688, "padded_vocab_size": 512, "layernorm_epsilon": 1e-5, "rope_ratio": 1}
+JSON
+$G init-model --config "$T/big.json" -o "$T/bigmodel" 2>/dev/null
+$G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps 100000 --save-steps 1 --lora-rank 64 2>/dev/null &
+pid=$!
+for _ in $(seq 1 100); do [ -d "$T/kill/checkpoint-3" ] && break; sleep 0.1; done
+sleep 0.$((RANDOM % 9 + 1))
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+n_ok=0; n_bad=0
+for d in "$T/kill"/checkpoint-*; do
+    if $G export-adapter --checkpoint "$d" -o "$T/kx" 2>/dev/null; then n_ok=$((n_ok + 1)); else n_bad=$((n_bad + 1)); fi
+done
+check "after kill -9: $n_ok checkpoints complete, $n_bad broken" test $n_ok -ge 3 -a $n_bad = 0
+latest=$(ls -d "$T/kill"/checkpoint-* | sed 's/.*-//' | sort -n | tail -1)
+$G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps $((latest + 1)) --save-steps 1 --lora-rank 64 \
+    --resume-from-checkpoint 2>"$T/e11"; rc=$?
+check "resume after the kill (exit $rc)" test $rc = 0 -a -d "$T/kill/checkpoint-$((latest + 1))"
+
+echo "test_train_errors: $pass passed, $fail failed"
+[ $fail = 0 ] && rm -rf "$T"
+[ $fail = 0 ]
