@@ -134,7 +134,9 @@ glm_status glm_config_load(const char *dir, double rope_theta_override, glm_conf
         cfg->qkv_bias = b ? json_is_true(b) : true;
         if ((st = get_num(root, "max_position_embeddings", path, &v, &f))) goto done;
         cfg->max_positions = f ? (int64_t)v : 0;
-        if (cfg->rope_base == 10000.0 && !(rope_theta_override > 0)) {
+        /* the wrong value ships in the GLM-4-9B -hf configs (C 4096, 40 layers); a small model
+         * with base 10000 (tests, demos) is taken as it says */
+        if (cfg->rope_base == 10000.0 && !(rope_theta_override > 0) && cfg->C == 4096 && cfg->L == 40) {
             cfg->rope_suspect = true;
             glm_log_warn("%s: WARNING: rope_theta is 10000. Real GLM-4-9B -hf configs carry this wrong value: the "
                          "THUDM configs say 10000 x rope_ratio = 5e6 (glm-4-9b-chat) or 1e8 (glm-4-9b-chat-1m). "

@@ -25,7 +25,6 @@
 #include <pcre2.h>
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +59,6 @@ struct glm_bpe {
                             a clear bit proves "not a token" without touching the 4 MB table */
     pcre2_code *re;
     int jit;           /* JIT compiled */
-    uint64_t serial;   /* unique per loaded table: owner tag of the per-thread lookup caches */
 };
 
 /* ------------------------------------------------------------------------- hashing */
@@ -103,46 +101,6 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t head) {
 
 /* Rank of s[0..n) or NONE_RANK. use_filter: consult the Bloom-style bit filter first (worth it
  * where most lookups miss, as inside merges; whole pieces mostly hit). */
-/* Per-thread lookup cache for merges. BPE on text without spaces (Chinese, Japanese) spends its
- * time looking up the same few thousand character and word strings in the 4 MiB table, which
- * sits beyond L2. This direct-mapped cache (4096 x 24 bytes, L2 resident) remembers the answers
- * for strings of 3..16 bytes. The key is exact (length, first 8 bytes, last 8 bytes: for n <= 16
- * these determine the string), so a hit is the table's answer, not a guess. Each thread owns
- * its cache (pthread key, freed at thread exit); `owner` names the table it was filled from. */
-#define LC_BITS 12
-typedef struct {
-    uint64_t w0, w1;
-    uint32_t len, rank;
-} lc_ent;
-typedef struct {
-    uint64_t owner;
-    lc_ent e[1 << LC_BITS];
-} lc_table;
-static _Thread_local lc_table *tls_lc;
-static pthread_key_t lc_key;
-static pthread_once_t lc_once = PTHREAD_ONCE_INIT;
-static void lc_key_init(void) { pthread_key_create(&lc_key, free); }
-static _Atomic uint64_t bpe_serial;
-
-/* Makes tls_lc this thread's cache for table b (clearing it when it last served another table);
- * tls_lc stays NULL when memory is short (lookups then go to the table). */
-static void lc_prepare(const glm_bpe *b) {
-    lc_table *t = tls_lc;
-    if (!t) {
-        pthread_once(&lc_once, lc_key_init);
-        t = calloc(1, sizeof *t);
-        if (!t) return;
-        pthread_setspecific(lc_key, t);
-        tls_lc = t;
-    }
-    if (t->owner != b->serial) {
-        memset(t->e, 0, sizeof t->e);
-        t->owner = b->serial;
-    }
-}
-
-static inline uint32_t table_probe(const glm_bpe *b, const uint8_t *s, size_t n, uint64_t head, uint64_t h);
-
 static inline uint32_t lookup_f(const glm_bpe *b, const uint8_t *s, size_t n, int use_filter) {
     if (n <= 2) return n == 2 ? b->pair_rank[s[0] << 8 | s[1]] : b->byte_rank[s[0]];
     unsigned eb = (unsigned)s[0] << 8 | s[n - 1];
@@ -151,19 +109,6 @@ static inline uint32_t lookup_f(const glm_bpe *b, const uint8_t *s, size_t n, in
     uint64_t h = hash_bytes(s, n, head);
     uint64_t fb = h >> (64 - FILTER_LOG);
     if (use_filter && !(b->filter[fb >> 6] >> (fb & 63) & 1)) return NONE_RANK;
-    lc_table *lc = tls_lc;
-    if (use_filter && lc && n <= 16) {
-        uint64_t w1 = n > 8 ? load_head(s + n - 8, 8) : 0;
-        lc_ent *e = &lc->e[h & ((1u << LC_BITS) - 1)];
-        if (e->len == n && e->w0 == head && e->w1 == w1) return e->rank;
-        uint32_t r = table_probe(b, s, n, head, h);
-        *e = (lc_ent){head, w1, (uint32_t)n, r};
-        return r;
-    }
-    return table_probe(b, s, n, head, h);
-}
-
-static inline uint32_t table_probe(const glm_bpe *b, const uint8_t *s, size_t n, uint64_t head, uint64_t h) {
     size_t i = (size_t)h & b->mask;
     for (;;) {
         const bpe_slot *e = &b->slots[i];
@@ -398,7 +343,6 @@ glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe 
             goto fail;
         }
     if ((st = compile_regex(b)) != GLM_OK) goto fail;
-    b->serial = ++bpe_serial;
     free(line_of);
     glm_vec_free(ents);
     *out = b;
@@ -824,7 +768,6 @@ glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u3
     size_t p = 0;
     /* room for about one id per 3 bytes up front, so most pushes do not check capacity twice */
     if (len > 64 && (st = glm_vec_reserve(*out, len / 3)) != GLM_OK) return st;
-    lc_prepare(b);
     while (p < len) {
         size_t n = ascii_piece(s, len, p);
         if (!n) {

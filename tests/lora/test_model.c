@@ -461,13 +461,30 @@ static void test_config(void) {
               c.V == 512 && c.rope_dim == 8 && c.rope_base == 10000.0 && c.qkv_bias && fabsf(c.eps - 1.5625e-07f) < 1e-12f,
           "chatglm config fields");
     snprintf(dir, sizeof dir, "%s/hf", fixtures);
-    int lvl = glm_log_level;
-    glm_log_level = 0; /* the expected rope warning */
     CHECK(glm_config_load(dir, 0, &c) == GLM_OK, "hf config: %s", glm_errmsg());
-    glm_log_level = lvl;
     CHECK(c.layout == GLM_LAYOUT_HF && c.C == 64 && c.L == 2 && c.H == 4 && c.Hkv == 2 && c.Dh == 16 && c.F == 160 && c.V == 512 &&
-              c.rope_dim == 8 && c.rope_base == 10000.0 && c.qkv_bias && c.rope_suspect,
-          "hf config fields; rope_theta 10000 flagged");
+              c.rope_dim == 8 && c.rope_base == 10000.0 && c.qkv_bias && !c.rope_suspect,
+          "hf config fields; a tiny model's rope_theta 10000 is taken as it says");
+    /* a GLM-4-9B-Chat-1M -hf config as published, with its wrong rope_theta */
+    char big[] = "/tmp/glmcfg.XXXXXX";
+    if (mkdtemp(big)) {
+        char p[1300];
+        snprintf(p, sizeof p, "%s/config.json", big);
+        FILE *f = fopen(p, "w");
+        fputs("{\"model_type\": \"glm\", \"hidden_size\": 4096, \"num_hidden_layers\": 40, \"num_attention_heads\": 32,"
+              " \"num_key_value_heads\": 4, \"head_dim\": 128, \"intermediate_size\": 13696, \"vocab_size\": 151552,"
+              " \"rms_norm_eps\": 1.5625e-07, \"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5,"
+              " \"attention_bias\": true}", f);
+        fclose(f);
+        int lvl = glm_log_level;
+        glm_log_level = 0; /* the expected warning */
+        CHECK(glm_config_load(big, 0, &c) == GLM_OK && c.rope_suspect && c.Hkv == 4 && c.rope_dim == 64,
+              "GLM-4-9B -hf config with rope_theta 10000 flagged: %s", glm_errmsg());
+        glm_log_level = lvl;
+        CHECK(glm_config_load(big, 1e8, &c) == GLM_OK && !c.rope_suspect && c.rope_base == 1e8, "... unless overridden");
+        unlink(p);
+        rmdir(big);
+    }
     CHECK(glm_config_load(dir, 1e8, &c) == GLM_OK && c.rope_base == 1e8 && c.rope_overridden && !c.rope_suspect,
           "rope_theta override");
     CHECK(glm_config_load("/nonexistent", 0, &c) == GLM_ERR_IO, "missing config");
