@@ -621,27 +621,39 @@ size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t 
 /* ------------------------------------------------------------------------- merging */
 
 #ifndef SMALL_PIECE
-#define SMALL_PIECE 16
+#define SMALL_PIECE 32
 #endif
 #define STACK_PIECE 256
 
-/* tiktoken's simple merge loop for a piece of n (2..SMALL_PIECE] bytes. */
+/* tiktoken's simple merge loop for a piece of n (2..SMALL_PIECE] bytes: find the lowest pair rank
+ * (first a branch-free min over the array, then the first index holding it), merge, update the
+ * two neighbouring pair ranks. O(n^2) but with tiny constants for the short pieces it serves. */
 static glm_status merge_small(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out) {
-    uint32_t start[SMALL_PIECE + 1], rank[SMALL_PIECE + 1];
+    uint32_t start[SMALL_PIECE + 1], rank[SMALL_PIECE + 4];
     size_t m = n + 1; /* parts + end sentinel */
     for (size_t i = 0; i <= n; i++) start[i] = (uint32_t)i;
-    for (size_t i = 0; i + 1 < n; i++) rank[i] = lookup(b, s + i, 2);
-    rank[n - 1] = rank[n] = NONE_RANK;
+    for (size_t i = 0; i + 1 < n; i++) rank[i] = b->pair_rank[s[i] << 8 | s[i + 1]];
+    for (size_t i = n - 1; i < n + 3; i++) rank[i] = NONE_RANK;
     for (;;) {
-        uint32_t best = NONE_RANK;
-        size_t bi = 0;
-        for (size_t i = 0; i + 1 < m; i++)
-            if (rank[i] < best) best = rank[i], bi = i;
+        /* min over rank[0 .. m-2] (the sentinel pads to a multiple of 4 lanes) */
+        uint32_t m0 = NONE_RANK, m1 = NONE_RANK, m2 = NONE_RANK, m3 = NONE_RANK;
+        size_t cnt = m - 1;
+        for (size_t i = 0; i < cnt; i += 4) {
+            m0 = rank[i] < m0 ? rank[i] : m0;
+            m1 = rank[i + 1] < m1 ? rank[i + 1] : m1;
+            m2 = rank[i + 2] < m2 ? rank[i + 2] : m2;
+            m3 = rank[i + 3] < m3 ? rank[i + 3] : m3;
+        }
+        m0 = m0 < m1 ? m0 : m1;
+        m2 = m2 < m3 ? m2 : m3;
+        uint32_t best = m0 < m2 ? m0 : m2;
         if (best == NONE_RANK) break;
-        /* merge parts bi and bi+1: drop start[bi+1] */
-        memmove(start + bi + 1, start + bi + 2, (m - bi - 2) * sizeof *start);
-        memmove(rank + bi + 1, rank + bi + 2, (m - bi - 2) * sizeof *rank);
+        size_t bi = 0;
+        while (rank[bi] != best) bi++;
+        /* merge parts bi and bi+1: drop start[bi+1] and rank[bi+1] */
+        for (size_t i = bi + 1; i + 1 < m; i++) start[i] = start[i + 1], rank[i] = rank[i + 1];
         m--;
+        rank[m - 1] = rank[m] = rank[m + 1] = rank[m + 2] = NONE_RANK;
         rank[bi] = bi + 2 < m ? lookup(b, s + start[bi], start[bi + 2] - start[bi]) : NONE_RANK;
         if (bi > 0) rank[bi - 1] = lookup(b, s + start[bi - 1], start[bi + 1] - start[bi - 1]);
     }

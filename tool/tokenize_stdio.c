@@ -1,0 +1,86 @@
+#define _GNU_SOURCE
+#include "tokenize_stdio.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "tool/cli.h"
+
+int tokenize_stdio(const glm_tokenizer *tok, bool encode) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    glm_u32vec ids = {0};
+    glm_charvec bytes = {0};
+    int rc = GLM_EXIT_OK;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n == 0) continue;
+        json_error_t je;
+        json_t *v = json_loadb(line, (size_t)n, 0, &je);
+        json_t *out = NULL;
+        if (!v || !json_is_object(v)) {
+            glm_log_error("<stdin>:%ld: not a JSON object (%s); hint: one object per line, like {\"%s\": ...}", lineno,
+                          v ? "another JSON value" : je.text, encode ? "text" : "ids");
+            rc = GLM_EXIT_FAIL;
+        } else if (encode) {
+            json_t *t = json_object_get(v, "text");
+            ids.n = 0;
+            if (!json_is_string(t)) {
+                glm_log_error("<stdin>:%ld: no string \"text\" field", lineno);
+                rc = GLM_EXIT_FAIL;
+            } else if (glm_tokenizer_encode(tok, json_string_value(t), json_string_length(t), &ids) != GLM_OK) {
+                glm_log_error("<stdin>:%ld: %s", lineno, glm_errmsg());
+                rc = GLM_EXIT_FAIL;
+            } else {
+                json_t *arr = json_array();
+                for (size_t i = 0; i < ids.n; i++) json_array_append_new(arr, json_integer(ids.v[i]));
+                out = json_pack("{s:o}", "ids", arr);
+            }
+        } else {
+            json_t *a = json_object_get(v, "ids");
+            ids.n = 0;
+            bytes.n = 0;
+            bool ok = json_is_array(a);
+            for (size_t i = 0; ok && i < json_array_size(a); i++) {
+                json_t *x = json_array_get(a, i);
+                ok = json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= UINT32_MAX;
+                if (ok) glm_vec_push(ids, (uint32_t)json_integer_value(x));
+            }
+            if (!ok) {
+                glm_log_error("<stdin>:%ld: \"ids\" must be an array of non-negative integers", lineno);
+                rc = GLM_EXIT_FAIL;
+            } else if (glm_tokenizer_decode(tok, ids.v, ids.n, &bytes) != GLM_OK) {
+                glm_log_error("<stdin>:%ld: %s", lineno, glm_errmsg());
+                rc = GLM_EXIT_FAIL;
+            } else {
+                json_t *s = json_stringn(bytes.v ? bytes.v : "", bytes.n);
+                if (s) {
+                    out = json_pack("{s:o}", "text", s);
+                } else { /* the ids end inside a UTF-8 sequence: give the bytes as hex */
+                    char *hex = malloc(2 * bytes.n + 1);
+                    for (size_t i = 0; i < bytes.n; i++) sprintf(hex + 2 * i, "%02x", (unsigned char)bytes.v[i]);
+                    hex[2 * bytes.n] = 0;
+                    out = json_pack("{s:n,s:s}", "text", "bytes_hex", hex);
+                    free(hex);
+                }
+            }
+        }
+        if (out) {
+            char *s = json_dumps(out, JSON_COMPACT);
+            puts(s);
+            free(s);
+            json_decref(out);
+        }
+        if (v) json_decref(v);
+    }
+    free(line);
+    glm_vec_free(ids);
+    glm_vec_free(bytes);
+    return rc;
+}

@@ -1,0 +1,17 @@
+/* tool/tokenize_stdio.h: `glmtune tokenize --encode / --decode`: JSONL on stdin, JSONL on stdout,
+ * for counting tokens and checking the tokenizer. */
+#ifndef GLM_TOKENIZE_STDIO_H
+#define GLM_TOKENIZE_STDIO_H
+
+#include <stdbool.h>
+
+#include "tokenize/tokenizer.h"
+
+/* encode: each line {"text": str} -> {"ids": [...]} (ordinary text: special-token strings are
+ * plain text). decode: each line {"ids": [...]} -> {"text": str}, or {"text": null,
+ * "bytes_hex": "..."} when the bytes are not valid UTF-8 (ids ending inside a character).
+ * Blank lines are skipped; a bad line is reported with its line number and the run goes on.
+ * Returns the exit code: 0, or 1 when any line failed. */
+int tokenize_stdio(const glm_tokenizer *tok, bool encode);
+
+#endif
