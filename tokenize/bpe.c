@@ -5,8 +5,8 @@
  *   - a piece that is itself a token maps directly to its rank;
  *   - otherwise byte-pair merge: start from single bytes and repeatedly merge the adjacent pair
  *     whose concatenation has the lowest rank (leftmost on ties) until no pair is a token.
- *     Short pieces use tiktoken's simple O(n*m) loop; long pieces (a run of CJK with no spaces
- *     is one piece) use a binary heap over (rank, start offset) with a linked list of parts and
+ *     Pieces up to SMALL_PIECE bytes use tiktoken's simple O(n*m) loop; longer ones (a run of CJK
+ *     with no spaces is one piece) use a binary heap over (rank, start offset) with a linked list of parts and
  *     lazy deletion, O(n log n). Both choose the same pair at each step, so both give tiktoken's
  *     result.
  *
@@ -55,7 +55,7 @@ struct glm_bpe {
     uint32_t *pair_rank; /* [65536] rank of the 2-byte token (b0 << 8 | b1), NONE_RANK if none */
     uint64_t edge[1024]; /* bit (first byte << 8 | last byte) set when some token of >= 3 bytes
                             has those end bytes: an 8 KiB first test that stays in L1 */
-    uint64_t *filter;    /* [FILTER_BITS / 64] bit (hash >> (64 - FILTER_LOG)) set for every token:
+    uint64_t *filter;    /* [2^FILTER_LOG / 64] bit (hash >> (64 - FILTER_LOG)) set for every token:
                             a clear bit proves "not a token" without touching the 4 MB table */
     pcre2_code *re;
     int jit;           /* JIT compiled */
@@ -621,7 +621,7 @@ size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t 
 /* ------------------------------------------------------------------------- merging */
 
 #ifndef SMALL_PIECE
-#define SMALL_PIECE 32
+#define SMALL_PIECE 16
 #endif
 #define STACK_PIECE 256
 

@@ -178,8 +178,9 @@ static glm_status read_config(const char *cfg_path, special_vec *sp, char **chat
     json_object_foreach(atd, key, val) {
         char *endp;
         unsigned long long id = strtoull(key, &endp, 10);
-        if (!*key || *endp || id > 0x7fffffff) {
-            st = glm_err(GLM_ERR_FORMAT, "%s: added_tokens_decoder key \"%s\" is not a token id", cfg_path, key);
+        if (!*key || *endp || id >= (1u << 24)) {
+            st = glm_err(GLM_ERR_FORMAT, "%s: added_tokens_decoder key \"%s\" is not a token id below 2^24; "
+                         "hint: keys are decimal ids such as \"151329\"", cfg_path, key);
             goto done;
         }
         json_t *content = json_is_object(val) ? json_object_get(val, "content") : val;
