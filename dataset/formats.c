@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/pyjson.h"
 #include "dataset/dataset_info.h"
 
 /* ---------------------------------------------------------------- format names */
@@ -44,7 +45,7 @@ void glm_conversation_free(glm_conversation *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* ---------------------------------------------------------------- Python-style json.dumps */
+/* ---------------------------------------------------------------- text helpers */
 
 static glm_status put(glm_charvec *o, const char *s, size_t n) {
     GLM_TRY(glm_vec_reserve(*o, n + 1));
@@ -55,128 +56,12 @@ static glm_status put(glm_charvec *o, const char *s, size_t n) {
 }
 static glm_status puts_(glm_charvec *o, const char *s) { return put(o, s, strlen(s)); }
 
-/* repr(float) of CPython: shortest digits that round-trip; fixed notation when the decimal
- * exponent is in [-4, 16), else d.ddde+XX (at least two exponent digits). */
-static void py_float_repr(double d, char *out, size_t cap) {
-    if (isnan(d)) {
-        snprintf(out, cap, "NaN");
-        return;
-    }
-    if (isinf(d)) {
-        snprintf(out, cap, d < 0 ? "-Infinity" : "Infinity");
-        return;
-    }
-    char tmp[48];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(tmp, sizeof tmp, "%.*e", p - 1, d);
-        if (strtod(tmp, NULL) == d) break;
-    }
-    /* tmp: [-]d[.ddd]e[+-]XX */
-    char digits[24];
-    size_t nd = 0;
-    const char *q = tmp;
-    bool neg = *q == '-';
-    if (neg) q++;
-    for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9') digits[nd++] = *q;
-    digits[nd] = 0;
-    int exp = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0') digits[--nd] = 0;
-    char *w = out;
-    size_t left = cap;
-#define EMIT(...)                                                                              \
-    do {                                                                                       \
-        int k_ = snprintf(w, left, __VA_ARGS__);                                               \
-        if (k_ < 0 || (size_t)k_ >= left) return;                                              \
-        w += k_;                                                                               \
-        left -= (size_t)k_;                                                                    \
-    } while (0)
-    if (neg) EMIT("-");
-    if (exp >= -4 && exp < 16) {
-        if (exp >= 0) {
-            for (int i = 0; i <= exp; i++) EMIT("%c", (size_t)i < nd ? digits[i] : '0');
-            EMIT(".");
-            if ((size_t)exp + 1 < nd) EMIT("%s", digits + exp + 1);
-            else EMIT("0");
-        } else {
-            EMIT("0.");
-            for (int i = 0; i < -exp - 1; i++) EMIT("0");
-            EMIT("%s", digits);
-        }
-    } else {
-        EMIT("%c", digits[0]);
-        if (nd > 1) EMIT(".%s", digits + 1);
-        EMIT("e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-    }
-#undef EMIT
-}
-
-static glm_status dumps_str(const char *s, size_t n, glm_charvec *o) {
-    GLM_TRY(put(o, "\"", 1));
-    size_t start = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char ub[8];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (c < 0x20) {
-                snprintf(ub, sizeof ub, "\\u%04x", c);
-                esc = ub;
-            }
-        }
-        if (esc) {
-            GLM_TRY(put(o, s + start, i - start));
-            GLM_TRY(puts_(o, esc));
-            start = i + 1;
-        }
-    }
-    GLM_TRY(put(o, s + start, n - start));
-    return put(o, "\"", 1);
-}
-
 glm_status glm_json_dumps_py(const json_t *v, glm_charvec *o) {
-    char buf[64];
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        GLM_TRY(puts_(o, "{"));
-        const char *k;
-        json_t *x;
-        bool first = true;
-        json_object_foreach((json_t *)v, k, x) {
-            if (!first) GLM_TRY(puts_(o, ", "));
-            first = false;
-            GLM_TRY(dumps_str(k, strlen(k), o));
-            GLM_TRY(puts_(o, ": "));
-            GLM_TRY(glm_json_dumps_py(x, o));
-        }
-        return puts_(o, "}");
-    }
-    case JSON_ARRAY: {
-        GLM_TRY(puts_(o, "["));
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) GLM_TRY(puts_(o, ", "));
-            GLM_TRY(glm_json_dumps_py(json_array_get(v, i), o));
-        }
-        return puts_(o, "]");
-    }
-    case JSON_STRING: return dumps_str(json_string_value(v), json_string_length(v), o);
-    case JSON_INTEGER:
-        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return puts_(o, buf);
-    case JSON_REAL: py_float_repr(json_real_value(v), buf, sizeof buf); return puts_(o, buf);
-    case JSON_TRUE: return puts_(o, "true");
-    case JSON_FALSE: return puts_(o, "false");
-    case JSON_NULL: return puts_(o, "null");
-    }
-    return GLM_OK;
+    char *s = glm_tojson((json_t *)v, -1); /* json.dumps' default separators, one line */
+    if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory serialising JSON");
+    glm_status st = puts_(o, s);
+    free(s);
+    return st;
 }
 
 /* ---------------------------------------------------------------- conversion context */

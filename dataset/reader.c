@@ -17,6 +17,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/vec.h"
 #include "dataset/dataset_info.h"
 #include "dataset/jsonsplit.h"
@@ -53,30 +54,10 @@ struct glm_reader {
 
 /* ---------------------------------------------------------------- UTF-8 / surrogate checks */
 
-int64_t glm_utf8_invalid_at(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp, min;
-        if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
-        else return (int64_t)i;
-        if (i + len > n) return (int64_t)i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return (int64_t)i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return (int64_t)i;
-        i += len;
-    }
-    return -1;
+/* Byte offset of the first invalid UTF-8 sequence, or -1 if valid. */
+static int64_t utf8_invalid_at(const char *s, size_t n) {
+    size_t at = glm_utf8_check(s, n);
+    return at == n ? -1 : (int64_t)at;
 }
 
 static int hex4(const char *s, size_t n, size_t i) {
@@ -694,8 +675,8 @@ static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec
             unsigned char c0 = sr->n ? (unsigned char)sr->data[0] : 0;
             int64_t at;
             if (json_error_code(&jerr) == json_error_invalid_utf8 ||
-                (at = glm_utf8_invalid_at(sr->data, sr->n)) >= 0) {
-                at = glm_utf8_invalid_at(sr->data, sr->n);
+                (at = utf8_invalid_at(sr->data, sr->n)) >= 0) {
+                at = utf8_invalid_at(sr->data, sr->n);
                 rec->reason = "invalid_utf8";
                 if (at >= 0) {
                     off = sr->offset + at;

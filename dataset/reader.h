@@ -80,9 +80,6 @@ void glm_reader_close(glm_reader *r);
 
 /* Helpers shared with the tests. */
 
-/* Byte offset of the first invalid UTF-8 sequence in s[0..n) (overlong forms, surrogates
- * U+D800..DFFF, values over U+10FFFF and truncated sequences are invalid), or -1 if valid. */
-int64_t glm_utf8_invalid_at(const char *s, size_t n);
 
 /* Byte offset of the first "\uXXXX" escape that is an unpaired UTF-16 surrogate (a high one not
  * followed by "\u" + low, or a low one alone), scanning only inside JSON strings; -1 if none. */

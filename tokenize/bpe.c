@@ -355,42 +355,6 @@ fail:
     return st;
 }
 
-/* ------------------------------------------------------------------------- UTF-8 */
-
-size_t glm_utf8_check(const char *str, size_t len) {
-    const uint8_t *s = (const uint8_t *)str;
-    size_t i = 0;
-    while (i < len) {
-        /* ASCII fast path, 8 bytes at a time */
-        while (i + 8 <= len) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull) break;
-            i += 8;
-        }
-        if (i >= len) break;
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        uint32_t cp, min;
-        if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07, min = 0x10000;
-        else return i;
-        if (i + n > len) return i;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += n;
-    }
-    return len;
-}
-
 /* ------------------------------------------------------------------------- splitting */
 
 enum { C_L = 1, C_N = 2, C_S = 4, C_NL = 8, C_HI = 16 };

@@ -41,7 +41,7 @@ bool glm_bpe_token(const glm_bpe *b, uint32_t id, const char **bytes, size_t *n)
 int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n);
 
 /* Ordinary text -> ids appended to *out; text must already be valid UTF-8 (the caller checks:
- * glm_utf8_check). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (regex engine error). */
+ * glm_utf8_check in common/utf8.h). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (regex engine error). */
 glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u32vec *out);
 
 /* Length in bytes of the split-regex piece that starts at text[pos] (text valid UTF-8, whole
@@ -50,8 +50,5 @@ glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u3
  * error (message set). For tests that compare the two paths and the classes. */
 size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t pos, int use_fast);
 
-/* Strict UTF-8 validation (no overlongs, no surrogates, <= U+10FFFF). Returns len when valid,
- * else the byte offset of the first invalid sequence. */
-size_t glm_utf8_check(const char *s, size_t len);
 
 #endif

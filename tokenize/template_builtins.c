@@ -12,7 +12,7 @@
 #include <wctype.h>
 
 #include "tokenize/template_internal.h"
-#include "tokenize/tojson.h"
+#include "common/pyjson.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Arguments                                                                                  */

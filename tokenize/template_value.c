@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "tokenize/template_internal.h"
-#include "tokenize/tojson.h"
+#include "common/pyjson.h"
 
 /* Appends code point cp to v as UTF-8. */
 void tpl_put_utf8(glm_charvec *v, uint32_t cp) {

@@ -10,6 +10,7 @@
 
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/utf8.h"
 #include "tokenize/bpe.h"
 #include "tokenize/spm_shim.h"
 

@@ -1,5 +1,5 @@
 /* tokenize/tojson.c: json.dumps(ensure_ascii=False) and Python's float repr. See tojson.h. */
-#include "tokenize/tojson.h"
+#include "common/pyjson.h"
 
 #include <math.h>
 #include <stdio.h>

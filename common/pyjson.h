@@ -1,10 +1,12 @@
-/* tokenize/tojson.h: JSON and number text exactly as Python prints them.
+/* common/pyjson.h: JSON and number text exactly as Python prints them.
  *
  * Chat templates call `tojson`, which transformers defines as
  * json.dumps(x, ensure_ascii=False, indent=indent); the tool blocks of GLM-4's template are
- * rendered with it, so its bytes become training tokens and must match Python byte for byte. */
-#ifndef GLM_TOKENIZE_TOJSON_H
-#define GLM_TOKENIZE_TOJSON_H
+ * rendered with it, so its bytes become training tokens and must match Python byte for byte.
+ * The dataset layer uses the same text for tool-call arguments (LLaMA-Factory and transformers
+ * serialise them with json.dumps(ensure_ascii=False)). */
+#ifndef GLM_PYJSON_H
+#define GLM_PYJSON_H
 
 #include <jansson.h>
 #include <stddef.h>
