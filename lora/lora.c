@@ -337,30 +337,3 @@ done:
     return st;
 }
 
-glm_status glm_lora_config_json(const glm_lora *l, char **out) {
-    int nm;
-    const char *const *names = glm_lora_module_names(l->layout, &nm);
-    json_t *o = json_object(), *t = json_array();
-    if (!o || !t) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nm; i++)
-        if (l->module_on[i]) json_array_append_new(t, json_string(names[i]));
-    json_object_set_new(o, "peft_type", json_string("LORA"));
-    json_object_set_new(o, "task_type", json_string("CAUSAL_LM"));
-    json_object_set_new(o, "r", json_integer(l->r));
-    json_object_set_new(o, "lora_alpha", json_real(l->alpha));
-    json_object_set_new(o, "lora_dropout", json_real(l->dropout));
-    json_object_set_new(o, "target_modules", t);
-    json_object_set_new(o, "use_rslora", json_boolean(l->use_rslora));
-    json_object_set_new(o, "bias", json_string("none"));
-    json_object_set_new(o, "fan_in_fan_out", json_false());
-    json_object_set_new(o, "inference_mode", json_true());
-    json_object_set_new(o, "init_lora_weights", json_true());
-    json_object_set_new(o, "use_dora", json_false());
-    json_object_set_new(o, "modules_to_save", json_null());
-    json_object_set_new(o, "base_model_name_or_path", json_null());
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(o);
-    if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    *out = s;
-    return GLM_OK;
-}

@@ -91,8 +91,5 @@ glm_status glm_lora_zero_grads(glm_lora *lora);
  * "model.layers.3.self_attn.q_proj" (into buf, at most n bytes). */
 void glm_lora_module_path(glm_layout layout, int layer, int module, char *buf, size_t n);
 
-/* adapter_config.json text for this adapter (PEFT fields: peft_type, r, lora_alpha, lora_dropout,
- * target_modules, use_rslora, bias "none", fan_in_fan_out false, ...), malloc'd. */
-glm_status glm_lora_config_json(const glm_lora *lora, char **json);
 
 #endif
