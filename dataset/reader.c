@@ -47,6 +47,7 @@ struct glm_reader {
     char *name;                        /* display name of the current stream */
     glm_jsonsplit js;
     size_t max_record;
+    bool defer_parse;                  /* glm_reader_set_deferred_parse */
     int64_t total_bytes, bytes_done;
     size_t n_opened;
     bool failed;
@@ -428,6 +429,8 @@ glm_status glm_reader_open(const char *const *inputs, size_t n, const char *data
     return GLM_OK;
 }
 
+void glm_reader_set_deferred_parse(glm_reader *r, bool defer) { r->defer_parse = defer; }
+
 void glm_reader_set_max_record(glm_reader *r, size_t bytes) {
     r->max_record = bytes ? bytes : ((size_t)256 << 20);
 }
@@ -641,7 +644,73 @@ static const char *problem_hint(const char *reason) {
     return "check the record with a JSON validator (python3 -m json.tool)";
 }
 
-/* Turns one split record into *rec: parses it with jansson and classifies failures. */
+/* Parses data[0..n) into rec->value with jansson, or classifies the failure into rec->reason
+ * and rec->detail (rec->source, index, line and offset must be set). */
+static void parse_record(glm_record *rec, const char *data, size_t n) {
+    const char *what = NULL;
+    char buf[320];
+    int64_t line = rec->line, off = rec->offset;
+    json_error_t jerr;
+    json_t *v = json_loadb(data, n, 0, &jerr);
+    if (!v && json_error_code(&jerr) == json_error_numeric_overflow && strstr(jerr.text, "integer"))
+        v = json_loadb(data, n, JSON_DECODE_INT_AS_REAL, &jerr); /* > 2^63: as real */
+    if (v && !json_is_object(v)) {
+        json_decref(v);
+        rec->reason = "not_an_object";
+        what = "the record is a JSON array, not an object";
+    } else if (v) {
+        rec->value = v;
+        return;
+    } else {
+        unsigned char c0 = n ? (unsigned char)data[0] : 0;
+        int64_t at = utf8_invalid_at(data, n);
+        if (json_error_code(&jerr) == json_error_invalid_utf8 || at >= 0) {
+            rec->reason = "invalid_utf8";
+            if (at >= 0) {
+                off = rec->offset + at;
+                for (int64_t k = 0; k < at; k++) line += data[k] == '\n';
+                snprintf(buf, sizeof buf, "byte 0x%02x at offset %lld is not valid UTF-8", (unsigned char)data[at],
+                         (long long)off);
+            } else {
+                snprintf(buf, sizeof buf, "invalid UTF-8: %s", jerr.text);
+            }
+        } else if ((at = glm_json_lone_surrogate_at(data, n)) >= 0) {
+            rec->reason = "lone_surrogate";
+            off = rec->offset + at;
+            for (int64_t k = 0; k < at; k++) line += data[k] == '\n';
+            snprintf(buf, sizeof buf, "the escape %.6s at offset %lld is half of a UTF-16 "
+                     "surrogate pair with no other half", data + at, (long long)off);
+        } else if (json_error_code(&jerr) == json_error_null_character) {
+            rec->reason = "nul_character";
+            snprintf(buf, sizeof buf, "a string holds \\u0000 (NUL)");
+        } else if (strstr(jerr.text, "depth")) {
+            rec->reason = "too_deep";
+            snprintf(buf, sizeof buf, "%s", jerr.text);
+        } else if (c0 != '{' && c0 != '[') {
+            rec->reason = "not_an_object";
+            snprintf(buf, sizeof buf, "the record is a JSON scalar (starts with '%c'), not an object",
+                     c0 >= 0x20 && c0 < 0x7f ? c0 : '?');
+        } else {
+            rec->reason = "invalid_json";
+            line = rec->line + (jerr.line > 0 ? jerr.line - 1 : 0);
+            off = rec->offset + (jerr.position > 0 ? jerr.position : 0);
+            snprintf(buf, sizeof buf, "invalid JSON near offset %lld: %s", (long long)off, jerr.text);
+        }
+        what = buf;
+    }
+    snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s", rec->source,
+             (long long)line, (long long)rec->index, (long long)off, what, problem_hint(rec->reason));
+}
+
+void glm_record_parse(glm_record *rec) {
+    if (!rec->raw) return;
+    parse_record(rec, rec->raw, rec->nbytes);
+    free(rec->raw);
+    rec->raw = NULL;
+}
+
+/* Turns one split record into *rec: parses it (or, deferred, copies its bytes) and classifies
+ * failures. */
 static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec) {
     memset(rec, 0, sizeof *rec);
     rec->source = r->name;
@@ -651,8 +720,6 @@ static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec
     rec->nbytes = sr->n;
     rec->mapping = r->cur ? r->cur->map : NULL;
     const char *what = NULL;
-    char buf[320];
-    int64_t line = sr->line, off = sr->offset;
     switch (sr->problem) {
     case GLM_JSPLIT_TOO_LARGE: rec->reason = "record_too_large"; what = sr->what; break;
     case GLM_JSPLIT_TRUNCATED: rec->reason = "truncated_json"; what = sr->what; break;
@@ -660,61 +727,15 @@ static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec
     case GLM_JSPLIT_OK: break;
     }
     if (!rec->reason) {
-        json_error_t jerr;
-        json_t *v = json_loadb(sr->data, sr->n, 0, &jerr);
-        if (!v && json_error_code(&jerr) == json_error_numeric_overflow && strstr(jerr.text, "integer"))
-            v = json_loadb(sr->data, sr->n, JSON_DECODE_INT_AS_REAL, &jerr); /* > 2^63: as real */
-        if (v && !json_is_object(v)) {
-            json_decref(v);
-            rec->reason = "not_an_object";
-            what = "the record is a JSON array, not an object";
-        } else if (v) {
-            rec->value = v;
+        if (r->defer_parse && (rec->raw = malloc(sr->n ? sr->n : 1))) {
+            memcpy(rec->raw, sr->data, sr->n);
             return;
-        } else {
-            unsigned char c0 = sr->n ? (unsigned char)sr->data[0] : 0;
-            int64_t at;
-            if (json_error_code(&jerr) == json_error_invalid_utf8 ||
-                (at = utf8_invalid_at(sr->data, sr->n)) >= 0) {
-                at = utf8_invalid_at(sr->data, sr->n);
-                rec->reason = "invalid_utf8";
-                if (at >= 0) {
-                    off = sr->offset + at;
-                    for (int64_t k = 0; k < at; k++) line += sr->data[k] == '\n';
-                    snprintf(buf, sizeof buf, "byte 0x%02x at offset %lld is not valid UTF-8",
-                             (unsigned char)sr->data[at], (long long)off);
-                } else {
-                    snprintf(buf, sizeof buf, "invalid UTF-8: %s", jerr.text);
-                }
-            } else if ((at = glm_json_lone_surrogate_at(sr->data, sr->n)) >= 0) {
-                rec->reason = "lone_surrogate";
-                off = sr->offset + at;
-                for (int64_t k = 0; k < at; k++) line += sr->data[k] == '\n';
-                snprintf(buf, sizeof buf, "the escape %.6s at offset %lld is half of a UTF-16 "
-                         "surrogate pair with no other half", sr->data + at, (long long)off);
-            } else if (json_error_code(&jerr) == json_error_null_character) {
-                rec->reason = "nul_character";
-                snprintf(buf, sizeof buf, "a string holds \\u0000 (NUL)");
-            } else if (strstr(jerr.text, "depth")) {
-                rec->reason = "too_deep";
-                snprintf(buf, sizeof buf, "%s", jerr.text);
-            } else if (c0 != '{' && c0 != '[') {
-                rec->reason = "not_an_object";
-                snprintf(buf, sizeof buf, "the record is a JSON scalar (starts with '%c'), not an "
-                         "object", c0 >= 0x20 && c0 < 0x7f ? c0 : '?');
-            } else {
-                rec->reason = "invalid_json";
-                line = sr->line + (jerr.line > 0 ? jerr.line - 1 : 0);
-                off = sr->offset + (jerr.position > 0 ? jerr.position : 0);
-                snprintf(buf, sizeof buf, "invalid JSON near offset %lld: %s", (long long)off,
-                         jerr.text);
-            }
-            what = buf;
         }
+        parse_record(rec, sr->data, sr->n);
+        return;
     }
-    snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s",
-             r->name, (long long)line, (long long)sr->index, (long long)off, what,
-             problem_hint(rec->reason));
+    snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s", r->name,
+             (long long)sr->line, (long long)sr->index, (long long)sr->offset, what, problem_hint(rec->reason));
 }
 
 glm_status glm_reader_next(glm_reader *r, glm_record *rec) {

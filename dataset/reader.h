@@ -19,6 +19,7 @@
 #define GLM_DATASET_READER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,8 @@ typedef struct glm_record {
                             hint */
     const void *mapping; /* the glm_dsinfo_entry (dataset/dataset_info.h) that applies to this
                             source, or NULL */
+    char *raw;           /* deferred parsing only (glm_reader_set_deferred_parse): a malloc'd copy
+                            of the record's nbytes bytes, to hand to glm_record_parse; else NULL */
 } glm_record;
 
 /* Expands `inputs` (n of them) into the list of sources and prepares to read them.
@@ -57,6 +60,16 @@ glm_status glm_reader_open(const char *const *inputs, size_t n, const char *data
 /* Sets the largest record kept in memory, in bytes (default 256 MiB); a longer record is skipped
  * as a "record_too_large" problem. Call before the first glm_reader_next. */
 void glm_reader_set_max_record(glm_reader *r, size_t bytes);
+
+/* With defer = true, glm_reader_next only splits: a well-formed-looking record comes back with
+ * value == NULL, reason == NULL and its bytes in rec->raw; glm_record_parse(rec) then does the
+ * JSON parse and the classification of problems that glm_reader_next would have done. This lets
+ * the parse run on worker threads (it is thread-safe; rec->source must stay valid meanwhile). */
+void glm_reader_set_deferred_parse(glm_reader *r, bool defer);
+
+/* Parses rec->raw (deferred parsing) into rec->value, or sets rec->reason and rec->detail;
+ * frees rec->raw. A record without raw bytes is left as it is. */
+void glm_record_parse(glm_record *rec);
 
 /* Reads the next record into *rec (overwriting it; rec->value must have been taken or freed).
  * Returns GLM_OK with a record (value set) or a per-record problem (reason + detail set);

@@ -129,6 +129,7 @@ static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
 }
 
 static void process(batch_ctx *c, job *j) {
+    glm_record_parse(&j->rec); /* the reader defers the JSON parse to the workers */
     if (j->rec.reason) {
         j->drop = j->rec.reason;
         j->drop_detail = strdup(j->rec.detail);
@@ -187,6 +188,7 @@ static void *worker(void *arg) {
 
 static void job_clear(job *j) {
     if (j->rec.value) json_decref(j->rec.value);
+    free(j->rec.raw);
     glm_vec_free(j->ids);
     glm_vec_free(j->tg);
     free(j->drop_detail);
@@ -460,6 +462,7 @@ int cmd_tokenize(int argc, char **argv) {
         glm_tokenizer_free(tok);
         return cli_fail(s);
     }
+    glm_reader_set_deferred_parse(rd, true);
     uint32_t T = (uint32_t)o.seq_len;
     uint64_t fp = tok ? glm_tokenizer_fingerprint(tok) : 0;
     uint32_t V = tok ? glm_tokenizer_vocab_size(tok) : 0;
