@@ -31,14 +31,27 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
     l->seed = seed;
     l->shuffle = shuffle;
     glm_status s = GLM_OK;
+    char *dir_of_manifest = NULL;
+    size_t pl = strlen(path);
+    if (pl >= 13 && !strcmp(path + pl - 13, "manifest.json") && (pl == 13 || path[pl - 14] == '/')) {
+        dir_of_manifest = pl == 13 ? strdup(".") : strndup(path, pl - 14);
+        path = dir_of_manifest;
+    }
+    if (!glm_is_dir(path) && !glm_is_file(path)) {
+        s = glm_err(GLM_ERR_IO, "%s: not found; hint: --data takes the output directory of glmtune tokenize (with "
+                    "manifest.json), or one of its .bin shards", path);
+        free(dir_of_manifest);
+        return s;
+    }
     if (glm_is_dir(path)) {
         char *mpath = glm_path_join(path, "manifest.json");
         json_error_t je;
         json_t *m = json_load_file(mpath, 0, &je);
         if (!m) {
-            s = glm_err(glm_is_file(mpath) ? GLM_ERR_FORMAT : GLM_ERR_IO,
-                        "%s: %s (line %d); hint: pass the output directory of glmtune tokenize", mpath,
-                        je.text, je.line);
+            s = glm_is_file(mpath)
+                    ? glm_err(GLM_ERR_FORMAT, "%s:%d: %s; hint: re-run glmtune tokenize", mpath, je.line, je.text)
+                    : glm_err(GLM_ERR_IO, "%s: no manifest.json in this directory; hint: --data takes the output "
+                              "directory of glmtune tokenize", path);
             free(mpath);
             return s;
         }
@@ -77,6 +90,7 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
     }
     if (s == GLM_OK) s = glm_loader_seek(l, 0, 0);
     if (s != GLM_OK) glm_loader_close(l);
+    free(dir_of_manifest);
     return s;
 }
 

@@ -26,8 +26,8 @@ typedef struct glm_loader {
     uint64_t *perm;         /* [n_rows] row order of the current epoch */
 } glm_loader;
 
-/* Opens the `split` ("train" or "val") of a tokenize output directory (manifest.json), or a
- * single shard file (split ignored). Every shard is validated (glm_shard_open) and must share
+/* Opens the `split` ("train" or "val") of a tokenize output directory (or its manifest.json),
+ * or a single shard file (split ignored). Every shard is validated (glm_shard_open) and must share
  * seq_len and tokenizer fingerprint. Errors: GLM_ERR_IO / GLM_ERR_FORMAT naming the file;
  * GLM_ERR_ARG when the split is missing or empty (hint: tokenize with --val-size). */
 glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, uint64_t seed, bool shuffle);

@@ -597,7 +597,10 @@ static glm_status open_next_stream(glm_reader *r) {
         r->outer = archive_read_new();
         if (!r->outer) return glm_err(GLM_ERR_NOMEM, "out of memory");
         archive_read_support_filter_all(r->outer);
-        archive_read_support_format_all(r->outer);
+        /* Archive formats only for archive names: libarchive's format detection can take a plain
+         * JSONL file for an archive (compact lines look like mtree), which would read as nothing.
+         * Compression is still detected by content for every file. */
+        if (is_archive_name(r->cur->path)) archive_read_support_format_all(r->outer);
         archive_read_support_format_raw(r->outer);
         archive_read_support_format_empty(r->outer);
         if (archive_read_open_filename(r->outer, r->cur->path, BLOCK_SIZE) != ARCHIVE_OK) {

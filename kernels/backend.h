@@ -1,5 +1,5 @@
 /* kernels/backend.h: the backend interface (DESIGN.md §4): one op table implemented by the CPU
- * reference backend (kernels/cpu/) and by CUDA (kernels/cuda/, later). The model code in lora/
+ * reference backend (kernels/cpu/) and by CUDA (kernels/cuda/). The model code in lora/
  * calls only these ops, so the same model code runs on both.
  *
  * Memory model
@@ -188,6 +188,32 @@ void glm_rope_inv_freq(double base, int rot, float *inv_freq);
 
 /* The CPU reference backend (a static table; fp32 everywhere). */
 const glm_backend *glm_backend_cpu(void);
+
+#ifdef GLMTUNE_HAVE_CUDA
+/* The CUDA backend (kernels/cuda/backend_cuda.cu; built when CMake's GLMTUNE_CUDA is ON, which
+ * defines GLMTUNE_HAVE_CUDA for every target linking glm_kernels).
+ * Storage: weight_dtype = act_dtype = GLM_DT_BF16; LoRA weights, grads, AdamW moments, rstd, lse
+ * fp32. Arithmetic: each kernel reads bf16 as float, computes in fp32 (sumsq: double) and rounds
+ * to bf16 once at the store; GEMMs are cublasGemmEx with CUBLAS_COMPUTE_32F (no TF32); matmuls
+ * mixing an f32 and a bf16 operand widen the bf16 one to f32 (exact) and run an fp32 GEMM.
+ * All work is queued on one stream of `device`; ops that return host values synchronise.
+ * Use a backend from the thread that created it (or call cudaSetDevice(device) first).
+ *
+ * glm_backend_cuda(device, st): a single-rank backend (world 1; all_reduce is a no-op).
+ * glm_backend_cuda_dist(device, rank, world, nccl_id, st): rank `rank` of `world` data-parallel
+ *   ranks; world > 1 creates an NCCL communicator from nccl_id (128 bytes, made once by
+ *   glm_cuda_nccl_id on rank 0 and passed to every rank) and all_reduce is ncclAllReduce(sum).
+ * Both return NULL and set *st on failure: GLM_ERR_UNSUPPORTED (no CUDA device, or world > 1 in a
+ * build without NCCL), GLM_ERR_ARG (no such device, bad rank/world), GLM_ERR_INTERNAL (CUDA,
+ * cuBLAS or NCCL initialisation failed; the message names the call).
+ * glm_backend_cuda_close frees the backend (synchronising first); NULL is a no-op.
+ * glm_cuda_device_count: visible CUDA devices, 0 when there is no driver or device. */
+const glm_backend *glm_backend_cuda(int device, glm_status *st);
+const glm_backend *glm_backend_cuda_dist(int device, int rank, int world, const unsigned char *nccl_id, glm_status *st);
+void glm_backend_cuda_close(const glm_backend *be);
+int glm_cuda_device_count(void);
+glm_status glm_cuda_nccl_id(unsigned char id[128]);
+#endif
 
 /* The dropout hash: a uniform number in [0, 1) (24 bits) from (seed, stream, index), computed
  * by splitmix64-style mixing of seed ^ stream * K1 ^ index * K2. Every backend uses this

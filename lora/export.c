@@ -226,6 +226,29 @@ static void merge_into(float *w, const float *A, const float *B, int64_t out, in
     free(row);
 }
 
+/* A tensor that is not adapted: copied as it is, or converted when a dtype is asked for and
+ * it is a floating-point tensor of another dtype (fills *buf, malloc'd). */
+static glm_status convert_tensor(const glm_st_tensor *t, int dtype, glm_st_tensor *outt, void **buf) {
+    bool is_float = t->dtype == GLM_ST_F32 || t->dtype == GLM_ST_F16 || t->dtype == GLM_ST_BF16 || t->dtype == GLM_ST_F64;
+    if (dtype == GLM_EXPORT_SAME_DTYPE || !is_float || t->dtype == (glm_st_dtype)dtype) return GLM_OK;
+    glm_st_dtype dt = (glm_st_dtype)dtype;
+    float *w = malloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+    *buf = malloc((size_t)(t->numel ? t->numel : 1) * glm_st_dtype_size(dt));
+    glm_status st = (w && *buf) ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory converting %s", t->name);
+    if (st == GLM_OK) st = glm_st_to_f32(t->dtype, t->data, (size_t)t->numel, w);
+    if (st == GLM_OK) st = glm_st_from_f32(dt, w, (size_t)t->numel, *buf);
+    free(w);
+    if (st != GLM_OK) {
+        free(*buf);
+        *buf = NULL;
+        return st;
+    }
+    outt->dtype = dt;
+    outt->data = *buf;
+    outt->nbytes = (size_t)t->numel * glm_st_dtype_size(dt);
+    return GLM_OK;
+}
+
 /* Builds the merged version of base tensor t (an adapted "<module>.weight"): fills *buf
  * (malloc'd, dtype dt) or leaves it NULL when t is not adapted. */
 static glm_status merge_tensor(const glm_st_tensor *t, const struct glm_backend *be,
@@ -234,11 +257,13 @@ static glm_status merge_tensor(const glm_st_tensor *t, const struct glm_backend 
     *buf = NULL;
     *outt = *t;
     size_t len = strlen(t->name);
-    if (len < 8 || strcmp(t->name + len - 7, ".weight") != 0) return GLM_OK;
-    size_t mlen = len - 7;
-    long ia = find_param(params, n, t->name, mlen, ".lora_A.weight");
-    long ib = find_param(params, n, t->name, mlen, ".lora_B.weight");
-    if (ia < 0 && ib < 0) return GLM_OK;
+    long ia = -1, ib = -1;
+    size_t mlen = len > 7 ? len - 7 : 0;
+    if (len >= 8 && strcmp(t->name + len - 7, ".weight") == 0) {
+        ia = find_param(params, n, t->name, mlen, ".lora_A.weight");
+        ib = find_param(params, n, t->name, mlen, ".lora_B.weight");
+    }
+    if (ia < 0 && ib < 0) return convert_tensor(t, dtype, outt, buf);
     if (ia < 0 || ib < 0)
         return glm_err(GLM_ERR_MISMATCH, "module %.*s has only one of lora_A / lora_B", (int)mlen, t->name);
     const glm_param *A = &params[ia], *B = &params[ib];
@@ -339,6 +364,24 @@ static glm_status write_merged(const char *base_dir, const char *tmp, const glm_
     return st;
 }
 
+/* The copied config.json names the merged model's dtype ("torch_dtype", and "dtype" where the
+ * config has it, as transformers 5 writes): float32, bfloat16 or float16. */
+static glm_status set_config_dtype(const char *dir, glm_st_dtype dt) {
+    char *p = glm_path_join(dir, "config.json");
+    json_error_t je;
+    json_t *cfg = glm_is_file(p) ? json_load_file(p, JSON_PRESERVE_ORDER, &je) : NULL;
+    glm_status st = GLM_OK;
+    if (cfg) {
+        const char *name = dt == GLM_ST_F32 ? "float32" : dt == GLM_ST_F16 ? "float16" : "bfloat16";
+        json_object_set_new(cfg, "torch_dtype", json_string(name));
+        if (json_object_get(cfg, "dtype")) json_object_set_new(cfg, "dtype", json_string(name));
+        st = write_json(dir, "config.json", cfg);
+        json_decref(cfg);
+    }
+    free(p);
+    return st;
+}
+
 glm_status glm_export_merged(const char *base_dir, const char *outdir,
                              const struct glm_backend *be, const glm_param *params, size_t n,
                              double scaling, int dtype) {
@@ -354,6 +397,7 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir,
     glm_status st = make_tmpdir(outdir, &tmp);
     if (st == GLM_OK) st = write_merged(base_dir, tmp, s, be, params, n, scaling, dtype);
     if (st == GLM_OK) st = copy_side_files(base_dir, tmp);
+    if (st == GLM_OK && dtype != GLM_EXPORT_SAME_DTYPE) st = set_config_dtype(tmp, (glm_st_dtype)dtype);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
     if (st != GLM_OK && tmp) glm_rmtree(tmp);
     if (st == GLM_OK) glm_log_info("merged %zu LoRA modules into %s", n / 2, outdir);

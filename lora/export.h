@@ -64,7 +64,9 @@ glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,
  *     computed in fp32 (B@A accumulated in double, scaling applied in double, added to fp32 W,
  *     one rounding), stored as `dtype` (GLM_EXPORT_SAME_DTYPE: the base tensor's dtype; or
  *     GLM_ST_F32 / GLM_ST_BF16 / GLM_ST_F16);
- *   every other tensor: copied byte-exact (same dtype, shape, bytes).
+ *   every other tensor: copied byte-exact with GLM_EXPORT_SAME_DTYPE; with a dtype, every
+ *     floating-point tensor is converted to it (integer tensors are copied) and config.json's
+ *     torch_dtype (and dtype) say so.
  * Same shard file names and tensor order; index.json with the same weight_map (total_size
  * recomputed); config.json, generation_config.json, tokenizer files (tokenizer.model,
  * tokenizer_config.json, tokenizer.json, special_tokens_map.json, added_tokens.json) and the

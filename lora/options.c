@@ -76,6 +76,9 @@ static const glm_opt_def k_opts[] = {
      OFF(lora_target), false},
     {"use-rslora", "use_rslora", NULL, GLM_OPT_BOOL, "false", "", "rank-stabilised scaling alpha / sqrt(r)",
      OFF(use_rslora), false},
+    {"overwrite-output-dir", "overwrite_output_dir", NULL, GLM_OPT_BOOL, "false", "",
+     "start afresh in an output-dir that holds an earlier run (its checkpoints, metrics and events are "
+     "removed); without it such a directory is refused unless resuming", OFF(overwrite_output_dir), false},
     {"init-adapter", "init_adapter", "adapter_name_or_path", GLM_OPT_STRING, NULL, "path",
      "start from this PEFT adapter instead of a fresh LoRA", OFF(init_adapter), false},
     {"device", "device", NULL, GLM_OPT_STRING, "auto", "", "auto | cpu | cuda", OFF(device), false},
@@ -105,7 +108,6 @@ static const struct {
     const char *why;
 } k_ignored[] = {
     {"template", "glmtune renders the GLM-4 chat format when tokenizing"},
-    {"overwrite_output_dir", "checkpoints are added to output-dir; use resume-from-checkpoint to continue"},
     {"overwrite_cache", "there is no dataset cache; shards come from glmtune tokenize"},
     {"plot_loss", "loss_curve.svg is always written"},
     {"bf16", "the CUDA backend always computes in bf16 with fp32 LoRA weights"},

@@ -55,6 +55,7 @@ typedef struct glm_train_opts {
     double lora_dropout;
     glm_strlist lora_target;            /* "all" or module names */
     bool use_rslora;
+    bool overwrite_output_dir;          /* start afresh in a directory with an earlier run */
     char *init_adapter;
     char *device;                       /* auto | cpu | cuda */
     int64_t seq_len;                    /* 0: the shards' row length; else must match it */

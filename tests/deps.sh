@@ -22,7 +22,9 @@ glm_build() {
     local cuda_flag=()
     if [ -n "${GLMTUNE_CUDA:-}" ]; then cuda_flag=(-DGLMTUNE_CUDA="$GLMTUNE_CUDA"); fi
     if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}" >"$dir.configure.log" 2>&1 \
-        || { cat "$dir.configure.log" >&2; return 1; }
-    cmake --build "$dir" -j "$(nproc)" >"$dir.build.log" 2>&1 || { tail -50 "$dir.build.log" >&2; return 1; }
+    mkdir -p "$dir"
+    echo "building in $dir (logs: $dir/configure.log, $dir/build.log)" >&2
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}" >"$dir/configure.log" 2>&1 \
+        || { cat "$dir/configure.log" >&2; return 1; }
+    cmake --build "$dir" -j "$(nproc)" >"$dir/build.log" 2>&1 || { tail -50 "$dir/build.log" >&2; return 1; }
 }

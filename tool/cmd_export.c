@@ -9,6 +9,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "lora/checkpoint.h"
+#include "lora/config.h"
 #include "lora/export.h"
 #include "lora/safetensors.h"
 #include "tool/cli.h"
@@ -37,8 +38,26 @@ static glm_status resolve_checkpoint(const char *path, char **dir) {
     if (s != GLM_OK)
         return glm_err_context(s, "%s is neither a checkpoint (no trainer_state.json) nor an output directory with one", path);
     if (!*dir)
-        return glm_err(GLM_ERR_ARG, "%s: no checkpoint there (no trainer_state.json, no complete checkpoint-N inside); "
+        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no trainer_state.json, no complete checkpoint-N inside); "
                        "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
+    return GLM_OK;
+}
+
+/* --base for --merge must have the shape of the model the adapter was trained on. */
+static glm_status same_shape(const char *base, const char *trained_on) {
+    glm_config a, b;
+    if (!glm_is_dir(trained_on) || glm_config_load(trained_on, 0, &b) != GLM_OK) {
+        glm_log_info("the adapter's training base %s is not readable here: --base %s is not compared to it",
+                     trained_on, base);
+        return GLM_OK;
+    }
+    GLM_TRY(glm_config_load(base, 0, &a));
+    if (a.layout != b.layout || a.C != b.C || a.L != b.L || a.H != b.H || a.Hkv != b.Hkv || a.Dh != b.Dh ||
+        a.F != b.F || a.V != b.V)
+        return glm_err(GLM_ERR_MISMATCH, "--base %s (%s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d) is not shaped like the "
+                       "model the adapter was trained on, %s (%s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d); hint: "
+                       "merge into the training base or a copy of it", base, glm_layout_name(a.layout), a.L, a.C, a.H,
+                       a.Hkv, a.F, a.V, trained_on, glm_layout_name(b.layout), b.L, b.C, b.H, b.Hkv, b.F, b.V);
     return GLM_OK;
 }
 
@@ -62,6 +81,7 @@ int cmd_export_adapter(int argc, char **argv) {
         if (r < 0) s = GLM_ERR_ARG;
     }
     if (s == GLM_OK && (!ckpt || !out)) s = glm_err(GLM_ERR_ARG, "export-adapter needs --checkpoint DIR and -o OUTDIR");
+    if (s == GLM_OK && base && !merge) s = glm_err(GLM_ERR_ARG, "--base is only used with --merge");
     glm_st_dtype dt = GLM_ST_F32;
     if (s == GLM_OK) {
         if (!strcmp(dtype_s, "fp32") || !strcmp(dtype_s, "float32")) dt = GLM_ST_F32;
@@ -131,6 +151,7 @@ int cmd_export_adapter(int argc, char **argv) {
     } else if (s == GLM_OK) {
         const char *b = base ? base : ac.base_model_name_or_path;
         if (!b) s = glm_err(GLM_ERR_ARG, "--merge: the checkpoint does not name its base model; hint: --base MODEL_DIR");
+        if (s == GLM_OK && base && ac.base_model_name_or_path) s = same_shape(base, ac.base_model_name_or_path);
         double scaling = ac.use_rslora ? ac.alpha / sqrt((double)ac.r) : ac.alpha / ac.r;
         if (s == GLM_OK) s = glm_export_merged(b, out, NULL, params, n, scaling, dtype_given ? (int)dt : GLM_EXPORT_SAME_DTYPE);
         if (s == GLM_OK) glm_log_info("wrote %s merged with the adapter of %s (scaling %g) to %s", b, dir, scaling, out);

@@ -168,6 +168,9 @@ int cmd_inspect(int argc, char **argv) {
             }
         }
     }
+    if (s == GLM_OK && shown == 0 && first > 0)
+        glm_log_warn("no sample %llu: the shards hold %llu samples (0 to %llu)", (unsigned long long)first,
+                     (unsigned long long)sample, (unsigned long long)(sample ? sample - 1 : 0));
     if (s == GLM_OK && !json) {
         printf("--- %zu shard(s): %llu rows of %u tokens, %llu samples ---\n", set.n, (unsigned long long)rows,
                set.n ? set.sh[0].seq_len : 0, (unsigned long long)docs);

@@ -8,6 +8,8 @@
  * Everything is written into a temporary directory that replaces OUTDIR only at the end. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -47,13 +49,14 @@ static const char *HELP =
     "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's\n"
     "  --seq-len T          tokens per packed row (default 8192)\n"
     "  --train-on all|last  targets on every assistant turn (default) or only on the last one\n"
-    "  --truncate           cut samples longer than T, keeping the end-of-turn token (default: drop)\n"
+    "  --truncate           cut samples longer than T to their first T-1 tokens and the end-of-turn\n"
+    "                       token (default: drop them)\n"
     "  --val-size N         set N conversations (or a fraction like 0.05) aside as the val split\n"
     "  --seed N             seed of the validation selection (default 42)\n"
     "  --strict             any bad record is fatal (default: skip it and count it by reason)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --report FILE        also write the report as JSON\n"
-    "  --shard-rows N       rows per shard file (default: about 256 MiB of tokens)\n"
+    "  --shard-rows N       rows per shard file (default: about 16 Mi tokens)\n"
     "  --quiet              no progress display\n"
     "  --encode             read JSONL {\"text\": ...} on stdin, write JSONL {\"ids\": [...]}\n"
     "  --decode             read JSONL {\"ids\": [...]} on stdin, write JSONL {\"text\": ...}\n";
@@ -159,21 +162,23 @@ static void process(batch_ctx *c, job *j) {
     if (j->ids.n > T) {
         if (!c->o->truncate) {
             char msg[160];
-            snprintf(msg, sizeof msg, "%zu tokens, longer than --seq-len %llu; hint: --truncate keeps its start", j->ids.n,
+            snprintf(msg, sizeof msg, "%zu tokens, longer than --seq-len %llu; hint: --truncate keeps its first tokens and the end-of-turn token", j->ids.n,
                      (unsigned long long)T);
             job_drop(j, "too_long", msg);
             return;
         }
-        /* keep the first T-1 tokens and the end-of-turn token */
+        /* keep the first T-1 tokens and the end-of-turn token; that token is a target only when
+         * the token before it (now token T-2) belongs to an assistant turn, which is what the
+         * target flag of the token it replaces says (targets[i]: token i-1 is an assistant's) */
         j->ids.v[T - 1] = j->ids.v[j->ids.n - 1];
-        j->tg.v[T - 1] = j->tg.v[j->tg.n - 1];
         j->ids.n = j->tg.n = T;
         j->truncated = true;
     }
     size_t nt = 0;
     for (size_t i = 1; i < j->tg.n; i++) nt += j->tg.v[i] != 0;
     if (j->ids.n == 0) job_drop(j, "empty", "the sample has no tokens");
-    else if (nt == 0) job_drop(j, "no_target", "no token to train on (no assistant reply, or all masked)");
+    else if (nt == 0) job_drop(j, "no_target", "no token to train on (no assistant reply, or all masked); hint: a sample needs "
+                                  "an assistant turn (with --truncate: one that starts before the cut)");
 }
 
 static void *worker(void *arg) {
@@ -327,6 +332,28 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
 
 /* ------------------------------------------------------------------ the run */
 
+/* Removes "<out>.tmp.<pid>" directories left by killed runs (their process is gone). */
+static void remove_stale_tmp(const char *out) {
+    char *copy = strdup(out), *slash = strrchr(copy, '/');
+    const char *dir = slash ? (slash == copy ? "/" : copy) : ".", *base = slash ? slash + 1 : copy;
+    if (slash) *slash = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    size_t nb = strlen(base);
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, base, nb) || strncmp(e->d_name + nb, ".tmp.", 5)) continue;
+        char *end;
+        long pid = strtol(e->d_name + nb + 5, &end, 10);
+        if (*end || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
+        char *p = glm_path_join(dir, e->d_name);
+        glm_log_info("removing %s, left by an interrupted run", p);
+        glm_rmtree(p);
+        free(p);
+    }
+    if (d) closedir(d);
+    free(copy);
+}
+
 static glm_status prepare_outdir(const char *out, char **tmp) {
     if (glm_is_dir(out)) {
         char *m = glm_path_join(out, "manifest.json");
@@ -346,6 +373,7 @@ static glm_status prepare_outdir(const char *out, char **tmp) {
     } else if (glm_is_file(out)) {
         return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
     }
+    remove_stale_tmp(out);
     if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_rmtree(*tmp);
     return glm_mkdir_p(*tmp);
@@ -466,7 +494,8 @@ int cmd_tokenize(int argc, char **argv) {
     uint32_t T = (uint32_t)o.seq_len;
     uint64_t fp = tok ? glm_tokenizer_fingerprint(tok) : 0;
     uint32_t V = tok ? glm_tokenizer_vocab_size(tok) : 0;
-    uint32_t rows_per_shard = o.shard_rows ? (uint32_t)o.shard_rows : (uint32_t)((1u << 26) / T + 1);
+    /* about 16 Mi tokens (64 MiB of ids) per shard: a shard is built in memory before its write */
+    uint32_t rows_per_shard = o.shard_rows ? (uint32_t)o.shard_rows : (uint32_t)((1u << 24) / T + 1);
     glm_shard_writer wtrain, wval;
     glm_shard_writer_init(&wtrain, tmpdir, "train", T, rows_per_shard, fp, V);
     glm_shard_writer_init(&wval, tmpdir, "val", T, rows_per_shard, fp, V);
@@ -579,9 +608,14 @@ int cmd_tokenize(int argc, char **argv) {
     if (s == GLM_OK) s = glm_packer_finish(&ptrain);
     if (s == GLM_OK) s = glm_packer_finish(&pval);
     double secs = glm_now() - t0;
-    if (s == GLM_OK && ptrain.rows == 0)
+    if (s == GLM_OK && ptrain.rows == 0 && rep.records_kept > 0)
+        s = glm_err(GLM_ERR_ARG, "all %lld kept samples went to the validation split, none is left for training; "
+                    "nothing was written. hint: a smaller --val-size", (long long)rep.records_kept);
+    else if (s == GLM_OK && ptrain.rows == 0)
         s = glm_err(GLM_ERR_FORMAT, "no usable sample in the input (%lld records read, all dropped); nothing was written. "
                     "See the reasons above; hint: check --format, --seq-len, --tokenizer", (long long)rep.records_read);
+    if (s == GLM_OK && glm_reader_n_sources(rd) > rep.n_src)
+        glm_log_warn("%zu input file(s) or archive member(s) held no record (empty)", glm_reader_n_sources(rd) - rep.n_src);
     if (s == GLM_OK) {
         tok_report_finish(&rep, &ptrain, &pval, T, secs, glm_reader_total_bytes(rd));
         s = tok_write_outputs(&rep, tmpdir, o.out, o.report_path, &o, tok, &wtrain, &wval);

@@ -35,10 +35,14 @@ int cmd_train(int argc, char **argv) {
         return GLM_EXIT_OK;
     }
     if (s == GLM_OK) s = glm_opts_validate(&o);
-    if (s != GLM_OK) {
+    if (s != GLM_OK) { /* every settings problem is a usage error (exit 2) */
         glm_opts_free(&o);
-        return cli_fail(s);
+        cli_fail(s);
+        return GLM_EXIT_USAGE;
     }
+    if (o.eval_steps > 0 && !(o.eval_data && *o.eval_data))
+        glm_log_warn("eval_steps is %lld but there is no eval_data: no evaluation will run; hint: --eval-data "
+                     "OUTDIR (a tokenize output, its val split is used when it has one)", (long long)o.eval_steps);
     if (!quiet) glm_opts_print(stderr, &o);
     char targets[1024] = "";
     for (size_t i = 0; i < o.lora_target.n; i++)
@@ -52,7 +56,7 @@ int cmd_train(int argc, char **argv) {
         .init_adapter = o.init_adapter,
         .resume = o.resume_from_checkpoint,
         .dump_grads = o.dump_grads,
-        .device = (!o.device || !strcmp(o.device, "auto")) ? "cpu" : o.device,
+        .device = o.device ? o.device : "auto", /* setup() in train.c resolves auto */
         .lr_scheduler_type = o.lr_scheduler_type,
         .lora_target = o.lora_target.n ? targets : "all",
         .per_device_train_batch_size = o.per_device_train_batch_size,
@@ -82,6 +86,7 @@ int cmd_train(int argc, char **argv) {
         .warmup_steps = o.warmup_steps,
         .gradient_checkpointing = o.gradient_checkpointing,
         .use_rslora = o.use_rslora,
+        .overwrite_output_dir = o.overwrite_output_dir,
         .quiet = quiet,
         .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
     };

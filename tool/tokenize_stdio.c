@@ -22,7 +22,7 @@ int tokenize_stdio(const glm_tokenizer *tok, bool encode) {
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         if (n == 0) continue;
         json_error_t je;
-        json_t *v = json_loadb(line, (size_t)n, 0, &je);
+        json_t *v = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &je);
         json_t *out = NULL;
         if (!v || !json_is_object(v)) {
             glm_log_error("<stdin>:%ld: not a JSON object (%s); hint: one object per line, like {\"%s\": ...}", lineno,

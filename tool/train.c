@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "train.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -130,18 +131,30 @@ static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_b
     return s;
 }
 
-static glm_status dump_grads(const char *path, const glm_param *p, int n) {
+/* --dump-grads: the gradients (fp32, copied to the host from the backend) as safetensors with
+ * PEFT key names. */
+static glm_status dump_grads(const glm_backend *be, const char *path, const glm_param *p, int n) {
     glm_st_tensor *t = calloc((size_t)n, sizeof *t);
     char **names = calloc((size_t)n, sizeof *names);
-    glm_status s = GLM_OK;
+    float **host = calloc((size_t)n, sizeof *host);
+    glm_status s = t && names && host ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && s == GLM_OK; i++) {
-        if (asprintf(&names[i], "base_model.model.%s", p[i].name) < 0) s = glm_err(GLM_ERR_NOMEM, "out of memory");
+        host[i] = malloc(4 * (size_t)p[i].numel);
+        if (!host[i] || asprintf(&names[i], "base_model.model.%s", p[i].name) < 0) {
+            s = glm_err(GLM_ERR_NOMEM, "out of memory");
+            break;
+        }
+        s = be->download(be, host[i], p[i].g, 4 * (size_t)p[i].numel);
         t[i] = (glm_st_tensor){.name = names[i], .dtype = GLM_ST_F32, .ndim = 2, .shape = {p[i].shape[0], p[i].shape[1]},
-                               .numel = p[i].numel, .data = p[i].g, .nbytes = 4 * (size_t)p[i].numel};
+                               .numel = p[i].numel, .data = host[i], .nbytes = 4 * (size_t)p[i].numel};
     }
     if (s == GLM_OK) s = glm_st_write(path, t, (size_t)n, (const char *[]){"format", "pt"}, 1);
-    for (int i = 0; i < n; i++) free(names[i]);
+    for (int i = 0; i < n; i++) {
+        free(names ? names[i] : NULL);
+        free(host ? host[i] : NULL);
+    }
     free(names);
+    free(host);
     free(t);
     if (s == GLM_OK) glm_log_info("wrote the first step's gradients (before clipping) to %s", path);
     return s;
@@ -171,6 +184,7 @@ typedef struct {
     int64_t step, total_steps;
     const char *targets[8];
     glm_adapter_cfg acfg;
+    char *base_path;   /* realpath of the base model, for adapter_config.json */
     json_t *settings;
 } run_state;
 
@@ -228,6 +242,24 @@ static glm_status resume_path(const train_settings *ts, char **path) {
     return GLM_OK;
 }
 
+/* Resuming with other settings than the checkpoint's is allowed but said, setting by setting. */
+static void warn_changed_settings(const json_t *saved, const json_t *now) {
+    static const char *const keys[] = {
+        "model", "data", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+        "lr_scheduler_type", "warmup_steps", "warmup_ratio", "min_lr", "weight_decay", "adam_beta1", "adam_beta2",
+        "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "lora_rank", "lora_alpha",
+        "lora_dropout", "lora_target", "use_rslora", "seq_len", "rope_theta", "rope_inv_freq_dtype"};
+    if (!json_is_object(saved) || !json_is_object(now)) return;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *a = json_object_get(saved, keys[i]), *b = json_object_get(now, keys[i]);
+        if (!a || !b || json_equal(a, b)) continue;
+        char *sa = json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT), *sb = json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT);
+        glm_log_warn("resuming with %s = %s; the checkpoint was trained with %s", keys[i], sb ? sb : "?", sa ? sa : "?");
+        free(sa);
+        free(sb);
+    }
+}
+
 static glm_status restore(run_state *rs, const train_settings *ts) {
     char *path = NULL;
     GLM_TRY(resume_path(ts, &path));
@@ -244,6 +276,7 @@ static glm_status restore(run_state *rs, const train_settings *ts) {
             s = glm_loader_seek(&rs->data, (uint64_t)json_integer_value(json_object_get(dl, "epoch")),
                                 (uint64_t)json_integer_value(json_object_get(dl, "cursor")));
     }
+    if (s == GLM_OK) warn_changed_settings(c.settings, rs->settings);
     if (s == GLM_OK) {
         rs->step = c.step;
         json_decref(rs->history);
@@ -285,10 +318,19 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
 
 static glm_status setup(run_state *rs, const train_settings *ts) {
     const glm_backend *be = NULL;
-    if (!strcmp(ts->device, "cpu")) be = glm_backend_cpu();
-    else
-        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend; the CUDA backend "
-                       "comes with the GPU release; hint: --device cpu", ts->device);
+#ifdef GLMTUNE_HAVE_CUDA
+    int want_cuda = !strcmp(ts->device, "cuda");
+    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0; /* auto: CUDA when a GPU is present */
+    if (want_cuda) {
+        glm_status cst = GLM_OK;
+        be = glm_backend_cuda(0, &cst);
+        if (!be) return glm_err_context(cst, "--device %s", ts->device);
+    }
+#endif
+    if (!be && (!strcmp(ts->device, "cpu") || !strcmp(ts->device, "auto"))) be = glm_backend_cpu();
+    else if (!be)
+        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend (built without "
+                       "nvcc); hint: --device cpu", ts->device);
     GLM_TRY(glm_model_load(ts->model, be, ts->rope_theta, &rs->model));
     if (ts->rope_inv_freq_bf16) { /* the table a transformers model uses after .to(torch.bfloat16) */
         int half = rs->model->cfg.rope_dim / 2;
@@ -333,8 +375,10 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                            ts->min_lr, 0));
     GLM_TRY(batch_alloc(&rs->bb, (int)ts->per_device_train_batch_size, (int)rs->data.T));
     size_t nt = target_names(rs->lora, rs->targets);
+    /* adapter_config.json names the base by its absolute path, valid from any directory */
+    rs->base_path = realpath(ts->model, NULL);
     rs->acfg = (glm_adapter_cfg){rs->lora->r, rs->lora->alpha, rs->lora->dropout, rs->targets, nt,
-                                 rs->lora->use_rslora, ts->model};
+                                 rs->lora->use_rslora, rs->base_path ? rs->base_path : ts->model};
     json_error_t je;
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
     if (!rs->settings) rs->settings = json_object();
@@ -346,7 +390,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     int64_t np = 0;
     for (int i = 0; i < rs->n_params; i++) np += rs->params[i].numel;
     glm_log_info("LoRA r=%d alpha=%g on %d modules (%lld trainable parameters); data: %llu rows x %u tokens "
-                 "(%llu targets); %lld steps of %llu rows (%llu steps per epoch)", rs->lora->r, rs->lora->alpha,
+                 "(%llu targets); %lld optimizer steps, %llu rows each (%llu per epoch)", rs->lora->r, rs->lora->alpha,
                  rs->lora->n_sites, (long long)np, (unsigned long long)rs->data.n_rows, rs->data.T,
                  (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows,
                  (unsigned long long)steps_per_epoch);
@@ -355,20 +399,60 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
 }
 
 static void teardown(run_state *rs) {
+    const glm_backend *be = rs->model ? rs->model->be : NULL;
     batch_free(&rs->bb);
     glm_optim_free(&rs->optim);
     glm_lora_free(rs->lora);
     glm_model_free(rs->model);
+#ifdef GLMTUNE_HAVE_CUDA
+    if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#else
+    (void)be;
+#endif
     glm_loader_close(&rs->data);
     if (rs->has_eval) glm_loader_close(&rs->eval);
     json_decref(rs->history);
     json_decref(rs->settings);
+    free(rs->base_path);
+}
+
+/* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
+ * would mix with the new ones), unless --overwrite-output-dir clears them. */
+static glm_status check_output_dir(const train_settings *ts) {
+    if (ts->resume) return GLM_OK;
+    char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
+    int64_t step = -1;
+    glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
+    bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics));
+    if (earlier && !ts->overwrite_output_dir) {
+        s = glm_err(GLM_ERR_ARG, "%s holds an earlier run (%s); hint: --resume-from-checkpoint to continue it, "
+                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->output_dir,
+                    ckpt ? ckpt : "metrics.jsonl");
+    } else if (earlier) {
+        DIR *d = opendir(ts->output_dir);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
+                strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg"))
+                continue;
+            char *p = glm_path_join(ts->output_dir, e->d_name);
+            glm_rmtree(p);
+            free(p);
+        }
+        if (d) closedir(d);
+        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->output_dir);
+    }
+    free(ckpt);
+    free(metrics);
+    return s;
 }
 
 glm_status train_run(const train_settings *ts) {
     run_state rs;
     memset(&rs, 0, sizeof rs);
-    glm_status s = setup(&rs, ts);
+    glm_status s = check_output_dir(ts);
+    if (s != GLM_OK) return s;
+    s = setup(&rs, ts);
     glm_metrics mx;
     bool mx_open = false;
     if (s == GLM_OK && !ts->resume) { /* a fresh run: no metrics of an earlier run in this directory */
@@ -418,7 +502,7 @@ glm_status train_run(const train_settings *ts) {
         for (int i = 0; i < rs.n_params && s == GLM_OK; i++) s = be->all_reduce(be, rs.params[i].g, rs.params[i].numel);
         if (s != GLM_OK) break;
         if (ts->dump_grads && *ts->dump_grads && rs.step == start_step && start_step == 0)
-            if ((s = dump_grads(ts->dump_grads, rs.params, rs.n_params)) != GLM_OK) break;
+            if ((s = dump_grads(be, ts->dump_grads, rs.params, rs.n_params)) != GLM_OK) break;
         double loss = loss_sum / (double)n_global, gnorm;
         if ((s = glm_grad_norm(&rs.optim, rs.params, (size_t)rs.n_params, &gnorm)) != GLM_OK) break;
         double lr = glm_lr_at(&rs.sched, rs.step);

@@ -17,7 +17,7 @@ typedef struct train_settings {
     double learning_rate, warmup_ratio, min_lr, weight_decay, adam_beta1, adam_beta2, adam_epsilon,
         max_grad_norm, num_train_epochs, lora_alpha, lora_dropout, rope_theta;
     int64_t warmup_steps;
-    bool gradient_checkpointing, use_rslora, quiet;
+    bool gradient_checkpointing, use_rslora, quiet, overwrite_output_dir;
     bool rope_inv_freq_bf16;  /* round the RoPE inv_freq table to bf16 (transformers after .to(bfloat16)) */
     char *settings_json;    /* all resolved settings as JSON text (for trainer_state and the log) */
 } train_settings;

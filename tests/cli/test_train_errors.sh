@@ -20,7 +20,7 @@ awk 'BEGIN { srand(7); for (i = 0; i < 40; i++) { n = 20 + int(rand() * 40); ids
      print "{\"input_ids\": [" ids "], \"labels\": [" lab "]}" } }' > "$T/data.jsonl"
 $G tokenize --quiet --seq-len 128 -o "$T/shards" "$T/data.jsonl" 2>/dev/null
 check "tokenize pre-tokenized data" test -f "$T/shards/manifest.json"
-TR="--quiet --data $T/shards --lora-rank 4 --per-device-train-batch-size 2 --logging-steps 1"
+TR="--quiet --device cpu --data $T/shards --lora-rank 4 --per-device-train-batch-size 2 --logging-steps 1"
 
 # a model directory with a truncated shard / a missing tensor / a wrong shape
 cp -r "$FIX" "$T/trunc" && truncate -s 100000 "$T/trunc/model-00002-of-00002.safetensors"
@@ -40,14 +40,14 @@ check "... says expected and found" has "$T/e3" "expected \\[256, 64\\]"
 # ids outside the model's vocabulary
 printf '{"input_ids": [1, 2, 3, 700, 5], "labels": [-100, 2, 3, 700, 5]}\n' > "$T/big.jsonl"
 $G tokenize --quiet --seq-len 128 -o "$T/bigshards" "$T/big.jsonl" 2>/dev/null
-$G train --quiet --model "$FIX" --data "$T/bigshards" --output-dir "$T/r" --max-steps 1 2>"$T/e4"; rc=$?
+$G train --quiet --device cpu --model "$FIX" --data "$T/bigshards" --output-dir "$T/r" --max-steps 1 2>"$T/e4"; rc=$?
 check "token id outside the vocabulary: exit 1 ($rc)" test $rc = 1
 check "... says so" has "$T/e4" "outside the model's vocabulary"
 
 # shards made with another tokenizer than the model's
 $G init-model --config "$SRC/samples/model-config.json" --tokenizer "$S/glm4-tokenizer" -o "$T/withtok" 2>/dev/null
 $G tokenize --quiet --tokenizer "$SRC/samples/tokenizer" --seq-len 128 -o "$T/spm" "$SRC/samples/data/alpaca.json" 2>/dev/null
-$G train --quiet --model "$T/withtok" --data "$T/spm" --output-dir "$T/r" --max-steps 1 2>"$T/e5"; rc=$?
+$G train --quiet --device cpu --model "$T/withtok" --data "$T/spm" --output-dir "$T/r" --max-steps 1 2>"$T/e5"; rc=$?
 check "shards of another tokenizer: exit 1 ($rc)" test $rc = 1
 check "... says so" has "$T/e5" "another tokenizer"
 
@@ -78,12 +78,32 @@ check "resume skips the corrupt checkpoint (exit $rc)" test $rc = 0
 check "... saying so" has "$T/e10" "checkpoint-4"
 check "... and resumes from checkpoint-2" has "$T/e10" "resuming from .*checkpoint-2"
 
-# a kill during checkpoint writes leaves only complete checkpoints
 cat > "$T/big.json" <<'JSON'
 {"model_type": "chatglm", "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4, "multi_query_group_num": 2,
  "kv_channels": 64, "ffn_hidden_size": 688, "padded_vocab_size": 512, "layernorm_epsilon": 1e-5, "rope_ratio": 1}
 JSON
 $G init-model --config "$T/big.json" -o "$T/bigmodel" 2>/dev/null
+# an output directory that holds an earlier run is refused, unless resuming or overwriting
+$G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 1 2>"$T/e12"; rc=$?
+check "a fresh run into an earlier run's directory: exit 2 ($rc)" test $rc = 2
+check "... with the ways out" has "$T/e12" "overwrite-output-dir"
+$G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 2 --overwrite-output-dir 2>/dev/null; rc=$?
+check "--overwrite-output-dir starts afresh (exit $rc)" test $rc = 0 -a ! -d "$T/ck/checkpoint-6" -a -d "$T/ck/checkpoint-2"
+check "... with only the new metrics" test "$(grep -c '"loss"' "$T/ck/metrics.jsonl")" = 2
+# --data may name the manifest
+$G train $TR --model "$FIX" --data "$T/shards/manifest.json" --output-dir "$T/man" --max-steps 1 2>/dev/null
+check "--data DIR/manifest.json" test -d "$T/man/checkpoint-1"
+# export: --base only with --merge, and only a base shaped like the training base
+$G export-adapter --checkpoint "$T/man" --base "$FIX" -o "$T/x1" 2>/dev/null; rc=$?
+check "--base without --merge: exit 2 ($rc)" test $rc = 2
+$G export-adapter --checkpoint "$T/man" --merge --base "$T/bigmodel" -o "$T/x2" 2>"$T/e13"; rc=$?
+check "--merge into a differently shaped base: exit 1 ($rc)" test $rc = 1
+check "... saying why" has "$T/e13" "not shaped like"
+$G export-adapter --checkpoint "$T/man" --merge --dtype fp16 -o "$T/m16" 2>/dev/null
+check "--merge --dtype fp16: every tensor F16" test "$(grep -a -c '"BF16"' "$T"/m16/*.safetensors | awk -F: '{s += $2} END {print s}')" = 0
+check "... and config.json says float16" has "$T/m16/config.json" '"torch_dtype": "float16"'
+
+# a kill during checkpoint writes leaves only complete checkpoints
 $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps 100000 --save-steps 1 --lora-rank 64 2>/dev/null &
 pid=$!
 for _ in $(seq 1 100); do [ -d "$T/kill/checkpoint-3" ] && break; sleep 0.1; done

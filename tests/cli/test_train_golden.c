@@ -153,7 +153,7 @@ static void layout_case(const char *shared, const char *layout, const char *targ
     fclose(f);
     char *common;
     asprintf(&common, "%s --learning-rate 1e-3 --weight-decay 0.01 --max-grad-norm 1.0 --adam-beta1 0.9 "
-                         "--adam-beta2 0.999 --adam-epsilon 1e-8 --lr-scheduler-type constant --lora-rank 4 "
+                         "--adam-beta2 0.999 --adam-epsilon 1e-8 --lr-scheduler-type constant --lora-rank 4 --device cpu "
                          "--lora-alpha 8 --lora-dropout 0 --logging-steps 1 --seed 5 --quiet", extra);
     CHECK(run("%s tokenize --quiet --seq-len %d -o %s %s", G, T, shards, jsonl) == 0, "tokenize pre-tokenized golden rows");
     CHECK(run("%s train --model %s --data %s --output-dir %s --init-adapter %s/adapter_init --lora-target %s "
@@ -242,7 +242,7 @@ static void resume_case(const char *shared) {
     asprintf(&eb, "%s/resume-b-adapter", tmp);
     const char *common = "--lora-target all --lora-rank 4 --lora-alpha 8 --lora-dropout 0.1 --learning-rate 3e-3 "
                          "--lr-scheduler-type cosine --warmup-steps 2 --per-device-train-batch-size 1 "
-                         "--num-train-epochs 4 --save-steps 4 --logging-steps 1 --seed 11 --quiet";
+                         "--num-train-epochs 4 --save-steps 4 --logging-steps 1 --seed 11 --device cpu --quiet";
     /* 2 rows, batch 1: 2 steps per epoch, 8 steps in all */
     CHECK(run("%s train --model %s --data %s --output-dir %s %s", G, fix, shards, a, common) == 0, "8 steps in one run");
     /* the straight run saved checkpoint-4 on its way: continue from it into another directory */

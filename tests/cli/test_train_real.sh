@@ -20,7 +20,7 @@ cat > "$T/config.json" <<'JSON'
 JSON
 $G init-model --config "$T/config.json" --tokenizer "$S/glm4-tokenizer" --seed 3 -o "$T/model" 2>/dev/null
 check "init-model with the real vocabulary" test -f "$T/model/model.safetensors" -a -f "$T/model/tokenizer.model"
-$G train --quiet --model "$T/model" --data "$T/shards" --eval-data "$T/shards" --output-dir "$T/run" \
+$G train --quiet --device cpu --model "$T/model" --data "$T/shards" --eval-data "$T/shards" --output-dir "$T/run" \
     --lora-target all --lora-rank 8 --lora-alpha 16 --learning-rate 2e-3 --per-device-train-batch-size 2 \
     --max-steps 4 --logging-steps 1 --eval-steps 4 --save-steps 2 --save-total-limit 1 2>"$T/train.log"
 check "train 4 steps (exit $?)" test -f "$T/run/metrics.jsonl"
@@ -35,12 +35,12 @@ check "adapter config" grep -q '"peft_type": *"LORA"' "$T/adapter/adapter_config
 $G export-adapter --checkpoint "$T/run" --merge --dtype bf16 -o "$T/merged" 2>/dev/null
 check "merged model with config and tokenizer" test -f "$T/merged/model.safetensors" -a -f "$T/merged/config.json" -a -f "$T/merged/tokenizer.model"
 # the merged model is a valid base for another run (loads, trains)
-$G train --quiet --model "$T/merged" --data "$T/shards" --output-dir "$T/run2" --max-steps 1 --lora-rank 2 2>/dev/null
+$G train --quiet --device cpu --model "$T/merged" --data "$T/shards" --output-dir "$T/run2" --max-steps 1 --lora-rank 2 2>/dev/null
 check "the merged model loads and trains" test -d "$T/run2/checkpoint-1"
 # shards made with another tokenizer are refused before training
 printf '{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}\n' > "$T/pre.jsonl"
 $G tokenize --quiet --seq-len 512 -o "$T/pre" "$T/pre.jsonl" 2>/dev/null
-$G train --quiet --model "$T/model" --data "$T/pre" --output-dir "$T/run3" --max-steps 1 --seq-len 256 2>"$T/e.log"
+$G train --quiet --device cpu --model "$T/model" --data "$T/pre" --output-dir "$T/run3" --max-steps 1 --seq-len 256 2>"$T/e.log"
 check "a seq_len the shards do not have is an error" grep -q "rows of 512 tokens" "$T/e.log"
 echo "test_train_real: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"

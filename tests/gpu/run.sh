@@ -1,0 +1,70 @@
+#!/bin/bash
+# tests/gpu/run.sh: the one script run on the GPU machine: the CUDA backend's tests
+# (label "cuda": tests/gpu/test_cuda_ops.c, tests/gpu/test_cuda_model.c), then a short table.
+#
+# Two modes:
+#  - prebuilt (the usual one): tests/gpu/stage.sh ran on the build machine and .device/gpu was
+#    carried here (bin/, lib/, shared/): the binaries run with LD_LIBRARY_PATH=.device/gpu/lib and
+#    GLM_SHARED=.device/gpu/shared. The GPU machine lacks libarchive-dev and libyaml-dev, so it
+#    cannot configure the project itself.
+#  - build: no .device/gpu: cmake + ninja with CUDA into build-gpu, then `ctest -L cuda`.
+# Logs go to $OUT (when set) as cuda_ops.log and cuda_model.log. Exit status: 0 when every test
+# passed or was skipped, 1 otherwise.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+pre=$root/.device/gpu
+logdir=${OUT:-/tmp}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# NCCL and cuBLAS from the Python wheels as a last resort (the system ones come first)
+for d in /usr/local/lib/python3*/dist-packages/nvidia/{nccl,cublas,cu13}/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/{nccl,cublas,cu13}/lib; do
+  [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+nvidia-smi -L 2>/dev/null || echo "nvidia-smi: no GPU listed"
+fail=0
+if [ -x "$pre/bin/test_cuda_ops" ]; then
+  export LD_LIBRARY_PATH=$pre/lib:$LD_LIBRARY_PATH
+  export GLM_SHARED=$pre/shared
+  for t in test_cuda_ops test_cuda_model; do
+    ldd "$pre/bin/$t" | grep "not found" && echo "$t: missing libraries (above)"
+    start=$(date +%s.%N)
+    "$pre/bin/$t" >"$logdir/${t#test_}.log" 2>&1
+    rc=$?
+    end=$(date +%s.%N)
+    case $rc in
+      0) res=passed ;;
+      77) res=skipped ;;
+      *) res="FAILED (exit $rc)"; fail=1 ;;
+    esac
+    printf '%-18s %-18s %8.1f s\n' "$t" "$res" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" >>"$logdir/summary.txt"
+  done
+else
+  build=$root/build-gpu
+  if cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON >"$logdir/build.log" 2>&1 &&
+     ninja -C "$build" test_cuda_ops test_cuda_model >>"$logdir/build.log" 2>&1; then
+    (cd "$build" && ctest -L cuda --output-on-failure) >"$logdir/ctest.log" 2>&1 || fail=1
+    cp "$logdir/ctest.log" "$logdir/ops.log"
+  else
+    echo "build failed:"; tail -30 "$logdir/build.log"; exit 1
+  fi
+fi
+# GLM_SANITIZE=1: also run test_cuda_model (small, covers every op) under compute-sanitizer's
+# memcheck and racecheck (Firecracker machines support it; gVisor ones do not).
+if [ "${GLM_SANITIZE:-0}" = 1 ] && [ -x "$pre/bin/test_cuda_model" ] && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$pre/bin/test_cuda_model" >"$logdir/sanitize_$tool.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] || fail=1
+    printf '%-18s %-18s\n' "sanitizer $tool" "$([ $rc = 0 ] && echo clean || echo "FAILED (exit $rc)")" >>"$logdir/summary.txt"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$logdir/sanitize_$tool.log" | head -5
+  done
+fi
+echo
+echo "== test_cuda_model =="
+grep -E "rel err|FAIL|passed|SKIPPED" "$logdir/cuda_model.log" 2>/dev/null | head -60
+echo
+echo "== test_cuda_ops: op, shape, norm-relative error vs the CPU op, tolerance, CUDA ms =="
+sed -n '/^op /,$p' "$logdir/cuda_ops.log" 2>/dev/null
+grep -E "^FAIL|SKIPPED" "$logdir/cuda_ops.log" 2>/dev/null | head -30
+echo
+cat "$logdir/summary.txt" 2>/dev/null
+exit $fail

@@ -1,0 +1,39 @@
+/* tests/gpu/tol.h: the tolerances of the CUDA tests, in one place, with the reasons.
+ *
+ * Every CUDA op is compared with the CPU reference op (kernels/cpu, fp32 storage, double
+ * reductions) on the same inputs: random values already rounded to bf16, so both backends see
+ * exactly the same numbers and only the CUDA side's own rounding is measured. The measure is the
+ * norm-relative error ||cuda - cpu|| / ||cpu|| over the whole output buffer (a NaN anywhere, e.g.
+ * an element left unwritten over the NaN poison, fails it).
+ *
+ * TOL_BF16 = 1e-2: outputs stored as bf16 (8 significant bits, unit roundoff 2^-9 ~ 2e-3). One
+ *   rounding of the result gives ~1.1e-3 rms-relative; ops that read an output they rounded
+ *   before (accumulating ones: rmsnorm_bwd, axpy, beta = 1 GEMMs) or whose fp32 internals
+ *   differ from the CPU's double ones (attention, softmax) stay within a few 1e-3. An indexing,
+ *   masking or race bug gives O(1). METHOD.md: bf16 operands land between 1e-3 and 1e-2.
+ * TOL_F32 = 1e-5: fp32 outputs (rstd, lse, LoRA rank-r GEMMs, adamw, cross-entropy's loss sum)
+ *   from exact inputs, accumulated in fp32 where the CPU uses double: the error grows like
+ *   sqrt(K) * 6e-8 (K = 13696 gives ~7e-6 worst-case-ish, typically ~1e-6).
+ * TOL_SUMSQ = 1e-10: both backends accumulate in double; only the order differs.
+ * TOL_MODEL_LOGITS = 3e-2 (test_cuda_model): every logit of the tiny GLM-4 with bf16 weights,
+ *   bf16 residual stream (rounded after each of the 4 residual adds), bf16 norm outputs, q/k/v,
+ *   MLP activations and bf16 logits: about ten roundings of ~2e-3 along each path, amplified by
+ *   the random (untrained) weights. Measured on an H200 (2026-11): 1.00e-2 (chatglm), 9.98e-3
+ *   (hf); a real bug (mask, rope, layout) gives O(1).
+ * TOL_MODEL_LOSS = 1e-2, TOL_MODEL_GRAD = 5e-2 (test_cuda_model): a whole forward + backward of
+ *   the tiny GLM-4 with bf16 weights, residual stream and activation gradients rounds a few
+ *   dozen times along the path (each ~2e-3 relative, partly cancelling); the loss, a mean over
+ *   targets, averages much of it out (measured 1.4e-4 to 4.2e-4); the LoRA grads are products of
+ *   two such chains (measured 1.3e-2 to 1.4e-2 overall, worst single tensor 1.9e-2). The CPU side uses the same bf16-rounded weights (the fixture
+ *   is stored in bf16), so the gap measures activation rounding only. */
+#ifndef GLM_TESTS_GPU_TOL_H
+#define GLM_TESTS_GPU_TOL_H
+
+static const double TOL_BF16 = 1e-2;
+static const double TOL_F32 = 1e-5;
+static const double TOL_SUMSQ = 1e-10;
+static const double TOL_MODEL_LOGITS = 3e-2;
+static const double TOL_MODEL_LOSS = 1e-2;
+static const double TOL_MODEL_GRAD = 5e-2;
+
+#endif
