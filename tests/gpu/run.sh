@@ -65,6 +65,11 @@ echo
 echo "== test_cuda_ops: op, shape, norm-relative error vs the CPU op, tolerance, CUDA ms =="
 sed -n '/^op /,$p' "$logdir/cuda_ops.log" 2>/dev/null
 grep -E "^FAIL|SKIPPED" "$logdir/cuda_ops.log" 2>/dev/null | head -30
+if [ -x "$pre/bin/glmtune" ]; then
+  echo
+  echo "== glmtune train --device cuda vs --device cpu (tests/gpu/cli_check.sh) =="
+  bash "$root/tests/gpu/cli_check.sh" || fail=1
+fi
 echo
 cat "$logdir/summary.txt" 2>/dev/null
 exit $fail

@@ -3,7 +3,7 @@
 # running tests/gpu/run.sh on the GPU machine. Builds the CUDA tests in build-cuda and copies into
 # .device/gpu (ignored by git; carry it to the GPU machine):
 #   bin/     test_cuda_ops, test_cuda_model
-#   lib/     the shared libraries they need that the GPU machine may lack (everything ldd
+#   lib/     the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
 #            the GPU machine has in its own, matching versions)
 #   shared/  the fixtures the tests read (fixtures/tiny-glm4)
@@ -14,11 +14,32 @@ shared=${GLM_SHARED:-$root/../shared}
 build=$root/build-cuda
 out=$root/.device/gpu
 cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDACXX:-/usr/local/cuda/bin/nvcc} >/dev/null
-ninja -C "$build" test_cuda_ops test_cuda_model
+ninja -C "$build" test_cuda_ops test_cuda_model glmtune
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/shared/fixtures"
-cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$out/bin/"
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas\.|libcublasLt\.|libnccl\.)'
+mkdir -p "$out/bin" "$out/lib" "$out/shared/fixtures" "$out/cli"
+cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tool/glmtune" "$out/bin/"
+# for tests/gpu/cli_check.sh: the golden rows as shards, and the same run on the CPU here as the
+# reference (3 steps, both layouts)
+for layout in chatglm hf; do
+  python3 - "$shared/fixtures/tiny-glm4/$layout/golden.safetensors" "$out/cli/$layout.jsonl" <<'PY'
+import json, sys
+from safetensors.numpy import load_file
+g = load_file(sys.argv[1])
+with open(sys.argv[2], "w") as f:
+    for b in range(g["input_ids"].shape[0]):
+        off = 0
+        for n in map(int, g["doc_lens"][b]):
+            if n:
+                f.write(json.dumps({"input_ids": g["input_ids"][b, off:off + n].tolist(),
+                                    "labels": g["labels"][b, off:off + n].tolist()}) + "\n")
+                off += n
+PY
+  "$build/tool/glmtune" tokenize --quiet --seq-len 48 -o "$out/cli/$layout-shards" "$out/cli/$layout.jsonl"
+  "$build/tool/glmtune" train --quiet --device cpu --model "$shared/fixtures/tiny-glm4/$layout" \
+      --data "$out/cli/$layout-shards" --output-dir "$out/cli/$layout-cpu" $(cat "$root/tests/gpu/cli_flags.txt") \
+      --dump-grads "$out/cli/$layout-cpu-grads.safetensors"
+done
+skip='^(libopenblas|libgfortran|libquadmath|libsentencepiece|libpcre2-8|libjansson|linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas\.|libcublasLt\.|libnccl\.)'
 for b in "$out"/bin/*; do
   ldd "$b" | awk '$3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do

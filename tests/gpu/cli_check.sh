@@ -1,0 +1,54 @@
+#!/bin/bash
+# tests/gpu/cli_check.sh: `glmtune train --device cuda` end to end on the GPU machine, against the
+# same run on the CPU backend (made by tests/gpu/stage.sh): per-step losses and the first step's
+# gradients within bf16 tolerance, checkpoints and a resume on the GPU, export-adapter.
+# Run by tests/gpu/run.sh with .device/gpu carried. Prints a table; exit 1 on any failure.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+pre=$root/.device/gpu
+G=$pre/bin/glmtune
+export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+flags=$(cat "$root/tests/gpu/cli_flags.txt")
+T=$(mktemp -d)
+fail=0
+row() { printf '%-8s %-44s %-6s %s\n' "$1" "$2" "$3" "$4"; [ "$3" = ok ] || fail=1; }
+for layout in chatglm hf; do
+  base="$pre/shared/fixtures/tiny-glm4/$layout"
+  if ! "$G" train --quiet --device cuda --model "$base" --data "$pre/cli/$layout-shards" --output-dir "$T/$layout" $flags \
+       --dump-grads "$T/$layout-grads.safetensors" 2>"$T/$layout.log"; then
+    row $layout "train --device cuda" FAIL "$(tail -2 "$T/$layout.log")"; continue
+  fi
+  row $layout "train --device cuda, 3 steps" ok "$(grep -o 'cuda' "$T/$layout.log" | head -1)"
+  for step in 1 2 3; do
+    a=$(grep "\"step\":$step," "$pre/cli/$layout-cpu/metrics.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+    b=$(grep "\"step\":$step," "$T/$layout/metrics.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+    r=$(awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.2e", (a != 0 ? d / a : 1) }')
+    ok=$(awk -v r="$r" 'BEGIN { print (r < 1e-2) ? "ok" : "FAIL" }')
+    row $layout "step $step loss: cuda vs cpu (tol 1e-2)" $ok "$b vs $a (rel $r)"
+  done
+  r=$(python3 - "$T/$layout-grads.safetensors" "$pre/cli/$layout-cpu-grads.safetensors" <<'PY'
+import sys
+import numpy as np
+from safetensors.numpy import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+assert a.keys() == b.keys()
+# one norm over every tensor: lora_A's gradients are exactly 0 at step 1 (lora_B starts at 0)
+num = sum(float(np.sum((a[k].astype(np.float64) - b[k]) ** 2)) for k in b)
+den = sum(float(np.sum(b[k].astype(np.float64) ** 2)) for k in b)
+zeros_agree = all(bool(np.all(a[k] == 0)) == bool(np.all(b[k] == 0)) for k in b)
+print(f"{(num / den) ** 0.5:.3e}" if zeros_agree else "1e9")
+PY
+)
+  ok=$(awk -v r="$r" 'BEGIN { print (r != "" && r < 5e-2) ? "ok" : "FAIL" }')
+  row $layout "first-step grads: cuda vs cpu (tol 5e-2)" $ok "norm-rel over all tensors $r"
+  rm -rf "$T/$layout-r"
+  "$G" train --quiet --device cuda --model "$base" --data "$pre/cli/$layout-shards" --output-dir "$T/$layout-r" $flags \
+      --resume-from-checkpoint "$T/$layout/checkpoint-2" 2>"$T/$layout-r.log"
+  a=$(grep '"step":3,' "$T/$layout/metrics.jsonl" | grep -o '"loss":[0-9.e+-]*')
+  b=$(grep '"step":3,' "$T/$layout-r/metrics.jsonl" | grep -o '"loss":[0-9.e+-]*')
+  row $layout "resume from checkpoint-2 on the GPU" $([ -n "$a" ] && [ "$a" = "$b" ] && echo ok || echo FAIL) "step 3 $b vs $a"
+  "$G" export-adapter --checkpoint "$T/$layout" -o "$T/$layout-adapter" 2>/dev/null
+  row $layout "export-adapter of the GPU run" $([ -f "$T/$layout-adapter/adapter_model.safetensors" ] && echo ok || echo FAIL) ""
+done
+rm -rf "$T"
+exit $fail
