@@ -216,9 +216,14 @@ glm_status glm_cuda_nccl_id(unsigned char id[128]);
 #endif
 
 /* The dropout hash: a uniform number in [0, 1) (24 bits) from (seed, stream, index), computed
- * by splitmix64-style mixing of seed ^ stream * K1 ^ index * K2. Every backend uses this
- * function's exact integer arithmetic for its masks. */
-static inline float glm_dropout_u01(uint64_t seed, uint64_t stream, uint64_t index) {
+ * by splitmix64-style mixing of seed ^ stream * K1 ^ index * K2. Every backend calls this one
+ * function (host and device code) for its masks, so CPU and CUDA masks agree exactly. */
+#ifdef __CUDACC__
+#define GLM_HOST_DEVICE __host__ __device__
+#else
+#define GLM_HOST_DEVICE
+#endif
+static inline GLM_HOST_DEVICE float glm_dropout_u01(uint64_t seed, uint64_t stream, uint64_t index) {
     uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (index * 0xD1B54A32D192ED03ULL);
     z += 0x9E3779B97F4A7C15ULL;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;

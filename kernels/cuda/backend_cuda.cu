@@ -354,22 +354,13 @@ glm_status cu_axpy(const glm_backend *be, void *y, const void *x, float alpha, i
     return GLM_OK;
 }
 
-/* glm_dropout_u01 of kernels/backend.h, the same integer arithmetic on the device */
-__device__ __forceinline__ float dropout_u01(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ULL) ^ (index * 0xD1B54A32D192ED03ULL);
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (1.0f / 16777216.0f);
-}
 
 __global__ void k_dropout(bf16 *y, int64_t ldy, const bf16 *x, int64_t ldx, int64_t N, int64_t D, float p, float inv,
                           uint64_t seed, uint64_t stream) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * D; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t n = i / D, d = i - n * D;
         float v = ld(x + n * ldx + d);
-        if (p > 0.0f) v = dropout_u01(seed, stream, (uint64_t)i) >= p ? v * inv : 0.0f;
+        if (p > 0.0f) v = glm_dropout_u01(seed, stream, (uint64_t)i) >= p ? v * inv : 0.0f;
         st(y + n * ldy + d, v);
     }
 }

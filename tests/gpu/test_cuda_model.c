@@ -15,69 +15,12 @@
 #include "lora/model.h"
 #include "lora/safetensors.h"
 #include "tests/check.h"
+#include "tests/golden_batch.h"
 #include "tests/gpu/tol.h"
 
 static char fixtures[1024];
 static const glm_backend *cpu, *gpu;
 
-typedef struct golden {
-    glm_st_set *set;
-    int B, T;
-    uint32_t *ids;
-    uint8_t *targets;
-    int32_t *pos, *doc;
-    int64_t n_target;
-    double loss;
-} golden;
-
-static int64_t i64_at(const glm_st_tensor *t, int64_t i) { return ((const int64_t *)t->data)[i]; }
-
-static int load_golden(const char *layout, golden *g) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s/golden.safetensors", fixtures, layout);
-    memset(g, 0, sizeof *g);
-    if (glm_st_open(path, &g->set) != GLM_OK) {
-        CHECK(0, "open %s: %s", path, glm_errmsg());
-        return 0;
-    }
-    const glm_st_tensor *ids = glm_st_find(g->set, "input_ids"), *lab = glm_st_find(g->set, "labels");
-    const glm_st_tensor *pos = glm_st_find(g->set, "position_ids"), *dl = glm_st_find(g->set, "doc_lens");
-    const glm_st_tensor *nt = glm_st_find(g->set, "n_target_tokens"), *loss = glm_st_find(g->set, "loss");
-    if (!ids || !lab || !pos || !dl || !nt || !loss || ids->dtype != GLM_ST_I64) {
-        CHECK(0, "golden tensors missing in %s", path);
-        return 0;
-    }
-    g->B = (int)ids->shape[0];
-    g->T = (int)ids->shape[1];
-    int64_t N = (int64_t)g->B * g->T;
-    g->ids = malloc(N * 4);
-    g->targets = malloc(N);
-    g->pos = malloc(N * 4);
-    g->doc = malloc(N * 4);
-    for (int64_t i = 0; i < N; i++) {
-        g->ids[i] = (uint32_t)i64_at(ids, i);
-        g->targets[i] = i64_at(lab, i) != -100;
-        g->pos[i] = (int32_t)i64_at(pos, i);
-    }
-    for (int b = 0; b < g->B; b++) {
-        int t = 0;
-        for (int d = 0; d < dl->shape[1]; d++)
-            for (int64_t k = 0; k < i64_at(dl, b * dl->shape[1] + d); k++) g->doc[b * g->T + t++] = d;
-    }
-    g->n_target = i64_at(nt, 0);
-    float f = NAN;
-    if (loss->dtype == GLM_ST_F64) g->loss = ((const double *)loss->data)[0];
-    else {
-        glm_st_to_f32(loss->dtype, loss->data, 1, &f);
-        g->loss = f;
-    }
-    return 1;
-}
-
-static void free_golden(golden *g) {
-    glm_st_close(g->set);
-    free(g->ids), free(g->targets), free(g->pos), free(g->doc);
-}
 
 static double rel(const float *a, const float *b, int64_t n) {
     double num = 0, den = 0;
@@ -136,7 +79,7 @@ static void report(const char *what, double e, double tol) {
 
 static void test_layout(const char *layout) {
     golden g;
-    if (!load_golden(layout, &g)) return;
+    if (!golden_load(fixtures, layout, &g)) return;
     side c, d;
     if (!open_side(cpu, layout, &c) || !open_side(gpu, layout, &d)) return;
     glm_batch b = {g.B, g.T, g.ids, g.targets, g.pos, g.doc};
@@ -203,7 +146,7 @@ static void test_layout(const char *layout) {
     free(lc), free(lg), free(gc), free(gg), free(gk), free(dc), free(dg);
     close_side(&c);
     close_side(&d);
-    free_golden(&g);
+    golden_free(&g);
 }
 
 int main(void) {

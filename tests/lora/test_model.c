@@ -20,70 +20,12 @@
 #include "lora/model.h"
 #include "lora/safetensors.h"
 #include "tests/check.h"
+#include "tests/golden_batch.h"
 
 static const double TOL_NORM = 1e-4, TOL_ELEM = 1e-3;
 static char fixtures[1024];
 
-typedef struct golden {
-    glm_st_set *set;
-    int B, T;
-    uint32_t *ids;
-    uint8_t *targets;
-    int32_t *pos, *doc;
-    int64_t n_target;
-} golden;
 
-static int64_t i64_at(const glm_st_tensor *t, int64_t i) { return ((const int64_t *)t->data)[i]; }
-
-static int load_golden(const char *layout, golden *g) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s/golden.safetensors", fixtures, layout);
-    memset(g, 0, sizeof *g);
-    if (glm_st_open(path, &g->set) != GLM_OK) {
-        CHECK(0, "open %s: %s", path, glm_errmsg());
-        return 0;
-    }
-    const glm_st_tensor *ids = glm_st_find(g->set, "input_ids"), *lab = glm_st_find(g->set, "labels");
-    const glm_st_tensor *pos = glm_st_find(g->set, "position_ids"), *dl = glm_st_find(g->set, "doc_lens");
-    const glm_st_tensor *nt = glm_st_find(g->set, "n_target_tokens");
-    if (!ids || !lab || !pos || !dl || !nt || ids->dtype != GLM_ST_I64) {
-        CHECK(0, "golden tensors missing in %s", path);
-        return 0;
-    }
-    g->B = (int)ids->shape[0];
-    g->T = (int)ids->shape[1];
-    int64_t N = (int64_t)g->B * g->T;
-    g->ids = malloc(N * 4);
-    g->targets = malloc(N);
-    g->pos = malloc(N * 4);
-    g->doc = malloc(N * 4);
-    for (int64_t i = 0; i < N; i++) {
-        g->ids[i] = (uint32_t)i64_at(ids, i);
-        g->targets[i] = i64_at(lab, i) != -100;
-        g->pos[i] = (int32_t)i64_at(pos, i);
-    }
-    for (int b = 0; b < g->B; b++) {
-        int t = 0;
-        for (int d = 0; d < dl->shape[1]; d++)
-            for (int64_t k = 0; k < i64_at(dl, b * dl->shape[1] + d); k++) g->doc[b * g->T + t++] = d;
-        CHECK(t == g->T, "doc_lens of row %d sum to %d, not T = %d", b, t, g->T);
-    }
-    g->n_target = i64_at(nt, 0);
-    return 1;
-}
-
-static void free_golden(golden *g) {
-    glm_st_close(g->set);
-    free(g->ids);
-    free(g->targets);
-    free(g->pos);
-    free(g->doc);
-}
-
-static glm_batch batch_of(const golden *g, int row0, int nrows) {
-    glm_batch b = {nrows, g->T, g->ids + row0 * g->T, g->targets + row0 * g->T, g->pos + row0 * g->T, g->doc + row0 * g->T};
-    return b;
-}
 
 /* Norm-relative and elementwise comparison of a float array with a golden tensor. */
 static void compare(const char *what, const float *a, const glm_st_set *set, const char *name, int64_t n) {
@@ -164,7 +106,7 @@ static void test_layout(const char *layout) {
     snprintf(dir, sizeof dir, "%s/%s", fixtures, layout);
     snprintf(adir, sizeof adir, "%s/adapter_init", dir);
     golden g;
-    if (!load_golden(layout, &g)) return;
+    if (!golden_load(fixtures, layout, &g)) return;
     glm_model *m = NULL;
     glm_status st = glm_model_load(dir, be, 0, &m);
     CHECK(st == GLM_OK, "%s: load: %s", layout, glm_errmsg());
@@ -185,7 +127,7 @@ static void test_layout(const char *layout) {
         CHECK(glm_model_set_rope_inv_freq(m, inv) == GLM_OK, "set inv_freq");
     }
     int64_t N = (int64_t)g.B * g.T, V = m->cfg.V;
-    glm_batch b = batch_of(&g, 0, g.B);
+    glm_batch b = golden_batch(&g, 0, g.B);
     float *logits = malloc(N * V * 4);
     char what[64];
 
@@ -247,7 +189,7 @@ static void test_layout(const char *layout) {
 
     /* micro-batch 2 == 1 + 1 accumulated */
     glm_lora_zero_grads(l);
-    glm_batch b0 = batch_of(&g, 0, 1), b1 = batch_of(&g, 1, 1);
+    glm_batch b0 = golden_batch(&g, 0, 1), b1 = golden_batch(&g, 1, 1);
     double la, lb;
     int64_t na, nb;
     CHECK(glm_model_step(m, l, &b0, scale, 1, 0, 0, &la, &na) == GLM_OK, "row 0: %s", glm_errmsg());
@@ -300,7 +242,7 @@ out:
     glm_lora_free(l);
     glm_model_free(m);
     free(logits);
-    free_golden(&g);
+    golden_free(&g);
 }
 
 /* ---- API errors ---- */
@@ -349,8 +291,8 @@ static void test_targets_and_adapter(void) {
     CHECK(memcmp(l->params[2].w, l2->params[2].w, l->params[2].numel * 4) == 0, "seeded init is reproducible");
     /* bad batch: target on the first token of a document */
     golden g;
-    if (load_golden("chatglm", &g)) {
-        glm_batch b = batch_of(&g, 1, 1);
+    if (golden_load(fixtures, "chatglm", &g)) {
+        glm_batch b = golden_batch(&g, 1, 1);
         uint8_t saved = g.targets[g.T + 16];
         g.targets[g.T + 16] = 1; /* row 1's second document starts at 16 */
         double ls;
@@ -363,7 +305,7 @@ static void test_targets_and_adapter(void) {
         CHECK(glm_model_step(m, l, &b, 1, 1, 0, 0, &ls, &nt) == GLM_ERR_ARG && strstr(glm_errmsg(), "vocabulary"),
               "id >= V refused: %s", glm_errmsg());
         g.ids[g.T + 3] = id;
-        free_golden(&g);
+        golden_free(&g);
     }
     glm_lora_free(l);
     glm_lora_free(l2);
