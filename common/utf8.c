@@ -1,6 +1,7 @@
 #include "utf8.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t glm_utf8_check(const char *str, size_t len) {
@@ -35,4 +36,24 @@ size_t glm_utf8_check(const char *str, size_t len) {
         i += n;
     }
     return len;
+}
+
+char *glm_utf8_lossy(const char *s) {
+    size_t n = strlen(s);
+    char *out = malloc(3 * n + 1), *w = out; /* each bad byte becomes 3 bytes at most */
+    if (!out) return NULL;
+    size_t i = 0;
+    while (i < n) {
+        size_t ok = glm_utf8_check(s + i, n - i);
+        memcpy(w, s + i, ok);
+        w += ok;
+        i += ok;
+        if (i < n) { /* skip one bad byte */
+            memcpy(w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            i++;
+        }
+    }
+    *w = 0;
+    return out;
 }

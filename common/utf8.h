@@ -9,4 +9,9 @@
  * sequence. ASCII runs are checked 8 bytes at a time. */
 size_t glm_utf8_check(const char *s, size_t len);
 
+/* A malloc'd, NUL-terminated copy of the C string s in which every invalid UTF-8 sequence is
+ * replaced by U+FFFD, so that it can go into JSON (file names are bytes, JSON text is UTF-8).
+ * NULL when out of memory. */
+char *glm_utf8_lossy(const char *s);
+
 #endif

@@ -167,7 +167,7 @@ static glm_status maybe_registry(const char *path, int64_t size, glm_dsinfo **in
 }
 
 static glm_status add_source(glm_reader *r, const char *path, int64_t size,
-                             const glm_dsinfo_entry *map) {
+                             const glm_dsinfo_entry *map, bool repeat_ok) {
     char rp[PATH_MAX];
     rd_src s = {0};
     s.path = strdup(path);
@@ -181,8 +181,12 @@ static glm_status add_source(glm_reader *r, const char *path, int64_t size,
     }
     for (size_t i = 0; i < r->srcs.n; i++)
         if (strcmp(r->srcs.v[i].real, s.real) == 0) {
+            if (repeat_ok) { /* a file named again on the command line: read again (upsampling) */
+                glm_log_info("%s is given again: its records are read once more", path);
+                break;
+            }
             if (!r->srcs.v[i].map) r->srcs.v[i].map = map;
-            glm_log_debug("%s: given twice; read once", path);
+            glm_log_debug("%s: reached twice through folders or links; read once", path);
             free(s.path);
             free(s.real);
             return GLM_OK;
@@ -237,7 +241,7 @@ static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
         struct stat st;
         if (stat(e->path, &st) != 0) continue;
         if (S_ISDIR(st.st_mode)) GLM_TRY(walk_dir(r, e->path, e, 0));
-        else GLM_TRY(add_source(r, e->path, st.st_size, e));
+        else GLM_TRY(add_source(r, e->path, st.st_size, e, false));
     }
     return GLM_OK;
 }
@@ -284,7 +288,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
                 /* the registry itself is not a corpus */
             } else {
                 const glm_dsinfo_entry *map = forced ? forced : find_mapping(r, real);
-                st = add_source(r, p, sb.st_size, map);
+                st = add_source(r, p, sb.st_size, map, false);
             }
         } else {
             glm_log_debug("%s: not a .json/.jsonl file or archive: skipped", p);
@@ -310,7 +314,7 @@ static glm_status add_input(glm_reader *r, const char *path) {
     glm_dsinfo *info = NULL;
     GLM_TRY(maybe_registry(path, sb.st_size, &info));
     if (info) return expand_registry(r, info);
-    return add_source(r, path, sb.st_size, find_mapping(r, path));
+    return add_source(r, path, sb.st_size, find_mapping(r, path), true);
 }
 
 static bool has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
@@ -606,8 +610,10 @@ static glm_status open_next_stream(glm_reader *r) {
         if (archive_read_open_filename(r->outer, r->cur->path, BLOCK_SIZE) != ARCHIVE_OK) {
             const char *m = archive_error_string(r->outer);
             r->failed = true;
-            return glm_err(GLM_ERR_IO, "%s: cannot open: %s; hint: check that the file exists "
-                           "and is readable", r->cur->path, m ? m : "unknown error");
+            return glm_err(GLM_ERR_IO, "%s: cannot open: %s; hint: %s", r->cur->path, m ? m : "unknown error",
+                           access(r->cur->path, R_OK) == 0
+                               ? "the file is cut off or corrupt (test it with gzip -t, zstd -t, xz -t or bzip2 -t)"
+                               : "check that the file exists and is readable");
         }
         r->outer_raw = false;
         struct archive_entry *ent;

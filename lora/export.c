@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/fileio.h"
 #include "common/log.h"
@@ -143,7 +144,7 @@ glm_status glm_adapter_write_files(const char *dir, const struct glm_backend *be
 
 /* Creates a fresh "<outdir>.tmp" (removing a stale one) and returns its path. */
 static glm_status make_tmpdir(const char *outdir, char **tmp) {
-    if (asprintf(tmp, "%s.tmp", outdir) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    if (asprintf(tmp, "%s.tmp.%d", outdir, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (glm_is_dir(*tmp)) glm_rmtree(*tmp);
     glm_status st = glm_mkdir_p(*tmp);
     if (st != GLM_OK) {

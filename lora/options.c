@@ -468,6 +468,15 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
             free(val);
         }
     }
+    if (st == GLM_OK) { /* one document only: a second one ("---") would be ignored silently */
+        yaml_document_t doc2;
+        if (yaml_parser_load(&p, &doc2)) {
+            if (yaml_document_get_root_node(&doc2))
+                st = glm_err(GLM_ERR_ARG, "%s:%zu: a second YAML document (after \"---\"): glmtune reads one; hint: "
+                             "put every setting in one document", path, p.mark.line);
+            yaml_document_delete(&doc2);
+        }
+    }
     yaml_document_delete(&doc);
     yaml_parser_delete(&p);
     fclose(f);
@@ -580,6 +589,7 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(o->adam_beta2 >= 0 && o->adam_beta2 < 1, "--adam-beta2 must be in [0, 1)");
     NEED(o->adam_epsilon > 0, "--adam-epsilon must be > 0");
     NEED(o->max_grad_norm >= 0, "--max-grad-norm must be >= 0 (0 disables clipping)");
+    if (o->max_steps == 0) o->max_steps = -1; /* as transformers: max_steps <= 0 trains by epochs */
     NEED(o->max_steps > 0 || (o->max_steps == -1 && o->num_train_epochs > 0),
          "set --max-steps > 0 or --num-train-epochs > 0 (max-steps %lld, epochs %g)", (long long)o->max_steps,
          o->num_train_epochs);

@@ -1,5 +1,7 @@
 /* glmtune export-adapter: a training checkpoint -> a PEFT adapter directory, or with --merge the
  * full model W + scaling * B A in the base checkpoint's layout and sharding. */
+#define _GNU_SOURCE
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,13 +54,59 @@ static glm_status same_shape(const char *base, const char *trained_on) {
         return GLM_OK;
     }
     GLM_TRY(glm_config_load(base, 0, &a));
-    if (a.layout != b.layout || a.C != b.C || a.L != b.L || a.H != b.H || a.Hkv != b.Hkv || a.Dh != b.Dh ||
+    if (a.layout != b.layout)
+        return glm_err(GLM_ERR_MISMATCH, "--base %s is a %s-layout checkpoint; the adapter was trained on the %s layout "
+                       "(%s) and carries its module names; hint: merge into a %s-layout checkpoint", base,
+                       glm_layout_name(a.layout), glm_layout_name(b.layout), trained_on, glm_layout_name(b.layout));
+    if ( a.C != b.C || a.L != b.L || a.H != b.H || a.Hkv != b.Hkv || a.Dh != b.Dh ||
         a.F != b.F || a.V != b.V)
         return glm_err(GLM_ERR_MISMATCH, "--base %s (%s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d) is not shaped like the "
                        "model the adapter was trained on, %s (%s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d); hint: "
                        "merge into the training base or a copy of it", base, glm_layout_name(a.layout), a.L, a.C, a.H,
                        a.Hkv, a.F, a.V, trained_on, glm_layout_name(b.layout), b.L, b.C, b.H, b.Hkv, b.F, b.V);
     return GLM_OK;
+}
+
+/* Files an export writes (adapter, or merged model); -o may replace a directory holding only these. */
+static bool export_file(const char *name, bool merge) {
+    static const char *const adapter[] = {"adapter_config.json", "adapter_model.safetensors", "README.md"};
+    static const char *const model[] = {"config.json", "generation_config.json", "tokenizer.model",
+                                        "tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
+                                        "added_tokens.json", "model.safetensors.index.json"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof adapter / sizeof *adapter; i++)
+        if (!strcmp(name, adapter[i])) return true;
+    if (!merge) return false;
+    for (size_t i = 0; i < sizeof model / sizeof *model; i++)
+        if (!strcmp(name, model[i])) return true;
+    return (n > 12 && !strcmp(name + n - 12, ".safetensors")) || (n > 3 && !strcmp(name + n - 3, ".py"));
+}
+
+/* -o replaces its directory as a whole: refuse one that holds anything an export does not write
+ * (a training run, a checkpoint, other files), and the base model or the checkpoint themselves. */
+static glm_status check_outdir(const char *out, bool merge, const char *base, const char *ckpt) {
+    char *ro = realpath(out, NULL);
+    if (!ro) return GLM_OK; /* does not exist yet */
+    glm_status s = GLM_OK;
+    const char *others[2] = {base, ckpt};
+    for (int i = 0; i < 2 && s == GLM_OK; i++) {
+        char *r = others[i] ? realpath(others[i], NULL) : NULL;
+        size_t n = r ? strlen(r) : 0;
+        if (r && !strncmp(r, ro, strlen(ro)) && (n == strlen(ro) || r[strlen(ro)] == '/'))
+            s = glm_err(GLM_ERR_ARG, "-o %s is or holds the %s (%s); hint: export to a new directory", out,
+                        i == 0 ? "base model" : "checkpoint", others[i]);
+        free(r);
+    }
+    DIR *d = s == GLM_OK ? opendir(out) : NULL;
+    struct dirent *e;
+    while (d && s == GLM_OK && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || export_file(e->d_name, merge)) continue;
+        s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which an export does not write: the directory would be "
+                    "replaced as a whole; hint: export to a new or empty directory", out, e->d_name);
+    }
+    if (d) closedir(d);
+    free(ro);
+    return s;
 }
 
 int cmd_export_adapter(int argc, char **argv) {
@@ -99,6 +147,15 @@ int cmd_export_adapter(int argc, char **argv) {
     const char **targets = NULL;
     s = resolve_checkpoint(ckpt, &dir);
     if (s == GLM_OK) s = glm_ckpt_verify(dir);
+    if (s == GLM_OK) {
+        /* the base model: --base, else the one the checkpoint's adapter_config.json names */
+        char *cp = glm_path_join(dir, "adapter_config.json");
+        json_t *c = json_load_file(cp, 0, NULL);
+        const char *b = base ? base : (c ? json_string_value(json_object_get(c, "base_model_name_or_path")) : NULL);
+        s = check_outdir(out, merge, merge ? b : NULL, ckpt);
+        json_decref(c);
+        free(cp);
+    }
     if (s == GLM_OK) {
         cfg_path = glm_path_join(dir, "adapter_config.json");
         st_path = glm_path_join(dir, "adapter_model.safetensors");

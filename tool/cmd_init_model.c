@@ -62,6 +62,16 @@ int cmd_init_model(int argc, char **argv) {
     if (s == GLM_OK) s = glm_config_validate(&cfg, config);
     layout = cfg.layout;
     if (s == GLM_OK && layout_s) s = glm_layout_parse(layout_s, &layout);
+    if (s == GLM_OK) {
+        char *c = glm_path_join(out, "config.json"), *w = glm_path_join(out, "model.safetensors"),
+             *x = glm_path_join(out, "model.safetensors.index.json");
+        if (glm_is_file(c) || glm_is_file(w) || glm_is_file(x))
+            s = glm_err(GLM_ERR_ARG, "%s already holds a model (config.json / model.safetensors); hint: choose a new "
+                        "directory", out);
+        free(c);
+        free(w);
+        free(x);
+    }
     if (s == GLM_OK) s = glm_mkdir_p(out);
     if (s == GLM_OK) s = glm_model_init_random(&cfg, seed, out, layout);
     if (s == GLM_OK && tok) {

@@ -7,6 +7,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "dataset/shard.h"
 #include "tokenize/tokenizer.h"
 #include "tool/cli.h"
@@ -142,8 +143,15 @@ int cmd_inspect(int argc, char **argv) {
                             json_array_append_new(ids, json_integer(sh->ids[off + t]));
                             json_array_append_new(ta, json_integer(tg[t]));
                         }
-                        json_t *o = json_pack("{s:s,s:I,s:o,s:o}", "file", sh->sources[sh->docs[d].source], "record",
+                        char *file = glm_utf8_lossy(sh->sources[sh->docs[d].source]);
+                        json_t *o = json_pack("{s:s,s:I,s:o,s:o}", "file", file ? file : "?", "record",
                                               (json_int_t)sh->docs[d].record, "ids", ids, "targets", ta);
+                        free(file);
+                        if (!o) {
+                            s = glm_err(GLM_ERR_NOMEM, "out of memory");
+                            free(tg);
+                            break;
+                        }
                         char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
                         puts(line);
                         free(line);
@@ -169,8 +177,8 @@ int cmd_inspect(int argc, char **argv) {
         }
     }
     if (s == GLM_OK && shown == 0 && first > 0)
-        glm_log_warn("no sample %llu: the shards hold %llu samples (0 to %llu)", (unsigned long long)first,
-                     (unsigned long long)sample, (unsigned long long)(sample ? sample - 1 : 0));
+        s = glm_err(GLM_ERR_ARG, "no sample %llu: the shards hold %llu samples (0 to %llu)", (unsigned long long)first,
+                    (unsigned long long)sample, (unsigned long long)(sample ? sample - 1 : 0));
     if (s == GLM_OK && !json) {
         printf("--- %zu shard(s): %llu rows of %u tokens, %llu samples ---\n", set.n, (unsigned long long)rows,
                set.n ? set.sh[0].seq_len : 0, (unsigned long long)docs);

@@ -20,6 +20,7 @@
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/progress.h"
 #include "dataset/formats.h"
 #include "dataset/packer.h"
@@ -319,6 +320,13 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
 #undef VAL
     }
     if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
+    if (s == GLM_OK && o->report_path) { /* fail now, not after the whole run */
+        char *copy = strdup(o->report_path), *slash = strrchr(copy, '/');
+        const char *dir = slash ? (slash == copy ? "/" : (*slash = 0, copy)) : ".";
+        if (access(dir, W_OK) != 0)
+            s = glm_err(GLM_ERR_ARG, "--report %s: cannot write in %s: %s", o->report_path, dir, strerror(errno));
+        free(copy);
+    }
     if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
         s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
     if (s == GLM_OK && !o->encode && !o->decode) {
@@ -404,14 +412,22 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
     if (tok) {
         char fp[24];
         snprintf(fp, sizeof fp, "%016llx", (unsigned long long)glm_tokenizer_fingerprint(tok));
-        json_object_set_new(m, "tokenizer", json_pack("{s:s,s:s,s:s,s:I}", "path", glm_tokenizer_path(tok), "kind",
+        /* absolute, so that inspect finds it from any directory */
+        char *abs = realpath(glm_tokenizer_path(tok), NULL), *tp = glm_utf8_lossy(abs ? abs : glm_tokenizer_path(tok));
+        free(abs);
+        json_object_set_new(m, "tokenizer", json_pack("{s:s,s:s,s:s,s:I}", "path", tp ? tp : "?", "kind",
                                                       glm_tokenizer_kind(tok), "fingerprint", fp, "vocab_size",
                                                       (json_int_t)glm_tokenizer_vocab_size(tok)));
+        free(tp);
     } else {
         json_object_set_new(m, "tokenizer", json_null());
     }
     json_t *inputs = json_array();
-    for (int i = 0; i < o->n_inputs; i++) json_array_append_new(inputs, json_string(o->inputs[i]));
+    for (int i = 0; i < o->n_inputs; i++) {
+        char *in = glm_utf8_lossy(o->inputs[i]);
+        json_array_append_new(inputs, json_string(in ? in : "?"));
+        free(in);
+    }
     json_t *settings = json_pack("{s:o,s:s,s:s,s:b,s:f,s:I,s:b,s:s*}", "inputs", inputs, "format", o->format_name,
                                  "train_on", o->train_on == GLM_TRAIN_LAST ? "last" : "all", "truncate", o->truncate,
                                  "val_size", o->val_size, "seed", (json_int_t)o->seed, "strict", o->strict,
@@ -614,6 +630,9 @@ int cmd_tokenize(int argc, char **argv) {
     else if (s == GLM_OK && ptrain.rows == 0)
         s = glm_err(GLM_ERR_FORMAT, "no usable sample in the input (%lld records read, all dropped); nothing was written. "
                     "See the reasons above; hint: check --format, --seq-len, --tokenizer", (long long)rep.records_read);
+    if (s == GLM_OK && o.val_size > 0 && o.val_size < 1 && pval.rows == 0)
+        glm_log_warn("--val-size %g selected no sample out of %lld (a fraction is drawn per sample); hint: give a "
+                     "count, e.g. --val-size 1", o.val_size, (long long)rep.records_kept);
     if (s == GLM_OK && glm_reader_n_sources(rd) > rep.n_src)
         glm_log_warn("%zu input file(s) or archive member(s) held no record (empty)", glm_reader_n_sources(rd) - rep.n_src);
     if (s == GLM_OK) {

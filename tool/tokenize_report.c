@@ -1,5 +1,7 @@
 #include "tokenize_report.h"
 
+#include "common/utf8.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +69,11 @@ void tok_report_drop(tok_report *r, const char *source, const char *reason, cons
         first = json_array();
         json_object_set_new(r->dropped_first, reason, first);
     }
-    if (json_array_size(first) < FIRST_LOCATIONS) json_array_append_new(first, json_string(detail ? detail : reason));
+    if (json_array_size(first) < FIRST_LOCATIONS) {
+        char *text = glm_utf8_lossy(detail ? detail : reason); /* file names are bytes, JSON is UTF-8 */
+        json_array_append_new(first, json_string(text ? text : reason));
+        free(text);
+    }
 }
 
 void tok_report_note(tok_report *r, const char *note) { incr(r->notes, note); }
@@ -100,10 +106,12 @@ void tok_report_finish(tok_report *r, const glm_packer *train, const glm_packer 
     json_t *files = json_object();
     for (size_t i = 0; i < r->n_src; i++) {
         tok_source *s = &r->src[i];
-        json_object_set_new(files, s->name,
+        char *name = glm_utf8_lossy(s->name);
+        json_object_set_new(files, name ? name : "?",
                             json_pack("{s:I,s:I,s:I,s:I,s:I}", "records_read", (json_int_t)s->records_read,
                                       "records_kept", (json_int_t)s->records_kept, "dropped", (json_int_t)s->dropped,
                                       "tokens", (json_int_t)s->tokens, "target_tokens", (json_int_t)s->target_tokens));
+        free(name);
     }
     json_object_set_new(j, "files", files);
     r->final = j;

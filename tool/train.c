@@ -238,7 +238,8 @@ static glm_status resume_path(const train_settings *ts, char **path) {
     GLM_TRY(glm_ckpt_latest(dir, path, &step));
     if (!*path)
         return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
-                       "directory, or start without --resume-from-checkpoint", dir);
+                       "directory, or start afresh without --resume-from-checkpoint (with --overwrite-output-dir "
+                       "when the directory holds an earlier run)", dir);
     return GLM_OK;
 }
 

@@ -95,6 +95,19 @@ check "refuses to replace a directory it did not write (exit $rc)" test $rc = 2 
 $G tokenize --tokenizer "$TOK" --seq-len 2048 -o "$T/o1" "$S/corpora/axolotl/alpaca.json" 2>/dev/null
 check "replaces its own earlier output" test "$(jget "$T/o1/report.json" records_read)" = 2
 
+# 6b. file names that are not UTF-8, inputs given twice, an unwritable --report
+odd="$T/$(printf 'lat\xe9').jsonl"
+printf '{"instruction":"x","output":"y"}\n' > "$odd"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 64 -o "$T/odd" "$odd" "$odd" 2>/dev/null
+check "a file given twice is read twice" test "$(jget "$T/odd/report.json" records_read)" = 2
+$G inspect --json "$T/odd" > "$T/odd.jsonl"; rc=$?
+check "inspect --json with a non-UTF-8 file name (exit $rc)" test $rc = 0 -a "$(wc -l < "$T/odd.jsonl")" = 2
+check "... the name shown with U+FFFD" grep -q 'latï¿½' "$T/odd.jsonl"
+$G tokenize --tokenizer "$TOK" --report /nonexistent/r.json -o "$T/nr" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
+check "--report into a missing directory: exit 2 before any work ($rc)" test $rc = 2 -a ! -e "$T/nr"
+$G inspect --sample 99999 "$T/odd" >/dev/null 2>&1; rc=$?
+check "inspect --sample out of range: exit 2 ($rc)" test $rc = 2
+
 # 7. usage errors exit 2
 $G tokenize --tokenizer "$TOK" --bogus -o "$T/u" x.json 2>/dev/null; check "unknown option: exit 2" test $? = 2
 $G tokenize --tokenizer "$TOK" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; check "no -o: exit 2" test $? = 2

@@ -103,6 +103,27 @@ $G export-adapter --checkpoint "$T/man" --merge --dtype fp16 -o "$T/m16" 2>/dev/
 check "--merge --dtype fp16: every tensor F16" test "$(grep -a -c '"BF16"' "$T"/m16/*.safetensors | awk -F: '{s += $2} END {print s}')" = 0
 check "... and config.json says float16" has "$T/m16/config.json" '"torch_dtype": "float16"'
 
+# export -o never replaces a run, a checkpoint, the base model or other files
+$G export-adapter --checkpoint "$T/man" -o "$T/man" 2>"$T/e14"; rc=$?
+check "export -o the run directory: exit 2 ($rc)" test $rc = 2 -a -d "$T/man/checkpoint-1"
+$G export-adapter --checkpoint "$T/man" -o "$T/man/checkpoint-1" 2>/dev/null; rc=$?
+check "export -o the checkpoint: exit 2 ($rc)" test $rc = 2 -a -f "$T/man/checkpoint-1/trainer_state.json"
+cp -r "$FIX" "$T/basecopy" && rm -rf "$T/basecopy/adapter_init" "$T/basecopy/golden.safetensors"
+$G export-adapter --checkpoint "$T/man" --merge --base "$T/basecopy" -o "$T/basecopy" 2>/dev/null; rc=$?
+check "export --merge -o the base model: exit 2 ($rc)" test $rc = 2
+mkdir -p "$T/precious" && echo keep > "$T/precious/thesis.txt"
+$G export-adapter --checkpoint "$T/man" -o "$T/precious" 2>/dev/null; rc=$?
+check "export -o a directory with other files: exit 2 ($rc)" test $rc = 2 -a -f "$T/precious/thesis.txt"
+$G export-adapter --checkpoint "$T/man" -o "$T/ex2" 2>/dev/null && $G export-adapter --checkpoint "$T/man" -o "$T/ex2" 2>/dev/null
+check "export -o an earlier export replaces it (exit $?)" test -f "$T/ex2/adapter_model.safetensors"
+# init-model does not overwrite a model; a YAML with a second document is refused
+$G init-model --config "$T/big.json" -o "$T/bigmodel" 2>/dev/null; rc=$?
+check "init-model into an existing model: exit 2 ($rc)" test $rc = 2
+printf 'lora_rank: 8\n---\nlora_rank: 4\n' > "$T/two.yaml"
+$G train --config "$T/two.yaml" --model "$FIX" --data "$T/shards" --output-dir "$T/two" 2>"$T/e15"; rc=$?
+check "a second YAML document: exit 2 ($rc)" test $rc = 2
+check "... said" has "$T/e15" "second YAML document"
+
 # a kill during checkpoint writes leaves only complete checkpoints
 $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps 100000 --save-steps 1 --lora-rank 64 2>/dev/null &
 pid=$!
