@@ -246,7 +246,9 @@ glm_status glm_mkdir_p(const char *path) {
 }
 
 glm_status glm_rmtree(const char *path) {
-    DIR *d = opendir(path);
+    /* A symlink (to a directory too) is removed itself: never descend into what it points at. */
+    struct stat lst;
+    DIR *d = lstat(path, &lst) == 0 && S_ISDIR(lst.st_mode) ? opendir(path) : NULL;
     if (!d) return unlink(path) == 0 || errno == ENOENT ? GLM_OK : glm_err(GLM_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     struct dirent *e;
     while ((e = readdir(d))) {

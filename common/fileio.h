@@ -48,7 +48,8 @@ void glm_mmap_close(glm_mmap *m);
 
 /* mkdir -p. */
 glm_status glm_mkdir_p(const char *path);
-/* rm -rf of a directory tree (used for temp and pruned checkpoint dirs). */
+/* rm -rf of a directory tree (used for temp and pruned checkpoint dirs). Symbolic links are
+ * removed, never followed. */
 glm_status glm_rmtree(const char *path);
 bool glm_is_dir(const char *path);
 bool glm_is_file(const char *path);

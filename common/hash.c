@@ -1,5 +1,6 @@
 #include "hash.h"
 
+#include <pthread.h>
 #include <zlib.h>
 
 uint32_t glm_crc32(uint32_t crc, const void *data, size_t n) {
@@ -22,8 +23,10 @@ static void crc32c_init(void) {
     }
 }
 
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+
 uint32_t glm_crc32c(uint32_t crc, const void *data, size_t n) {
-    if (!crc32c_table[1]) crc32c_init();
+    pthread_once(&crc32c_once, crc32c_init); /* callers may be on several threads */
     const unsigned char *p = data;
     crc = ~crc;
     while (n--) crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);

@@ -1,4 +1,4 @@
-/* tokenize/tojson.c: json.dumps(ensure_ascii=False) and Python's float repr. See tojson.h. */
+/* common/pyjson.c: json.dumps(ensure_ascii=False) and Python's float repr. See pyjson.h. */
 #include "common/pyjson.h"
 
 #include <math.h>

@@ -21,7 +21,9 @@
 static inline glm_status glm_vec_grow_(void **v, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return GLM_OK;
     size_t nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
+    while (nc < need && nc <= SIZE_MAX / 2) nc *= 2;
+    if (nc < need || nc > SIZE_MAX / elem) /* size_t overflow: cannot be allocated anyway */
+        return glm_err(GLM_ERR_NOMEM, "out of memory (an array of %zu elements is too large)", need);
     void *p = realloc(*v, nc * elem);
     if (!p) return glm_err(GLM_ERR_NOMEM, "out of memory (growing an array to %zu elements)", nc);
     *v = p;

@@ -612,7 +612,7 @@ static glm_status convert_pretok(conv *c, const json_t *obj) {
 
 glm_status glm_record_convert(const glm_record *rec, glm_format fmt, glm_conversation *out,
                               const char **reason) {
-    static const char *dummy;
+    const char *dummy; /* per call: a shared static would be a data race between threads */
     if (!reason) reason = &dummy;
     *reason = NULL;
     memset(out, 0, sizeof *out);

@@ -14,9 +14,11 @@
  * A UTF-8 byte-order mark at offset 0 is skipped; CR before LF, blank lines and a last line
  * without newline are accepted.
  *
- * Line mode (JSON Lines): once the first top-level value has started and ended on one line (or
- * the caller passes lines_hint, e.g. for a ".jsonl" name), a newline ends the record even if
- * brackets are still open, so one broken line costs one record and the next line is read.
+ * Line mode (JSON Lines): once a top-level value has started and ended on one line (or the
+ * caller passes lines_hint, e.g. for a ".jsonl" name), a newline ends the record even if
+ * brackets are still open, so one broken line costs one record and the next line is read. (Any
+ * one-line value switches it on, not only the first: a ".json" file holding JSON Lines whose
+ * first line is broken still recovers at the next line.)
  *
  * Memory: one record's bytes at most; a record longer than max_record is scanned to its end
  * without being stored and reported as GLM_JSPLIT_TOO_LARGE. */

@@ -53,6 +53,7 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
                     : glm_err(GLM_ERR_IO, "%s: no manifest.json in this directory; hint: --data takes the output "
                               "directory of glmtune tokenize", path);
             free(mpath);
+            free(dir_of_manifest);
             return s;
         }
         free(mpath);
@@ -80,13 +81,14 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
     }
     if (s == GLM_OK) {
         l->row_base = calloc(l->n_shards + 1, sizeof *l->row_base);
-        for (size_t i = 0; i < l->n_shards; i++) {
+        if (!l->row_base) s = glm_err(GLM_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; s == GLM_OK && i < l->n_shards; i++) {
             l->row_base[i + 1] = l->row_base[i] + l->shards[i].n_rows;
             l->n_tokens += l->shards[i].n_tokens;
             l->n_targets += l->shards[i].n_targets;
         }
-        l->n_rows = l->row_base[l->n_shards];
-        if (l->n_rows == 0) s = glm_err(GLM_ERR_ARG, "%s: no rows in split \"%s\"", path, split);
+        if (s == GLM_OK) l->n_rows = l->row_base[l->n_shards];
+        if (s == GLM_OK && l->n_rows == 0) s = glm_err(GLM_ERR_ARG, "%s: no rows in split \"%s\"", path, split);
     }
     if (s == GLM_OK) s = glm_loader_seek(l, 0, 0);
     if (s != GLM_OK) glm_loader_close(l);

@@ -1,5 +1,6 @@
 #include "packer.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,11 @@ static glm_status pack_window(glm_packer *p) {
     /* counting sort by length keeps arrival order within a length */
     uint32_t T = p->T;
     size_t *start = calloc((size_t)T + 2, sizeof *start);
+    if (!start) {
+        free(order);
+        free(row_of);
+        return glm_err(GLM_ERR_NOMEM, "packer: out of memory");
+    }
     for (size_t i = 0; i < n; i++) start[T - d[i].len + 1]++;
     for (uint32_t l = 1; l <= T + 1; l++) start[l] += start[l - 1];
     for (size_t i = 0; i < n; i++) order[start[T - d[i].len]++] = i;
@@ -91,15 +97,19 @@ static glm_status pack_window(glm_packer *p) {
     if (s == GLM_OK) {
         for (size_t i = 0; i < n; i++) rstart[row_of[i] + 1]++;
         for (size_t r = 0; r < nrows; r++) rstart[r + 1] += rstart[r];
-        size_t *fill = malloc(nrows * sizeof *fill);
-        memcpy(fill, rstart, nrows * sizeof *fill);
-        for (size_t k = 0; k < n; k++) members[fill[row_of[order[k]]]++] = order[k];
-        free(fill);
+        size_t *fill = malloc((nrows ? nrows : 1) * sizeof *fill);
+        bool filled = fill != NULL;
+        if (filled) {
+            memcpy(fill, rstart, nrows * sizeof *fill);
+            for (size_t k = 0; k < n; k++) members[fill[row_of[order[k]]]++] = order[k];
+            free(fill);
+        }
         const uint32_t **ids = malloc(n * sizeof *ids);
         const uint8_t **tg = malloc(n * sizeof *tg);
         uint32_t *lens = malloc(n * sizeof *lens);
         const char **srcs = malloc(n * sizeof *srcs);
         uint64_t *recs = malloc(n * sizeof *recs);
+        if (!filled || !ids || !tg || !lens || !srcs || !recs) s = glm_err(GLM_ERR_NOMEM, "packer: out of memory");
         for (size_t r = 0; s == GLM_OK && r < nrows; r++) {
             size_t m = 0;
             for (size_t j = rstart[r]; j < rstart[r + 1]; j++, m++) {
@@ -145,7 +155,11 @@ glm_status glm_packer_add(glm_packer *p, glm_pack_doc doc) {
         free(doc.targets);
         return glm_err(GLM_ERR_ARG, "packer: document of %u tokens does not fit rows of %u", doc.len, p->T);
     }
-    GLM_TRY(glm_vec_push(p->docs, doc));
+    if (glm_vec_push(p->docs, doc) != GLM_OK) { /* ownership passed: do not leak it */
+        free(doc.ids);
+        free(doc.targets);
+        return GLM_ERR_NOMEM;
+    }
     p->pending_tokens += doc.len;
     if (p->pending_tokens >= p->window_tokens) return pack_window(p);
     return GLM_OK;

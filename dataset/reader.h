@@ -50,8 +50,8 @@ typedef struct glm_record {
  * dataset_filter: NULL, or a comma list of registry names (--dataset): only those entries of the
  * dataset_info.json registries among the inputs (given directly or found in walked folders) are
  * read. Nothing is decompressed here; registries are parsed.
- * Errors: GLM_ERR_ARG when a pattern or folder matches no corpus file, when nothing at all
- * matched, when a --dataset name is unknown (the message lists close names) or names an entry
+ * A folder without corpus files is a warning. Errors: GLM_ERR_ARG when a glob pattern matches
+ * no corpus file, when nothing at all matched, when a --dataset name is unknown (the message lists close names) or names an entry
  * without a local file / of an unsupported kind, or when --dataset is given without any
  * registry; GLM_ERR_IO for a missing or unreadable file; GLM_ERR_FORMAT for a broken registry. */
 glm_status glm_reader_open(const char *const *inputs, size_t n, const char *dataset_filter,

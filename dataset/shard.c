@@ -91,6 +91,11 @@ glm_status glm_shard_open(const char *path, glm_shard *sh) {
         goto fail;
     }
     uint64_t rt = (uint64_t)sh->n_rows * sh->seq_len;
+    if (rt > size / 4 || sh->n_docs > size / 16) { /* before make_layout: its sums must not wrap */
+        s = BAD(20, "%u rows of %u tokens and %llu documents cannot fit in a %llu-byte file; %s", sh->n_rows,
+                sh->seq_len, (unsigned long long)sh->n_docs, (unsigned long long)size, hint_trunc);
+        goto fail;
+    }
     if (sh->n_docs > rt) {
         s = BAD(24, "n_docs %llu exceeds rows x seq_len", (unsigned long long)sh->n_docs);
         goto fail;
@@ -134,13 +139,20 @@ glm_status glm_shard_open(const char *path, glm_shard *sh) {
         goto fail;
     }
     sh->sources = calloc(sh->n_sources ? sh->n_sources : 1, sizeof(char *));
+    if (!sh->path || !sh->sources) {
+        s = glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard", path);
+        goto fail;
+    }
     for (uint32_t i = 0; i < sh->n_sources; i++) {
         if (off + 4 > size || off + 4 + rd32(p + off) > size) {
             s = BAD(off, "source name %u runs past the end of the file", i);
             goto fail;
         }
         uint32_t n = rd32(p + off);
-        sh->sources[i] = strndup((const char *)p + off + 4, n);
+        if (!(sh->sources[i] = strndup((const char *)p + off + 4, n))) {
+            s = glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard", path);
+            goto fail;
+        }
         off += 4 + n;
     }
     if (pad8(off) != size) {

@@ -198,6 +198,12 @@ static glm_status list_ckpts(const char *output_dir, int64_t **steps, size_t *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
+    if (st != GLM_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return st;
+    }
     if (*n) qsort(*steps, *n, sizeof(int64_t), cmp_i64);
     return st;
 }

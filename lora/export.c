@@ -210,10 +210,11 @@ static long find_param(const glm_param *params, size_t n, const char *module, si
     return -1;
 }
 
-/* W' = W + s * B @ A into `out` (float32, out x in). */
-static void merge_into(float *w, const float *A, const float *B, int64_t out, int64_t in, int64_t r,
-                       double s) {
-    double *row = malloc((size_t)in * sizeof(double));
+/* W' = W + s * B @ A into `out` (float32, out x in). Errors: GLM_ERR_NOMEM. */
+static glm_status merge_into(float *w, const float *A, const float *B, int64_t out, int64_t in, int64_t r,
+                             double s) {
+    double *row = malloc((size_t)(in ? in : 1) * sizeof(double));
+    if (!row) return glm_err(GLM_ERR_NOMEM, "out of memory merging a LoRA module");
     for (int64_t o = 0; o < out; o++) {
         for (int64_t i = 0; i < in; i++) row[i] = 0;
         for (int64_t k = 0; k < r; k++) {
@@ -225,6 +226,7 @@ static void merge_into(float *w, const float *A, const float *B, int64_t out, in
         for (int64_t i = 0; i < in; i++) wr[i] = (float)((double)wr[i] + s * row[i]);
     }
     free(row);
+    return GLM_OK;
 }
 
 /* A tensor that is not adapted: copied as it is, or converted when a dtype is asked for and
@@ -285,9 +287,9 @@ static glm_status merge_tensor(const glm_st_tensor *t, const struct glm_backend 
     if (st == GLM_OK) st = glm_param_download(be, A, a);
     if (st == GLM_OK) st = glm_param_download(be, B, b);
     if (st == GLM_OK) {
-        merge_into(w, a, b, t->shape[0], t->shape[1], r, scaling);
-        *buf = malloc((size_t)t->numel * glm_st_dtype_size(dt));
-        if (!*buf) st = glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
+        st = merge_into(w, a, b, t->shape[0], t->shape[1], r, scaling);
+        if (st == GLM_OK) *buf = malloc((size_t)t->numel * glm_st_dtype_size(dt));
+        if (st == GLM_OK && !*buf) st = glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
     }
     if (st == GLM_OK) st = glm_st_from_f32(dt, w, (size_t)t->numel, *buf);
     if (st == GLM_OK) {

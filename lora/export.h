@@ -50,7 +50,7 @@ glm_status glm_adapter_write_files(const char *dir, const struct glm_backend *be
                                    const glm_param *params, size_t n, const glm_adapter_cfg *c,
                                    glm_st_dtype dtype);
 
-/* A PEFT adapter directory at `outdir`, written as a whole: the files go to "<outdir>.tmp",
+/* A PEFT adapter directory at `outdir`, written as a whole: the files go to "<outdir>.tmp.<pid>",
  * then glm_commit_dir renames it over `outdir` (a kill leaves any previous `outdir` intact).
  * Errors as glm_adapter_write_files. */
 glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,

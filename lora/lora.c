@@ -193,11 +193,11 @@ glm_status glm_lora_create(const glm_model *model, const glm_lora_config *cfg, u
         glm_param *p = &l->params[i];
         if (p->numel > maxn) maxn = p->numel;
         if ((st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->w)) ||
-            (st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->g))) {
+            (st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->g)) ||
+            (st = be->zero(be, p->g, (size_t)p->numel * 4))) {
             glm_lora_free(l);
             return st;
         }
-        be->zero(be, p->g, (size_t)p->numel * 4);
     }
     float *host = malloc((size_t)(maxn > 0 ? maxn : 1) * sizeof(float));
     if (!host) {

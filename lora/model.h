@@ -73,8 +73,10 @@ glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq);
  * grad_checkpointing != 0 keeps only each layer's input and recomputes the layer in the backward
  * (same grads, bit-identical on the CPU backend). LoRA dropout masks come from
  * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, element) so the recomputation and
- * the backward reproduce them. Errors: GLM_ERR_ARG (bad batch: id >= V, a target at the first
- * token of a row or of a document, B or T <= 0), GLM_ERR_NUMERIC (non-finite loss), backend errors. */
+ * the backward reproduce them; the dropout applies to every call with lora->dropout > 0, backward
+ * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and
+ * skips such steps). Errors: GLM_ERR_ARG (bad batch: id >= V, a target at the first token of a row
+ * or of a document, B or T <= 0), backend errors. */
 glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,
                           int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets);
 

@@ -194,9 +194,13 @@ const glm_st_tensor *glm_st_at(const glm_st_set *s, size_t i) {
     return i < s->n ? &s->t[i] : NULL;
 }
 
-static const glm_st_set *g_sort_set; /* only used during the (single-threaded) open */
+typedef struct {
+    const char *name;
+    size_t idx;
+} name_idx;
+
 static int cmp_by_name(const void *a, const void *b) {
-    return strcmp(g_sort_set->t[*(const size_t *)a].name, g_sort_set->t[*(const size_t *)b].name);
+    return strcmp(((const name_idx *)a)->name, ((const name_idx *)b)->name);
 }
 
 const glm_st_tensor *glm_st_find(const glm_st_set *s, const char *name) {
@@ -509,13 +513,19 @@ static glm_status open_index(glm_st_set *s, const char *index_path) {
     return st;
 }
 
+/* Sorts the tensor indices by name (no global comparator state: opens may run on several
+ * threads at once) and rejects duplicate names. */
 static glm_status finish_index(glm_st_set *s) {
     s->sorted = malloc((s->n ? s->n : 1) * sizeof(size_t));
-    if (!s->sorted) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < s->n; i++) s->sorted[i] = i;
-    g_sort_set = s;
-    qsort(s->sorted, s->n, sizeof(size_t), cmp_by_name);
-    g_sort_set = NULL;
+    name_idx *ni = malloc((s->n ? s->n : 1) * sizeof(*ni));
+    if (!s->sorted || !ni) {
+        free(ni);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < s->n; i++) ni[i] = (name_idx){s->t[i].name, i};
+    qsort(ni, s->n, sizeof(*ni), cmp_by_name);
+    for (size_t i = 0; i < s->n; i++) s->sorted[i] = ni[i].idx;
+    free(ni);
     for (size_t i = 1; i < s->n; i++) {
         const glm_st_tensor *a = &s->t[s->sorted[i - 1]], *b = &s->t[s->sorted[i]];
         if (strcmp(a->name, b->name) == 0)

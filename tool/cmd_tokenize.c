@@ -288,7 +288,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         const char *a = argv[i];
         if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
             fputs(HELP, stdout);
-            exit(GLM_EXIT_OK);
+            return -1;
         }
 #define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) != 0)
         if (VAL("--tokenizer")) o->tokenizer_path = v;
@@ -460,10 +460,20 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
     return s;
 }
 
+static int tokenize_main(tok_opts *op);
+
 int cmd_tokenize(int argc, char **argv) {
     tok_opts o;
     int rc = parse_opts(argc, argv, &o);
-    if (rc) return rc;
+    if (rc == 0) rc = tokenize_main(&o);
+    free(o.inputs);
+    return rc < 0 ? GLM_EXIT_OK : rc; /* -1: --help was printed */
+}
+
+/* The run itself, once the options are parsed (the caller frees o->inputs). */
+static int tokenize_main(tok_opts *op) {
+    tok_opts o = *op;
+    int rc;
     glm_status s = GLM_OK;
     glm_tokenizer *tok = NULL;
     glm_template *tpl = NULL;
@@ -651,6 +661,5 @@ int cmd_tokenize(int argc, char **argv) {
     glm_reader_close(rd);
     glm_template_free(tpl);
     glm_tokenizer_free(tok);
-    free(o.inputs);
     return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
 }

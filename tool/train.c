@@ -110,11 +110,16 @@ static glm_status check_data(const glm_loader *l, const char *what, const glm_mo
     return GLM_OK;
 }
 
-/* Mean loss over every row of the eval split (forward only). */
+/* Mean loss over every row of the eval split (forward only, LoRA dropout off as in PEFT's
+ * model.eval(): glm_model_step applies lora->dropout to every forward, so it is zeroed here). */
 static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, double *loss) {
     double sum = 0;
     int64_t nt = 0;
     uint64_t *rows = malloc(sizeof(uint64_t) * (size_t)bb->B);
+    *loss = NAN;
+    if (!rows) return glm_err(GLM_ERR_NOMEM, "out of memory (eval batch)");
+    float p_drop = lora->dropout;
+    lora->dropout = 0.0f;
     glm_status s = GLM_OK;
     for (uint64_t r0 = 0; r0 < ev->n_rows && s == GLM_OK; r0 += (uint64_t)bb->B) {
         int n = (int)((ev->n_rows - r0) < (uint64_t)bb->B ? ev->n_rows - r0 : (uint64_t)bb->B);
@@ -126,6 +131,7 @@ static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_b
         sum += ls;
         nt += k;
     }
+    lora->dropout = p_drop;
     free(rows);
     *loss = nt ? sum / (double)nt : NAN;
     return s;
@@ -294,6 +300,10 @@ static glm_status plot_history(const json_t *hist, const char *dir) {
     size_t n = json_array_size(hist), nt = 0, ne = 0;
     int64_t *ts_ = malloc(sizeof(int64_t) * (n + 1)), *es = malloc(sizeof(int64_t) * (n + 1));
     double *tl = malloc(sizeof(double) * (n + 1)), *el = malloc(sizeof(double) * (n + 1));
+    if (!ts_ || !es || !tl || !el) {
+        free(ts_), free(es), free(tl), free(el);
+        return glm_err(GLM_ERR_NOMEM, "out of memory (loss curve)");
+    }
     for (size_t i = 0; i < n; i++) {
         json_t *r = json_array_get(hist, i);
         int64_t step = json_integer_value(json_object_get(r, "step"));
@@ -337,6 +347,10 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         int half = rs->model->cfg.rope_dim / 2;
         float *t = malloc(sizeof(float) * (size_t)half);
         uint16_t *h = malloc(sizeof(uint16_t) * (size_t)half);
+        if (!t || !h) {
+            free(t), free(h);
+            return glm_err(GLM_ERR_NOMEM, "out of memory");
+        }
         glm_rope_inv_freq(rs->model->cfg.rope_base, rs->model->cfg.rope_dim, t);
         glm_status s = glm_st_from_f32(GLM_ST_BF16, t, (size_t)half, h);
         if (s == GLM_OK) s = glm_st_to_f32(GLM_ST_BF16, h, (size_t)half, t);
@@ -467,6 +481,7 @@ glm_status train_run(const train_settings *ts) {
     int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
     uint32_t global_rows = (uint32_t)(B * accum * (be ? be->world : 1));
     uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
+    if (s == GLM_OK && (!rows || !mine)) s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
     int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
     double t_start = glm_now(), t_last = t_start, tokens_since = 0;
     int64_t tokens_total = 0;
@@ -482,6 +497,7 @@ glm_status train_run(const train_settings *ts) {
         if (n_global == 0) {
             glm_log_warn("step %lld: the batch has no target token; skipped (not logged as loss 0)", (long long)rs.step + 1);
             rs.step++;
+            if (rs.step == rs.total_steps) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
             continue;
         }
         uint32_t n_mine = 0;
@@ -519,6 +535,7 @@ glm_status train_run(const train_settings *ts) {
                             "checkpoint", (long long)nonfinite_run);
                 break;
             }
+            if (rs.step == rs.total_steps) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
             continue;
         }
         nonfinite_run = 0;

@@ -26,7 +26,7 @@ static glm_status cpu_alloc(const glm_backend *be, size_t bytes, const char *wha
     /* 64-byte alignment for vector loads; round the size up as aligned_alloc requires. */
     size_t n = (bytes + 63) / 64 * 64;
     if (n == 0) n = 64;
-    void *p = aligned_alloc(64, n);
+    void *p = bytes > SIZE_MAX - 63 ? NULL : aligned_alloc(64, n);
     if (!p) return glm_err(GLM_ERR_NOMEM, "cpu backend: out of memory allocating %zu bytes for %s", bytes, what ? what : "a buffer");
     *out = p;
     return GLM_OK;
@@ -65,8 +65,10 @@ static glm_status cpu_matmul(const glm_backend *be, int ta, int tb, int64_t M, i
     GLM_TRY(need_f32(dta, "matmul A"));
     GLM_TRY(need_f32(dtb, "matmul B"));
     GLM_TRY(need_f32(dtc, "matmul C"));
-    if (M < 0 || N < 0 || K < 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-        return glm_err(GLM_ERR_ARG, "matmul: bad sizes M=%lld N=%lld K=%lld", (long long)M, (long long)N, (long long)K);
+    if (M < 0 || N < 0 || K < 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX ||
+        ldb > INT32_MAX || ldc > INT32_MAX) /* cblas_sgemm takes int sizes and strides */
+        return glm_err(GLM_ERR_ARG, "matmul: bad sizes M=%lld N=%lld K=%lld (lda %lld ldb %lld ldc %lld)", (long long)M,
+                       (long long)N, (long long)K, (long long)lda, (long long)ldb, (long long)ldc);
     if (M == 0 || N == 0) return GLM_OK;
     float *c = C;
     if (K == 0) {

@@ -626,19 +626,21 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_fwd(bf16 *out, int64_t ldo
     }
 }
 
-/* D[b, h, i] = dout_i . out_i (fp32); one warp per (b, h, i) */
+/* D[b, h, i] = dout_i . out_i (fp32); one warp per (b, h, i), warp-grid-stride (grid_for caps the
+ * grid, and B*H*T reaches 32M rows at T = 1M) */
 __global__ void k_attn_D(float *D, const bf16 *dout, const bf16 *out, int64_t ldo, int B, int T, int H, int Dh) {
-    int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (w >= (int64_t)B * H * T) return;
-    int i = (int)(w % T);
-    int64_t bh = w / T;
-    int h = (int)(bh % H), b = (int)(bh / H);
-    const bf16 *d = dout + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh, *o = out + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh;
-    float s = 0.0f;
-    for (int c = lane; c < Dh; c += 32) s += ld(d + c) * ld(o + c);
-    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) D[w] = s;
+    const int64_t nw = (int64_t)gridDim.x * blockDim.x >> 5, rows = (int64_t)B * H * T;
+    const int lane = threadIdx.x & 31;
+    for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; w < rows; w += nw) {
+        int i = (int)(w % T);
+        int64_t bh = w / T;
+        int h = (int)(bh % H), b = (int)(bh / H);
+        const bf16 *d = dout + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh, *o = out + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh;
+        float s = 0.0f;
+        for (int c = lane; c < Dh; c += 32) s += ld(d + c) * ld(o + c);
+        for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) D[w] = s;
+    }
 }
 
 /* dq for BQ query rows of one head; grid (ceil(T/BQ), H, B) */

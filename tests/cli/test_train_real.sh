@@ -32,6 +32,15 @@ $G export-adapter --checkpoint "$T/run" -o "$T/adapter" 2>/dev/null
 check "adapter exported" test -f "$T/adapter/adapter_model.safetensors" -a -f "$T/adapter/adapter_config.json"
 check "adapter keys in the chatglm layout" grep -q 'base_model.model.transformer.encoder.layers.1.mlp.dense_4h_to_h.lora_B.weight' "$T/adapter/adapter_model.safetensors"
 check "adapter config" grep -q '"peft_type": *"LORA"' "$T/adapter/adapter_config.json"
+# evaluation runs without LoRA dropout (PEFT model.eval()): from the trained (nonzero) adapter and a
+# negligible learning rate, the eval loss is the same with --lora-dropout 0.5 as with 0
+for p in 0 0.5; do
+  $G train --quiet --device cpu --model "$T/model" --data "$T/shards" --eval-data "$T/shards" --output-dir "$T/drop$p" \
+      --init-adapter "$T/adapter" --lora-target all --lora-rank 8 --lora-alpha 16 --lora-dropout $p \
+      --learning-rate 1e-30 --per-device-train-batch-size 2 --max-steps 1 --eval-steps 1 2>/dev/null
+done
+e0=$(grep -o '"eval_loss": *[^,}]*' "$T/drop0/metrics.jsonl"); e5=$(grep -o '"eval_loss": *[^,}]*' "$T/drop0.5/metrics.jsonl")
+check "eval loss without LoRA dropout ($e0 vs $e5)" test -n "$e0" -a "$e0" = "$e5"
 $G export-adapter --checkpoint "$T/run" --merge --dtype bf16 -o "$T/merged" 2>/dev/null
 check "merged model with config and tokenizer" test -f "$T/merged/model.safetensors" -a -f "$T/merged/config.json" -a -f "$T/merged/tokenizer.model"
 # the merged model is a valid base for another run (loads, trains)

@@ -131,6 +131,38 @@ int main(void) {
     memcpy(notshard, "{\"hello\": 1}", 12);
     glm_write_file_atomic(bad, notshard, sizeof notshard);
     CHECK(glm_shard_open(bad, &sh) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "magic"), "not a shard: %s", glm_errmsg());
+    /* counts so large that the section offsets wrap around 2^64, with offsets, sizes and
+     * checksums made consistent with the wrapped values: rejected, never read out of bounds */
+    {
+        uint8_t h[144] = {0};
+        uint32_t R = UINT32_MAX, T = UINT32_MAX;
+        uint64_t rt = (uint64_t)R * T, o[5];
+        o[0] = 128;
+        o[1] = o[0] + 4 * rt;
+        o[2] = o[1] + (((rt + 7) / 8 + 7) & ~(uint64_t)7);
+        o[3] = o[2] + 8 * ((uint64_t)R + 1);
+        o[4] = 140; /* sources: a count of 0 at 140, file ends at pad8(144) */
+        uint64_t D = (o[4] - o[3]) / 16, fb = sizeof h;
+        CHECK((uint64_t)(o[3] + 16 * D) == o[4], "crafted layout wraps to %llu", (unsigned long long)o[4]);
+        memcpy(h, GLM_SHARD_MAGIC, 8);
+        uint32_t u = GLM_SHARD_VERSION;
+        memcpy(h + 8, &u, 4);
+        u = GLM_SHARD_HEADER_BYTES;
+        memcpy(h + 12, &u, 4);
+        memcpy(h + 16, &T, 4);
+        memcpy(h + 20, &R, 4);
+        memcpy(h + 24, &D, 8);
+        memcpy(h + 64, o, sizeof o);
+        memcpy(h + 104, &fb, 8);
+        u = glm_crc32(0, h + 128, sizeof h - 128);
+        memcpy(h + 112, &u, 4);
+        u = glm_crc32(0, h, 124);
+        memcpy(h + 124, &u, 4);
+        glm_write_file_atomic(bad, h, sizeof h);
+        s = glm_shard_open(bad, &sh);
+        CHECK(s == GLM_ERR_FORMAT && strstr(glm_errmsg(), "cannot fit"), "impossible counts rejected: %s",
+              glm_errmsg());
+    }
     free(data);
     free(bad);
     free(first);

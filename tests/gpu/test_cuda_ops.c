@@ -655,6 +655,7 @@ int main(void) {
     test_attention(1, 512, 32, 4, 128, 150);   /* GLM-4-9B-1M heads, packed docs */
     test_attention(2, 77, 4, 2, 16, 20);       /* tiny fixture heads, odd T */
     test_attention(1, 100, 6, 3, 72, 1000);    /* one document (plain causal), Dh not a power of 2 */
+    test_attention(8192, 32, 64, 2, 16, 10);   /* B*H*T = 16.8M rows: more warps than grid_for's capped grid */
     test_attention_long(8192, 4, 1, 128);
     test_cross_entropy(17, 151552);            /* GLM-4 vocab */
     test_cross_entropy(9, 1001);
