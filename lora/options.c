@@ -530,6 +530,17 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
                 if (k_opts[k].type == GLM_OPT_BOOL && strcmp(name + 3, k_opts[k].name) == 0) idx = (long)k;
             negated = idx >= 0;
         }
+        if (idx < 0 && (!strcmp(name, "fp16") || !strcmp(name, "bf16"))) {
+            /* the precision flags of transformers' TrainingArguments: bf16 is what glmtune does,
+             * fp16 is refused with its reason (the same rule as for the YAML keys) */
+            const char *val = eq ? eq + 1 : (i + 1 < argc && looks_bool(argv[i + 1])) ? argv[++i] : "true";
+            bool on;
+            if (!parse_bool(val, &on)) return glm_err(GLM_ERR_ARG, "--%s: expected true or false, got %s", name, val);
+            if (on && !strcmp(name, "fp16"))
+                return glm_err(GLM_ERR_UNSUPPORTED, "--fp16 is refused: fp16 LoRA training of GLM-4 is widely reported to "
+                               "diverge (loss 0 or NaN); glmtune trains in bf16; hint: drop --fp16 (bf16 is used)");
+            continue;
+        }
         if (idx < 0)
             return glm_err(GLM_ERR_ARG, "unknown option --%s; hint: did you mean --%s?", name, closest(name, true));
         const glm_opt_def *d = &k_opts[idx];

@@ -56,6 +56,9 @@ printf 'model_name_or_path: %s\nfp16: true\n' "$FIX" > "$T/fp16.yaml"
 $G train --config "$T/fp16.yaml" --data "$T/shards" --output-dir "$T/r" 2>"$T/e6"; rc=$?
 check "fp16 refused: exit != 0 ($rc)" test $rc != 0
 check "... with the reason" has "$T/e6" "fp16"
+$G train $TR --model "$FIX" --output-dir "$T/r" --fp16 2>"$T/e6b"; rc=$?
+check "--fp16 refused: exit 2 ($rc)" test $rc = 2
+check "... with the reason" has "$T/e6b" "diverge"
 $G train $TR --model "$FIX" --output-dir "$T/r" --lerning-rate 1e-3 2>"$T/e7"; rc=$?
 check "unknown flag: exit 2 ($rc)" test $rc = 2
 check "... suggests the closest" has "$T/e7" "learning-rate"
