@@ -24,6 +24,7 @@
 #ifndef GLM_KERNELS_BACKEND_H
 #define GLM_KERNELS_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,13 +83,27 @@ struct glm_backend {
     /* y[i] += alpha * x[i], i < n, both act. */
     glm_status (*axpy)(const glm_backend *be, void *y, const void *x, float alpha, int64_t n);
 
-    /* Inverted dropout over a [N, D] act matrix (row strides ldx, ldy; in place allowed):
-     * y[n,d] = keep(n,d) ? x[n,d] / (1-p) : 0, keep = (glm_dropout_u01(seed, stream, n*D+d) >= p).
-     * The mask is a pure function of (seed, stream, element index) so recomputation and the
-     * backward pass (which is the same op on the gradient) reproduce it exactly on every backend.
-     * p == 0 copies. Errors: GLM_ERR_ARG when p is not in [0, 1). */
+    /* Inverted dropout over a [N, D] act matrix (row strides ldx, ldy; in place allowed) whose
+     * first row is row `row0` of the whole [*, D] matrix the mask is defined on:
+     * y[n,d] = keep ? x[n,d] / (1-p) : 0, keep = (glm_dropout_u01(seed, stream, (row0+n)*D+d) >= p).
+     * The mask is a pure function of (seed, stream, element index) so recomputation, the
+     * backward pass (the same op on the gradient) and any split of the rows into chunks
+     * reproduce it exactly on every backend. p == 0 copies. Errors: GLM_ERR_ARG when p is not
+     * in [0, 1). */
     glm_status (*dropout)(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
-                          int64_t N, int64_t D, float p, uint64_t seed, uint64_t stream);
+                          int64_t N, int64_t D, int64_t row0, float p, uint64_t seed, uint64_t stream);
+
+    /* dst[i] = src[i] converted from dtype `ds` to `dd`, i < n (f32 -> bf16 rounds to nearest
+     * even; bf16 -> f32 and same-dtype copies are exact). Used for the act-dtype copies of the
+     * fp32 LoRA weights that the LoRA GEMMs read. */
+    glm_status (*cast)(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
+
+    /* dst[i] = mean + std * z_i, i < n, z_i ~ N(0,1) from a counter-based generator of
+     * (seed, stream, i) (Box-Muller on two glm_dropout_u01-style hashes), rounded once to dtype
+     * dt; the same numbers on every backend up to the rounding of log/cos. For benchmark and test
+     * weights generated where they live (no host copy). */
+    glm_status (*fill_normal)(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std,
+                              uint64_t seed, uint64_t stream);
 
     /* ---- transformer ops ---------------------------------------------------------------- */
 
@@ -135,7 +150,11 @@ struct glm_backend {
      * KV group h / (H / Hkv); scores (q . k) / sqrt(Dh); softmax over the allowed keys.
      * out [B*T, H*Dh] (row stride ldo) and lse [B, H, T] f32 (log-sum-exp of the scaled scores,
      * kept for the backward) are overwritten. CPU: dot products and softmax sums in double,
-     * probabilities rounded to f32 once. doc [B*T] int32 in backend memory. */
+     * probabilities rounded to f32 once. doc [B*T] int32 in backend memory; each document is one
+     * contiguous run of positions of its row (as the packer writes them), which lets CUDA skip
+     * whole tiles outside a query tile's documents. CUDA (kernels/cuda/attention.cu): bf16
+     * tensor-core tiles with fp32 accumulation; needs Dh <= 128 and a multiple of 8, row strides
+     * multiples of 8 elements and 16-byte aligned q/k/v (GLM_ERR_UNSUPPORTED otherwise). */
     glm_status (*attention_fwd)(const glm_backend *be, void *out, int64_t ldo, float *lse,
                                 const void *q, int64_t ldq, const void *k, int64_t ldk,
                                 const void *v, int64_t ldv, const int32_t *doc,
@@ -180,7 +199,40 @@ struct glm_backend {
     glm_status (*all_reduce)(const glm_backend *be, float *x, int64_t n);
     /* Waits for queued work (CPU: no-op). */
     glm_status (*sync)(const glm_backend *be);
+
+    /* ---- memory accounting and profiling ---------------------------------------------------- */
+
+    /* Memory of the device the backend computes on, in bytes: *total and *free as the device
+     * reports them (CPU: physical and available RAM), *in_use and *peak the bytes held through
+     * be->alloc now and at most since the last mem_reset_peak (CPU: 0, not tracked). */
+    void (*mem_info)(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak);
+    void (*mem_reset_peak)(const glm_backend *be);
+
+    /* Profiling by phase. prof_enable(be, 1) turns it on (off by default: phase() is then free).
+     * phase(be, p) says that the ops queued from now on belong to phase p (a glm_phase), until
+     * the next phase() call. prof_collect(be, ms) waits for queued work and ADDS to ms[p] the
+     * time in milliseconds spent in each phase since the previous collect (CUDA: events on the
+     * stream; CPU: wall clock). */
+    void (*prof_enable)(const glm_backend *be, int on);
+    void (*phase)(const glm_backend *be, int p);
+    glm_status (*prof_collect)(const glm_backend *be, double *ms);
 };
+
+/* The phases of a training step, for profiling (be->phase). */
+typedef enum {
+    GLM_PHASE_OTHER = 0,     /* uploads, copies, anything unmarked */
+    GLM_PHASE_ATTN_FWD,      /* attention forward (incl. its recomputation) */
+    GLM_PHASE_ATTN_BWD,      /* attention backward */
+    GLM_PHASE_GEMM,          /* the frozen base linears, forward and input-gradient */
+    GLM_PHASE_LORA,          /* the LoRA rank-r GEMMs, their dropout and casts */
+    GLM_PHASE_ELEMENTWISE,   /* embedding, RMSNorm, RoPE, SwiGLU, bias, residual copies */
+    GLM_PHASE_LOSS,          /* final norm, output-layer GEMMs and cross-entropy */
+    GLM_PHASE_OPTIMIZER,     /* grad norm, all-reduce, AdamW */
+    GLM_PHASE_COUNT
+} glm_phase;
+
+/* Display name of a phase ("attention fwd", ...). */
+const char *glm_phase_name(int p);
 
 /* The RoPE frequencies as the references compute them: inv_freq[i] = float32(1 / base^(2i/rot)),
  * i < rot/2 (pow in double, rounded once to f32; torch's float32 pow is within 1 ulp). Host memory. */
@@ -212,6 +264,8 @@ const glm_backend *glm_backend_cuda(int device, glm_status *st);
 const glm_backend *glm_backend_cuda_dist(int device, int rank, int world, const unsigned char *nccl_id, glm_status *st);
 void glm_backend_cuda_close(const glm_backend *be);
 int glm_cuda_device_count(void);
+/* "NVIDIA H200 (sm_90, 139 GiB)" for device `device` (a static buffer). */
+const char *glm_cuda_device_name(int device);
 glm_status glm_cuda_nccl_id(unsigned char id[128]);
 #endif
 
@@ -230,6 +284,16 @@ static inline GLM_HOST_DEVICE float glm_dropout_u01(uint64_t seed, uint64_t stre
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     z ^= z >> 31;
     return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+
+/* A standard normal number from (seed, stream, index): Box-Muller on two 24-bit uniforms of the
+ * dropout hash (streams 2*stream and 2*stream+1), u1 in (0, 1]. Host and device code share it,
+ * so fill_normal gives the same numbers on every backend (up to logf/cosf rounding). */
+static inline GLM_HOST_DEVICE float glm_normal_hash(uint64_t seed, uint64_t stream, uint64_t index) {
+    float u1 = glm_dropout_u01(seed, 2 * stream, index) + (1.0f / 16777216.0f);
+    float u2 = glm_dropout_u01(seed, 2 * stream + 1, index);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
 }
 
 #endif

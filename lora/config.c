@@ -202,3 +202,30 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
     *out = s;
     return GLM_OK;
 }
+
+/* The shapes of DESIGN.md §3 (THUDM configs: glm-4-9b-chat-1m, glm-4-9b-chat / glm-4-9b). */
+glm_status glm_config_preset(const char *name, glm_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->layout = GLM_LAYOUT_CHATGLM;
+    cfg->C = 4096;
+    cfg->L = 40;
+    cfg->H = 32;
+    cfg->Dh = 128;
+    cfg->F = 13696;
+    cfg->V = 151552;
+    cfg->eps = 1.5625e-07f;
+    cfg->rope_dim = 64;
+    cfg->qkv_bias = true;
+    if (!strcmp(name, "glm-4-9b-chat-1m")) {
+        cfg->Hkv = 4;
+        cfg->rope_base = 1e8;
+        cfg->max_positions = 1048576;
+    } else if (!strcmp(name, "glm-4-9b-chat") || !strcmp(name, "glm-4-9b")) {
+        cfg->Hkv = 2;
+        cfg->rope_base = 5e6;
+        cfg->max_positions = 131072;
+    } else {
+        return glm_err(GLM_ERR_ARG, "unknown model shape '%s'; known: glm-4-9b-chat-1m, glm-4-9b-chat, glm-4-9b", name);
+    }
+    return GLM_OK;
+}

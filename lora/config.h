@@ -50,6 +50,11 @@ glm_status glm_config_load(const char *dir, double rope_theta_override, glm_conf
  * `what` names the source for messages. Errors: GLM_ERR_FORMAT. */
 glm_status glm_config_validate(const glm_config *cfg, const char *what);
 
+/* The shape of a known GLM-4 model by name (glm-4-9b-chat-1m, glm-4-9b-chat, glm-4-9b), chatglm
+ * layout, as DESIGN.md §3 lists them: for benchmarks and plans without a checkpoint.
+ * Errors: GLM_ERR_ARG naming the known names. */
+glm_status glm_config_preset(const char *name, glm_config *cfg);
+
 /* Writes cfg as config.json text of its layout (malloc'd, NUL-terminated) into *json. */
 glm_status glm_config_to_json(const glm_config *cfg, char **json);
 

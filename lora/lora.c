@@ -337,3 +337,59 @@ done:
     return st;
 }
 
+
+/* ---- shape for the memory planner ---- */
+
+static void info_add(glm_lora_info *o, const glm_config *c, glm_layout layout, int r, const bool *on, int nm) {
+    int per_lin[4] = {0, 0, 0, 0};
+    for (int m = 0; m < nm; m++) {
+        if (!on[m]) continue;
+        glm_linear lin;
+        int64_t row0, out, in;
+        module_geometry(c, layout, m, &lin, &row0, &out, &in);
+        o->params += (int64_t)c->L * r * (in + out);
+        per_lin[lin]++;
+        if (lin == GLM_LIN_QKV || lin == GLM_LIN_DENSE) {
+            if (in > o->max_in_attn) o->max_in_attn = in;
+        } else if (in > o->max_in_mlp) {
+            o->max_in_mlp = in;
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        if (per_lin[i] > o->max_sites_lin) o->max_sites_lin = per_lin[i];
+}
+
+glm_status glm_lora_info_for(const glm_config *c, const glm_lora_config *cfg, glm_lora_info *out) {
+    memset(out, 0, sizeof *out);
+    if (cfg->r <= 0) return glm_err(GLM_ERR_ARG, "LoRA rank r must be positive (got %d)", cfg->r);
+    bool on[6];
+    GLM_TRY(parse_targets(c->layout, cfg->targets, on));
+    int nm;
+    glm_lora_module_names(c->layout, &nm);
+    out->r = cfg->r;
+    out->dropout = cfg->dropout > 0;
+    info_add(out, c, c->layout, cfg->r, on, nm);
+    return GLM_OK;
+}
+
+void glm_lora_info_of(const glm_lora *l, glm_lora_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!l) return;
+    out->r = l->r;
+    out->dropout = l->dropout > 0;
+    for (int i = 0; i < l->n_params; i++) out->params += l->params[i].numel;
+    for (int layer = 0; layer < l->L; layer++) {
+        int per_lin[4] = {0, 0, 0, 0};
+        for (int k = 0; k < l->layer_count[layer]; k++) {
+            const glm_lora_site *s = &l->sites[l->layer_first[layer] + k];
+            per_lin[s->lin]++;
+            if (s->lin == GLM_LIN_QKV || s->lin == GLM_LIN_DENSE) {
+                if (s->in > out->max_in_attn) out->max_in_attn = s->in;
+            } else if (s->in > out->max_in_mlp) {
+                out->max_in_mlp = s->in;
+            }
+        }
+        for (int i = 0; i < 4; i++)
+            if (per_lin[i] > out->max_sites_lin) out->max_sites_lin = per_lin[i];
+    }
+}

@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "lora/config.h"
 #include "lora/param.h"
+#include "lora/plan.h"
 
 struct glm_model;
 
@@ -80,6 +81,11 @@ void glm_lora_free(glm_lora *lora);
  * adapter's config. Errors: GLM_ERR_IO / GLM_ERR_FORMAT (missing files, missing tensor, naming
  * the file and key), GLM_ERR_MISMATCH (r, alpha, targets or a shape differ: expected vs found). */
 glm_status glm_lora_load_peft(glm_lora *lora, const char *adapter_dir);
+
+/* The adapter's shape for the memory planner (lora/plan.h), from a model config and LoRA
+ * settings (no allocation), or of an existing adapter. Errors: as glm_lora_create's checks. */
+glm_status glm_lora_info_for(const glm_config *c, const glm_lora_config *cfg, glm_lora_info *out);
+void glm_lora_info_of(const glm_lora *lora, glm_lora_info *out);
 
 /* The flat parameter list (layer by layer, module by module, lora_A before lora_B). */
 glm_param *glm_lora_params(glm_lora *lora, int *n);

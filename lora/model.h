@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "lora/config.h"
 #include "lora/lora.h"
+#include "lora/plan.h"
 
 typedef struct glm_batch {
     int B, T;
@@ -37,6 +38,8 @@ typedef struct glm_layer_weights {
     void *w2;    /* dense_4h_to_h / down_proj [C, F] */
 } glm_layer_weights;
 
+struct glm_ws; /* lora/model.c: the step's buffers, allocated once per batch shape */
+
 typedef struct glm_model {
     glm_config cfg;
     const glm_backend *be;
@@ -45,7 +48,11 @@ typedef struct glm_model {
     void *out_w;      /* output_layer / lm_head [V, C] */
     glm_layer_weights *layers; /* [L] */
     float *inv_freq;           /* RoPE frequencies [rope_dim/2] f32, backend memory (glm_rope_inv_freq) */
-    int64_t loss_chunk;        /* tokens per loss-head chunk (default: about 2^25 / V, >= 1) */
+    int64_t loss_chunk;        /* tokens per loss-head chunk; 0 (default): the planner's choice */
+    int64_t mlp_chunk;         /* tokens per MLP chunk; 0 (default): the planner's choice */
+    double max_bytes;          /* memory budget of the whole training state; 0: what the device has */
+    int optimizer;             /* count AdamW moments in plans (set by the trainer) */
+    struct glm_ws *ws;         /* the workspace of the last step (reused while the shape fits) */
 } glm_model;
 
 /* Loads config.json (glm_config_load with rope_theta_override, see lora/config.h) and the weights
@@ -65,13 +72,37 @@ void glm_model_free(glm_model *m);
  * this, see tests/lora/test_model.c). Errors: backend upload errors. */
 glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq);
 
+/* Allocates a model whose weights are random (norms 1 + 0.1 N(0,1), embeddings 0.5 N(0,1), biases
+ * 0.1 N(0,1), matrices N(0,1)/sqrt(in), drawn by be->fill_normal where they live: no file, no
+ * host copy), for benchmarks: `glmtune bench` measures the 9B shape in seconds. The numbers are
+ * not those of glm_model_init_random (another generator). Errors: GLM_ERR_NOMEM (naming the
+ * tensor), GLM_ERR_FORMAT (invalid cfg). */
+glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be, uint64_t seed, glm_model **out);
+
+/* The memory budget (bytes) for plans: the device's free memory plus what glmtune already holds,
+ * less a 1 GiB margin, capped by m->max_bytes when set. */
+double glm_model_budget(const glm_model *m);
+
+/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL). */
+void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
+
+/* Allocates the step's workspace for B rows of T tokens under `mode` now (so that the first step
+ * does not, and an out-of-memory shows before training starts), and returns its plan in *out
+ * (may be NULL). Errors: GLM_ERR_NOMEM with the plan in the message and what to change. */
+glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
+
+/* The plan of the current workspace (NULL before the first step or prepare). */
+const glm_plan *glm_model_current_plan(const glm_model *m);
+
 /* One micro-batch: forward, the sum over target tokens of the cross-entropy
  *     loss_sum = sum_{b,t: targets[b,t]} -log softmax(logits[b, t-1])[ids[b,t]]
  * (double) into *loss_sum and the number of target tokens into *n_targets (both OVERWRITTEN).
  * With backward != 0 and lora != NULL, ACCUMULATES d(loss_sum * loss_scale) / d(LoRA weights)
  * into the params' g (the trainer passes loss_scale = 1 / target tokens of the whole global batch).
- * grad_checkpointing != 0 keeps only each layer's input and recomputes the layer in the backward
- * (same grads, bit-identical on the CPU backend). LoRA dropout masks come from
+ * grad_checkpointing is a glm_ckpt_mode (lora/plan.h): 0 none, 1 full (keep only each layer's
+ * input and recompute the layer in the backward), 2 selective, 3 auto (the planner's mix for the
+ * memory budget); all give the same grads (bit-identical on the CPU backend). The workspace is
+ * allocated on the first call for a shape and reused while B*T, T and the mode stay the same. LoRA dropout masks come from
  * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, element) so the recomputation and
  * the backward reproduce them; the dropout applies to every call with lora->dropout > 0, backward
  * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and

@@ -11,8 +11,17 @@
 #include <yaml.h>
 
 #include "common/log.h"
+#include "lora/plan.h"
 
 #define OFF(f) offsetof(glm_train_opts, f)
+
+/* 1 when s is a value of --gradient-checkpointing (so it is taken as the flag's value) */
+static int glm_ckpt_parse_quiet(const char *s) {
+    static const char *ok[] = {"auto", "none", "selective", "full", "true", "false", "1", "0", "on", "off", "yes", "no"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(s, ok[i])) return 1;
+    return 0;
+}
 
 static const glm_opt_def k_opts[] = {
     {"model", "model", "model_name_or_path", GLM_OPT_STRING, NULL, "path",
@@ -60,9 +69,16 @@ static const glm_opt_def k_opts[] = {
     {"eval-steps", "eval_steps", NULL, GLM_OPT_INT, "0", "steps",
      "evaluate every N optimizer steps (0: with each checkpoint save)", OFF(eval_steps), false},
     {"seed", "seed", NULL, GLM_OPT_INT, "42", "", "seed of the data order, LoRA init and dropout", OFF(seed), false},
-    {"gradient-checkpointing", "gradient_checkpointing", NULL, GLM_OPT_BOOL, "true", "",
-     "recompute each layer's activations in backward (less memory, ~30% more time)",
+    {"gradient-checkpointing", "gradient_checkpointing", NULL, GLM_OPT_STRING, "auto", "",
+     "auto | none | selective | full: what each layer keeps for the backward (auto: the fastest mix that fits "
+     "the memory, see --dry-run); true = full, false = none as in transformers; without a value: full",
      OFF(gradient_checkpointing), false},
+    {"max-gpu-memory", "max_gpu_memory", NULL, GLM_OPT_FLOAT, "0", "GiB",
+     "plan for at most this much GPU memory (0: what the GPU has free), e.g. 22 for a 24 GB card",
+     OFF(max_gpu_memory), false},
+    {"dry-run", "dry_run", NULL, GLM_OPT_BOOL, "false", "",
+     "print the memory plan and the predicted peak for these settings, then exit (loads no weights)",
+     OFF(dry_run), false},
     {"resume-from-checkpoint", "resume_from_checkpoint", NULL, GLM_OPT_STRING, NULL, "path",
      "resume from a checkpoint directory; without a value (or \"latest\"): the newest in output-dir",
      OFF(resume_from_checkpoint), true},
@@ -530,6 +546,11 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
                 if (k_opts[k].type == GLM_OPT_BOOL && strcmp(name + 3, k_opts[k].name) == 0) idx = (long)k;
             negated = idx >= 0;
         }
+        if (idx < 0 && !strcmp(name, "no-gradient-checkpointing")) { /* the bool flag it used to be */
+            if (eq) return glm_err(GLM_ERR_ARG, "--%s takes no value", name);
+            GLM_TRY(glm_opts_set(o, "gradient-checkpointing", "none", GLM_SRC_CLI));
+            continue;
+        }
         if (idx < 0 && (!strcmp(name, "fp16") || !strcmp(name, "bf16"))) {
             /* the precision flags of transformers' TrainingArguments: bf16 is what glmtune does,
              * fp16 is refused with its reason (the same rule as for the YAML keys) */
@@ -561,6 +582,9 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
                 val = negated ? "false" : "true";
         } else if (eq) {
             val = eq + 1;
+        } else if (!strcmp(d->name, "gradient-checkpointing") &&
+                   !(i + 1 < argc && glm_ckpt_parse_quiet(argv[i + 1]))) {
+            val = "full"; /* transformers' --gradient_checkpointing flag alone */
         } else if (i + 1 < argc && !(d->optional_value && strncmp(argv[i + 1], "--", 2) == 0)) {
             val = argv[++i];
         } else if (d->optional_value) {
@@ -577,8 +601,10 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
 
 glm_status glm_opts_validate(glm_train_opts *o) {
     if (!o->model) return glm_err(GLM_ERR_ARG, "--model is required (the base checkpoint directory)");
-    if (!o->data) return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)");
-    if (!o->output_dir) return glm_err(GLM_ERR_ARG, "--output-dir is required");
+    if (!o->data && !(o->dry_run && o->seq_len > 0))
+        return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)%s",
+                       o->dry_run ? "; hint: or --seq-len T for a dry run without shards" : "");
+    if (!o->output_dir && !o->dry_run) return glm_err(GLM_ERR_ARG, "--output-dir is required");
 #define NEED(cond, ...) \
     if (!(cond)) return glm_err(GLM_ERR_ARG, __VA_ARGS__)
     NEED(o->per_device_train_batch_size >= 1, "--per-device-train-batch-size must be >= 1 (got %lld)",
@@ -617,6 +643,11 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(o->seq_len >= 0, "--seq-len must be >= 0");
     NEED(o->max_nonfinite >= 1, "--max-nonfinite must be >= 1");
     NEED(o->rope_theta >= 0, "--rope-theta must be >= 0 (0: from config.json)");
+    {
+        glm_ckpt_mode cm;
+        GLM_TRY(glm_ckpt_parse(o->gradient_checkpointing, &cm));
+    }
+    NEED(o->max_gpu_memory >= 0 && isfinite(o->max_gpu_memory), "--max-gpu-memory must be >= 0 GiB (0: all the GPU has)");
     NEED(!o->rope_inv_freq_dtype || !strcmp(o->rope_inv_freq_dtype, "float32") ||
              !strcmp(o->rope_inv_freq_dtype, "bfloat16"),
          "--rope-inv-freq-dtype must be float32 or bfloat16");

@@ -48,7 +48,9 @@ typedef struct glm_train_opts {
     char *eval_data;
     int64_t eval_steps;                 /* 0: with each save */
     int64_t seed;
-    bool gradient_checkpointing;
+    char *gradient_checkpointing;       /* auto | none | selective | full (lora/plan.h glm_ckpt_parse) */
+    double max_gpu_memory;              /* GiB the plan may use; 0: what the GPU has */
+    bool dry_run;                       /* print the memory plan and exit */
     char *resume_from_checkpoint;       /* NULL: fresh; "latest": newest in output_dir; or a path */
     int64_t lora_rank;
     double lora_alpha;                  /* NaN until resolved: default 2 x lora_rank */

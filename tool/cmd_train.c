@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "lora/options.h"
+#include "lora/plan.h"
 #include "tool/cli.h"
 #include "tool/train.h"
 
@@ -48,6 +49,8 @@ int cmd_train(int argc, char **argv) {
     for (size_t i = 0; i < o.lora_target.n; i++)
         snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", i ? "," : "", o.lora_target.v[i]);
     json_t *sj = glm_opts_to_json(&o);
+    glm_ckpt_mode ckpt = GLM_CKPT_AUTO;
+    glm_ckpt_parse(o.gradient_checkpointing, &ckpt); /* checked by glm_opts_validate */
     train_settings ts = {
         .model = o.model,
         .data = o.data,
@@ -84,13 +87,23 @@ int cmd_train(int argc, char **argv) {
         .rope_theta = o.rope_theta,
         .rope_inv_freq_bf16 = o.rope_inv_freq_dtype && !strcmp(o.rope_inv_freq_dtype, "bfloat16"),
         .warmup_steps = o.warmup_steps,
-        .gradient_checkpointing = o.gradient_checkpointing,
+        .ckpt_mode = (int)ckpt,
+        .max_gpu_gib = o.max_gpu_memory,
+        .dry_run = o.dry_run,
         .use_rslora = o.use_rslora,
         .overwrite_output_dir = o.overwrite_output_dir,
         .quiet = quiet,
         .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
     };
     json_decref(sj);
+    if (ts.dry_run) {
+        int fits = 0;
+        s = train_dry_run(&ts, &fits);
+        free(ts.settings_json);
+        glm_opts_free(&o);
+        if (s) return cli_fail(s);
+        return fits ? GLM_EXIT_OK : GLM_EXIT_FAIL;
+    }
     s = train_run(&ts);
     free(ts.settings_json);
     glm_opts_free(&o);

@@ -410,6 +410,76 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                  (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows,
                  (unsigned long long)steps_per_epoch);
     if (ts->resume) GLM_TRY(restore(rs, ts));
+    /* the step's buffers now, by the memory plan: an out-of-memory shows here, with the plan */
+    rs->model->max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0;
+    rs->model->optimizer = 1;
+    glm_plan plan;
+    GLM_TRY(glm_model_prepare(rs->model, rs->lora, (int)ts->per_device_train_batch_size, (int)rs->data.T, 1,
+                              (glm_ckpt_mode)ts->ckpt_mode, &plan));
+    if (!ts->quiet) glm_plan_print(&plan, &rs->model->cfg, stderr);
+    return GLM_OK;
+}
+
+/* The backend --device asks for (as setup() picks it). */
+static glm_status pick_backend(const train_settings *ts, const glm_backend **out) {
+    const glm_backend *be = NULL;
+#ifdef GLMTUNE_HAVE_CUDA
+    int want_cuda = !strcmp(ts->device, "cuda");
+    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0;
+    if (want_cuda) {
+        glm_status cst = GLM_OK;
+        be = glm_backend_cuda(0, &cst);
+        if (!be) return glm_err_context(cst, "--device %s", ts->device);
+    }
+#endif
+    if (!be && (!strcmp(ts->device, "cpu") || !strcmp(ts->device, "auto"))) be = glm_backend_cpu();
+    else if (!be)
+        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend (built without "
+                       "nvcc); hint: --device cpu", ts->device);
+    *out = be;
+    return GLM_OK;
+}
+
+glm_status train_dry_run(const train_settings *ts, int *fits) {
+    glm_config cfg;
+    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    int64_t T = ts->seq_len;
+    if (ts->data && *ts->data) {
+        glm_loader l;
+        GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
+        T = l.T;
+        glm_loader_close(&l);
+    }
+    if (T <= 0) return glm_err(GLM_ERR_ARG, "--dry-run needs the row length: --data SHARDS or --seq-len T");
+    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+                          ts->lora_target};
+    glm_lora_info li;
+    GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
+    const glm_backend *be = NULL;
+    GLM_TRY(pick_backend(ts, &be));
+    size_t fr = 0, tot = 0, use = 0, peak = 0;
+    be->mem_info(be, &fr, &tot, &use, &peak);
+    double budget = (double)fr + (double)use - 1073741824.0;
+    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
+    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, (int)glm_dtype_size(be->act_dtype),
+                       (int)glm_dtype_size(be->weight_dtype), be->act_dtype != GLM_DT_F32, 1};
+    glm_plan p;
+    glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
+    printf("device: %s (%.1f GiB free of %.1f)%s\n", strcmp(be->name, "cuda") ? "cpu (host memory)" :
+#ifdef GLMTUNE_HAVE_CUDA
+           glm_cuda_device_name(0),
+#else
+           "cuda",
+#endif
+           fr / 1073741824.0, tot / 1073741824.0, ts->max_gpu_gib > 0 ? " (budget from --max-gpu-memory)" : "");
+    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d on %lld parameters\n", ts->model, cfg.L, cfg.C, cfg.F, cfg.V,
+           li.r, (long long)li.params);
+    glm_plan_print(&p, &cfg, stdout);
+    printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+#ifdef GLMTUNE_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+    *fits = p.fits;
     return GLM_OK;
 }
 
@@ -508,8 +578,7 @@ glm_status train_run(const train_settings *ts) {
             double ls = 0;
             int64_t k = 0;
             uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs.step), micro);
-            s = glm_model_step(rs.model, rs.lora, &b, (float)(1.0 / (double)n_global), 1, ts->gradient_checkpointing,
-                               dseed, &ls, &k);
+            s = glm_model_step(rs.model, rs.lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
             loss_sum += ls;
             nt_seen += k;
             tokens_total += (int64_t)n * rs.data.T;

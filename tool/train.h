@@ -17,12 +17,20 @@ typedef struct train_settings {
     double learning_rate, warmup_ratio, min_lr, weight_decay, adam_beta1, adam_beta2, adam_epsilon,
         max_grad_norm, num_train_epochs, lora_alpha, lora_dropout, rope_theta;
     int64_t warmup_steps;
-    bool gradient_checkpointing, use_rslora, quiet, overwrite_output_dir;
+    int ckpt_mode;            /* glm_ckpt_mode (lora/plan.h) */
+    double max_gpu_gib;       /* 0: the whole GPU */
+    bool dry_run;             /* print the memory plan and stop */
+    bool use_rslora, quiet, overwrite_output_dir;
     bool rope_inv_freq_bf16;  /* round the RoPE inv_freq table to bf16 (transformers after .to(bfloat16)) */
     char *settings_json;    /* all resolved settings as JSON text (for trainer_state and the log) */
 } train_settings;
 
 /* Runs (or resumes) a training run. Errors: any glm_status with its message. */
 glm_status train_run(const train_settings *ts);
+
+/* --dry-run: the memory plan for the settings (model config, LoRA targets, the shards' row
+ * length, the GPU's free memory or max_gpu_gib) printed to stdout, without loading weights.
+ * *fits receives whether it fits. Errors: reading the config or shards, bad settings. */
+glm_status train_dry_run(const train_settings *ts, int *fits);
 
 #endif

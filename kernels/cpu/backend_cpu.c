@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
 
@@ -99,7 +101,7 @@ static glm_status cpu_axpy(const glm_backend *be, void *y, const void *x, float 
 }
 
 static glm_status cpu_dropout(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
-                              int64_t N, int64_t D, float p, uint64_t seed, uint64_t stream) {
+                              int64_t N, int64_t D, int64_t row0, float p, uint64_t seed, uint64_t stream) {
     if (!(p >= 0.0f && p < 1.0f)) return glm_err(GLM_ERR_ARG, "dropout: probability %g is not in [0, 1)", p);
     float *Y = y;
     const float *X = x;
@@ -107,7 +109,7 @@ static glm_status cpu_dropout(const glm_backend *be, void *y, int64_t ldy, const
     for (int64_t n = 0; n < N; n++)
         for (int64_t d = 0; d < D; d++) {
             float v = X[n * ldx + d];
-            if (p > 0.0f) v = glm_dropout_u01(seed, stream, (uint64_t)(n * D + d)) >= p ? v * inv : 0.0f;
+            if (p > 0.0f) v = glm_dropout_u01(seed, stream, (uint64_t)((row0 + n) * D + d)) >= p ? v * inv : 0.0f;
             Y[n * ldy + d] = v;
         }
     return GLM_OK;
@@ -407,6 +409,69 @@ static double cpu_sumsq(const glm_backend *be, const float *x, int64_t n) {
 static glm_status cpu_all_reduce(const glm_backend *be, float *x, int64_t n) { return GLM_OK; }
 static glm_status cpu_sync(const glm_backend *be) { return GLM_OK; }
 
+/* f32 <-> f32 only (the CPU backend has no bf16 buffers) */
+static glm_status cpu_cast(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n) {
+    GLM_TRY(need_f32(dd, "cast"));
+    GLM_TRY(need_f32(ds, "cast"));
+    if (n > 0 && dst != src) memmove(dst, src, (size_t)n * sizeof(float));
+    return GLM_OK;
+}
+
+static glm_status cpu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std,
+                                  uint64_t seed, uint64_t stream) {
+    GLM_TRY(need_f32(dt, "fill_normal"));
+    float *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = mean + std * glm_normal_hash(seed, stream, (uint64_t)i);
+    return GLM_OK;
+}
+
+static void cpu_mem_info(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak) {
+    long pg = sysconf(_SC_PAGESIZE), tot = sysconf(_SC_PHYS_PAGES), av = sysconf(_SC_AVPHYS_PAGES);
+    if (total_b) *total_b = pg > 0 && tot > 0 ? (size_t)pg * (size_t)tot : 0;
+    if (free_b) *free_b = pg > 0 && av > 0 ? (size_t)pg * (size_t)av : 0;
+    if (in_use) *in_use = 0;
+    if (peak) *peak = 0;
+}
+static void cpu_mem_reset_peak(const glm_backend *be) {}
+
+/* Profiling on the CPU: wall-clock time between phase marks (single-threaded use). */
+static int cpu_prof_on, cpu_prof_phase;
+static double cpu_prof_t0, cpu_prof_ms[GLM_PHASE_COUNT];
+
+static double cpu_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+static void cpu_prof_enable(const glm_backend *be, int on) {
+    cpu_prof_on = on;
+    cpu_prof_phase = GLM_PHASE_OTHER;
+    cpu_prof_t0 = cpu_now_ms();
+    memset(cpu_prof_ms, 0, sizeof cpu_prof_ms);
+}
+static void cpu_phase(const glm_backend *be, int p) {
+    if (!cpu_prof_on || p < 0 || p >= GLM_PHASE_COUNT) return;
+    double t = cpu_now_ms();
+    cpu_prof_ms[cpu_prof_phase] += t - cpu_prof_t0;
+    cpu_prof_t0 = t;
+    cpu_prof_phase = p;
+}
+static glm_status cpu_prof_collect(const glm_backend *be, double *ms) {
+    if (!cpu_prof_on) return GLM_OK;
+    cpu_phase(be, cpu_prof_phase);
+    for (int i = 0; i < GLM_PHASE_COUNT; i++) {
+        ms[i] += cpu_prof_ms[i];
+        cpu_prof_ms[i] = 0;
+    }
+    return GLM_OK;
+}
+
+const char *glm_phase_name(int p) {
+    static const char *names[GLM_PHASE_COUNT] = {"other", "attention fwd", "attention bwd", "base GEMMs", "LoRA",
+                                                 "norms, RoPE, elementwise", "loss head (GEMMs + CE)", "optimizer"};
+    return p >= 0 && p < GLM_PHASE_COUNT ? names[p] : "?";
+}
+
 static const glm_backend cpu_backend = {
     .name = "cpu",
     .weight_dtype = GLM_DT_F32,
@@ -439,6 +504,13 @@ static const glm_backend cpu_backend = {
     .sumsq = cpu_sumsq,
     .all_reduce = cpu_all_reduce,
     .sync = cpu_sync,
+    .cast = cpu_cast,
+    .fill_normal = cpu_fill_normal,
+    .mem_info = cpu_mem_info,
+    .mem_reset_peak = cpu_mem_reset_peak,
+    .prof_enable = cpu_prof_enable,
+    .phase = cpu_phase,
+    .prof_collect = cpu_prof_collect,
 };
 
 const glm_backend *glm_backend_cpu(void) { return &cpu_backend; }

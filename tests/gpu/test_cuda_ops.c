@@ -254,9 +254,9 @@ static void test_elementwise(void) {
         float *x = randv(N * ldx, 1.0f);
         float *cx = cbuf(x, N * ldx), *cy = cbuf(x, N * D);
         void *gx = gbuf(GLM_DT_BF16, x, N * ldx), *gy = gpoison(GLM_DT_BF16, N * D);
-        OK(cpu->dropout(cpu, cy, D, cx, ldx, N, D, 0.1f, 42, 17));
-        OK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0.1f, 42, 17));
-        TIMEIT(ms, gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0.1f, 42, 17));
+        OK(cpu->dropout(cpu, cy, D, cx, ldx, N, D, 0, 0.1f, 42, 17));
+        OK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.1f, 42, 17));
+        TIMEIT(ms, gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.1f, 42, 17));
         cmp("dropout p0.1", "N256 D4096 ldx5120", GLM_DT_BF16, gy, cy, N * D, TOL_BF16, ms);
         /* masks: zero pattern identical */
         float *h = malloc(N * D * 4);
@@ -265,14 +265,14 @@ static void test_elementwise(void) {
         for (int64_t i = 0; i < N * D; i++) diff += (h[i] == 0.0f) != (((float *)cy)[i] == 0.0f);
         CHECK(diff == 0, "dropout: %lld mask elements differ from the CPU's", (long long)diff);
         /* in place, odd */
-        OK(cpu->dropout(cpu, cx, ldx, cx, ldx, 7, 333, 0.5f, 7, 3));
-        OK(gpu->dropout(gpu, gx, ldx, gx, ldx, 7, 333, 0.5f, 7, 3));
+        OK(cpu->dropout(cpu, cx, ldx, cx, ldx, 7, 333, 0, 0.5f, 7, 3));
+        OK(gpu->dropout(gpu, gx, ldx, gx, ldx, 7, 333, 0, 0.5f, 7, 3));
         cmp("dropout p0.5 in place", "N7 D333 ld5120", GLM_DT_BF16, gx, cx, N * ldx, TOL_BF16, 0);
         /* p = 0 copies */
-        OK(cpu->dropout(cpu, cy, D, cx, ldx, N, D, 0.0f, 42, 17));
-        OK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0.0f, 42, 17));
+        OK(cpu->dropout(cpu, cy, D, cx, ldx, N, D, 0, 0.0f, 42, 17));
+        OK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.0f, 42, 17));
         cmp("dropout p0", "N256 D4096", GLM_DT_BF16, gy, cy, N * D, 0.0, 0);
-        CHECK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 1.0f, 1, 1) == GLM_ERR_ARG, "dropout p = 1 is an error");
+        CHECK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 1.0f, 1, 1) == GLM_ERR_ARG, "dropout p = 1 is an error");
         free(h), free(x);
         cpu->free(cpu, cx), cpu->free(cpu, cy), gpu->free(gpu, gx), gpu->free(gpu, gy);
     }

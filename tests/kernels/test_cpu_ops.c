@@ -269,8 +269,8 @@ static void test_matmul(void) {
 static void test_misc(void) {
     int N = 50, D = 40;
     float *x = randv(N * D, 1), *y = malloc(N * D * 4), *y2 = malloc(N * D * 4), *g = randv(N * D, 1), *gd = malloc(N * D * 4);
-    be->dropout(be, y, D, x, D, N, D, 0.25f, 99, 3);
-    be->dropout(be, y2, D, x, D, N, D, 0.25f, 99, 3);
+    be->dropout(be, y, D, x, D, N, D, 0, 0.25f, 99, 3);
+    be->dropout(be, y2, D, x, D, N, D, 0, 0.25f, 99, 3);
     CHECK(memcmp(y, y2, N * D * 4) == 0, "dropout mask is reproducible");
     int zeros = 0, ok = 1;
     for (int i = 0; i < N * D; i++) {
@@ -279,12 +279,40 @@ static void test_misc(void) {
     }
     CHECK(ok, "kept elements are scaled by 1/(1-p)");
     CHECK(zeros > 0.18 * N * D && zeros < 0.32 * N * D, "dropout rate ~0.25: %d of %d", zeros, N * D);
-    be->dropout(be, gd, D, g, D, N, D, 0.25f, 99, 3);
+    be->dropout(be, gd, D, g, D, N, D, 0, 0.25f, 99, 3);
     /* backward == same op: <drop(x), g> == <x, drop(g)> */
     CHECK(fabs(dotd(y, g, N * D) - dotd(x, gd, N * D)) < 1e-4, "dropout backward is the same mask");
-    be->dropout(be, y2, D, x, D, N, D, 0.25f, 99, 4);
+    be->dropout(be, y2, D, x, D, N, D, 0, 0.25f, 99, 4);
     CHECK(memcmp(y, y2, N * D * 4) != 0, "another stream gives another mask");
-    CHECK(be->dropout(be, y2, D, x, D, N, D, 1.0f, 99, 4) == GLM_ERR_ARG, "dropout p=1 refused");
+    CHECK(be->dropout(be, y2, D, x, D, N, D, 0, 1.0f, 99, 4) == GLM_ERR_ARG, "dropout p=1 refused");
+    /* row0: rows [20, N) on their own get the mask of the same rows of the whole matrix */
+    be->dropout(be, y2, D, x + 20 * D, D, N - 20, D, 20, 0.25f, 99, 3);
+    CHECK(memcmp(y + 20 * D, y2, (size_t)(N - 20) * D * 4) == 0, "dropout of a row chunk (row0) = those rows of the whole");
+
+    /* fill_normal: N(mean, std) moments over 200k draws, reproducible, another stream differs */
+    {
+        int64_t n = 200000;
+        float *z = malloc(n * 4), *z2 = malloc(n * 4);
+        CHECK(be->fill_normal(be, z, GLM_DT_F32, n, 0.5f, 2.0f, 7, 1) == GLM_OK, "fill_normal");
+        double m1 = 0, m2 = 0, m4 = 0;
+        for (int64_t i = 0; i < n; i++) m1 += z[i];
+        m1 /= n;
+        for (int64_t i = 0; i < n; i++) {
+            double d = (z[i] - m1) / 2.0;
+            m2 += d * d;
+            m4 += d * d * d * d;
+        }
+        m2 /= n;
+        m4 /= n;
+        CHECK(fabs(m1 - 0.5) < 0.02 && fabs(m2 - 1) < 0.02 && fabs(m4 - 3) < 0.1, "fill_normal moments: mean %g var %g kurtosis %g",
+              m1, m2, m4);
+        be->fill_normal(be, z2, GLM_DT_F32, n, 0.5f, 2.0f, 7, 1);
+        CHECK(memcmp(z, z2, n * 4) == 0, "fill_normal is reproducible");
+        be->fill_normal(be, z2, GLM_DT_F32, n, 0.5f, 2.0f, 7, 2);
+        CHECK(memcmp(z, z2, n * 4) != 0, "fill_normal: another stream, other numbers");
+        free(z);
+        free(z2);
+    }
 
     float table[12];
     for (int i = 0; i < 12; i++) table[i] = (float)i + 0.5f;

@@ -187,6 +187,55 @@ static void test_layout(const char *layout) {
     CHECK(grads_equal(l, ck, ref), "%s: checkpointed grads differ (rel %.3e)", what, grads_rel(l, ck, ref));
     free_grads(l, ck);
 
+    /* the other memory plans: selective, auto mixes forced by a small budget, the MLP in chunks of
+     * 5 tokens (96 tokens: 20 chunks, the last partial): same loss and grads */
+    {
+        glm_plan pn, pa;
+        glm_model_plan(m, l, g.B, g.T, 1, GLM_CKPT_NONE, &pn);
+        double keep1 = glm_plan_bytes_keep(&m->cfg, 4) * (double)pn.N, sel1 = glm_plan_bytes_selective(&m->cfg, 4) * (double)pn.N;
+        struct {
+            glm_ckpt_mode mode;
+            double budget;
+            int64_t mlp;
+            const char *name;
+        } v[] = {
+            {GLM_CKPT_SELECTIVE, 0, 0, "selective"},
+            {GLM_CKPT_AUTO, pn.total - 0.5 * (keep1 - sel1), 0, "auto, one layer selective"},
+            {GLM_CKPT_AUTO, -1, 5, "auto, some full, MLP chunks"},
+            {GLM_CKPT_NONE, 0, 5, "none, MLP chunks of 5"},
+            {GLM_CKPT_FULL, 0, 5, "full, MLP chunks of 5"},
+        };
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            m->max_bytes = v[i].budget;
+            m->mlp_chunk = v[i].mlp;
+            if (v[i].budget < 0) { /* the largest budget that forces at least one full layer */
+                double bud = pn.total;
+                glm_plan q;
+                do {
+                    bud -= sel1 / 8;
+                    m->max_bytes = bud;
+                    glm_model_plan(m, l, g.B, g.T, 1, GLM_CKPT_AUTO, &q);
+                } while (q.n_full == 0 && bud > 0);
+                CHECK(q.n_full > 0 && q.fits, "%s: a budget with a full layer (%.0f bytes)", what, bud);
+            }
+            glm_lora_zero_grads(l);
+            double lv;
+            CHECK(glm_model_step(m, l, &b, scale, 1, v[i].mode, 0, &lv, &nt) == GLM_OK, "%s %s: %s", what, v[i].name, glm_errmsg());
+            pa = *glm_model_current_plan(m);
+            if (v[i].mode == GLM_CKPT_AUTO)
+                CHECK(pa.n_keep < m->cfg.L && pa.n_keep + pa.n_selective + pa.n_full == m->cfg.L, "%s %s: keep %d sel %d full %d",
+                      what, v[i].name, pa.n_keep, pa.n_selective, pa.n_full);
+            if (v[i].mlp) CHECK(pa.mlp_chunk == v[i].mlp, "%s %s: MLP chunk %lld", what, v[i].name, (long long)pa.mlp_chunk);
+            float **gv = grab_grads(l);
+            double rel = grads_rel(l, gv, ref);
+            CHECK(check_close(lv, ls, 1e-6, 0) && rel < 1e-6, "%s %s (keep %d, selective %d, full %d): loss %.10g vs %.10g, "
+                  "grads rel %.3e", what, v[i].name, pa.n_keep, pa.n_selective, pa.n_full, lv, ls, rel);
+            free_grads(l, gv);
+        }
+        m->max_bytes = 0;
+        m->mlp_chunk = 0;
+    }
+
     /* micro-batch 2 == 1 + 1 accumulated */
     glm_lora_zero_grads(l);
     glm_batch b0 = golden_batch(&g, 0, 1), b1 = golden_batch(&g, 1, 1);
@@ -215,6 +264,18 @@ static void test_layout(const char *layout) {
     CHECK(glm_model_step(m, l, &b, 1.0f, 1, 1, 42, &ls2, &nt) == GLM_OK, "%s dropout ckpt: %s", what, glm_errmsg());
     float **d1 = grab_grads(l);
     CHECK(grads_equal(l, d0, d1) && ls == ls2, "%s: dropout + checkpointing reproduces the grads", what);
+    /* ... and so do selective recomputation and the MLP in chunks (row-offset masks) */
+    m->mlp_chunk = 5;
+    glm_lora_zero_grads(l);
+    CHECK(glm_model_step(m, l, &b, 1.0f, 1, GLM_CKPT_SELECTIVE, 42, &ls2, &nt) == GLM_OK, "%s dropout selective: %s", what,
+          glm_errmsg());
+    {
+        float **d2 = grab_grads(l);
+        CHECK(check_close(ls2, ls, 1e-6, 0) && grads_rel(l, d2, d0) < 1e-6, "%s: dropout, selective, MLP chunks: rel %.3e", what,
+              grads_rel(l, d2, d0));
+        free_grads(l, d2);
+    }
+    m->mlp_chunk = 0;
     double lo;
     glm_model_step(m, l, &b, 1.0f, 0, 0, 43, &lo, &nt);
     CHECK(lo != ls, "%s: another dropout seed gives another loss", what);

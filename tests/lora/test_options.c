@@ -8,6 +8,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "lora/options.h"
+#include "lora/plan.h"
 #include "tests/check.h"
 
 static char g_tmp[256];
@@ -80,7 +81,7 @@ int main(void) {
     CHECK(o.num_train_epochs == 3.0 && o.max_steps == 100, "epochs float, max steps");
     CHECK(strcmp(o.lr_scheduler_type, "cosine") == 0 && o.warmup_ratio == 0.1, "scheduler");
     CHECK(o.weight_decay == 0 && o.adam_beta2 == 0.999 && o.max_grad_norm == 1.0 && o.seed == 42, "defaults");
-    CHECK(o.gradient_checkpointing, "gradient checkpointing on by default");
+    CHECK(strcmp(o.gradient_checkpointing, "auto") == 0, "gradient checkpointing auto by default");
     CHECK(o.resume_from_checkpoint == NULL, "no resume");
     CHECK(glm_opts_validate(&o) == GLM_OK, "validate: %s", glm_errmsg());
     CHECK(o.lora_alpha == 16, "alpha default 2 x rank: %g", o.lora_alpha);
@@ -97,7 +98,7 @@ int main(void) {
     CHECK(j && json_object_size(j) == n, "every option in JSON");
     CHECK(json_real_value(json_object_get(j, "learning_rate")) == 2e-4 &&
               json_integer_value(json_object_get(j, "max_steps")) == 100 &&
-              json_is_true(json_object_get(j, "gradient_checkpointing")) &&
+              !strcmp(json_string_value(json_object_get(j, "gradient_checkpointing")), "auto") &&
               json_is_null(json_object_get(j, "eval_data")) &&
               json_array_size(json_object_get(j, "lora_target")) == 1 &&
               json_real_value(json_object_get(j, "lora_alpha")) == 16, "JSON values");
@@ -160,12 +161,30 @@ int main(void) {
                         "--use-rslora", "--resume-from-checkpoint", "--seed", "7", "--lora-target",
                         "query_key_value, dense", "--max-steps", "-1", "--lora-alpha", "32"};
     CHECK(parse(&o, 16, b1) == GLM_OK, "cli: %s", glm_errmsg());
-    CHECK(!o.gradient_checkpointing && o.use_rslora && o.seed == 7, "bools, seed");
+    CHECK(!strcmp(o.gradient_checkpointing, "none") && o.use_rslora && o.seed == 7, "bools, seed");
     CHECK(o.resume_from_checkpoint && strcmp(o.resume_from_checkpoint, "latest") == 0, "bare resume = latest");
     CHECK(o.lora_target.n == 2 && strcmp(o.lora_target.v[1], "dense") == 0, "list trimmed");
     CHECK(o.max_steps == -1 && o.lora_alpha == 32, "negative value, alpha");
     CHECK(glm_opts_validate(&o) == GLM_OK && o.lora_alpha == 32, "validate keeps explicit alpha");
     glm_opts_free(&o);
+    /* --gradient-checkpointing: a mode, true/false as transformers, and the bare flag = full */
+    {
+        const char *g1[] = {"--gradient-checkpointing", "--seed", "3"};
+        CHECK(parse(&o, 3, g1) == GLM_OK && !strcmp(o.gradient_checkpointing, "full") && o.seed == 3, "bare flag = full");
+        glm_opts_free(&o);
+        const char *g2[] = {"--gradient-checkpointing", "selective", "--max-gpu-memory", "22", "--dry-run"};
+        CHECK(parse(&o, 5, g2) == GLM_OK && !strcmp(o.gradient_checkpointing, "selective") && o.max_gpu_memory == 22 &&
+                  o.dry_run, "selective, max-gpu-memory, dry-run");
+        glm_opts_free(&o);
+        const char *g3[] = {"--model", "m", "--data", "d", "--output-dir", "o", "--gradient-checkpointing=sometimes"};
+        CHECK(parse(&o, 7, g3) == GLM_OK && glm_opts_validate(&o) == GLM_ERR_ARG && strstr(glm_errmsg(), "selective"),
+              "bad mode named: %s", glm_errmsg());
+        glm_opts_free(&o);
+        glm_ckpt_mode cm;
+        CHECK(glm_ckpt_parse("true", &cm) == GLM_OK && cm == GLM_CKPT_FULL && glm_ckpt_parse("false", &cm) == GLM_OK &&
+                  cm == GLM_CKPT_NONE && glm_ckpt_parse("auto", &cm) == GLM_OK && cm == GLM_CKPT_AUTO,
+              "true = full, false = none");
+    }
     const char *b2[] = {"--use-rslora", "false", "--resume-from-checkpoint=out/checkpoint-5", "--help"};
     CHECK(parse(&o, 4, b2) == GLM_OK && !o.use_rslora && strcmp(o.resume_from_checkpoint, "out/checkpoint-5") == 0 &&
               o.help, "bool value, resume path, help");

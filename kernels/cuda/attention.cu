@@ -1,0 +1,714 @@
+/* kernels/cuda/attention.cu: causal grouped-query attention over packed rows on the tensor cores
+ * (FlashAttention-2's algorithm, Dao 2023, written for this backend; contract in
+ * kernels/backend.h).
+ *
+ * Numbers: q, k, v, dout bf16; S = q k^T and every other product by mma.sync m16n8k16 (bf16
+ * operands, fp32 accumulation, sm_80 and later); softmax in fp32 in base 2 (scores times
+ * scale * log2(e), exp2); P and dS rounded to bf16 once as the operands of the second products;
+ * lse kept in fp32 (natural log) for the backward; outputs rounded to bf16 once.
+ *
+ * Tiles: head dims are padded to DHP = 64 or 128 (zero-filled, so Dh may be any multiple of 8
+ * up to 128); each warp owns 16 query rows (forward, dQ) or 16 keys (dK dV). Shared-memory rows
+ * are padded by 8 elements (16 bytes) so the 8 row addresses of an ldmatrix hit 8 different bank
+ * groups. K/V (forward, dQ) and Q/dO (dK dV) tiles are double-buffered with cp.async, so the
+ * next tile's loads overlap this tile's products.
+ *
+ * Documents: a prologue kernel turns doc ids into, per position, the first position of its
+ * document (dstart) and one past its last (dend). A query tile visits key tiles from
+ * dstart[first query] to its last query, and a key tile visits query tiles from its first key to
+ * dend[last key]: tiles wholly outside every query's document, and tiles above the diagonal,
+ * are never loaded. Only tiles that straddle the diagonal or a document boundary evaluate the
+ * mask (j <= i and doc[j] == doc[i]) per element.
+ *
+ * Backward: D = rowsum(dO * O) (fp32), then two kernels without atomics, so results are
+ * deterministic: dQ per query tile (recomputes S and dP), and dK, dV per key tile summed over the
+ * H / Hkv query heads of its KV group (recomputes S and dP too: 7 tile products in all, against
+ * FlashAttention-2's 5 with atomic dQ updates). */
+#include <math.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace glmcu {
+
+constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
+/* ---- PTX wrappers ------------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t sm_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16 bytes global -> shared, asynchronously; ok == false writes 16 zero bytes and reads nothing */
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sm_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8 */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sm_addr(p)));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sm_addr(p)));
+}
+
+/* d += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulators */
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Fragment address helpers (lane = threadIdx.x % 32), for a tile with row stride SR elements:
+ * - a_frag: the A operand (16 rows x 16 k) at (r0, c0) of a row-major [rows][k] tile;
+ * - b_frag: two B operands (k 16 x n 8, n-tiles n0 and n0 + 8) from a row-major [n][k] tile
+ *   (K for S = Q K^T): registers {0,1} are n-tile n0, {2,3} n-tile n0 + 8;
+ * - bt_frag: the same from a row-major [k][n] tile (V for O = P V), with ldmatrix.trans. */
+__device__ __forceinline__ const bf16 *a_frag(const bf16 *t, int SR, int r0, int c0, int lane) {
+    return t + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SR + c0 + (lane >> 4) * 8;
+}
+__device__ __forceinline__ const bf16 *b_frag(const bf16 *t, int SR, int n0, int k0, int lane) {
+    return t + (n0 + (lane & 7) + (lane >> 4) * 8) * SR + k0 + ((lane >> 3) & 1) * 8;
+}
+__device__ __forceinline__ const bf16 *bt_frag(const bf16 *t, int SR, int k0, int n0, int lane) {
+    return t + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * SR + n0 + (lane >> 4) * 8;
+}
+
+/* The A operand of the next product from two fp32 accumulator tiles (n-tiles 2kk, 2kk+1 of a
+ * 16-row strip): FlashAttention's register reuse of P. */
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+    a[0] = pack2(lo[0], lo[1]);
+    a[1] = pack2(lo[2], lo[3]);
+    a[2] = pack2(hi[0], hi[1]);
+    a[3] = pack2(hi[2], hi[3]);
+}
+
+/* Rows [r0, r0 + R) of a [T, ld] bf16 matrix (g: its row 0, first channel of the head), DHP
+ * columns of which the first Dh are real, into shared memory (row stride DHP + 8); rows >= T and
+ * columns >= Dh become zeros. */
+template <int R, int DHP, int NT>
+__device__ __forceinline__ void load_rows(bf16 *sm, const bf16 *g, int64_t ld, int r0, int T, int Dh) {
+    constexpr int CPR = DHP / 8, SR = DHP + 8;
+    for (int idx = threadIdx.x; idx < R * CPR; idx += NT) {
+        int rr = idx / CPR, cc = (idx % CPR) * 8, i = r0 + rr;
+        bool ok = i < T && cc < Dh;
+        cp16(sm + rr * SR + cc, ok ? g + (int64_t)i * ld + cc : g, ok);
+    }
+}
+
+/* ---- document bounds ---------------------------------------------------------------------- */
+
+constexpr int DOC_THREADS = 1024;
+
+/* One block per packed row: dstart[i] = first position of i's document, dend[i] = one past its
+ * last (documents are contiguous runs of equal doc ids). Each thread scans a contiguous chunk;
+ * a block-wide max-scan (for starts) and min-scan (for ends) carries across chunks. */
+__global__ void __launch_bounds__(DOC_THREADS) k_doc_bounds(int32_t *dstart, int32_t *dend, const int32_t *doc, int T) {
+    __shared__ int sc[DOC_THREADS];
+    const int64_t rb = (int64_t)blockIdx.x * T;
+    const int32_t *d = doc + rb;
+    const int t = threadIdx.x, chunk = (T + DOC_THREADS - 1) / DOC_THREADS;
+    const int lo = min(t * chunk, T), hi = min(lo + chunk, T);
+    int last = -1, first = INT_MAX;
+    for (int i = lo; i < hi; i++)
+        if (i == 0 || d[i] != d[i - 1]) {
+            last = i;
+            if (first == INT_MAX) first = i;
+        }
+    /* inclusive max-scan of `last` over threads */
+    sc[t] = last;
+    __syncthreads();
+    for (int off = 1; off < DOC_THREADS; off <<= 1) {
+        int v = t >= off ? sc[t - off] : -1;
+        __syncthreads();
+        sc[t] = max(sc[t], v);
+        __syncthreads();
+    }
+    int cur = t > 0 ? sc[t - 1] : -1;
+    __syncthreads();
+    for (int i = lo; i < hi; i++) {
+        if (i == 0 || d[i] != d[i - 1]) cur = i;
+        dstart[rb + i] = cur;
+    }
+    /* suffix min-scan of the first boundary of each chunk (boundaries at position > 0 only) */
+    if (first == 0) {
+        first = INT_MAX;
+        for (int i = 1; i < hi; i++)
+            if (d[i] != d[i - 1]) {
+                first = i;
+                break;
+            }
+    }
+    sc[t] = first;
+    __syncthreads();
+    for (int off = 1; off < DOC_THREADS; off <<= 1) {
+        int v = t + off < DOC_THREADS ? sc[t + off] : INT_MAX;
+        __syncthreads();
+        sc[t] = min(sc[t], v);
+        __syncthreads();
+    }
+    int nxt = t + 1 < DOC_THREADS ? sc[t + 1] : INT_MAX;
+    for (int i = hi - 1; i >= lo; i--) {
+        dend[rb + i] = nxt == INT_MAX ? T : nxt;
+        if (i > 0 && d[i] != d[i - 1]) nxt = i;
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* grid (ceil(T / BM), H, B), NW warps; block x handles query tile nqt - 1 - x (longest first) */
+template <int DHP, int NW>
+__global__ void __launch_bounds__(NW * 32) k_fa_fwd(bf16 *out, int64_t ldo, float *lse, const bf16 *q, int64_t ldq,
+                                                   const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv,
+                                                   const int32_t *doc, const int32_t *dstart, int T, int H, int Hkv, int Dh,
+                                                   float sl2) {
+    constexpr int BM = 16 * NW, BN = 64, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *Ks = Qs + BM * SR, *Vs = Ks + 2 * BN * SR;
+    int *dks = (int *)(Vs + 2 * BN * SR);
+    const int nqt = (T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int g = h / (H / Hkv), q0 = qt * BM, qlast = min(q0 + BM, T) - 1;
+    const int64_t rb = (int64_t)b * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const bf16 *qg = q + rb * ldq + (int64_t)h * Dh, *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
+    const int32_t *docb = doc + rb;
+    const int kstart = dstart[rb + q0];
+    const bool one_doc = dstart[rb + qlast] <= q0;
+    const int kt0 = kstart / BN, kt1 = qlast / BN;
+
+    load_rows<BM, DHP, NT>(Qs, qg, ldq, q0, T, Dh);
+    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
+    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
+    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
+    cp_commit();
+
+    const int i_lo = q0 + warp * 16 + gid, i_hi = i_lo + 8;
+    const int d_lo = i_lo < T ? docb[i_lo] : -2, d_hi = i_hi < T ? docb[i_hi] : -2;
+    uint32_t qf[KD][4];
+    float o[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
+
+    for (int kt = kt0; kt <= kt1; kt++) {
+        const int buf = (kt - kt0) & 1;
+        if (kt < kt1) {
+            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
+            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
+            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
+            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (kt == kt0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) ldsm4(qf[kk], a_frag(Qs, SR, warp * 16, kk * 16, lane));
+        }
+        const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
+        const int *dk = dks + buf * BN;
+        float s[NTN][4];
+#pragma unroll
+        for (int n = 0; n < NTN; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int np = 0; np < NTN / 2; np++) {
+                uint32_t r[4];
+                ldsm4(r, b_frag(Kb, SR, np * 16, kk * 16, lane));
+                mma16816(s[2 * np], qf[kk], r[0], r[1]);
+                mma16816(s[2 * np + 1], qf[kk], r[2], r[3]);
+            }
+        const int k0 = kt * BN;
+        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NTN; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[nt][e] * sl2;
+                if (!full) {
+                    const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
+                    const bool ok = e < 2 ? (j <= i_lo && dk[jl] == d_lo) : (j <= i_hi && dk[jl] == d_hi);
+                    if (!ok) x = -INFINITY;
+                }
+                s[nt][e] = x;
+            }
+            mx_lo = fmaxf(mx_lo, fmaxf(s[nt][0], s[nt][1]));
+            mx_hi = fmaxf(mx_hi, fmaxf(s[nt][2], s[nt][3]));
+        }
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+        const float b_lo = mn_lo == -INFINITY ? 0.0f : mn_lo, b_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
+        const float a_lo = exp2f(m_lo - b_lo), a_hi = exp2f(m_hi - b_hi);
+        m_lo = mn_lo;
+        m_hi = mn_hi;
+        float ps_lo = 0.0f, ps_hi = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NTN; nt++) {
+            s[nt][0] = exp2f(s[nt][0] - b_lo);
+            s[nt][1] = exp2f(s[nt][1] - b_lo);
+            s[nt][2] = exp2f(s[nt][2] - b_hi);
+            s[nt][3] = exp2f(s[nt][3] - b_hi);
+            ps_lo += s[nt][0] + s[nt][1];
+            ps_hi += s[nt][2] + s[nt][3];
+        }
+        l_lo = l_lo * a_lo + ps_lo;
+        l_hi = l_hi * a_hi + ps_hi;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            o[n][0] *= a_lo;
+            o[n][1] *= a_lo;
+            o[n][2] *= a_hi;
+            o[n][3] *= a_hi;
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[4];
+            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int dp = 0; dp < DHP / 16; dp++) {
+                uint32_t r[4];
+                ldsm4t(r, bt_frag(Vb, SR, kk * 16, dp * 16, lane));
+                mma16816(o[2 * dp], pa, r[0], r[1]);
+                mma16816(o[2 * dp + 1], pa, r[2], r[3]);
+            }
+        }
+        __syncthreads(); /* this buffer is refilled two iterations on */
+    }
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
+    bf16 *og = out + rb * ldo + (int64_t)h * Dh;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+        const int c = n * 8 + 2 * tig;
+        if (c < Dh) {
+            if (i_lo < T) *(uint32_t *)(og + (int64_t)i_lo * ldo + c) = pack2(o[n][0] * inv_lo, o[n][1] * inv_lo);
+            if (i_hi < T) *(uint32_t *)(og + (int64_t)i_hi * ldo + c) = pack2(o[n][2] * inv_hi, o[n][3] * inv_hi);
+        }
+    }
+    if (tig == 0) {
+        float *lr = lse + ((int64_t)b * H + h) * T;
+        if (i_lo < T) lr[i_lo] = (m_lo + log2f(l_lo)) * LN2;
+        if (i_hi < T) lr[i_hi] = (m_hi + log2f(l_hi)) * LN2;
+    }
+}
+
+/* ---- backward: D = rowsum(dO * O) ---------------------------------------------------------- */
+
+/* one warp per (b, h, i), warp-grid-stride */
+__global__ void k_attn_D(float *D, const bf16 *dout, const bf16 *out, int64_t ldo, int B, int T, int H, int Dh) {
+    const int64_t nw = (int64_t)gridDim.x * blockDim.x >> 5, rows = (int64_t)B * H * T;
+    const int lane = threadIdx.x & 31;
+    for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; w < rows; w += nw) {
+        int i = (int)(w % T);
+        int64_t bh = w / T;
+        int h = (int)(bh % H), b = (int)(bh / H);
+        const bf16 *d = dout + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh, *o = out + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh;
+        float s = 0.0f;
+        for (int c = 2 * lane; c < Dh; c += 64) {
+            float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)(d + c)), e = __bfloat1622float2(*(const __nv_bfloat162 *)(o + c));
+            s += a.x * e.x + a.y * e.y;
+        }
+        for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) D[w] = s;
+    }
+}
+
+/* ---- backward: dQ --------------------------------------------------------------------------- */
+
+/* grid (ceil(T / BM), H, B): dq = scale * sum_j P_ij (dP_ij - D_i) k_j over the visible keys */
+template <int DHP, int NW>
+__global__ void __launch_bounds__(NW * 32) k_fa_dq(bf16 *dq, int64_t lddq, const bf16 *dout, int64_t ldo, const float *lse,
+                                                  const float *Dv, const bf16 *q, int64_t ldq, const bf16 *k, int64_t ldk,
+                                                  const bf16 *v, int64_t ldv, const int32_t *doc, const int32_t *dstart, int T,
+                                                  int H, int Hkv, int Dh, float sl2, float scale) {
+    constexpr int BM = 16 * NW, BN = 32, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BM * SR, *Ks = dOs + BM * SR, *Vs = Ks + 2 * BN * SR;
+    int *dks = (int *)(Vs + 2 * BN * SR);
+    const int nqt = (T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int g = h / (H / Hkv), q0 = qt * BM, qlast = min(q0 + BM, T) - 1;
+    const int64_t rb = (int64_t)b * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const bf16 *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
+    const int32_t *docb = doc + rb;
+    const int kstart = dstart[rb + q0];
+    const bool one_doc = dstart[rb + qlast] <= q0;
+    const int kt0 = kstart / BN, kt1 = qlast / BN;
+
+    load_rows<BM, DHP, NT>(Qs, q + rb * ldq + (int64_t)h * Dh, ldq, q0, T, Dh);
+    load_rows<BM, DHP, NT>(dOs, dout + rb * ldo + (int64_t)h * Dh, ldo, q0, T, Dh);
+    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
+    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
+    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
+    cp_commit();
+
+    const int i_lo = q0 + warp * 16 + gid, i_hi = i_lo + 8;
+    const int d_lo = i_lo < T ? docb[i_lo] : -2, d_hi = i_hi < T ? docb[i_hi] : -2;
+    const float *lr = lse + ((int64_t)b * H + h) * T, *Dr = Dv + ((int64_t)b * H + h) * T;
+    const float L_lo = i_lo < T ? lr[i_lo] * LOG2E : 0.0f, L_hi = i_hi < T ? lr[i_hi] * LOG2E : 0.0f;
+    const float D_lo = i_lo < T ? Dr[i_lo] : 0.0f, D_hi = i_hi < T ? Dr[i_hi] : 0.0f;
+    uint32_t qf[KD][4], df[KD][4];
+    float acc[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    for (int kt = kt0; kt <= kt1; kt++) {
+        const int buf = (kt - kt0) & 1;
+        if (kt < kt1) {
+            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
+            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
+            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
+            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (kt == kt0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                ldsm4(qf[kk], a_frag(Qs, SR, warp * 16, kk * 16, lane));
+                ldsm4(df[kk], a_frag(dOs, SR, warp * 16, kk * 16, lane));
+            }
+        }
+        const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
+        const int *dk = dks + buf * BN;
+        float s[NTN][4], dp[NTN][4];
+#pragma unroll
+        for (int n = 0; n < NTN; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int np = 0; np < NTN / 2; np++) {
+                uint32_t r[4];
+                ldsm4(r, b_frag(Kb, SR, np * 16, kk * 16, lane));
+                mma16816(s[2 * np], qf[kk], r[0], r[1]);
+                mma16816(s[2 * np + 1], qf[kk], r[2], r[3]);
+                ldsm4(r, b_frag(Vb, SR, np * 16, kk * 16, lane));
+                mma16816(dp[2 * np], df[kk], r[0], r[1]);
+                mma16816(dp[2 * np + 1], df[kk], r[2], r[3]);
+            }
+        const int k0 = kt * BN;
+        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+#pragma unroll
+        for (int nt = 0; nt < NTN; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                bool ok = true;
+                if (!full) {
+                    const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
+                    ok = e < 2 ? (j <= i_lo && dk[jl] == d_lo) : (j <= i_hi && dk[jl] == d_hi);
+                }
+                const float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? L_lo : L_hi)) : 0.0f;
+                s[nt][e] = p * (dp[nt][e] - (e < 2 ? D_lo : D_hi));
+            }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4];
+            acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int dp2 = 0; dp2 < DHP / 16; dp2++) {
+                uint32_t r[4];
+                ldsm4t(r, bt_frag(Kb, SR, kk * 16, dp2 * 16, lane));
+                mma16816(acc[2 * dp2], a, r[0], r[1]);
+                mma16816(acc[2 * dp2 + 1], a, r[2], r[3]);
+            }
+        }
+        __syncthreads();
+    }
+    bf16 *og = dq + rb * lddq + (int64_t)h * Dh;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+        const int c = n * 8 + 2 * tig;
+        if (c < Dh) {
+            if (i_lo < T) *(uint32_t *)(og + (int64_t)i_lo * lddq + c) = pack2(acc[n][0] * scale, acc[n][1] * scale);
+            if (i_hi < T) *(uint32_t *)(og + (int64_t)i_hi * lddq + c) = pack2(acc[n][2] * scale, acc[n][3] * scale);
+        }
+    }
+}
+
+/* ---- backward: dK, dV --------------------------------------------------------------------- */
+
+/* grid (ceil(T / BN), Hkv, B): the block owns BN = 16 NW keys of KV group g and loops over
+ * (query head of the group, query tile of BM = 32 rows): S^T = K Q^T, P^T, dP^T = V dO^T,
+ * dV += P^T dO, dS^T = P^T (dP^T - D), dK += dS^T Q; dk = scale dK. */
+template <int DHP, int NW>
+__global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf16 *dv, int64_t lddv, const bf16 *dout,
+                                                    int64_t ldo, const float *lse, const float *Dv, const bf16 *q, int64_t ldq,
+                                                    const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv, const int32_t *doc,
+                                                    const int32_t *dstart, const int32_t *dend, int T, int H, int Hkv, int Dh,
+                                                    float sl2, float scale) {
+    constexpr int BN = 16 * NW, BM = 32, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTM = BM / 8, ND = DHP / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + BN * SR, *Qs = Vs + BN * SR, *dOs = Qs + 2 * BM * SR;
+    float *Ls = (float *)(dOs + 2 * BM * SR), *Ds = Ls + 2 * BM;
+    int *dqs = (int *)(Ds + 2 * BM);
+    const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, rep = H / Hkv;
+    const int k0 = kt * BN, klast = min(k0 + BN, T) - 1;
+    const int64_t rb = (int64_t)b * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const int32_t *docb = doc + rb;
+    const int qend = dend[rb + klast], qt0 = k0 / BM, nq = (qend - 1) / BM - qt0 + 1, total = rep * nq;
+
+    load_rows<BN, DHP, NT>(Ks, k + rb * ldk + (int64_t)g * Dh, ldk, k0, T, Dh);
+    load_rows<BN, DHP, NT>(Vs, v + rb * ldv + (int64_t)g * Dh, ldv, k0, T, Dh);
+    auto load_q = [&](int it, int buf) {
+        const int hh = g * rep + it / nq, qs = (qt0 + it % nq) * BM;
+        load_rows<BM, DHP, NT>(Qs + buf * BM * SR, q + rb * ldq + (int64_t)hh * Dh, ldq, qs, T, Dh);
+        load_rows<BM, DHP, NT>(dOs + buf * BM * SR, dout + rb * ldo + (int64_t)hh * Dh, ldo, qs, T, Dh);
+        for (int r = threadIdx.x; r < BM; r += NT) {
+            const int i = qs + r;
+            const int64_t li = ((int64_t)b * H + hh) * T + i;
+            const bool ok = i < T;
+            Ls[buf * BM + r] = ok ? lse[li] * LOG2E : 0.0f;
+            Ds[buf * BM + r] = ok ? Dv[li] : 0.0f;
+            dqs[buf * BM + r] = ok ? docb[i] : -2;
+        }
+    };
+    load_q(0, 0);
+    cp_commit();
+
+    const int j_lo = k0 + warp * 16 + gid, j_hi = j_lo + 8;
+    const int dj_lo = j_lo < T ? docb[j_lo] : -1, dj_hi = j_hi < T ? docb[j_hi] : -1;
+    float adk[ND][4], adv[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) adk[n][e] = adv[n][e] = 0.0f;
+
+    for (int it = 0; it < total; it++) {
+        const int buf = it & 1;
+        if (it + 1 < total) {
+            load_q(it + 1, buf ^ 1);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Qb = Qs + buf * BM * SR, *dOb = dOs + buf * BM * SR;
+        const float *Lb = Ls + buf * BM, *Db = Ds + buf * BM;
+        const int *dqb = dqs + buf * BM;
+        const int q0 = (qt0 + it % nq) * BM, qlast = min(q0 + BM, T) - 1;
+        float st_[NTM][4], dpt[NTM][4];
+#pragma unroll
+        for (int n = 0; n < NTM; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st_[n][e] = dpt[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t ka[4], va[4];
+            ldsm4(ka, a_frag(Ks, SR, warp * 16, kk * 16, lane));
+            ldsm4(va, a_frag(Vs, SR, warp * 16, kk * 16, lane));
+#pragma unroll
+            for (int np = 0; np < NTM / 2; np++) {
+                uint32_t r[4];
+                ldsm4(r, b_frag(Qb, SR, np * 16, kk * 16, lane));
+                mma16816(st_[2 * np], ka, r[0], r[1]);
+                mma16816(st_[2 * np + 1], ka, r[2], r[3]);
+                ldsm4(r, b_frag(dOb, SR, np * 16, kk * 16, lane));
+                mma16816(dpt[2 * np], va, r[0], r[1]);
+                mma16816(dpt[2 * np + 1], va, r[2], r[3]);
+            }
+        }
+        const bool full = q0 + BM <= T && klast <= q0 && dstart[rb + qlast] <= k0;
+#pragma unroll
+        for (int nt = 0; nt < NTM; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int il = nt * 8 + 2 * tig + (e & 1), i = q0 + il;
+                bool ok = true;
+                if (!full) ok = e < 2 ? (j_lo <= i && dqb[il] == dj_lo) : (j_hi <= i && dqb[il] == dj_hi);
+                const float p = ok ? exp2f(st_[nt][e] * sl2 - Lb[il]) : 0.0f;
+                st_[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - Db[il]);
+            }
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t pa[4], da[4];
+            acc_to_a(pa, st_[2 * kk], st_[2 * kk + 1]);
+            acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+            for (int dp2 = 0; dp2 < DHP / 16; dp2++) {
+                uint32_t r[4];
+                ldsm4t(r, bt_frag(dOb, SR, kk * 16, dp2 * 16, lane));
+                mma16816(adv[2 * dp2], pa, r[0], r[1]);
+                mma16816(adv[2 * dp2 + 1], pa, r[2], r[3]);
+                ldsm4t(r, bt_frag(Qb, SR, kk * 16, dp2 * 16, lane));
+                mma16816(adk[2 * dp2], da, r[0], r[1]);
+                mma16816(adk[2 * dp2 + 1], da, r[2], r[3]);
+            }
+        }
+        __syncthreads();
+    }
+    bf16 *kgo = dk + rb * lddk + (int64_t)g * Dh, *vgo = dv + rb * lddv + (int64_t)g * Dh;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+        const int c = n * 8 + 2 * tig;
+        if (c < Dh) {
+            if (j_lo < T) {
+                *(uint32_t *)(kgo + (int64_t)j_lo * lddk + c) = pack2(adk[n][0] * scale, adk[n][1] * scale);
+                *(uint32_t *)(vgo + (int64_t)j_lo * lddv + c) = pack2(adv[n][0], adv[n][1]);
+            }
+            if (j_hi < T) {
+                *(uint32_t *)(kgo + (int64_t)j_hi * lddk + c) = pack2(adk[n][2] * scale, adk[n][3] * scale);
+                *(uint32_t *)(vgo + (int64_t)j_hi * lddv + c) = pack2(adv[n][2], adv[n][3]);
+            }
+        }
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------------ */
+
+constexpr int NWARPS = 4;
+
+template <int DHP>
+constexpr size_t smem_fwd() {
+    return (size_t)(16 * NWARPS + 4 * 64) * (DHP + 8) * 2 + 2 * 64 * 4;
+}
+template <int DHP>
+constexpr size_t smem_dq() {
+    return (size_t)(2 * 16 * NWARPS + 4 * 32) * (DHP + 8) * 2 + 2 * 32 * 4;
+}
+template <int DHP>
+constexpr size_t smem_dkdv() {
+    return (size_t)(2 * 16 * NWARPS + 4 * 32) * (DHP + 8) * 2 + 3 * 2 * 32 * 4;
+}
+
+template <int DHP>
+static cudaError_t set_smem() {
+    cudaError_t e = cudaFuncSetAttribute(k_fa_fwd<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_fwd<DHP>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_fa_dq<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq<DHP>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_fa_dkdv<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv<DHP>());
+    return e;
+}
+
+glm_status attention_init(cuda_impl *I) {
+    cudaError_t e = set_smem<64>();
+    if (e == cudaSuccess) e = set_smem<128>();
+    if (e != cudaSuccess)
+        return glm_err(GLM_ERR_INTERNAL, "cuda backend: the attention kernels need %zu bytes of shared memory per block: %s",
+                       smem_fwd<128>(), cudaGetErrorString(e));
+    return GLM_OK;
+}
+
+static glm_status check_attn(int B, int T, int H, int Hkv, int Dh, const void *const *ptrs, int nptr, const int64_t *lds,
+                             int nld) {
+    if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
+        return glm_err(GLM_ERR_ARG, "attention: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", H, Hkv, Dh);
+    if (Dh > 128 || Dh % 8)
+        return glm_err(GLM_ERR_UNSUPPORTED, "attention: head dim %d: the CUDA kernels take multiples of 8 up to 128", Dh);
+    if (B <= 0 || T <= 0 || H > 65535 || B > 65535)
+        return glm_err(GLM_ERR_ARG, "attention: bad batch B=%d T=%d (H=%d)", B, T, H);
+    for (int i = 0; i < nptr; i++)
+        if ((uintptr_t)ptrs[i] & 15)
+            return glm_err(GLM_ERR_UNSUPPORTED, "attention: the CUDA kernels need 16-byte aligned q, k, v and outputs");
+    for (int i = 0; i < nld; i++)
+        if (lds[i] % 8)
+            return glm_err(GLM_ERR_UNSUPPORTED, "attention: row stride %lld is not a multiple of 8 elements", (long long)lds[i]);
+    return GLM_OK;
+}
+
+/* dstart, dend [B*T] in scratch */
+static glm_status doc_bounds(const glm_backend *be, const int32_t *doc, int B, int T, int32_t **ds, int32_t **de) {
+    cuda_impl *I = IMPL(be);
+    void *p;
+    GLM_TRY(scratch(I, SCR_ATTN_DOC, (size_t)B * T * 8, &p));
+    *ds = (int32_t *)p;
+    *de = *ds + (int64_t)B * T;
+    k_doc_bounds<<<B, DOC_THREADS, 0, I->s>>>(*ds, *de, doc, T);
+    LAUNCHED("attention (document bounds)");
+    return GLM_OK;
+}
+
+glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse, const void *q, int64_t ldq,
+                            const void *k, int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H,
+                            int Hkv, int Dh) {
+    const void *ptrs[] = {out, q, k, v};
+    const int64_t lds[] = {ldo, ldq, ldk, ldv};
+    GLM_TRY(check_attn(B, T, H, Hkv, Dh, ptrs, 4, lds, 4));
+    cuda_impl *I = IMPL(be);
+    int32_t *ds, *de;
+    GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
+    const float sl2 = (float)(1.0 / sqrt((double)Dh)) * LOG2E;
+    dim3 grid((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)H, (unsigned)B);
+    if (Dh <= 64)
+        k_fa_fwd<64, NWARPS><<<grid, NWARPS * 32, smem_fwd<64>(), I->s>>>((bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
+                                                                          (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T,
+                                                                          H, Hkv, Dh, sl2);
+    else
+        k_fa_fwd<128, NWARPS><<<grid, NWARPS * 32, smem_fwd<128>(), I->s>>>((bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
+                                                                            (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds,
+                                                                            T, H, Hkv, Dh, sl2);
+    LAUNCHED("attention_fwd");
+    return GLM_OK;
+}
+
+glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout, int64_t ldo,
+                            const void *out, const float *lse, const void *q, int64_t ldq, const void *k, int64_t ldk,
+                            const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh) {
+    const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
+    const int64_t lds[] = {ldo, ldq, ldk, ldv};
+    GLM_TRY(check_attn(B, T, H, Hkv, Dh, ptrs, 8, lds, 4));
+    cuda_impl *I = IMPL(be);
+    const float scale = (float)(1.0 / sqrt((double)Dh)), sl2 = scale * LOG2E;
+    int64_t rows = (int64_t)B * H * T;
+    void *Dp;
+    GLM_TRY(scratch(I, SCR_ATTN_D, (size_t)rows * 4, &Dp));
+    k_attn_D<<<grid_for(rows * 32, 256), 256, 0, I->s>>>((float *)Dp, (const bf16 *)dout, (const bf16 *)out, ldo, B, T, H, Dh);
+    LAUNCHED("attention_bwd (D)");
+    int32_t *ds, *de;
+    GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
+    /* dq, dk, dv are the row strides of q, k, v (they may be column blocks of one buffer) */
+    dim3 gq((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)H, (unsigned)B);
+    dim3 gk((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, (unsigned)B);
+    if (Dh <= 64) {
+        k_fa_dq<64, NWARPS><<<gq, NWARPS * 32, smem_dq<64>(), I->s>>>(
+            (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
+            (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
+        LAUNCHED("attention_bwd (dq)");
+        k_fa_dkdv<64, NWARPS><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(
+            (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
+            (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
+    } else {
+        k_fa_dq<128, NWARPS><<<gq, NWARPS * 32, smem_dq<128>(), I->s>>>(
+            (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
+            (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
+        LAUNCHED("attention_bwd (dq)");
+        k_fa_dkdv<128, NWARPS><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(
+            (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
+            (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
+    }
+    LAUNCHED("attention_bwd (dk, dv)");
+    return GLM_OK;
+}
+
+}  // namespace glmcu

@@ -1,0 +1,190 @@
+/* kernels/cuda/cuda_common.cuh: what the CUDA backend's files share: the backend's private state,
+ * the error-checking macros, scratch buffers and small device helpers. One kernel family per file:
+ *   backend_cuda.cu   creation, memory, accounting, profiling, the op table, public functions
+ *   gemm.cu           matmul through cuBLASLt (bf16 in/out, fp32 accumulation), cached plans
+ *   elementwise.cu    add_bias, axpy, dropout, cast, fill_normal, embedding, SwiGLU
+ *   norm.cu           RMSNorm forward and backward
+ *   rope.cu           partial interleaved RoPE, in place
+ *   attention.cu      FlashAttention-2-style forward / dQ / dK dV on tensor cores (mma.sync)
+ *   cross_entropy.cu  fused softmax cross-entropy over a logits chunk
+ *   optim.cu          AdamW, sum of squares, NCCL all-reduce
+ * Every launch is followed by LAUNCHED(op): it reads the launch error and, with the environment
+ * variable GLMTUNE_DEBUG_SYNC=1, synchronises and names the op whose kernel faulted. */
+#ifndef GLM_KERNELS_CUDA_COMMON_CUH
+#define GLM_KERNELS_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef GLMTUNE_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+extern "C" {
+#include "kernels/backend.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+namespace glmcu {
+
+struct gemm_cache; /* gemm.cu: cuBLASLt descriptors and algorithms by shape */
+struct prof_state; /* backend_cuda.cu: profiling events */
+
+enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COUNT };
+
+struct cuda_impl {
+    int device;
+    int sm;               /* compute capability major * 10 + minor */
+    cudaStream_t s;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *lt_ws;          /* cuBLASLt workspace (LT_WS_BYTES) */
+    gemm_cache *gemms;
+    /* grow-only scratch by purpose (SCR_*): sized on the first step, reused after */
+    void *scratch[SCR_COUNT];
+    size_t scratch_cap[SCR_COUNT];
+    int *flag;            /* device int for in-kernel error reports */
+    bool debug_sync;      /* GLMTUNE_DEBUG_SYNC=1 */
+    /* bytes held through alloc (and scratch), for mem_info */
+    size_t in_use, peak;
+    void *sizes;          /* std::unordered_map<void *, size_t> */
+    prof_state *prof;
+#ifdef GLMTUNE_HAVE_NCCL
+    ncclComm_t comm;
+#endif
+    glm_backend be;
+};
+
+constexpr size_t LT_WS_BYTES = 32u << 20;
+
+inline cuda_impl *IMPL(const glm_backend *be) { return (cuda_impl *)be->impl; }
+
+glm_status sync_check(cuda_impl *I, const char *op);
+
+#define CU(call, op)                                                                                     \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess)                                                                           \
+            return glm_err(e_ == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_INTERNAL,           \
+                           "cuda backend: %s: %s failed: %s", (op), #call, cudaGetErrorString(e_));      \
+    } while (0)
+
+/* after every kernel launch (I: the cuda_impl): launch-configuration errors, earlier asynchronous
+ * faults, and with GLMTUNE_DEBUG_SYNC=1 a synchronisation that names the op */
+#define LAUNCHED_I(I, op)                                                                                \
+    do {                                                                                                 \
+        CU(cudaGetLastError(), op);                                                                      \
+        if ((I)->debug_sync) GLM_TRY(glmcu::sync_check((I), (op)));                                      \
+    } while (0)
+#define LAUNCHED(op) LAUNCHED_I(IMPL(be), op)
+
+const char *blas_name(cublasStatus_t s);
+
+#define BLAS(call, op)                                                                                   \
+    do {                                                                                                 \
+        cublasStatus_t b_ = (call);                                                                      \
+        if (b_ != CUBLAS_STATUS_SUCCESS)                                                                 \
+            return glm_err(GLM_ERR_INTERNAL, "cuda backend: %s: cuBLAS %s (%d)", (op), blas_name(b_), (int)b_); \
+    } while (0)
+
+/* A grow-only scratch buffer of at least `bytes` for purpose `slot`. */
+glm_status scratch(cuda_impl *I, int slot, size_t bytes, void **out);
+
+inline unsigned grid_for(int64_t n, int threads) {
+    int64_t g = (n + threads - 1) / threads;
+    if (g > 65535LL * 16) g = 65535LL * 16; /* kernels loop grid-stride */
+    if (g < 1) g = 1;
+    return (unsigned)g;
+}
+
+inline cudaDataType cdt(glm_dtype d) { return d == GLM_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+/* host float <-> bf16 bits, round to nearest even (NaN stays NaN) */
+uint16_t host_f2bf(float f);
+float host_bf2f(uint16_t h);
+
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+/* block-wide sum / max of a float, blockDim.x a multiple of 32 and <= 1024; every thread gets
+ * the result. `red` is __shared__ float[32]. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float t = lane < nw ? red[lane] : 0.0f;
+    for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+}
+__device__ __forceinline__ float block_max(float v, float *red) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float t = lane < nw ? red[lane] : -INFINITY;
+    for (int o = 16; o; o >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));
+    return t;
+}
+
+/* 8 bf16 values as one 16-byte vector */
+struct __align__(16) bf16x8 {
+    __nv_bfloat162 v[4];
+};
+
+/* ---- the ops, by file ------------------------------------------------------------------- */
+
+/* gemm.cu */
+glm_status gemm_init(cuda_impl *I);
+void gemm_destroy(cuda_impl *I);
+glm_status cu_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                     glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, void *C,
+                     glm_dtype dtc, int64_t ldc);
+/* elementwise.cu */
+glm_status cu_add_bias(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N, int64_t D);
+glm_status cu_axpy(const glm_backend *be, void *y, const void *x, float alpha, int64_t n);
+glm_status cu_dropout(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx, int64_t N, int64_t D,
+                      int64_t row0, float p, uint64_t seed, uint64_t stream);
+glm_status cu_cast(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
+glm_status cu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std, uint64_t seed,
+                          uint64_t stream);
+glm_status cu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids, int64_t N, int64_t C,
+                        int64_t V);
+glm_status cu_swiglu_fwd(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F);
+glm_status cu_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h, int64_t N, int64_t F);
+/* norm.cu */
+glm_status cu_rmsnorm_fwd(const glm_backend *be, void *y, float *rstd, const void *x, const void *w, int64_t N, int64_t C,
+                          float eps);
+glm_status cu_rmsnorm_bwd(const glm_backend *be, void *dx, const void *dy, const void *x, const void *w, const float *rstd,
+                          int64_t N, int64_t C);
+/* rope.cu */
+glm_status cu_rope(const glm_backend *be, void *x, int64_t ldx, const int32_t *pos, int64_t N, int nheads, int Dh, int rot,
+                   const float *inv_freq, int inverse);
+/* attention.cu */
+glm_status attention_init(cuda_impl *I);
+glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse, const void *q, int64_t ldq,
+                            const void *k, int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H,
+                            int Hkv, int Dh);
+glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout, int64_t ldo,
+                            const void *out, const float *lse, const void *q, int64_t ldq, const void *k, int64_t ldk,
+                            const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh);
+/* cross_entropy.cu */
+glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels, int64_t n,
+                            int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets);
+/* optim.cu */
+glm_status cu_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, float grad_scale, int64_t step);
+double cu_sumsq(const glm_backend *be, const float *x, int64_t n);
+glm_status cu_all_reduce(const glm_backend *be, float *x, int64_t n);
+/* backend_cuda.cu */
+glm_status cu_download(const glm_backend *be, void *dst, const void *src, size_t bytes);
+
+}  // namespace glmcu
+
+#endif

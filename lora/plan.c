@@ -1,0 +1,212 @@
+/* lora/plan.c: the memory planner (lora/plan.h). Every byte count below mirrors a buffer the
+ * model's workspace allocates (lora/model.c ws_create); keep the two in step. */
+#include "lora/plan.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *glm_ckpt_name(glm_ckpt_mode m) {
+    switch (m) {
+    case GLM_CKPT_NONE: return "none";
+    case GLM_CKPT_FULL: return "full";
+    case GLM_CKPT_SELECTIVE: return "selective";
+    default: return "auto";
+    }
+}
+
+glm_status glm_ckpt_parse(const char *s, glm_ckpt_mode *out) {
+    if (!s) return glm_err(GLM_ERR_ARG, "gradient checkpointing: no value");
+    if (!strcmp(s, "none") || !strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off") || !strcmp(s, "no"))
+        *out = GLM_CKPT_NONE;
+    else if (!strcmp(s, "full") || !strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on") || !strcmp(s, "yes"))
+        *out = GLM_CKPT_FULL;
+    else if (!strcmp(s, "selective"))
+        *out = GLM_CKPT_SELECTIVE;
+    else if (!strcmp(s, "auto"))
+        *out = GLM_CKPT_AUTO;
+    else
+        return glm_err(GLM_ERR_ARG, "gradient checkpointing '%s': expected auto, none, selective or full (or true = full, "
+                       "false = none)", s);
+    return GLM_OK;
+}
+
+glm_ckpt_mode glm_plan_layer(const glm_plan *p, int l) {
+    if (l < p->n_keep) return GLM_CKPT_NONE;
+    if (l < p->n_keep + p->n_selective) return GLM_CKPT_SELECTIVE;
+    return GLM_CKPT_FULL;
+}
+
+static double qkv_rows(const glm_config *c) { return (double)(c->H + 2 * c->Hkv) * c->Dh; }
+
+/* xn1, qkv, o, x_mid, xn2, h, a (act) + rstd1, rstd2, lse (f32) */
+double glm_plan_bytes_keep(const glm_config *c, int e) {
+    double qd = (double)c->H * c->Dh;
+    return e * (3.0 * c->C + qkv_rows(c) + qd + 3.0 * c->F) + 4.0 * (2 + c->H);
+}
+
+/* qkv, o, x_mid (act) + lse (f32) */
+double glm_plan_bytes_selective(const glm_config *c, int e) {
+    double qd = (double)c->H * c->Dh;
+    return e * (qkv_rows(c) + qd + c->C) + 4.0 * c->H;
+}
+
+static double weight_bytes(const glm_config *c, int wb) {
+    double C = c->C, qd = (double)c->H * c->Dh, per = qkv_rows(c) * C + qd * C + 3.0 * c->F * C + 2 * C;
+    if (c->qkv_bias) per += qkv_rows(c);
+    return wb * (2.0 * c->V * C + C + c->L * per);
+}
+
+/* Buffers whose size does not depend on the per-layer policy (any_full: the attention-part
+ * scratch for layers that recompute everything). */
+static double fixed_bytes(const glm_config *c, const glm_lora_info *li, double N, double mc, double lc, int backward,
+                          int any_full, int e) {
+    double C = c->C, F = c->F, qd = (double)c->H * c->Dh, H = c->H;
+    double b = 0;
+    b += e * N * C + 8 * N;                                    /* xn1 scratch, rstd1/rstd2 scratch */
+    if (any_full || !backward) b += e * N * (qkv_rows(c) + qd + C) + 4 * N * H; /* qkv, o, x_mid, lse scratch */
+    b += e * mc * (C + 3 * F);                                 /* MLP chunk: xn2, h, a */
+    if (backward) {
+        b += e * mc * 3 * F;                                   /* d_a, d_h chunks */
+        b += e * N * (2 * C + qd + qkv_rows(c));               /* dx, d_xn, d_o, d_qkv */
+        b += 4 * N * H + 8 * N;                                /* attention D, document bounds (backend scratch) */
+    } else {
+        b += 8 * N;
+    }
+    if (li && li->r > 0) {
+        double rows_u = N * li->r * (li->max_sites_lin > 0 ? li->max_sites_lin : 1);
+        b += e * rows_u * (backward ? 2 : 1);                  /* u (and du) */
+        if (li->dropout) {
+            double d1 = N * li->max_in_attn, d2 = mc * li->max_in_mlp;
+            b += e * (d1 > d2 ? d1 : d2);                      /* dropped-out input copy */
+        }
+    }
+    b += 16 * N;                                               /* ids, pos, doc, labels */
+    b += (32.0 + 256.0) * 1048576;                             /* cuBLASLt workspace, allocator slack */
+    return b;
+}
+
+static double loss_bytes(const glm_config *c, double lc, int backward, int e) {
+    return lc * (e * (double)c->C * (backward ? 2 : 1) + e * (double)c->V + 4 + 8);
+}
+
+void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                   glm_plan *p) {
+    memset(p, 0, sizeof *p);
+    const int e = o->act_bytes > 0 ? o->act_bytes : 2;
+    const double N = (double)B * T, C = c->C, F = c->F;
+    p->B = B;
+    p->T = T;
+    p->N = (int64_t)B * T;
+    p->backward = backward;
+    p->requested = o->mode;
+    p->budget = o->budget;
+    p->weights = weight_bytes(c, o->weight_bytes > 0 ? o->weight_bytes : e);
+    if (li && li->r > 0)
+        p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0) + (o->lora_shadow ? e : 0));
+    p->checkpoints = backward ? (c->L + 1.0) * N * C * e : 2.0 * N * C * e;
+    double persistent = p->weights + p->lora + p->checkpoints;
+    double room = o->budget - persistent;
+
+    /* chunks: at most 2048 tokens of logits and 8192 tokens of MLP (GEMMs of that height already
+     * run at full speed), fewer when they would take more than 1/16 (logits) or 1/8 (MLP) of the
+     * room left */
+    int64_t lc = o->loss_chunk, mc = o->mlp_chunk;
+    if (lc <= 0) {
+        lc = 2048;
+        while (lc > 64 && loss_bytes(c, (double)lc, backward, e) > fmax(room / 16, 64.0 * 1048576)) lc /= 2;
+    }
+    if (lc > p->N) lc = p->N;
+    if (mc <= 0) {
+        mc = p->N < 8192 ? p->N : 8192;
+        double per = e * (C + 6 * F);
+        while (mc > 512 && mc * per > fmax(room / 8, 256.0 * 1048576)) mc = (mc + 1) / 2;
+    }
+    if (mc > p->N) mc = p->N;
+    p->mlp_chunk = mc;
+    p->loss_chunk = lc;
+    p->loss_head = loss_bytes(c, (double)lc, backward, e);
+
+    const double mk = glm_plan_bytes_keep(c, e) * N, ms = glm_plan_bytes_selective(c, e) * N;
+    const double qd = (double)c->H * c->Dh;
+    /* recomputation per token and layer, in FLOP: selective redoes dense_h_to_4h; full redoes
+     * query_key_value, dense, dense_h_to_4h and attention (weighted x2: slower than a GEMM) */
+    const double f_sel = 2.0 * 2 * F * C, f_full = 2.0 * (qkv_rows(c) + qd + 2 * F) * C + 2 * (4.0 * (T / 2.0) * qd);
+    const int L = c->L;
+    int best_k = 0, best_s = 0, found = 0;
+    double best_cost = INFINITY;
+    if (!backward) {
+        best_k = best_s = 0;
+        found = 1;
+    } else if (o->mode != GLM_CKPT_AUTO) {
+        best_k = o->mode == GLM_CKPT_NONE ? L : 0;
+        best_s = o->mode == GLM_CKPT_SELECTIVE ? L : 0;
+        found = 1;
+    } else {
+        for (int k = L; k >= 0; k--) {
+            for (int pass = 0; pass < 2; pass++) { /* pass 0: no full layers; pass 1: with full layers */
+                double fx = fixed_bytes(c, li, N, (double)mc, (double)lc, 1, pass, e) + p->loss_head;
+                double left = o->budget - persistent - fx - k * mk;
+                if (left < 0) continue;
+                int s = ms > 0 ? (int)floor(left / ms) : L - k;
+                if (s > L - k) s = L - k;
+                int fl = L - k - s;
+                if ((fl > 0) != pass) continue;
+                double cost = s * f_sel + fl * f_full;
+                if (cost < best_cost - 1e-9) {
+                    best_cost = cost;
+                    best_k = k;
+                    best_s = s;
+                    found = 1;
+                }
+            }
+        }
+        if (!found) { /* nothing fits: report the leanest plan */
+            best_k = 0;
+            best_s = 0;
+        }
+    }
+    p->n_keep = best_k;
+    p->n_selective = best_s;
+    p->n_full = L - best_k - best_s;
+    p->saved = backward ? p->n_keep * mk + p->n_selective * ms : 0;
+    p->working = fixed_bytes(c, li, N, (double)mc, (double)lc, backward, p->n_full > 0, e);
+    p->fixed = p->working;
+    p->total = persistent + p->saved + p->working + p->loss_head;
+    p->recompute_gflop = backward ? N * (p->n_selective * f_sel + p->n_full * f_full) / 1e9 : 0;
+    p->fits = p->total <= o->budget;
+}
+
+static void layers_line(FILE *f, int from, int n, const char *what) {
+    if (n <= 0) return;
+    if (n == 1) fprintf(f, "  layer %d: %s\n", from, what);
+    else fprintf(f, "  layers %d-%d: %s\n", from, from + n - 1, what);
+}
+
+void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
+    const double G = 1073741824.0;
+    fprintf(f, "memory plan: %d x %d tokens (%lld per micro-batch), gradient checkpointing %s\n", p->B, p->T,
+            (long long)p->N, glm_ckpt_name(p->requested));
+    if (p->backward) {
+        layers_line(f, 0, p->n_keep, "keep all activations (no recomputation)");
+        layers_line(f, p->n_keep, p->n_selective, "selective: keep attention results, recompute norms and MLP");
+        layers_line(f, p->n_keep + p->n_selective, p->n_full, "full: keep the layer input, recompute the layer");
+    } else {
+        fprintf(f, "  forward only: nothing kept between layers\n");
+    }
+    fprintf(f, "  MLP in chunks of %lld tokens, loss head in chunks of %lld tokens\n", (long long)p->mlp_chunk,
+            (long long)p->loss_chunk);
+    fprintf(f, "  predicted device memory (GiB): weights %.2f + LoRA and optimizer %.2f + layer inputs %.2f + kept "
+               "activations %.2f + working buffers %.2f + loss head %.2f = %.2f of a %.2f budget\n",
+            p->weights / G, p->lora / G, p->checkpoints / G, p->saved / G, p->working / G, p->loss_head / G, p->total / G,
+            p->budget / G);
+    if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
+    if (!p->fits) {
+        fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
+        if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
+            fprintf(f, "Try --gradient-checkpointing auto (or full); ");
+        fprintf(f, "a shorter --seq-len (T = %d now) or a smaller --per-device-train-batch-size (%d now) shrinks every "
+                   "activation; the layer inputs alone take %.2f GiB.\n",
+                p->T, p->B, p->checkpoints / G);
+    }
+    (void)c;
+}

@@ -1,0 +1,94 @@
+/* tests/lora/test_plan.c: the memory planner (lora/plan.h) on GLM-4-9B-Chat-1M's shape, against
+ * byte counts derived by hand, and its choices at the budgets of an H200 and a 24 GB card. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lora/config.h"
+#include "lora/lora.h"
+#include "lora/plan.h"
+#include "tests/check.h"
+
+static const double GiB = 1073741824.0;
+
+static glm_plan plan(const glm_config *c, const glm_lora_info *li, int T, glm_ckpt_mode mode, double budget_gib) {
+    glm_plan_opts o = {mode, budget_gib * GiB, 0, 0, 2, 2, 1, 1};
+    glm_plan p;
+    glm_plan_make(c, li, 1, T, 1, &o, &p);
+    return p;
+}
+
+int main(void) {
+    glm_config c;
+    CHECK(glm_config_preset("glm-4-9b-chat-1m", &c) == GLM_OK && c.Hkv == 4 && c.rope_base == 1e8, "preset 1m");
+    glm_config c2;
+    CHECK(glm_config_preset("glm-4-9b-chat", &c2) == GLM_OK && c2.Hkv == 2 && c2.rope_base == 5e6, "preset chat");
+    CHECK(glm_config_preset("glm-5", &c2) == GLM_ERR_ARG && strstr(glm_errmsg(), "glm-4-9b-chat-1m"), "unknown preset named");
+
+    /* LoRA r=8 on every linear (chatglm modules): per layer r (in + out) for query_key_value
+     * (4096 + 5120), dense (4096 + 4096), dense_h_to_4h (4096 + 27392), dense_4h_to_h (13696 +
+     * 4096): 8 * 66688 = 533504; 40 layers: 21340160 */
+    glm_lora_config lc = {8, 16, 0, false, "all"};
+    glm_lora_info li;
+    CHECK(glm_lora_info_for(&c, &lc, &li) == GLM_OK, "lora info: %s", glm_errmsg());
+    CHECK(li.params == 21340160 && li.max_sites_lin == 1 && li.max_in_attn == 4096 && li.max_in_mlp == 13696,
+          "lora info: %lld params", (long long)li.params);
+    glm_config ch = c;
+    ch.layout = GLM_LAYOUT_HF;
+    glm_lora_config lq = {8, 16, 0.1f, false, "q_proj,k_proj,v_proj"};
+    CHECK(glm_lora_info_for(&ch, &lq, &li) == GLM_OK && li.max_sites_lin == 3 && li.dropout, "hf q/k/v share a linear");
+    CHECK(glm_lora_info_for(&c, &lc, &li) == GLM_OK, "lora info");
+
+    /* weights: 2 V C (embedding, output layer) + C (final norm) + L (qkv (5120 C + 5120 bias) +
+     * dense 4096 C + dense_h_to_4h 27392 C + dense_4h_to_h 13696 C + 2 C norms) = 9483857920 bf16
+     * parameters = 18967715840 bytes */
+    glm_plan p = plan(&c, &li, 8192, GLM_CKPT_AUTO, 137);
+    CHECK(p.weights == 18967715840.0, "weights %.0f bytes", p.weights);
+    /* LoRA: w, g, AdamW m and v in fp32 plus a bf16 copy: 18 bytes per parameter */
+    CHECK(p.lora == 21340160.0 * 18, "lora %.0f", p.lora);
+    /* layer inputs: 41 x 8192 x 4096 bf16 */
+    CHECK(p.checkpoints == 41.0 * 8192 * 4096 * 2, "checkpoints %.0f", p.checkpoints);
+    /* kept per token and layer: (3 C + 5120 + 4096 + 3 F) bf16 + (2 + H) fp32 */
+    CHECK(glm_plan_bytes_keep(&c, 2) == 2.0 * (3 * 4096 + 5120 + 4096 + 3 * 13696) + 4 * 34, "keep bytes");
+    CHECK(glm_plan_bytes_selective(&c, 2) == 2.0 * (5120 + 4096 + 4096) + 4 * 32, "selective bytes");
+
+    /* an H200 (137 GiB budget): 8k keeps everything; 32k recomputes some, never whole layers; the
+     * longest still fit by recomputing more */
+    glm_plan_print(&p, &c, stdout);
+    CHECK(p.fits && p.n_keep == 40 && p.recompute_gflop == 0, "8k on an H200: keep all (%d)", p.n_keep);
+    p = plan(&c, &li, 32768, GLM_CKPT_AUTO, 137);
+    glm_plan_print(&p, &c, stdout);
+    CHECK(p.fits && p.n_keep < 40 && p.n_full == 0, "32k: keep %d selective %d full %d", p.n_keep, p.n_selective, p.n_full);
+    glm_plan q = plan(&c, &li, 32768, GLM_CKPT_NONE, 137);
+    CHECK(!q.fits, "32k without recomputation does not fit an H200 (%.1f GiB)", q.total / GiB);
+    for (int T = 65536; T <= 262144; T *= 2) {
+        p = plan(&c, &li, T, GLM_CKPT_AUTO, 137);
+        glm_plan_print(&p, &c, stdout);
+        CHECK(p.fits && p.total <= 137 * GiB, "T=%d fits an H200: %.1f GiB", T, p.total / GiB);
+        CHECK(p.mlp_chunk < T, "T=%d: the MLP runs in chunks (%lld)", T, (long long)p.mlp_chunk);
+    }
+    /* a 24 GB card (--max-gpu-memory 22): 4k and 8k fit */
+    for (int T = 4096; T <= 8192; T *= 2) {
+        p = plan(&c, &li, T, GLM_CKPT_AUTO, 22);
+        glm_plan_print(&p, &c, stdout);
+        CHECK(p.fits, "T=%d in 22 GiB: %.2f GiB", T, p.total / GiB);
+    }
+    /* full checkpointing at 8k stays under 24 GiB (the goal) */
+    p = plan(&c, &li, 8192, GLM_CKPT_FULL, 137);
+    CHECK(p.n_full == 40 && p.total < 24 * GiB, "full at 8k: %.2f GiB", p.total / GiB);
+    /* more memory never means more recomputation */
+    double last = INFINITY;
+    for (double b = 40; b <= 140; b += 10) {
+        p = plan(&c, &li, 65536, GLM_CKPT_AUTO, b);
+        if (p.fits) {
+            CHECK(p.recompute_gflop <= last, "budget %.0f GiB: recompute %.0f > %.0f", b, p.recompute_gflop, last);
+            last = p.recompute_gflop;
+        }
+    }
+    /* a plan that cannot fit says so, with the leanest layout */
+    p = plan(&c, &li, 8192, GLM_CKPT_AUTO, 16);
+    CHECK(!p.fits && p.n_full == 40, "16 GiB cannot hold the weights");
+    glm_ckpt_mode m;
+    CHECK(glm_ckpt_parse("sometimes", &m) == GLM_ERR_ARG && strstr(glm_errmsg(), "selective"), "bad mode");
+    return check_summary("test_plan");
+}
