@@ -200,7 +200,7 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
             double tot = 0;
             for (int i = 0; i < lora->n_params; i++) tot += (double)lora->params[i].numel;
             char *base;
-            A_(base, tot * e + 256.0 * lora->n_sites, "lora act-dtype copies");
+            A_(base, tot * e + 512.0 * lora->n_sites + 256.0, "lora act-dtype copies");
             size_t off = 0;
             for (int l = 0; l < lora->L; l++)
                 for (int lin = 0; lin < 4; lin++) {

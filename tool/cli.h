@@ -28,5 +28,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_export_adapter(int argc, char **argv);
 int cmd_init_model(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const char *USAGE =
     "  train           fine-tune LoRA adapters on the shards (resumable)\n"
     "  export-adapter  write a checkpoint as a PEFT adapter directory (or --merge a full model)\n"
     "  init-model      write a randomly initialised GLM-4-shaped model (demos and tests)\n"
+    "  bench           time LoRA training steps on this GPU (random weights, no checkpoint needed)\n"
     "\n"
     "Run `glmtune COMMAND --help` for a command's options.\n";
 
@@ -33,9 +34,10 @@ int main(int argc, char **argv) {
                 {"inspect", cmd_inspect},
                 {"train", cmd_train},
                 {"export-adapter", cmd_export_adapter},
-                {"init-model", cmd_init_model}};
+                {"init-model", cmd_init_model},
+                {"bench", cmd_bench}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model", argv[1]);
+    glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model, bench", argv[1]);
     return GLM_EXIT_USAGE;
 }

@@ -2,22 +2,26 @@
 # tests/gpu/stage.sh: run HERE (the build machine, with nvcc and every -dev package) before
 # running tests/gpu/run.sh on the GPU machine. Builds the CUDA tests in build-cuda and copies into
 # .device/gpu (ignored by git; carry it to the GPU machine):
-#   bin/     test_cuda_ops, test_cuda_model
+#   bin/     test_cuda_ops, test_cuda_model, bench_cuda, glmtune
 #   lib/     the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
 #            the GPU machine has in its own, matching versions)
-#   shared/  the fixtures the tests read (fixtures/tiny-glm4)
-# Usage: tests/gpu/stage.sh   (GLM_SHARED overrides ../shared)
+#   shared/  the fixtures the tests read (fixtures/tiny-glm4) and the peer benchmark
+#            (bench/hf_bench.py), which tests/gpu/perf.sh runs beside glmtune's
+# Usage: tests/gpu/stage.sh   (GLM_SHARED overrides ../shared; GLM_CUDA_ARCHS the GPU targets
+#        built, default 90: the H200 the device tool lends; the project's default build carries
+#        80 86 89 90)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${GLM_SHARED:-$root/../shared}
 build=$root/build-cuda
 out=$root/.device/gpu
-cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDACXX:-/usr/local/cuda/bin/nvcc} >/dev/null
-ninja -C "$build" test_cuda_ops test_cuda_model glmtune
+cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDACXX:-/usr/local/cuda/bin/nvcc} \
+      -DCMAKE_CUDA_ARCHITECTURES="${GLM_CUDA_ARCHS:-90}" >/dev/null
+ninja -C "$build" test_cuda_ops test_cuda_model bench_cuda glmtune
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/shared/fixtures" "$out/cli"
-cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tool/glmtune" "$out/bin/"
+cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tests/gpu/bench_cuda" "$build/tool/glmtune" "$out/bin/"
 # for tests/gpu/cli_check.sh: the golden rows as shards, and the same run on the CPU here as the
 # reference (3 steps, both layouts)
 for layout in chatglm hf; do
@@ -46,5 +50,7 @@ done | sort -u | while read -r name path; do
   if ! [[ $name =~ $skip ]]; then cp -L "$path" "$out/lib/$name"; fi
 done
 cp -r "$shared/fixtures/tiny-glm4" "$out/shared/fixtures/"
+mkdir -p "$out/shared/bench" && cp "$shared/bench/hf_bench.py" "$out/shared/bench/"
+echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.device' || echo -dirty)" >"$out/COMMIT"
 du -sh "$out" "$out"/*
 ls "$out/lib"

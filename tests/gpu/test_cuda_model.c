@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "lora/config.h"
 #include "lora/lora.h"
 #include "lora/model.h"
 #include "lora/safetensors.h"
@@ -149,6 +150,91 @@ static void test_layout(const char *layout) {
     golden_free(&g);
 }
 
+/* copies n elements of a GPU (bf16) tensor into a CPU (fp32) one */
+static void to_cpu(void *c, const void *gsrc, int64_t n) {
+    CHECK(gpu->download_f32(gpu, c, GLM_DT_BF16, gsrc, n) == GLM_OK, "download weights: %s", glm_errmsg());
+}
+
+/* GLM-4-9B-Chat-1M's real layer shapes (C 4096, H 32, Hkv 4, Dh 128, F 13696, V 151552) with 2
+ * layers: one training step on the GPU against the CPU on the same weights (made on the GPU in
+ * bf16, copied to the CPU model): loss and every LoRA grad (lora_B random, so lora_A's grads are
+ * not zero), a row of 3 documents with boundaries inside attention tiles; then the GPU's other
+ * plans (selective with MLP chunks, full) against its own first result. */
+static void test_9b_shape(void) {
+    glm_config cfg;
+    CHECK(glm_config_preset("glm-4-9b-chat-1m", &cfg) == GLM_OK, "preset");
+    cfg.L = 2;
+    glm_model *gm = NULL, *cm = NULL;
+    glm_lora *gl = NULL, *cl = NULL;
+    CHECK(glm_model_create_random(&cfg, gpu, 3, &gm) == GLM_OK, "gpu model: %s", glm_errmsg());
+    CHECK(glm_model_create_random(&cfg, cpu, 3, &cm) == GLM_OK, "cpu model: %s", glm_errmsg());
+    if (!gm || !cm) return;
+    int64_t C = cfg.C, F = cfg.F, V = cfg.V, qd = (int64_t)cfg.H * cfg.Dh, Dqkv = glm_config_qkv_rows(&cfg);
+    to_cpu(cm->embed, gm->embed, V * C);
+    to_cpu(cm->out_w, gm->out_w, V * C);
+    to_cpu(cm->final_ln, gm->final_ln, C);
+    for (int l = 0; l < cfg.L; l++) {
+        glm_layer_weights *a = &cm->layers[l], *b = &gm->layers[l];
+        to_cpu(a->ln1, b->ln1, C), to_cpu(a->ln2, b->ln2, C), to_cpu(a->wqkv, b->wqkv, Dqkv * C);
+        to_cpu(a->bqkv, b->bqkv, Dqkv), to_cpu(a->wo, b->wo, C * qd), to_cpu(a->w1, b->w1, 2 * F * C);
+        to_cpu(a->w2, b->w2, C * F);
+    }
+    glm_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .use_rslora = false, .targets = "all"};
+    CHECK(glm_lora_create(gm, &lc, 5, &gl) == GLM_OK && glm_lora_create(cm, &lc, 5, &cl) == GLM_OK, "lora: %s", glm_errmsg());
+    if (!gl || !cl) goto out;
+    for (int i = 1; i < gl->n_params; i += 2) { /* lora_B ~ N(0, 0.02^2) on both */
+        glm_param *p = &cl->params[i];
+        CHECK(cpu->fill_normal(cpu, p->w, GLM_DT_F32, p->numel, 0.0f, 0.02f, 9, (uint64_t)i) == GLM_OK, "fill");
+        CHECK(gpu->upload(gpu, gl->params[i].w, p->w, (size_t)p->numel * 4) == GLM_OK, "upload B");
+    }
+    {
+        const int T = 320;
+        uint32_t ids[320];
+        uint8_t tg[320];
+        int32_t pos[320], doc[320];
+        for (int t = 0; t < T; t++) {
+            doc[t] = t < 100 ? 0 : t < 300 ? 1 : 2;
+            pos[t] = t - (doc[t] == 0 ? 0 : doc[t] == 1 ? 100 : 300);
+            tg[t] = pos[t] > 0;
+            ids[t] = (uint32_t)((t * 2654435761u) % (uint32_t)V);
+        }
+        glm_batch b = {1, T, ids, tg, pos, doc};
+        float scale = 1.0f / 317.0f; /* targets: every position but a document's first (99 + 199 + 19) */
+        double lsc = 0, lsg = 0;
+        int64_t ntc = 0, nt = 0, n;
+        CHECK(glm_model_step(cm, cl, &b, scale, 1, GLM_CKPT_NONE, 0, &lsc, &ntc) == GLM_OK, "cpu step: %s", glm_errmsg());
+        CHECK(glm_model_step(gm, gl, &b, scale, 1, GLM_CKPT_AUTO, 0, &lsg, &nt) == GLM_OK, "cuda step: %s", glm_errmsg());
+        report("9B shape (2 layers, T 320, 3 docs) loss vs cpu", fabs(lsg - lsc) / fabs(lsc), TOL_MODEL_LOSS);
+        float *gc = grads(cpu, cl, &n), *g0 = grads(gpu, gl, &n);
+        report("9B shape LoRA grads vs cpu", rel(g0, gc, n), TOL_MODEL_GRAD);
+        double worst = 0;
+        int64_t off = 0;
+        for (int i = 0; i < cl->n_params; i++) {
+            worst = fmax(worst, rel(g0 + off, gc + off, cl->params[i].numel));
+            off += cl->params[i].numel;
+        }
+        report("9B shape worst LoRA grad tensor vs cpu", worst, TOL_MODEL_GRAD);
+        glm_ckpt_mode modes[] = {GLM_CKPT_SELECTIVE, GLM_CKPT_FULL};
+        for (int k = 0; k < 2; k++) {
+            gm->mlp_chunk = 100;
+            glm_lora_zero_grads(gl);
+            double l2 = 0;
+            CHECK(glm_model_step(gm, gl, &b, scale, 1, modes[k], 0, &l2, &nt) == GLM_OK, "cuda %s: %s", glm_ckpt_name(modes[k]),
+                  glm_errmsg());
+            float *g2 = grads(gpu, gl, &n);
+            char what[200];
+            snprintf(what, sizeof what, "9B shape cuda %s, MLP chunks of 100 vs keep", glm_ckpt_name(modes[k]));
+            report(what, fmax(rel(g2, g0, n), fabs(l2 - lsg) / fabs(lsg)), 1e-2);
+            free(g2);
+        }
+        gm->mlp_chunk = 0;
+        free(gc), free(g0);
+    }
+out:
+    glm_lora_free(gl), glm_lora_free(cl);
+    glm_model_free(gm), glm_model_free(cm);
+}
+
 int main(void) {
     if (glm_cuda_device_count() == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -163,6 +249,7 @@ int main(void) {
         return st == GLM_ERR_UNSUPPORTED ? 77 : 1;
     }
     cpu = glm_backend_cpu();
+    test_9b_shape();
     test_layout("chatglm");
     test_layout("hf");
     glm_backend_cuda_close(gpu);

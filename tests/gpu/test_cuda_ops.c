@@ -207,6 +207,14 @@ static void test_matmul(void) {
     t_matmul(0, 0, 256, 4096, 8, F, F, H, 1.0f, 0.0f, 0);      /* dropout scratch = du A */
     t_matmul(0, 0, 256, 13696, 8, F, F, H, 1.0f, 1.0f, 0);     /* dx += du A */
     t_matmul(0, 0, 31, 17, 5, F, F, F, 1.0f, 0.0f, 0);         /* odd fp32 */
+    /* the LoRA branch as the model runs it: bf16 copies of the LoRA weights, bf16 activations */
+    t_matmul(0, 1, 256, 8, 4096, H, H, H, 1.0f, 0.0f, 0);      /* u = x A^T */
+    t_matmul(0, 1, 256, 24, 4096, H, H, H, 1.0f, 0.0f, 0);     /* u of q/k/v adapters at once */
+    t_matmul(0, 1, 256, 4096, 8, H, H, H, 2.0f, 1.0f, 1024);   /* y[:, cols] += s u B^T */
+    t_matmul(1, 0, 5120, 8, 256, H, H, F, 2.0f, 1.0f, 0);      /* dB += s dy^T u (fp32 grads) */
+    t_matmul(0, 0, 256, 8, 13696, H, H, H, 2.0f, 0.0f, 0);     /* du = s dy B */
+    t_matmul(1, 0, 8, 4096, 256, H, H, F, 1.0f, 1.0f, 0);      /* dA += du^T x (fp32 grads) */
+    t_matmul(0, 0, 256, 13696, 8, H, H, H, 1.0f, 1.0f, 0);     /* dx += du A */
     /* K == 0: C = beta C */
     t_matmul(0, 0, 13, 7, 0, H, H, H, 1.0f, 0.5f, 0);
 }
@@ -508,9 +516,76 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
     for (int64_t i = 0; i < N * ld; i++) bad += !isfinite(hd[i]);
     CHECK(bad == 0, "attention_bwd T=%d: %lld elements not finite (unwritten?)", T, (long long)bad);
     record("attention_bwd long (finite)", shape, bad ? INFINITY : 0.0, TOL_BF16, ms);
+    /* dq at the sampled query rows, dk and dv at the same rows as keys, against float64 sums that
+     * use the GPU's forward output and lse (both checked above): P_ij = exp(s_ij - lse_i),
+     * dS_ij = P_ij (dO_i . v_j - dO_i . O_i) */
+    {
+        float *lse = malloc((size_t)H * T * 4), *do16 = malloc(N * qd * 4);
+        gpu->download(gpu, lse, glse, (size_t)H * T * 4);
+        gpu->download_f32(gpu, do16, GLM_DT_BF16, gdo, N * qd);
+        float *aq = malloc((size_t)ns * (qd + 2 * kd) * 4), *cq = malloc((size_t)ns * (qd + 2 * kd) * 4);
+        double *acc = malloc((size_t)(qd + 2 * kd) * 8);
+        int64_t w = qd + 2 * kd;
+        for (int si = 0; si < ns; si++) {
+            int r = samples[si];
+            for (int64_t cc = 0; cc < w; cc++) acc[cc] = 0;
+            for (int h = 0; h < H; h++) {
+                int g = h / (H / Hkv);
+                /* as a query: dq_r */
+                const float *qi = qkv + (int64_t)r * ld + h * Dh, *doi = do16 + (int64_t)r * qd + h * Dh, *oi = o + (int64_t)r * qd + h * Dh;
+                double Di = 0;
+                for (int cc = 0; cc < Dh; cc++) Di += (double)doi[cc] * oi[cc];
+                for (int j = 0; j <= r; j++) {
+                    if (doc[j] != doc[r]) continue;
+                    const float *kj = qkv + (int64_t)j * ld + qd + g * Dh, *vj = kj + kd;
+                    double sdot = 0, dp = 0;
+                    for (int cc = 0; cc < Dh; cc++) sdot += (double)qi[cc] * kj[cc], dp += (double)doi[cc] * vj[cc];
+                    double p = exp(sdot * scale - lse[(int64_t)h * T + r]), ds = p * (dp - Di);
+                    for (int cc = 0; cc < Dh; cc++) acc[h * Dh + cc] += ds * scale * kj[cc];
+                }
+                /* as a key: dk_r, dv_r summed over the group's heads */
+                const float *kr = qkv + (int64_t)r * ld + qd + g * Dh, *vr = kr + kd;
+                for (int i = r; i < T && doc[i] == doc[r]; i++) {
+                    const float *qq = qkv + (int64_t)i * ld + h * Dh, *dd = do16 + (int64_t)i * qd + h * Dh, *oo = o + (int64_t)i * qd + h * Dh;
+                    double sdot = 0, dp = 0, Dq = 0;
+                    for (int cc = 0; cc < Dh; cc++)
+                        sdot += (double)qq[cc] * kr[cc], dp += (double)dd[cc] * vr[cc], Dq += (double)dd[cc] * oo[cc];
+                    double p = exp(sdot * scale - lse[(int64_t)h * T + i]), ds = p * (dp - Dq);
+                    for (int cc = 0; cc < Dh; cc++) {
+                        acc[qd + g * Dh + cc] += ds * scale * qq[cc];
+                        acc[qd + kd + g * Dh + cc] += p * dd[cc];
+                    }
+                }
+            }
+            for (int64_t cc = 0; cc < w; cc++) {
+                cq[(int64_t)si * w + cc] = (float)acc[cc];
+                aq[(int64_t)si * w + cc] = hd[(int64_t)r * ld + cc];
+            }
+        }
+        record("attention_bwd long (rows)", shape, rel_err(aq, cq, (int64_t)ns * w), TOL_BF16, 0);
+        free(lse), free(do16), free(aq), free(cq), free(acc);
+    }
     free(hd), free(dout), free(o), free(a), free(c), free(s), free(qkv), free(doc);
     gpu->free(gpu, gqkv), gpu->free(gpu, go), gpu->free(gpu, glse), gpu->free(gpu, gdoc), gpu->free(gpu, gdo),
         gpu->free(gpu, gd);
+}
+
+/* cast f32 <-> bf16 and fill_normal against the CPU op (the same counter-based generator) */
+static void test_cast_fill(void) {
+    int64_t n = 1000003;
+    float *x = randn(n, 3.0f), *c = malloc(n * 4);
+    void *g32 = gbuf(GLM_DT_F32, x, n), *g16 = gpoison(GLM_DT_BF16, n), *b32 = gpoison(GLM_DT_F32, n);
+    OK(gpu->cast(gpu, g16, GLM_DT_BF16, g32, GLM_DT_F32, n));
+    OK(gpu->cast(gpu, b32, GLM_DT_F32, g16, GLM_DT_BF16, n));
+    for (int64_t i = 0; i < n; i++) c[i] = bf16_round(x[i]);
+    cmp("cast f32>bf16>f32", "n1000003", GLM_DT_F32, b32, c, n, 0.0, 0);
+    OK(cpu->fill_normal(cpu, c, GLM_DT_F32, n, 0.25f, 0.5f, 11, 5));
+    OK(gpu->fill_normal(gpu, b32, GLM_DT_F32, n, 0.25f, 0.5f, 11, 5));
+    cmp("fill_normal f32", "n1000003", GLM_DT_F32, b32, c, n, TOL_F32, 0);
+    OK(gpu->fill_normal(gpu, g16, GLM_DT_BF16, n, 0.25f, 0.5f, 11, 5));
+    cmp("fill_normal bf16", "n1000003", GLM_DT_BF16, g16, c, n, TOL_BF16, 0);
+    free(x), free(c);
+    gpu->free(gpu, g32), gpu->free(gpu, g16), gpu->free(gpu, b32);
 }
 
 static void test_cross_entropy(int64_t n, int64_t V) {
@@ -656,10 +731,15 @@ int main(void) {
     test_attention(2, 77, 4, 2, 16, 20);       /* tiny fixture heads, odd T */
     test_attention(1, 100, 6, 3, 72, 1000);    /* one document (plain causal), Dh not a power of 2 */
     test_attention(8192, 32, 64, 2, 16, 10);   /* B*H*T = 16.8M rows: more warps than grid_for's capped grid */
+    test_attention(1, 1000, 32, 4, 128, 400);  /* real heads, several 64-row tiles, boundaries inside tiles */
+    test_attention(3, 200, 8, 2, 64, 50);      /* head dim 64 (the other tile width), several rows */
+    test_attention(1, 333, 8, 2, 128, 100000); /* one document, T not a multiple of any tile */
+    test_attention(2, 130, 4, 4, 40, 3);       /* Hkv = H, Dh 40 (padded to 64), many tiny documents */
     test_attention_long(8192, 4, 1, 128);
     test_cross_entropy(17, 151552);            /* GLM-4 vocab */
     test_cross_entropy(9, 1001);
     test_adamw_sumsq();
+    test_cast_fill();
     printf("\n%-30s %-32s %10s %8s %9s\n", "op", "shape", "rel err", "tol", "ms");
     for (int i = 0; i < nrows; i++)
         printf("%-30s %-32s %10.2e %8.0e %9.3f%s\n", rows[i].op, rows[i].shape, rows[i].err, rows[i].tol, rows[i].ms,

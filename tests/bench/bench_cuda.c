@@ -1,0 +1,246 @@
+/* tests/bench/bench_cuda.c: one small benchmark per CUDA kernel family at GLM-4-9B-Chat-1M's
+ * shapes (8192 tokens unless stated), against the ceilings measured on the H200 (DESIGN.md §6,
+ * device notes): cuBLAS bf16 GEMM ~800 TFLOP/s, cuDNN attention 543 TFLOP/s at 8k, HBM ~4 TB/s
+ * (bytes read + written). Each row: the median of 7 timed runs after a warm-up (wall clock around
+ * a synchronised run; every kernel here runs far longer than a launch). Random inputs, never
+ * zeros. Prints a Markdown table. Usage: bench_cuda [family ...] (gemm attention norm rope
+ * elementwise ce optim; default all). Exits 77 without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+
+static const glm_backend *g;
+static const double GEMM_CEIL = 800e12, ATTN_CEIL = 543e12, HBM_CEIL = 4.0e12;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+#define TIME(ms, expr)                                                                                  \
+    do {                                                                                                \
+        double t_[7];                                                                                   \
+        if ((expr) != GLM_OK) {                                                                         \
+            fprintf(stderr, "%s: %s\n", #expr, glm_errmsg());                                           \
+            exit(1);                                                                                    \
+        }                                                                                               \
+        g->sync(g);                                                                                     \
+        for (int r_ = 0; r_ < 7; r_++) {                                                                \
+            double a_ = now();                                                                          \
+            (void)(expr);                                                                               \
+            g->sync(g);                                                                                 \
+            t_[r_] = now() - a_;                                                                        \
+        }                                                                                               \
+        qsort(t_, 7, sizeof(double), cmpd);                                                             \
+        ms = t_[3] * 1e3;                                                                               \
+    } while (0)
+
+static void *rnd(glm_dtype dt, int64_t n, float std, uint64_t stream) {
+    void *p;
+    if (g->alloc(g, (size_t)n * glm_dtype_size(dt), "bench", &p) || g->fill_normal(g, p, dt, n, 0.0f, std, 42, stream)) {
+        fprintf(stderr, "alloc/fill %lld: %s\n", (long long)n, glm_errmsg());
+        exit(1);
+    }
+    return p;
+}
+
+static void row_flops(const char *fam, const char *what, double ms, double flop, double ceil) {
+    double r = flop / (ms * 1e-3);
+    printf("| %s | %s | %.3f | %.1f TFLOP/s | %.0f%% |\n", fam, what, ms, r / 1e12, 100 * r / ceil);
+}
+static void row_bytes(const char *fam, const char *what, double ms, double bytes) {
+    double r = bytes / (ms * 1e-3);
+    printf("| %s | %s | %.3f | %.0f GB/s | %.0f%% |\n", fam, what, ms, r / 1e9, 100 * r / HBM_CEIL);
+}
+
+static const glm_dtype H = GLM_DT_BF16, F = GLM_DT_F32;
+enum { N = 8192, C = 4096, QD = 4096, DQKV = 5120, FF = 13696, V = 151552, R = 8 };
+
+static void bench_gemm(void) {
+    struct {
+        const char *what;
+        int ta, tb;
+        int64_t M, Nn, K;
+        glm_dtype dc;
+        float beta;
+    } s[] = {
+        {"query_key_value fwd [8192x4096]x[4096x5120]", 0, 1, N, DQKV, C, H, 0},
+        {"dense fwd (beta 1 into residual)", 0, 1, N, C, QD, H, 1},
+        {"dense_h_to_4h fwd [8192x4096]x[4096x27392]", 0, 1, N, 2 * FF, C, H, 0},
+        {"dense_4h_to_h fwd [8192x13696]x[13696x4096]", 0, 1, N, C, FF, H, 1},
+        {"dense_h_to_4h input grad", 0, 0, N, C, 2 * FF, H, 0},
+        {"dense_4h_to_h input grad", 0, 0, N, FF, C, H, 0},
+        {"output layer, 2048-token chunk", 0, 1, 2048, V, C, H, 0},
+        {"LoRA u = x A^T (r 8)", 0, 1, N, R, C, H, 0},
+        {"LoRA y += s u B^T (out 27392)", 0, 1, N, 2 * FF, R, H, 1},
+        {"LoRA dA += du^T x (fp32 grad)", 1, 0, R, C, N, F, 1},
+        {"LoRA dB += s dy^T u (fp32 grad, out 27392)", 1, 0, 2 * FF, R, N, F, 1},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        int64_t ar = s[i].ta ? s[i].K : s[i].M, ac = s[i].ta ? s[i].M : s[i].K;
+        int64_t br = s[i].tb ? s[i].Nn : s[i].K, bc = s[i].tb ? s[i].K : s[i].Nn;
+        void *A = rnd(H, ar * ac, 1, 1), *B = rnd(H, br * bc, 0.02f, 2), *Cm = rnd(s[i].dc, s[i].M * s[i].Nn, 1, 3);
+        double ms;
+        TIME(ms, g->matmul(g, s[i].ta, s[i].tb, s[i].M, s[i].Nn, s[i].K, 1.0f, A, H, ac, B, H, bc, s[i].beta, Cm, s[i].dc,
+                           s[i].Nn));
+        double flop = 2.0 * s[i].M * s[i].Nn * s[i].K;
+        if (s[i].K <= 64 || s[i].M <= 64 || s[i].Nn <= 64) /* rank-r: memory-bound, count bytes */
+            row_bytes("gemm", s[i].what, ms,
+                      2.0 * (ar * ac + br * bc) + glm_dtype_size(s[i].dc) * (double)s[i].M * s[i].Nn * (s[i].beta ? 2 : 1));
+        else
+            row_flops("gemm", s[i].what, ms, flop, GEMM_CEIL);
+        g->free(g, A), g->free(g, B), g->free(g, Cm);
+    }
+}
+
+static void bench_attention(void) {
+    const int Hh = 32, Hkv = 4, Dh = 128;
+    int64_t ld = (Hh + 2 * Hkv) * Dh;
+    int Ts[] = {8192, 32768};
+    for (int k = 0; k < 3; k++) {
+        int T = k < 2 ? Ts[k] : 8192, docs = k == 2;
+        void *qkv = rnd(H, (int64_t)T * ld, 1, 10), *o = rnd(H, (int64_t)T * QD, 1, 11), *dO = rnd(H, (int64_t)T * QD, 1, 12),
+             *d = rnd(H, (int64_t)T * ld, 1, 13);
+        float *lse;
+        int32_t *doc;
+        g->alloc(g, (size_t)Hh * T * 4, "lse", (void **)&lse);
+        g->alloc(g, (size_t)T * 4, "doc", (void **)&doc);
+        int32_t *hd = malloc((size_t)T * 4);
+        for (int t = 0; t < T; t++) hd[t] = docs ? t / 1024 : 0; /* 8 documents of 1024 tokens, or one */
+        g->upload(g, doc, hd, (size_t)T * 4);
+        uint16_t *q = qkv, *dq = d;
+        double fw, bw;
+        TIME(fw, g->attention_fwd(g, o, QD, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, 1, T, Hh, Hkv, Dh));
+        TIME(bw, g->attention_bwd(g, dq, dq + QD, dq + QD + Hkv * Dh, dO, QD, o, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld,
+                                  doc, 1, T, Hh, Hkv, Dh));
+        /* causal work: forward 2 T^2 H Dh (QK^T and PV over half the pairs), backward twice that;
+         * with 8 documents of 1024 the visible pairs are 8 x 1024^2 / 2 */
+        double pairs = docs ? 8.0 * 1024 * 1024 / 2 : (double)T * T / 2, f = 4.0 * pairs * Hh * Dh;
+        char w[96];
+        snprintf(w, sizeof w, "forward T=%d %s", T, docs ? "8 documents" : "one document");
+        row_flops("attention", w, fw, f, ATTN_CEIL);
+        snprintf(w, sizeof w, "backward T=%d %s", T, docs ? "8 documents" : "one document");
+        row_flops("attention", w, bw, 2 * f, ATTN_CEIL);
+        snprintf(w, sizeof w, "forward + backward T=%d %s", T, docs ? "8 documents" : "one document");
+        row_flops("attention", w, fw + bw, 3 * f, ATTN_CEIL);
+        free(hd);
+        g->free(g, qkv), g->free(g, o), g->free(g, dO), g->free(g, d), g->free(g, lse), g->free(g, doc);
+    }
+}
+
+static void bench_norm(void) {
+    void *x = rnd(H, (int64_t)N * C, 1, 20), *y = rnd(H, (int64_t)N * C, 1, 21), *w = rnd(H, C, 1, 22), *dx = rnd(H, (int64_t)N * C, 1, 23);
+    float *rstd;
+    g->alloc(g, N * 4, "rstd", (void **)&rstd);
+    double ms;
+    TIME(ms, g->rmsnorm_fwd(g, y, rstd, x, w, N, C, 1e-6f));
+    row_bytes("norm", "rmsnorm fwd [8192x4096]", ms, 4.0 * N * C);
+    TIME(ms, g->rmsnorm_bwd(g, dx, y, x, w, rstd, N, C));
+    row_bytes("norm", "rmsnorm bwd [8192x4096]", ms, 8.0 * N * C);
+    g->free(g, x), g->free(g, y), g->free(g, w), g->free(g, dx), g->free(g, rstd);
+}
+
+static void bench_rope(void) {
+    void *x = rnd(H, (int64_t)N * DQKV, 1, 30);
+    int32_t *pos;
+    float *inv;
+    g->alloc(g, N * 4, "pos", (void **)&pos);
+    g->alloc(g, 32 * 4, "inv", (void **)&inv);
+    int32_t *hp = malloc(N * 4);
+    for (int i = 0; i < N; i++) hp[i] = i;
+    float hi[32];
+    glm_rope_inv_freq(1e8, 64, hi);
+    g->upload(g, pos, hp, N * 4);
+    g->upload(g, inv, hi, sizeof hi);
+    double ms;
+    TIME(ms, g->rope(g, x, DQKV, pos, N, 36, 128, 64, inv, 0));
+    row_bytes("rope", "rope in place, 36 heads x 64 dims [8192 rows]", ms, 4.0 * N * 36 * 64);
+    free(hp);
+    g->free(g, x), g->free(g, pos), g->free(g, inv);
+}
+
+static void bench_elementwise(void) {
+    void *h = rnd(H, (int64_t)N * 2 * FF, 1, 40), *a = rnd(H, (int64_t)N * FF, 1, 41), *dh = rnd(H, (int64_t)N * 2 * FF, 1, 42);
+    double ms;
+    TIME(ms, g->swiglu_fwd(g, a, h, N, FF));
+    row_bytes("elementwise", "swiglu fwd [8192x13696]", ms, 6.0 * N * FF);
+    TIME(ms, g->swiglu_bwd(g, dh, a, h, N, FF));
+    row_bytes("elementwise", "swiglu bwd [8192x13696]", ms, 10.0 * N * FF);
+    void *y = rnd(H, (int64_t)N * DQKV, 1, 43), *b = rnd(H, DQKV, 1, 44);
+    TIME(ms, g->add_bias(g, y, DQKV, b, N, DQKV));
+    row_bytes("elementwise", "add_bias [8192x5120]", ms, 4.0 * N * DQKV);
+    void *f32 = rnd(F, 21340160, 1, 45), *b16 = rnd(H, 21340160, 1, 46);
+    TIME(ms, g->cast(g, b16, H, f32, F, 21340160));
+    row_bytes("elementwise", "cast f32 > bf16 (LoRA copies, 21.3M)", ms, 6.0 * 21340160);
+    g->free(g, h), g->free(g, a), g->free(g, dh), g->free(g, y), g->free(g, b), g->free(g, f32), g->free(g, b16);
+}
+
+static void bench_ce(void) {
+    int n = 2048;
+    void *l = rnd(H, (int64_t)n * V, 2, 50);
+    int32_t *lab;
+    g->alloc(g, (size_t)n * 4, "labels", (void **)&lab);
+    int32_t *hl = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) hl[i] = (i * 7919) % V;
+    g->upload(g, lab, hl, (size_t)n * 4);
+    double ms, ls;
+    int64_t nt;
+    TIME(ms, g->cross_entropy(g, l, l, lab, n, V, 1e-3f, &ls, &nt));
+    row_bytes("cross-entropy", "loss + dlogits in place [2048x151552]", ms, 6.0 * n * V);
+    free(hl);
+    g->free(g, l), g->free(g, lab);
+}
+
+static void bench_optim(void) {
+    int64_t n = 21340160; /* LoRA r=8 on every linear of the 9B model */
+    float *w = rnd(F, n, 0.01f, 60), *gr = rnd(F, n, 0.01f, 61), *m = rnd(F, n, 0.01f, 62), *v = rnd(F, n, 0.01f, 63);
+    g->zero(g, v, (size_t)n * 4);
+    double ms;
+    TIME(ms, g->adamw(g, w, gr, m, v, n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1));
+    row_bytes("optimizer", "adamw (21.3M fp32 params)", ms, 28.0 * n);
+    g->free(g, w), g->free(g, gr), g->free(g, m), g->free(g, v);
+}
+
+int main(int argc, char **argv) {
+#ifndef GLMTUNE_HAVE_CUDA
+    printf("SKIPPED: built without CUDA\n");
+    return 77;
+#else
+    glm_status st;
+    if (glm_cuda_device_count() == 0) {
+        printf("SKIPPED: no CUDA device\n");
+        return 77;
+    }
+    g = glm_backend_cuda(0, &st);
+    if (!g) {
+        printf("SKIPPED: %s\n", glm_errmsg());
+        return 77;
+    }
+    printf("bench_cuda on %s; ceilings: GEMM %.0f TFLOP/s, attention %.0f TFLOP/s (cuDNN, 8k), HBM %.0f GB/s\n\n",
+           glm_cuda_device_name(0), GEMM_CEIL / 1e12, ATTN_CEIL / 1e12, HBM_CEIL / 1e9);
+    printf("| family | what | ms | rate | of ceiling |\n|---|---|---|---|---|\n");
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } fams[] = {{"gemm", bench_gemm}, {"attention", bench_attention}, {"norm", bench_norm}, {"rope", bench_rope},
+                {"elementwise", bench_elementwise}, {"ce", bench_ce}, {"optim", bench_optim}};
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        int on = argc < 2;
+        for (int i = 1; i < argc; i++) on |= !strcmp(argv[i], fams[f].name);
+        if (on) {
+            fams[f].fn();
+            fflush(stdout);
+        }
+    }
+    glm_backend_cuda_close(g);
+    return 0;
+#endif
+}

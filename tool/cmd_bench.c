@@ -1,0 +1,348 @@
+/* glmtune bench: "how fast will this train on my GPU, and will it fit": random bf16 weights of a
+ * GLM-4 shape made directly in GPU memory (no checkpoint, no disk), a LoRA adapter and AdamW, then
+ * timed training steps (forward, loss, backward, gradient norm, AdamW) at each sequence length,
+ * and a table: tokens/s, useful TFLOP/s and MFU (DESIGN.md §6), peak memory, the memory plan and
+ * the time per phase. The batch is one document of T tokens per row with the second half of the
+ * tokens as targets, as ../shared/bench/hf_bench.py measures transformers + PEFT. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/rng.h"
+#include "kernels/backend.h"
+#include "lora/config.h"
+#include "lora/lora.h"
+#include "lora/model.h"
+#include "lora/optim.h"
+#include "lora/plan.h"
+#include "tool/cli.h"
+
+static const char *HELP =
+    "usage: glmtune bench [--shape NAME | --model DIR | --config FILE] [--seq-len T[,T...]] [--steps N]\n"
+    "                     [--batch-size B] [--gradient-checkpointing auto|none|selective|full]\n"
+    "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
+    "                     [--device cuda|cpu] [--json]\n"
+    "\n"
+    "Times LoRA training steps of a GLM-4 model with random bf16 weights made on the GPU (seconds for\n"
+    "the 9B shape; no checkpoint is read), and prints per sequence length: tokens/s, useful TFLOP/s,\n"
+    "MFU, peak GPU memory, the memory plan, and the time of each phase of a step.\n"
+    "  --shape NAME      glm-4-9b-chat-1m (default), glm-4-9b-chat or glm-4-9b\n"
+    "  --model DIR       the shape of DIR/config.json (weights are not read)\n"
+    "  --config FILE     the shape of a config.json file\n"
+    "  --seq-len T,...   tokens per row, one benchmark each (default 8192)\n"
+    "  --steps N         timed steps after one warm-up step (default 3; the median is reported)\n"
+    "  --batch-size B    rows per micro-batch (default 1)\n"
+    "  --gradient-checkpointing MODE   as glmtune train (default auto: the planner's choice)\n"
+    "  --max-gpu-memory GiB            plan for a smaller card, e.g. 22 for 24 GB (default: the GPU's)\n"
+    "  --lora-rank R, --lora-alpha A, --lora-target LIST   the adapter (default 8, 2 R, all)\n"
+    "  --json            one JSON object per sequence length instead of the tables\n"
+    "Useful work per token = 4 N_matmul + 6 L T H Dh (forward and input-gradient GEMMs, causal\n"
+    "attention forward and backward; recomputation not counted); MFU = useful FLOP/s / 989e12.\n";
+
+typedef struct bench_opts {
+    const char *shape, *model, *config, *targets, *device, *ckpt;
+    int64_t seqs[32];
+    int nseq, steps, B, rank, json;
+    double alpha, max_gib;
+} bench_opts;
+
+static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
+    memset(o, 0, sizeof *o);
+    o->shape = "glm-4-9b-chat-1m";
+    o->targets = "all";
+    o->device = "cuda";
+    o->ckpt = "auto";
+    o->steps = 3;
+    o->B = 1;
+    o->rank = 8;
+    o->alpha = NAN;
+    o->seqs[0] = 8192;
+    o->nseq = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        uint64_t u;
+        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
+            *help = 1;
+            return GLM_OK;
+        }
+        if (cli_flag(argv[i], "--json")) {
+            o->json = 1;
+            continue;
+        }
+#define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) < 0 ? -1 : r)
+        if ((r = VAL("--shape")) > 0) o->shape = v, o->model = o->config = NULL;
+        else if (r == 0 && (r = VAL("--model")) > 0) o->model = v;
+        else if (r == 0 && (r = VAL("--config")) > 0) o->config = v;
+        else if (r == 0 && (r = VAL("--lora-target")) > 0) o->targets = v;
+        else if (r == 0 && (r = VAL("--device")) > 0) o->device = v;
+        else if (r == 0 && (r = VAL("--gradient-checkpointing")) > 0) o->ckpt = v;
+        else if (r == 0 && (r = VAL("--seq-len")) > 0) {
+            o->nseq = 0;
+            char *s = strdup(v), *save = NULL;
+            glm_status st = GLM_OK;
+            for (char *t = strtok_r(s, ",", &save); t && !st; t = strtok_r(NULL, ",", &save)) {
+                if (o->nseq == 32) st = glm_err(GLM_ERR_ARG, "--seq-len: at most 32 lengths");
+                else if (!(st = cli_u64("--seq-len", t, &u)) && (u < 2 || u > (1u << 30)))
+                    st = glm_err(GLM_ERR_ARG, "--seq-len %s: expected 2 .. 2^30 tokens", t);
+                if (!st) o->seqs[o->nseq++] = (int64_t)u;
+            }
+            free(s);
+            GLM_TRY(st);
+        } else if (r == 0 && (r = VAL("--steps")) > 0) {
+            GLM_TRY(cli_u64("--steps", v, &u));
+            if (u < 1 || u > 1000) return glm_err(GLM_ERR_ARG, "--steps %s: expected 1 .. 1000", v);
+            o->steps = (int)u;
+        } else if (r == 0 && (r = VAL("--batch-size")) > 0) {
+            GLM_TRY(cli_u64("--batch-size", v, &u));
+            if (u < 1 || u > 4096) return glm_err(GLM_ERR_ARG, "--batch-size %s: expected 1 .. 4096", v);
+            o->B = (int)u;
+        } else if (r == 0 && (r = VAL("--lora-rank")) > 0) {
+            GLM_TRY(cli_u64("--lora-rank", v, &u));
+            if (u < 1 || u > 4096) return glm_err(GLM_ERR_ARG, "--lora-rank %s: expected 1 .. 4096", v);
+            o->rank = (int)u;
+        } else if (r == 0 && (r = VAL("--lora-alpha")) > 0) {
+            GLM_TRY(cli_double("--lora-alpha", v, &o->alpha));
+        } else if (r == 0 && (r = VAL("--max-gpu-memory")) > 0) {
+            GLM_TRY(cli_double("--max-gpu-memory", v, &o->max_gib));
+            if (!(o->max_gib >= 0)) return glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0", v);
+        }
+#undef VAL
+        if (r < 0) return glm_err(GLM_ERR_ARG, "%s needs a value", argv[i]);
+        if (r == 0) return glm_err(GLM_ERR_ARG, "unknown option %s; hint: glmtune bench --help", argv[i]);
+    }
+    if (isnan(o->alpha)) o->alpha = 2.0 * o->rank;
+    return GLM_OK;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Useful FLOP per token (DESIGN.md §6): 4 N_matmul + 6 L T H Dh. */
+static double useful_flop_per_token(const glm_config *c, int64_t T) {
+    double C = c->C, qd = (double)c->H * c->Dh, nm = (double)c->L * (glm_config_qkv_rows(c) * C + qd * C + 3.0 * c->F * C) +
+                                                     (double)c->V * C;
+    return 4.0 * nm + 6.0 * c->L * (double)T * qd;
+}
+
+typedef struct result {
+    int64_t T;
+    int ok;
+    char err[512];
+    glm_plan plan;
+    double step_s, tok_s, tflops, mfu, peak_gib, loss, phase_ms[GLM_PHASE_COUNT];
+} result;
+
+/* One sequence length: plan, warm-up, timed steps. */
+static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const bench_opts *o, glm_ckpt_mode mode, int64_t T,
+                          result *res) {
+    const glm_backend *be = m->be;
+    const glm_config *c = &m->cfg;
+    int B = o->B;
+    int64_t N = (int64_t)B * T;
+    uint32_t *ids = malloc((size_t)N * 4);
+    uint8_t *tg = malloc((size_t)N);
+    int32_t *pos = malloc((size_t)N * 4), *doc = malloc((size_t)N * 4);
+    double *times = malloc(sizeof(double) * (size_t)o->steps);
+    glm_status st = (ids && tg && pos && doc && times) ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory for the batch");
+    glm_rng rng;
+    glm_rng_seed(&rng, 1234, (uint64_t)T);
+    int64_t ntg = 0;
+    for (int64_t i = 0; !st && i < N; i++) {
+        int64_t t = i % T;
+        uint32_t id = 100 + (uint32_t)(glm_rng_uniform(&rng) * (double)((c->V > 151000 ? 151000 : c->V) - 100));
+        ids[i] = id < (uint32_t)c->V ? id : (uint32_t)c->V - 1;
+        pos[i] = (int32_t)t;
+        doc[i] = 0;
+        tg[i] = t >= T / 2 && t > 0;
+        ntg += tg[i];
+    }
+    glm_batch b = {B, (int)T, ids, tg, pos, doc};
+    int n_params = 0;
+    glm_param *params = glm_lora_params(lora, &n_params);
+    if (!st) st = glm_model_prepare(m, lora, B, (int)T, 1, mode, &res->plan);
+    if (!st) be->mem_reset_peak(be);
+    memset(res->phase_ms, 0, sizeof res->phase_ms);
+    for (int s = 0; s <= o->steps && !st; s++) {
+        if (s == 1) be->prof_enable(be, 1);
+        double t0 = now_s(), ls = 0;
+        int64_t nt = 0;
+        st = glm_lora_zero_grads(lora);
+        if (!st) st = glm_model_step(m, lora, &b, (float)(1.0 / (double)ntg), 1, mode, 0, &ls, &nt);
+        be->phase(be, GLM_PHASE_OPTIMIZER);
+        if (!st) st = glm_optim_step(opt, params, (size_t)n_params, 1e-5, NULL);
+        if (st == GLM_ERR_NUMERIC) st = GLM_OK; /* random weights: a non-finite step is skipped, as train does */
+        if (!st) st = be->sync(be);
+        double t1 = now_s();
+        if (s >= 1) {
+            times[s - 1] = t1 - t0;
+            if (!st) st = be->prof_collect(be, res->phase_ms);
+        }
+        res->loss = nt ? ls / (double)nt : NAN;
+    }
+    be->prof_enable(be, 0);
+    if (!st) {
+        qsort(times, (size_t)o->steps, sizeof(double), cmp_d);
+        res->step_s = times[o->steps / 2];
+        res->tok_s = (double)N / res->step_s;
+        res->tflops = useful_flop_per_token(c, T) * res->tok_s / 1e12;
+        res->mfu = res->tflops * 1e12 / 989e12;
+        for (int p = 0; p < GLM_PHASE_COUNT; p++) res->phase_ms[p] /= o->steps;
+        size_t fr, tot, use, peak;
+        be->mem_info(be, &fr, &tot, &use, &peak);
+        res->peak_gib = peak / 1073741824.0;
+        res->ok = 1;
+    }
+    free(ids), free(tg), free(pos), free(doc), free(times);
+    return st;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    int help = 0;
+    glm_status st = parse(argc, argv, &o, &help);
+    if (help) {
+        fputs(HELP, stdout);
+        return GLM_EXIT_OK;
+    }
+    if (st) {
+        cli_fail(st);
+        return GLM_EXIT_USAGE;
+    }
+    glm_ckpt_mode mode;
+    if ((st = glm_ckpt_parse(o.ckpt, &mode))) {
+        cli_fail(st);
+        return GLM_EXIT_USAGE;
+    }
+    glm_config cfg;
+    char shape_name[512];
+    if (o.model || o.config) {
+        st = glm_config_load(o.model ? o.model : o.config, 0, &cfg);
+        snprintf(shape_name, sizeof shape_name, "%s", o.model ? o.model : o.config);
+    } else {
+        st = glm_config_preset(o.shape, &cfg);
+        snprintf(shape_name, sizeof shape_name, "%s shape", o.shape);
+    }
+    if (st) return cli_fail(st);
+    const glm_backend *be = NULL;
+    char devname[300] = "cpu";
+    if (!strcmp(o.device, "cpu")) {
+        be = glm_backend_cpu();
+    } else if (!strcmp(o.device, "cuda")) {
+#ifdef GLMTUNE_HAVE_CUDA
+        be = glm_backend_cuda(0, &st);
+        if (!be) return cli_fail(st);
+        snprintf(devname, sizeof devname, "%s", glm_cuda_device_name(0));
+#else
+        return cli_fail(glm_err(GLM_ERR_UNSUPPORTED, "this build has no CUDA backend; hint: --device cpu (small shapes only)"));
+#endif
+    } else {
+        cli_fail(glm_err(GLM_ERR_ARG, "--device %s: expected cuda or cpu", o.device));
+        return GLM_EXIT_USAGE;
+    }
+    glm_model *m = NULL;
+    glm_lora *lora = NULL;
+    glm_optim opt;
+    int have_opt = 0;
+    double t0 = now_s();
+    st = glm_model_create_random(&cfg, be, 7, &m);
+    glm_lora_config lc = {o.rank, (float)o.alpha, 0.0f, false, o.targets};
+    if (!st) st = glm_lora_create(m, &lc, 7, &lora);
+    int n_params = 0;
+    glm_param *params = st ? NULL : glm_lora_params(lora, &n_params);
+    glm_adamw_cfg ac = {0.9, 0.999, 1e-8, 0.0, 1.0};
+    if (!st && !(st = glm_optim_init(&opt, be, params, (size_t)n_params, &ac))) have_opt = 1;
+    if (!st) {
+        m->optimizer = 1;
+        m->max_bytes = o.max_gib > 0 ? o.max_gib * 1073741824.0 : 0;
+    }
+    double t_init = now_s() - t0;
+    int64_t np = 0;
+    for (int i = 0; i < n_params; i++) np += params[i].numel;
+    if (!st && !o.json) {
+        printf("glmtune bench: %s on %s; LoRA r=%d alpha=%g on %s (%lld parameters), AdamW; micro-batch %d, one document "
+               "per row, second half of the tokens as targets; random weights made in %.1f s\n\n",
+               shape_name, devname, o.rank, o.alpha, o.targets, (long long)np, o.B, t_init);
+        printf("| seq len | tokens/s | step s | useful TFLOP/s | MFU | peak GiB | plan |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        fflush(stdout);
+    }
+    result *res = calloc((size_t)o.nseq, sizeof *res);
+    int failed = 0;
+    for (int k = 0; !st && k < o.nseq; k++) {
+        result *r = &res[k];
+        r->T = o.seqs[k];
+        glm_status s2 = run_one(m, lora, &opt, &o, mode, r->T, r);
+        if (s2) {
+            snprintf(r->err, sizeof r->err, "%s", glm_errmsg());
+            failed = 1;
+            /* free the step's buffers before the next length; the model and adapter stay */
+            glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
+        }
+        char planstr[160];
+        snprintf(planstr, sizeof planstr, "keep %d / selective %d / full %d, MLP chunk %lld", r->plan.n_keep, r->plan.n_selective,
+                 r->plan.n_full, (long long)r->plan.mlp_chunk);
+        if (o.json) {
+            printf("{\"who\": \"glmtune\", \"seq\": %lld, \"batch\": %d, \"gc\": \"%s\", ", (long long)r->T, o.B, glm_ckpt_name(mode));
+            if (r->ok) {
+                printf("\"step_s\": %.4f, \"tok_s\": %.1f, \"useful_tflops\": %.1f, \"mfu\": %.4f, \"peak_gib\": %.2f, "
+                       "\"predicted_gib\": %.2f, \"loss\": %.4f, \"keep\": %d, \"selective\": %d, \"full\": %d, \"mlp_chunk\": %lld, "
+                       "\"phase_ms\": {",
+                       r->step_s, r->tok_s, r->tflops, r->mfu, r->peak_gib, r->plan.total / 1073741824.0, r->loss, r->plan.n_keep,
+                       r->plan.n_selective, r->plan.n_full, (long long)r->plan.mlp_chunk);
+                for (int p = 0; p < GLM_PHASE_COUNT; p++) printf("%s\"%s\": %.2f", p ? ", " : "", glm_phase_name(p), r->phase_ms[p]);
+                printf("}}\n");
+            } else {
+                printf("\"error\": ");
+                for (const char *q = r->err; *q; q++) putchar(*q == '"' ? '\'' : *q);
+                printf("\"}\n");
+            }
+        } else if (r->ok) {
+            printf("| %lld | %.0f | %.3f | %.1f | %.1f%% | %.1f | %s |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops,
+                   100 * r->mfu, r->peak_gib, planstr);
+        } else {
+            printf("| %lld | failed: %s | | | | | |\n", (long long)r->T, r->err);
+        }
+        fflush(stdout);
+    }
+    if (!st && !o.json) {
+        printf("\ntime per step by phase (ms):\n\n| seq len |");
+        for (int p = 0; p < GLM_PHASE_COUNT; p++) printf(" %s |", glm_phase_name(p));
+        printf(" total |\n|---|");
+        for (int p = 0; p <= GLM_PHASE_COUNT; p++) printf("---|");
+        printf("\n");
+        for (int k = 0; k < o.nseq; k++) {
+            if (!res[k].ok) continue;
+            double tot = 0;
+            printf("| %lld |", (long long)res[k].T);
+            for (int p = 0; p < GLM_PHASE_COUNT; p++) {
+                printf(" %.1f |", res[k].phase_ms[p]);
+                tot += res[k].phase_ms[p];
+            }
+            printf(" %.1f |\n", tot);
+        }
+        printf("\nplans:\n");
+        for (int k = 0; k < o.nseq; k++)
+            if (res[k].ok) glm_plan_print(&res[k].plan, &cfg, stdout);
+    }
+    free(res);
+    if (have_opt) glm_optim_free(&opt);
+    glm_lora_free(lora);
+    glm_model_free(m);
+#ifdef GLMTUNE_HAVE_CUDA
+    if (!strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+    if (st) return cli_fail(st);
+    return failed ? GLM_EXIT_FAIL : GLM_EXIT_OK;
+}
