@@ -256,10 +256,12 @@ static glm_status oom_context(glm_status st, const glm_model *m, const glm_plan 
                            p->budget / G, m->be->name);
 }
 
-static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode) {
+/* The workspace for this call: the current one when it fits (shape, mode, adapter, dropout
+ * buffer when dropout is on), else a new one from a new plan. */
+static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout) {
     struct glm_ws *w = m->ws;
     if (w && w->T == T && B <= w->B_cap && (!backward || w->backward) && (w->mode == mode || !backward) &&
-        (!lora || w->lora == lora) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
+        (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
         w->loss_over == m->loss_chunk)
         return GLM_OK;
     glm_ws_free(m->ws);
@@ -271,7 +273,7 @@ static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int back
 }
 
 glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
-    GLM_TRY(ensure_ws(m, lora, B, T, backward && lora, mode));
+    GLM_TRY(ensure_ws(m, lora, B, T, backward && lora, mode, lora && lora->dropout > 0));
     if (out) *out = m->ws->plan;
     return GLM_OK;
 }
@@ -624,7 +626,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (lora && (lora->L != c->L || lora->be != be))
         return glm_err(GLM_ERR_MISMATCH, "model step: the LoRA adapter was built for another model");
     if (!lora) backward = 0;
-    GLM_TRY(ensure_ws(m, lora, b->B, b->T, backward, mode));
+    GLM_TRY(ensure_ws(m, lora, b->B, b->T, backward, mode, lora && p_drop > 0));
     struct glm_ws *w = m->ws;
     ctx cx = {m, lora, w, b->B, b->T, (int64_t)b->B * b->T, seed, p_drop};
     int64_t N = cx.N, C = c->C, V = c->V, nlab = 0;

@@ -236,6 +236,7 @@ out:
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
     if (glm_cuda_device_count() == 0) {
         printf("SKIPPED: no CUDA device\n");
         return 77;

@@ -704,6 +704,7 @@ static void test_memory(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
     glm_status st;
     if (glm_cuda_device_count() == 0) {
         printf("SKIPPED: no CUDA device\n");

@@ -256,13 +256,16 @@ static void test_layout(const char *layout) {
     free_grads(l, ref);
 
     /* LoRA dropout: checkpointing reproduces the masks; backward matches finite differences */
+    CHECK(glm_model_step(m, l, &b, scale, 1, 1, 0, &ls2, &nt) == GLM_OK, "%s: a training workspace without dropout", what);
     l->dropout = 0.3f;
-    glm_lora_zero_grads(l);
-    CHECK(glm_model_step(m, l, &b, 1.0f, 1, 0, 42, &ls, &nt) == GLM_OK, "%s dropout: %s", what, glm_errmsg());
-    float **d0 = grab_grads(l);
+    /* first in the mode of the current workspace (made without dropout): it must grow the
+     * dropout buffer, not write through a missing one */
     glm_lora_zero_grads(l);
     CHECK(glm_model_step(m, l, &b, 1.0f, 1, 1, 42, &ls2, &nt) == GLM_OK, "%s dropout ckpt: %s", what, glm_errmsg());
     float **d1 = grab_grads(l);
+    glm_lora_zero_grads(l);
+    CHECK(glm_model_step(m, l, &b, 1.0f, 1, 0, 42, &ls, &nt) == GLM_OK, "%s dropout: %s", what, glm_errmsg());
+    float **d0 = grab_grads(l);
     CHECK(grads_equal(l, d0, d1) && ls == ls2, "%s: dropout + checkpointing reproduces the grads", what);
     /* ... and so do selective recomputation and the MLP in chunks (row-offset masks) */
     m->mlp_chunk = 5;
