@@ -25,6 +25,8 @@
  * H / Hkv query heads of its KV group (recomputes S and dP too: 7 tile products in all, against
  * FlashAttention-2's 5 with atomic dQ updates). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -94,6 +96,123 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
     a[1] = pack2(lo[2], lo[3]);
     a[2] = pack2(hi[0], hi[1]);
     a[3] = pack2(hi[2], hi[3]);
+}
+
+/* The tile products. asm volatile keeps program order, so each product is written as a sequence
+ * of steps (one ldmatrix.x4, two MMAs) whose operands are loaded RING - 1 steps ahead: with 8 warps
+ * per multiprocessor there are not enough warps to hide the shared-memory latency otherwise. */
+constexpr int RING = 4;
+
+/* acc[NT] += a (registers: KD k-steps of 16) x B^T, B an [NT * 8 rows (n)][KD * 16 (k)] row-major
+ * shared tile (S = Q K^T, dP = dO V^T). */
+template <int KD, int NT>
+__device__ __forceinline__ void gemm_rA_sB(float (&acc)[NT][4], const uint32_t (&a)[KD][4], const bf16 *B, int SR, int lane) {
+    constexpr int NP = NT / 2, S = KD * NP;
+    uint32_t f[RING][4];
+#pragma unroll
+    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4(f[t], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        if (s + RING - 1 < S) {
+            const int t = s + RING - 1;
+            ldsm4(f[t % RING], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
+        }
+        const int kk = s / NP, np = s % NP;
+        mma16816(acc[2 * np], a[kk], f[s % RING][0], f[s % RING][1]);
+        mma16816(acc[2 * np + 1], a[kk], f[s % RING][2], f[s % RING][3]);
+    }
+}
+
+/* acc[ND] += a (registers: KK k-steps of 16) x B, B a [KK * 16 rows (k)][ND * 8 (n)] row-major
+ * shared tile read with ldmatrix.trans (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q). */
+template <int KK, int ND>
+__device__ __forceinline__ void gemm_rA_sBt(float (&acc)[ND][4], const uint32_t (&a)[KK][4], const bf16 *B, int SR, int lane) {
+    constexpr int DP = ND / 2, S = KK * DP;
+    uint32_t f[RING][4];
+#pragma unroll
+    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4t(f[t], bt_frag(B, SR, (t / DP) * 16, (t % DP) * 16, lane));
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        if (s + RING - 1 < S) {
+            const int t = s + RING - 1;
+            ldsm4t(f[t % RING], bt_frag(B, SR, (t / DP) * 16, (t % DP) * 16, lane));
+        }
+        const int kk = s / DP, dp = s % DP;
+        mma16816(acc[2 * dp], a[kk], f[s % RING][0], f[s % RING][1]);
+        mma16816(acc[2 * dp + 1], a[kk], f[s % RING][2], f[s % RING][3]);
+    }
+}
+
+/* acc[NT] += A x B^T with both from shared memory: A the 16 rows r0.. of an [rows][KD * 16] tile
+ * (keys: S^T = K Q^T, dP^T = V dO^T), B as in gemm_rA_sB. */
+template <int KD, int NT>
+__device__ __forceinline__ void gemm_sA_sB(float (&acc)[NT][4], const bf16 *A, int r0, const bf16 *B, int SR, int lane) {
+    constexpr int NP = NT / 2, S = KD * NP;
+    uint32_t fa[2][4], f[RING][4];
+    ldsm4(fa[0], a_frag(A, SR, r0, 0, lane));
+#pragma unroll
+    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4(f[t], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        const int kk = s / NP, np = s % NP;
+        if (np == 0 && kk + 1 < KD) ldsm4(fa[(kk + 1) & 1], a_frag(A, SR, r0, (kk + 1) * 16, lane));
+        if (s + RING - 1 < S) {
+            const int t = s + RING - 1;
+            ldsm4(f[t % RING], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
+        }
+        mma16816(acc[2 * np], fa[kk & 1], f[s % RING][0], f[s % RING][1]);
+        mma16816(acc[2 * np + 1], fa[kk & 1], f[s % RING][2], f[s % RING][3]);
+    }
+}
+
+/* The same with MT m-tiles of A per warp (rows r0 + 16 mt), each B fragment feeding MT x 2 MMAs:
+ * half the shared-memory traffic per MMA of the one-tile forms. */
+template <int KD, int NT, int MT>
+__device__ __forceinline__ void gemm_sAm_sB(float (&acc)[MT][NT][4], const bf16 *A, int r0, const bf16 *B, int SR, int lane) {
+    constexpr int NP = NT / 2, S = KD * NP;
+    uint32_t fa[2][MT][4], f[RING][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) ldsm4(fa[0][mt], a_frag(A, SR, r0 + 16 * mt, 0, lane));
+#pragma unroll
+    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4(f[t], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        const int kk = s / NP, np = s % NP;
+        if (np == 0 && kk + 1 < KD)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) ldsm4(fa[(kk + 1) & 1][mt], a_frag(A, SR, r0 + 16 * mt, (kk + 1) * 16, lane));
+        if (s + RING - 1 < S) {
+            const int t = s + RING - 1;
+            ldsm4(f[t % RING], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma16816(acc[mt][2 * np], fa[kk & 1][mt], f[s % RING][0], f[s % RING][1]);
+            mma16816(acc[mt][2 * np + 1], fa[kk & 1][mt], f[s % RING][2], f[s % RING][3]);
+        }
+    }
+}
+
+template <int KK, int ND, int MT>
+__device__ __forceinline__ void gemm_rAm_sBt(float (&acc)[MT][ND][4], const uint32_t (&a)[MT][KK][4], const bf16 *B, int SR,
+                                             int lane) {
+    constexpr int DP = ND / 2, S = KK * DP;
+    uint32_t f[RING][4];
+#pragma unroll
+    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4t(f[t], bt_frag(B, SR, (t / DP) * 16, (t % DP) * 16, lane));
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        if (s + RING - 1 < S) {
+            const int t = s + RING - 1;
+            ldsm4t(f[t % RING], bt_frag(B, SR, (t / DP) * 16, (t % DP) * 16, lane));
+        }
+        const int kk = s / DP, dp = s % DP;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma16816(acc[mt][2 * dp], a[mt][kk], f[s % RING][0], f[s % RING][1]);
+            mma16816(acc[mt][2 * dp + 1], a[mt][kk], f[s % RING][2], f[s % RING][3]);
+        }
+    }
 }
 
 /* Rows [r0, r0 + R) of a [T, ld] bf16 matrix (g: its row 0, first channel of the head), DHP
@@ -225,15 +344,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd(bf16 *out, int64_t ldo, floa
         float s[NTN][4];
 #pragma unroll
         for (int n = 0; n < NTN; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++)
-#pragma unroll
-            for (int np = 0; np < NTN / 2; np++) {
-                uint32_t r[4];
-                ldsm4(r, b_frag(Kb, SR, np * 16, kk * 16, lane));
-                mma16816(s[2 * np], qf[kk], r[0], r[1]);
-                mma16816(s[2 * np + 1], qf[kk], r[2], r[3]);
-            }
+        gemm_rA_sB<KD, NTN>(s, qf, Kb, SR, lane);
         const int k0 = kt * BN;
         const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
@@ -280,18 +391,10 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd(bf16 *out, int64_t ldo, floa
             o[n][2] *= a_hi;
             o[n][3] *= a_hi;
         }
+        uint32_t pa[BN / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t pa[4];
-            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int dp = 0; dp < DHP / 16; dp++) {
-                uint32_t r[4];
-                ldsm4t(r, bt_frag(Vb, SR, kk * 16, dp * 16, lane));
-                mma16816(o[2 * dp], pa, r[0], r[1]);
-                mma16816(o[2 * dp + 1], pa, r[2], r[3]);
-            }
-        }
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+        gemm_rA_sBt<BN / 16, ND>(o, pa, Vb, SR, lane);
         __syncthreads(); /* this buffer is refilled two iterations on */
     }
     l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
@@ -313,6 +416,144 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd(bf16 *out, int64_t ldo, floa
         if (i_lo < T) lr[i_lo] = (m_lo + log2f(l_lo)) * LN2;
         if (i_hi < T) lr[i_hi] = (m_hi + log2f(l_hi)) * LN2;
     }
+}
+
+/* The forward with MT m-tiles (16 MT query rows) per warp and Q read from shared memory at each
+ * k-step: BM = 16 MT NW query rows per block, BN keys per tile. Same algorithm and numbers as
+ * k_fa_fwd (MT = 1 keeps Q in registers instead). */
+template <int DHP, int NW, int MT, int BN>
+__global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, float *lse, const bf16 *q, int64_t ldq,
+                                                      const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv,
+                                                      const int32_t *doc, const int32_t *dstart, int T, int H, int Hkv, int Dh,
+                                                      float sl2) {
+    constexpr int BM = 16 * MT * NW, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *Ks = Qs + BM * SR, *Vs = Ks + 2 * BN * SR;
+    int *dks = (int *)(Vs + 2 * BN * SR);
+    const int nqt = (T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int g = h / (H / Hkv), q0 = qt * BM, qlast = min(q0 + BM, T) - 1;
+    const int64_t rb = (int64_t)b * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const bf16 *qg = q + rb * ldq + (int64_t)h * Dh, *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
+    const int32_t *docb = doc + rb;
+    const int kstart = dstart[rb + q0];
+    const bool one_doc = dstart[rb + qlast] <= q0;
+    const int kt0 = kstart / BN, kt1 = qlast / BN;
+
+    load_rows<BM, DHP, NT>(Qs, qg, ldq, q0, T, Dh);
+    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
+    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
+    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
+    cp_commit();
+
+    const int r0 = warp * 16 * MT; /* the warp's first row within the tile */
+    int ri[MT][2], rd[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            ri[mt][hf] = q0 + r0 + 16 * mt + gid + 8 * hf;
+            rd[mt][hf] = ri[mt][hf] < T ? docb[ri[mt][hf]] : -2;
+        }
+    float o[MT][ND][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < ND; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+
+    for (int kt = kt0; kt <= kt1; kt++) {
+        const int buf = (kt - kt0) & 1;
+        if (kt < kt1) {
+            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
+            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
+            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
+            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
+        const int *dk = dks + buf * BN;
+        float s[MT][NTN][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < NTN; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+        gemm_sAm_sB<KD, NTN, MT>(s, Qs, r0, Kb, SR, lane);
+        const int k0 = kt * BN;
+        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        uint32_t pa[MT][BN / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < NTN; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[mt][nt][e] * sl2;
+                    if (!full) {
+                        const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl, hf = e >> 1;
+                        if (!(j <= ri[mt][hf] && dk[jl] == rd[mt][hf])) x = -INFINITY;
+                    }
+                    s[mt][nt][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+            float bs[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+                mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+                const float mn = fmaxf(m[mt][hf], mx[hf]);
+                bs[hf] = mn == -INFINITY ? 0.0f : mn;
+                const float a = exp2f(m[mt][hf] - bs[hf]);
+                m[mt][hf] = mn;
+                l[mt][hf] *= a;
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    o[mt][n][2 * hf] *= a;
+                    o[mt][n][2 * hf + 1] *= a;
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTN; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[mt][nt][e] = exp2f(s[mt][nt][e] - bs[e >> 1]);
+                    ps[e >> 1] += s[mt][nt][e];
+                }
+            l[mt][0] += ps[0];
+            l[mt][1] += ps[1];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        }
+        gemm_rAm_sBt<BN / 16, ND, MT>(o, pa, Vb, SR, lane);
+        __syncthreads(); /* this buffer is refilled two iterations on */
+    }
+    bf16 *og = out + rb * ldo + (int64_t)h * Dh;
+    float *lr = lse + ((int64_t)b * H + h) * T;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float lt = l[mt][hf];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+            const int i = ri[mt][hf];
+            if (i < T) {
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const int c = n * 8 + 2 * tig;
+                    if (c < Dh) *(uint32_t *)(og + (int64_t)i * ldo + c) = pack2(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
+                }
+                if (tig == 0) lr[i] = (m[mt][hf] + log2f(lt)) * LN2;
+            }
+        }
 }
 
 /* ---- backward: D = rowsum(dO * O) ---------------------------------------------------------- */
@@ -402,18 +643,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq(bf16 *dq, int64_t lddq, const
         for (int n = 0; n < NTN; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++)
-#pragma unroll
-            for (int np = 0; np < NTN / 2; np++) {
-                uint32_t r[4];
-                ldsm4(r, b_frag(Kb, SR, np * 16, kk * 16, lane));
-                mma16816(s[2 * np], qf[kk], r[0], r[1]);
-                mma16816(s[2 * np + 1], qf[kk], r[2], r[3]);
-                ldsm4(r, b_frag(Vb, SR, np * 16, kk * 16, lane));
-                mma16816(dp[2 * np], df[kk], r[0], r[1]);
-                mma16816(dp[2 * np + 1], df[kk], r[2], r[3]);
-            }
+        gemm_rA_sB<KD, NTN>(s, qf, Kb, SR, lane);
+        gemm_rA_sB<KD, NTN>(dp, df, Vb, SR, lane);
         const int k0 = kt * BN;
         const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
 #pragma unroll
@@ -428,18 +659,10 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq(bf16 *dq, int64_t lddq, const
                 const float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? L_lo : L_hi)) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - (e < 2 ? D_lo : D_hi));
             }
+        uint32_t da[BN / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t a[4];
-            acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int dp2 = 0; dp2 < DHP / 16; dp2++) {
-                uint32_t r[4];
-                ldsm4t(r, bt_frag(Kb, SR, kk * 16, dp2 * 16, lane));
-                mma16816(acc[2 * dp2], a, r[0], r[1]);
-                mma16816(acc[2 * dp2 + 1], a, r[2], r[3]);
-            }
-        }
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(da[kk], s[2 * kk], s[2 * kk + 1]);
+        gemm_rA_sBt<BN / 16, ND>(acc, da, Kb, SR, lane);
         __syncthreads();
     }
     bf16 *og = dq + rb * lddq + (int64_t)h * Dh;
@@ -451,6 +674,117 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq(bf16 *dq, int64_t lddq, const
             if (i_hi < T) *(uint32_t *)(og + (int64_t)i_hi * lddq + c) = pack2(acc[n][2] * scale, acc[n][3] * scale);
         }
     }
+}
+
+/* dQ with MT m-tiles (16 MT query rows) per warp, Q and dO read from shared memory at each k-step
+ * (as k_fa_fwd_mt): BM = 16 MT NW query rows per block, BN keys per tile. */
+template <int DHP, int NW, int MT, int BN>
+__global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, const bf16 *dout, int64_t ldo, const float *lse,
+                                                     const float *Dv, const bf16 *q, int64_t ldq, const bf16 *k, int64_t ldk,
+                                                     const bf16 *v, int64_t ldv, const int32_t *doc, const int32_t *dstart,
+                                                     int T, int H, int Hkv, int Dh, float sl2, float scale) {
+    constexpr int BM = 16 * MT * NW, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BM * SR, *Ks = dOs + BM * SR, *Vs = Ks + 2 * BN * SR;
+    int *dks = (int *)(Vs + 2 * BN * SR);
+    const int nqt = (T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int g = h / (H / Hkv), q0 = qt * BM, qlast = min(q0 + BM, T) - 1;
+    const int64_t rb = (int64_t)b * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const bf16 *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
+    const int32_t *docb = doc + rb;
+    const int kstart = dstart[rb + q0];
+    const bool one_doc = dstart[rb + qlast] <= q0;
+    const int kt0 = kstart / BN, kt1 = qlast / BN;
+
+    load_rows<BM, DHP, NT>(Qs, q + rb * ldq + (int64_t)h * Dh, ldq, q0, T, Dh);
+    load_rows<BM, DHP, NT>(dOs, dout + rb * ldo + (int64_t)h * Dh, ldo, q0, T, Dh);
+    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
+    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
+    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
+    cp_commit();
+
+    const int r0 = warp * 16 * MT;
+    const float *lr = lse + ((int64_t)b * H + h) * T, *Dr = Dv + ((int64_t)b * H + h) * T;
+    int ri[MT][2], rd[MT][2];
+    float L[MT][2], Dd[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = q0 + r0 + 16 * mt + gid + 8 * hf;
+            ri[mt][hf] = i;
+            rd[mt][hf] = i < T ? docb[i] : -2;
+            L[mt][hf] = i < T ? lr[i] * LOG2E : 0.0f;
+            Dd[mt][hf] = i < T ? Dr[i] : 0.0f;
+        }
+    float acc[MT][ND][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < ND; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+
+    for (int kt = kt0; kt <= kt1; kt++) {
+        const int buf = (kt - kt0) & 1;
+        if (kt < kt1) {
+            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
+            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
+            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
+            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
+        const int *dk = dks + buf * BN;
+        float s[MT][NTN][4], dp[MT][NTN][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < NTN; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][n][e] = dp[mt][n][e] = 0.0f;
+        gemm_sAm_sB<KD, NTN, MT>(s, Qs, r0, Kb, SR, lane);
+        gemm_sAm_sB<KD, NTN, MT>(dp, dOs, r0, Vb, SR, lane);
+        const int k0 = kt * BN;
+        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        uint32_t da[MT][BN / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int nt = 0; nt < NTN; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hf = e >> 1;
+                    bool ok = true;
+                    if (!full) {
+                        const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
+                        ok = j <= ri[mt][hf] && dk[jl] == rd[mt][hf];
+                    }
+                    const float p = ok ? exp2f(s[mt][nt][e] * sl2 - L[mt][hf]) : 0.0f;
+                    s[mt][nt][e] = p * (dp[mt][nt][e] - Dd[mt][hf]);
+                }
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(da[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        }
+        gemm_rAm_sBt<BN / 16, ND, MT>(acc, da, Kb, SR, lane);
+        __syncthreads();
+    }
+    bf16 *og = dq + rb * lddq + (int64_t)h * Dh;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = ri[mt][hf];
+            if (i >= T) continue;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const int c = n * 8 + 2 * tig;
+                if (c < Dh) *(uint32_t *)(og + (int64_t)i * lddq + c) = pack2(acc[mt][n][2 * hf] * scale, acc[mt][n][2 * hf + 1] * scale);
+            }
+        }
 }
 
 /* ---- backward: dK, dV --------------------------------------------------------------------- */
@@ -521,22 +855,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
         for (int n = 0; n < NTM; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) st_[n][e] = dpt[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KD; kk++) {
-            uint32_t ka[4], va[4];
-            ldsm4(ka, a_frag(Ks, SR, warp * 16, kk * 16, lane));
-            ldsm4(va, a_frag(Vs, SR, warp * 16, kk * 16, lane));
-#pragma unroll
-            for (int np = 0; np < NTM / 2; np++) {
-                uint32_t r[4];
-                ldsm4(r, b_frag(Qb, SR, np * 16, kk * 16, lane));
-                mma16816(st_[2 * np], ka, r[0], r[1]);
-                mma16816(st_[2 * np + 1], ka, r[2], r[3]);
-                ldsm4(r, b_frag(dOb, SR, np * 16, kk * 16, lane));
-                mma16816(dpt[2 * np], va, r[0], r[1]);
-                mma16816(dpt[2 * np + 1], va, r[2], r[3]);
-            }
-        }
+        gemm_sA_sB<KD, NTM>(st_, Ks, warp * 16, Qb, SR, lane);
+        gemm_sA_sB<KD, NTM>(dpt, Vs, warp * 16, dOb, SR, lane);
         const bool full = q0 + BM <= T && klast <= q0 && dstart[rb + qlast] <= k0;
 #pragma unroll
         for (int nt = 0; nt < NTM; nt++)
@@ -549,22 +869,14 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
                 st_[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - Db[il]);
             }
+        uint32_t pa[BM / 16][4], da[BM / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t pa[4], da[4];
-            acc_to_a(pa, st_[2 * kk], st_[2 * kk + 1]);
-            acc_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-            for (int dp2 = 0; dp2 < DHP / 16; dp2++) {
-                uint32_t r[4];
-                ldsm4t(r, bt_frag(dOb, SR, kk * 16, dp2 * 16, lane));
-                mma16816(adv[2 * dp2], pa, r[0], r[1]);
-                mma16816(adv[2 * dp2 + 1], pa, r[2], r[3]);
-                ldsm4t(r, bt_frag(Qb, SR, kk * 16, dp2 * 16, lane));
-                mma16816(adk[2 * dp2], da, r[0], r[1]);
-                mma16816(adk[2 * dp2 + 1], da, r[2], r[3]);
-            }
+            acc_to_a(pa[kk], st_[2 * kk], st_[2 * kk + 1]);
+            acc_to_a(da[kk], dpt[2 * kk], dpt[2 * kk + 1]);
         }
+        gemm_rA_sBt<BM / 16, ND>(adv, pa, dOb, SR, lane);
+        gemm_rA_sBt<BM / 16, ND>(adk, da, Qb, SR, lane);
         __syncthreads();
     }
     bf16 *kgo = dk + rb * lddk + (int64_t)g * Dh, *vgo = dv + rb * lddv + (int64_t)g * Dh;
@@ -601,9 +913,46 @@ constexpr size_t smem_dkdv() {
     return (size_t)(2 * 16 * NWARPS + 4 * 32) * (DHP + 8) * 2 + 3 * 2 * 32 * 4;
 }
 
+template <int DHP, int MT, int BN>
+constexpr size_t smem_fwd_mt() {
+    return (size_t)(16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
+}
+
+template <int DHP, int MT, int BN>
+constexpr size_t smem_dq_mt() {
+    return (size_t)(2 * 16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
+}
+
+/* The dQ kernel variant: GLMTUNE_ATTN_DQ=mt1 (16 rows per warp) or mt2 (32 rows per warp). */
+static int dq_variant() {
+    const char *v = getenv("GLMTUNE_ATTN_DQ");
+    if (v && !strcmp(v, "mt2")) return 2;
+    return 1;
+}
+
+/* The forward kernel variant: GLMTUNE_ATTN_FWD=mt1 (16 query rows per warp, Q in registers),
+ * mt2 (32 rows per warp, 64-key tiles) or mt2b32 (32 rows, 32-key tiles); read at each call so a
+ * benchmark can compare them in one process. */
+static int fwd_variant() {
+    const char *v = getenv("GLMTUNE_ATTN_FWD");
+    if (v && !strcmp(v, "mt1")) return 1;
+    if (v && !strcmp(v, "mt2b32")) return 3;
+    if (v && !strcmp(v, "mt2")) return 2;
+    return 1;
+}
+
 template <int DHP>
 static cudaError_t set_smem() {
     cudaError_t e = cudaFuncSetAttribute(k_fa_fwd<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_fwd<DHP>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_fa_fwd_mt<DHP, NWARPS, 2, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem_fwd_mt<DHP, 2, 64>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_fa_fwd_mt<DHP, NWARPS, 2, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem_fwd_mt<DHP, 2, 32>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_fa_dq_mt<DHP, NWARPS, 2, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem_dq_mt<DHP, 2, 32>());
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_fa_dq<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq<DHP>());
     if (e == cudaSuccess)
@@ -659,6 +1008,23 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     const float sl2 = (float)(1.0 / sqrt((double)Dh)) * LOG2E;
+    const int var = fwd_variant();
+    if (var != 1) {
+        dim3 g2((unsigned)((T + 32 * NWARPS - 1) / (32 * NWARPS)), (unsigned)H, (unsigned)B);
+#define FWD_MT(DHP_, BN_)                                                                                              \
+    k_fa_fwd_mt<DHP_, NWARPS, 2, BN_><<<g2, NWARPS * 32, smem_fwd_mt<DHP_, 2, BN_>(), I->s>>>(                          \
+        (bf16 *)out, ldo, lse, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2)
+        if (Dh <= 64) {
+            if (var == 2) FWD_MT(64, 64);
+            else FWD_MT(64, 32);
+        } else {
+            if (var == 2) FWD_MT(128, 64);
+            else FWD_MT(128, 32);
+        }
+#undef FWD_MT
+        LAUNCHED("attention_fwd");
+        return GLM_OK;
+    }
     dim3 grid((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)H, (unsigned)B);
     if (Dh <= 64)
         k_fa_fwd<64, NWARPS><<<grid, NWARPS * 32, smem_fwd<64>(), I->s>>>((bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
@@ -690,7 +1056,26 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     /* dq, dk, dv are the row strides of q, k, v (they may be column blocks of one buffer) */
     dim3 gq((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)H, (unsigned)B);
     dim3 gk((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, (unsigned)B);
-    if (Dh <= 64) {
+    if (dq_variant() == 2) {
+        dim3 g2((unsigned)((T + 32 * NWARPS - 1) / (32 * NWARPS)), (unsigned)H, (unsigned)B);
+        if (Dh <= 64)
+            k_fa_dq_mt<64, NWARPS, 2, 32><<<g2, NWARPS * 32, smem_dq_mt<64, 2, 32>(), I->s>>>(
+                (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
+                (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
+        else
+            k_fa_dq_mt<128, NWARPS, 2, 32><<<g2, NWARPS * 32, smem_dq_mt<128, 2, 32>(), I->s>>>(
+                (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
+                (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
+        LAUNCHED("attention_bwd (dq)");
+        if (Dh <= 64)
+            k_fa_dkdv<64, NWARPS><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(
+                (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
+                (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
+        else
+            k_fa_dkdv<128, NWARPS><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(
+                (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
+                (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
+    } else if (Dh <= 64) {
         k_fa_dq<64, NWARPS><<<gq, NWARPS * 32, smem_dq<64>(), I->s>>>(
             (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
             (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);

@@ -703,8 +703,10 @@ static void test_memory(void) {
     gpu->free(gpu, g), gpu->free(gpu, g2), gpu->free(gpu, h);
 }
 
-int main(void) {
+/* test_cuda_ops [attention]: everything, or the attention tests alone (for kernel variants) */
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
+    int only_attention = argc > 1 && !strcmp(argv[1], "attention");
     glm_status st;
     if (glm_cuda_device_count() == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -718,16 +720,18 @@ int main(void) {
     cpu = glm_backend_cpu();
     CHECK(!strcmp(gpu->name, "cuda") && gpu->act_dtype == GLM_DT_BF16 && gpu->weight_dtype == GLM_DT_BF16 && gpu->world == 1,
           "backend table");
-    test_memory();
-    test_matmul();
-    test_elementwise();
-    test_embedding();
-    test_rmsnorm(256, 4096);
-    test_rmsnorm(7, 67);
-    test_rope(256, 36, 128, 64, 5120, 1e8);    /* GLM-4-9B-1M: H + Hkv = 36 heads rotate in the qkv row */
-    test_rope(37, 6, 16, 8, 128, 10000);       /* tiny: Dh 16, rot 8 */
-    test_swiglu(256, 13696);
-    test_swiglu(5, 77);
+    if (!only_attention) {
+        test_memory();
+        test_matmul();
+        test_elementwise();
+        test_embedding();
+        test_rmsnorm(256, 4096);
+        test_rmsnorm(7, 67);
+        test_rope(256, 36, 128, 64, 5120, 1e8); /* GLM-4-9B-1M: H + Hkv = 36 heads rotate in the qkv row */
+        test_rope(37, 6, 16, 8, 128, 10000);    /* tiny: Dh 16, rot 8 */
+        test_swiglu(256, 13696);
+        test_swiglu(5, 77);
+    }
     test_attention(1, 512, 32, 4, 128, 150);   /* GLM-4-9B-1M heads, packed docs */
     test_attention(2, 77, 4, 2, 16, 20);       /* tiny fixture heads, odd T */
     test_attention(1, 100, 6, 3, 72, 1000);    /* one document (plain causal), Dh not a power of 2 */
@@ -737,10 +741,12 @@ int main(void) {
     test_attention(1, 333, 8, 2, 128, 100000); /* one document, T not a multiple of any tile */
     test_attention(2, 130, 4, 4, 40, 3);       /* Hkv = H, Dh 40 (padded to 64), many tiny documents */
     test_attention_long(8192, 4, 1, 128);
-    test_cross_entropy(17, 151552);            /* GLM-4 vocab */
-    test_cross_entropy(9, 1001);
-    test_adamw_sumsq();
-    test_cast_fill();
+    if (!only_attention) {
+        test_cross_entropy(17, 151552); /* GLM-4 vocab */
+        test_cross_entropy(9, 1001);
+        test_adamw_sumsq();
+        test_cast_fill();
+    }
     printf("\n%-30s %-32s %10s %8s %9s\n", "op", "shape", "rel err", "tol", "ms");
     for (int i = 0; i < nrows; i++)
         printf("%-30s %-32s %10.2e %8.0e %9.3f%s\n", rows[i].op, rows[i].shape, rows[i].err, rows[i].tol, rows[i].ms,
