@@ -790,19 +790,20 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
 /* ---- backward: dK, dV --------------------------------------------------------------------- */
 
 /* grid (ceil(T / BN), Hkv, B): the block owns BN = 16 NW keys of KV group g and loops over
- * (query head of the group, query tile of BM = 32 rows): S^T = K Q^T, P^T, dP^T = V dO^T,
- * dV += P^T dO, dS^T = P^T (dP^T - D), dK += dS^T Q; dk = scale dK. */
-template <int DHP, int NW>
+ * (query head of the group, query tile of BM rows): S^T = K Q^T, P^T, dP^T = V dO^T,
+ * dV += P^T dO, dS^T = P^T (dP^T - D), dK += dS^T Q; dk = scale dK. The Q / dO tiles go through
+ * an ST-stage cp.async pipeline (loads issued ST - 1 tiles ahead). */
+template <int DHP, int NW, int BM, int ST>
 __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf16 *dv, int64_t lddv, const bf16 *dout,
                                                     int64_t ldo, const float *lse, const float *Dv, const bf16 *q, int64_t ldq,
                                                     const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv, const int32_t *doc,
                                                     const int32_t *dstart, const int32_t *dend, int T, int H, int Hkv, int Dh,
                                                     float sl2, float scale) {
-    constexpr int BN = 16 * NW, BM = 32, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTM = BM / 8, ND = DHP / 8;
+    constexpr int BN = 16 * NW, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTM = BM / 8, ND = DHP / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Ks = (bf16 *)smem, *Vs = Ks + BN * SR, *Qs = Vs + BN * SR, *dOs = Qs + 2 * BM * SR;
-    float *Ls = (float *)(dOs + 2 * BM * SR), *Ds = Ls + 2 * BM;
-    int *dqs = (int *)(Ds + 2 * BM);
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + BN * SR, *Qs = Vs + BN * SR, *dOs = Qs + ST * BM * SR;
+    float *Ls = (float *)(dOs + ST * BM * SR), *Ds = Ls + ST * BM;
+    int *dqs = (int *)(Ds + ST * BM);
     const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, rep = H / Hkv;
     const int k0 = kt * BN, klast = min(k0 + BN, T) - 1;
     const int64_t rb = (int64_t)b * T;
@@ -825,8 +826,11 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
             dqs[buf * BM + r] = ok ? docb[i] : -2;
         }
     };
-    load_q(0, 0);
-    cp_commit();
+#pragma unroll
+    for (int s0 = 0; s0 < ST - 1; s0++) { /* group 0 also holds K and V */
+        if (s0 < total) load_q(s0, s0);
+        cp_commit();
+    }
 
     const int j_lo = k0 + warp * 16 + gid, j_hi = j_lo + 8;
     const int dj_lo = j_lo < T ? docb[j_lo] : -1, dj_hi = j_hi < T ? docb[j_hi] : -1;
@@ -837,15 +841,14 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
         for (int e = 0; e < 4; e++) adk[n][e] = adv[n][e] = 0.0f;
 
     for (int it = 0; it < total; it++) {
-        const int buf = it & 1;
-        if (it + 1 < total) {
-            load_q(it + 1, buf ^ 1);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
+        {
+            const int nx = it + ST - 1;
+            if (nx < total) load_q(nx, nx % ST);
+            cp_commit(); /* possibly empty: keeps one group per iteration */
         }
+        cp_wait<ST - 1>();
         __syncthreads();
+        const int buf = it % ST;
         const bf16 *Qb = Qs + buf * BM * SR, *dOb = dOs + buf * BM * SR;
         const float *Lb = Ls + buf * BM, *Db = Ds + buf * BM;
         const int *dqb = dqs + buf * BM;
@@ -900,63 +903,57 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
 
 constexpr int NWARPS = 4;
 
+/* Shared memory per block of each kernel (bytes). */
 template <int DHP>
 constexpr size_t smem_fwd() {
     return (size_t)(16 * NWARPS + 4 * 64) * (DHP + 8) * 2 + 2 * 64 * 4;
+}
+template <int DHP, int MT, int BN>
+constexpr size_t smem_fwd_mt() {
+    return (size_t)(16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
 }
 template <int DHP>
 constexpr size_t smem_dq() {
     return (size_t)(2 * 16 * NWARPS + 4 * 32) * (DHP + 8) * 2 + 2 * 32 * 4;
 }
-template <int DHP>
-constexpr size_t smem_dkdv() {
-    return (size_t)(2 * 16 * NWARPS + 4 * 32) * (DHP + 8) * 2 + 3 * 2 * 32 * 4;
-}
-
-template <int DHP, int MT, int BN>
-constexpr size_t smem_fwd_mt() {
-    return (size_t)(16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
-}
-
 template <int DHP, int MT, int BN>
 constexpr size_t smem_dq_mt() {
     return (size_t)(2 * 16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
 }
-
-/* The dQ kernel variant: GLMTUNE_ATTN_DQ=mt1 (16 rows per warp) or mt2 (32 rows per warp). */
-static int dq_variant() {
-    const char *v = getenv("GLMTUNE_ATTN_DQ");
-    if (v && !strcmp(v, "mt2")) return 2;
-    return 1;
+template <int DHP, int BM, int ST>
+constexpr size_t smem_dkdv() {
+    return (size_t)(2 * 16 * NWARPS + 2 * ST * BM) * (DHP + 8) * 2 + 3 * ST * BM * 4;
 }
 
-/* The forward kernel variant: GLMTUNE_ATTN_FWD=mt1 (16 query rows per warp, Q in registers),
- * mt2 (32 rows per warp, 64-key tiles) or mt2b32 (32 rows, 32-key tiles); read at each call so a
- * benchmark can compare them in one process. */
-static int fwd_variant() {
-    const char *v = getenv("GLMTUNE_ATTN_FWD");
-    if (v && !strcmp(v, "mt1")) return 1;
-    if (v && !strcmp(v, "mt2b32")) return 3;
-    if (v && !strcmp(v, "mt2")) return 2;
-    return 1;
+/* The launch configurations, measured against each other by tests/gpu/attn_variants.sh (numbers
+ * in docs/bench-attention.md); the defaults are the fastest on the H200. The environment
+ * variables GLMTUNE_ATTN_FWD (mt1 | mt2 | mt2b32), GLMTUNE_ATTN_DQ (mt1 | mt2) and
+ * GLMTUNE_ATTN_DKDV (b32s2 | b32s3 | b64s2) select another, read at each call so one process
+ * can compare them. */
+static int env_choice(const char *name, const char *const *names, int n, int def) {
+    const char *v = getenv(name);
+    for (int i = 0; v && i < n; i++)
+        if (!strcmp(v, names[i])) return i;
+    return def;
+}
+static const char *const FWD_NAMES[] = {"mt1", "mt2", "mt2b32"}, *const DQ_NAMES[] = {"mt1", "mt2"},
+                         *const DKDV_NAMES[] = {"b32s2", "b32s3", "b64s2"};
+
+template <typename K>
+static cudaError_t smem_attr(K kern, size_t bytes) {
+    return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
 template <int DHP>
 static cudaError_t set_smem() {
-    cudaError_t e = cudaFuncSetAttribute(k_fa_fwd<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_fwd<DHP>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_fa_fwd_mt<DHP, NWARPS, 2, 64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem_fwd_mt<DHP, 2, 64>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_fa_fwd_mt<DHP, NWARPS, 2, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem_fwd_mt<DHP, 2, 32>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_fa_dq_mt<DHP, NWARPS, 2, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem_dq_mt<DHP, 2, 32>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_fa_dq<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq<DHP>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_fa_dkdv<DHP, NWARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkdv<DHP>());
+    cudaError_t e = smem_attr(k_fa_fwd<DHP, NWARPS>, smem_fwd<DHP>());
+    if (!e) e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, 2, 64>, smem_fwd_mt<DHP, 2, 64>());
+    if (!e) e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, 2, 32>, smem_fwd_mt<DHP, 2, 32>());
+    if (!e) e = smem_attr(k_fa_dq<DHP, NWARPS>, smem_dq<DHP>());
+    if (!e) e = smem_attr(k_fa_dq_mt<DHP, NWARPS, 2, 32>, smem_dq_mt<DHP, 2, 32>());
+    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, 32, 2>, smem_dkdv<DHP, 32, 2>());
+    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, 32, 3>, smem_dkdv<DHP, 32, 3>());
+    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, 64, 2>, smem_dkdv<DHP, 64, 2>());
     return e;
 }
 
@@ -1008,32 +1005,20 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     const float sl2 = (float)(1.0 / sqrt((double)Dh)) * LOG2E;
-    const int var = fwd_variant();
-    if (var != 1) {
-        dim3 g2((unsigned)((T + 32 * NWARPS - 1) / (32 * NWARPS)), (unsigned)H, (unsigned)B);
-#define FWD_MT(DHP_, BN_)                                                                                              \
-    k_fa_fwd_mt<DHP_, NWARPS, 2, BN_><<<g2, NWARPS * 32, smem_fwd_mt<DHP_, 2, BN_>(), I->s>>>(                          \
-        (bf16 *)out, ldo, lse, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2)
-        if (Dh <= 64) {
-            if (var == 2) FWD_MT(64, 64);
-            else FWD_MT(64, 32);
-        } else {
-            if (var == 2) FWD_MT(128, 64);
-            else FWD_MT(128, 32);
-        }
-#undef FWD_MT
-        LAUNCHED("attention_fwd");
-        return GLM_OK;
-    }
-    dim3 grid((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)H, (unsigned)B);
-    if (Dh <= 64)
-        k_fa_fwd<64, NWARPS><<<grid, NWARPS * 32, smem_fwd<64>(), I->s>>>((bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
-                                                                          (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T,
-                                                                          H, Hkv, Dh, sl2);
-    else
-        k_fa_fwd<128, NWARPS><<<grid, NWARPS * 32, smem_fwd<128>(), I->s>>>((bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
-                                                                            (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds,
-                                                                            T, H, Hkv, Dh, sl2);
+    const int var = env_choice("GLMTUNE_ATTN_FWD", FWD_NAMES, 3, 1);
+    const int rows = var == 0 ? 16 * NWARPS : 32 * NWARPS;
+    dim3 grid((unsigned)((T + rows - 1) / rows), (unsigned)H, (unsigned)B);
+#define ARGS (bf16 *)out, ldo, lse, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2
+#define FWD(DHP_)                                                                                                      \
+    do {                                                                                                               \
+        if (var == 0) k_fa_fwd<DHP_, NWARPS><<<grid, NWARPS * 32, smem_fwd<DHP_>(), I->s>>>(ARGS);                     \
+        else if (var == 1) k_fa_fwd_mt<DHP_, NWARPS, 2, 64><<<grid, NWARPS * 32, smem_fwd_mt<DHP_, 2, 64>(), I->s>>>(ARGS); \
+        else k_fa_fwd_mt<DHP_, NWARPS, 2, 32><<<grid, NWARPS * 32, smem_fwd_mt<DHP_, 2, 32>(), I->s>>>(ARGS);           \
+    } while (0)
+    if (Dh <= 64) FWD(64);
+    else FWD(128);
+#undef FWD
+#undef ARGS
     LAUNCHED("attention_fwd");
     return GLM_OK;
 }
@@ -1053,45 +1038,31 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     LAUNCHED("attention_bwd (D)");
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
-    /* dq, dk, dv are the row strides of q, k, v (they may be column blocks of one buffer) */
-    dim3 gq((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)H, (unsigned)B);
+    /* dq, dk, dv have the row strides of q, k, v (they may be column blocks of one buffer) */
+    const int vq = env_choice("GLMTUNE_ATTN_DQ", DQ_NAMES, 2, 1), vk = env_choice("GLMTUNE_ATTN_DKDV", DKDV_NAMES, 3, 0);
+    const int qrows = vq == 0 ? 16 * NWARPS : 32 * NWARPS;
+    dim3 gq((unsigned)((T + qrows - 1) / qrows), (unsigned)H, (unsigned)B);
     dim3 gk((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, (unsigned)B);
-    if (dq_variant() == 2) {
-        dim3 g2((unsigned)((T + 32 * NWARPS - 1) / (32 * NWARPS)), (unsigned)H, (unsigned)B);
-        if (Dh <= 64)
-            k_fa_dq_mt<64, NWARPS, 2, 32><<<g2, NWARPS * 32, smem_dq_mt<64, 2, 32>(), I->s>>>(
-                (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
-                (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
-        else
-            k_fa_dq_mt<128, NWARPS, 2, 32><<<g2, NWARPS * 32, smem_dq_mt<128, 2, 32>(), I->s>>>(
-                (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
-                (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
-        LAUNCHED("attention_bwd (dq)");
-        if (Dh <= 64)
-            k_fa_dkdv<64, NWARPS><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(
-                (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
-                (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
-        else
-            k_fa_dkdv<128, NWARPS><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(
-                (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
-                (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
-    } else if (Dh <= 64) {
-        k_fa_dq<64, NWARPS><<<gq, NWARPS * 32, smem_dq<64>(), I->s>>>(
-            (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
-            (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
-        LAUNCHED("attention_bwd (dq)");
-        k_fa_dkdv<64, NWARPS><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(
-            (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
-            (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
-    } else {
-        k_fa_dq<128, NWARPS><<<gq, NWARPS * 32, smem_dq<128>(), I->s>>>(
-            (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,
-            (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale);
-        LAUNCHED("attention_bwd (dq)");
-        k_fa_dkdv<128, NWARPS><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(
-            (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
-            (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale);
-    }
+#define QARGS                                                                                                          \
+    (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,       \
+        (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale
+#define KARGS                                                                                                          \
+    (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,            \
+        (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale
+#define BWD(DHP_)                                                                                                      \
+    do {                                                                                                               \
+        if (vq == 0) k_fa_dq<DHP_, NWARPS><<<gq, NWARPS * 32, smem_dq<DHP_>(), I->s>>>(QARGS);                          \
+        else k_fa_dq_mt<DHP_, NWARPS, 2, 32><<<gq, NWARPS * 32, smem_dq_mt<DHP_, 2, 32>(), I->s>>>(QARGS);             \
+        LAUNCHED("attention_bwd (dq)");                                                                                \
+        if (vk == 0) k_fa_dkdv<DHP_, NWARPS, 32, 2><<<gk, NWARPS * 32, smem_dkdv<DHP_, 32, 2>(), I->s>>>(KARGS);        \
+        else if (vk == 1) k_fa_dkdv<DHP_, NWARPS, 32, 3><<<gk, NWARPS * 32, smem_dkdv<DHP_, 32, 3>(), I->s>>>(KARGS);   \
+        else k_fa_dkdv<DHP_, NWARPS, 64, 2><<<gk, NWARPS * 32, smem_dkdv<DHP_, 64, 2>(), I->s>>>(KARGS);                \
+    } while (0)
+    if (Dh <= 64) BWD(64);
+    else BWD(128);
+#undef BWD
+#undef QARGS
+#undef KARGS
     LAUNCHED("attention_bwd (dk, dv)");
     return GLM_OK;
 }
