@@ -21,7 +21,7 @@
 #include "tool/cli.h"
 
 static const char *HELP =
-    "usage: glmtune bench [--shape NAME | --model DIR | --config FILE] [--seq-len T[,T...]] [--steps N]\n"
+    "usage: glmtune bench [--shape NAME | --model DIR | --config FILE] [--seq-len T[,T...]] [--steps N] [--warmup N]\n"
     "                     [--batch-size B] [--gradient-checkpointing auto|none|selective|full]\n"
     "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
     "                     [--device cuda|cpu] [--json]\n"
@@ -33,7 +33,9 @@ static const char *HELP =
     "  --model DIR       the shape of DIR/config.json (weights are not read)\n"
     "  --config FILE     the shape of a config.json file\n"
     "  --seq-len T,...   tokens per row, one benchmark each (default 8192)\n"
-    "  --steps N         timed steps after one warm-up step (default 3; the median is reported)\n"
+    "  --steps N         timed steps (default 3; the median is reported)\n"
+    "  --warmup N        untimed steps first (default 1: the first step also plans GEMMs and\n"
+    "                    allocates; 0 for the longest sequences, where one step takes minutes)\n"
     "  --batch-size B    rows per micro-batch (default 1)\n"
     "  --gradient-checkpointing MODE   as glmtune train (default auto: the planner's choice)\n"
     "  --max-gpu-memory GiB            plan for a smaller card, e.g. 22 for 24 GB (default: the GPU's)\n"
@@ -45,7 +47,7 @@ static const char *HELP =
 typedef struct bench_opts {
     const char *shape, *model, *config, *targets, *device, *ckpt;
     int64_t seqs[32];
-    int nseq, steps, B, rank, json;
+    int nseq, steps, warmup, B, rank, json;
     double alpha, max_gib;
 } bench_opts;
 
@@ -56,6 +58,7 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
     o->device = "cuda";
     o->ckpt = "auto";
     o->steps = 3;
+    o->warmup = 1;
     o->B = 1;
     o->rank = 8;
     o->alpha = NAN;
@@ -96,6 +99,10 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
             GLM_TRY(cli_u64("--steps", v, &u));
             if (u < 1 || u > 1000) return glm_err(GLM_ERR_ARG, "--steps %s: expected 1 .. 1000", v);
             o->steps = (int)u;
+        } else if (r == 0 && (r = VAL("--warmup")) > 0) {
+            GLM_TRY(cli_u64("--warmup", v, &u));
+            if (u > 100) return glm_err(GLM_ERR_ARG, "--warmup %s: expected 0 .. 100", v);
+            o->warmup = (int)u;
         } else if (r == 0 && (r = VAL("--batch-size")) > 0) {
             GLM_TRY(cli_u64("--batch-size", v, &u));
             if (u < 1 || u > 4096) return glm_err(GLM_ERR_ARG, "--batch-size %s: expected 1 .. 4096", v);
@@ -174,8 +181,9 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     if (!st) st = glm_model_prepare(m, lora, B, (int)T, 1, mode, &res->plan);
     if (!st) be->mem_reset_peak(be);
     memset(res->phase_ms, 0, sizeof res->phase_ms);
-    for (int s = 0; s <= o->steps && !st; s++) {
-        if (s == 1) be->prof_enable(be, 1);
+    const int W = o->warmup;
+    for (int s = 0; s < W + o->steps && !st; s++) {
+        if (s == W) be->prof_enable(be, 1);
         double t0 = now_s(), ls = 0;
         int64_t nt = 0;
         st = glm_lora_zero_grads(lora);
@@ -185,8 +193,8 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
         if (st == GLM_ERR_NUMERIC) st = GLM_OK; /* random weights: a non-finite step is skipped, as train does */
         if (!st) st = be->sync(be);
         double t1 = now_s();
-        if (s >= 1) {
-            times[s - 1] = t1 - t0;
+        if (s >= W) {
+            times[s - W] = t1 - t0;
             if (!st) st = be->prof_collect(be, res->phase_ms);
         }
         res->loss = nt ? ls / (double)nt : NAN;

@@ -1039,7 +1039,7 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     /* dq, dk, dv have the row strides of q, k, v (they may be column blocks of one buffer) */
-    const int vq = env_choice("GLMTUNE_ATTN_DQ", DQ_NAMES, 2, 1), vk = env_choice("GLMTUNE_ATTN_DKDV", DKDV_NAMES, 3, 0);
+    const int vq = env_choice("GLMTUNE_ATTN_DQ", DQ_NAMES, 2, 1), vk = env_choice("GLMTUNE_ATTN_DKDV", DKDV_NAMES, 3, 2);
     const int qrows = vq == 0 ? 16 * NWARPS : 32 * NWARPS;
     dim3 gq((unsigned)((T + qrows - 1) / qrows), (unsigned)H, (unsigned)B);
     dim3 gk((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, (unsigned)B);
