@@ -118,9 +118,10 @@ glm_status glm_model_logits(glm_model *m, glm_lora *lora, const glm_batch *batch
 /* Writes a seeded random GLM-4 of shape `cfg` in `layout` (cfg->layout is ignored) to `outdir`
  * (created): config.json + model.safetensors in bf16, tensor names of that layout. Init (as in
  * ../fixtures/make_fixtures.py): norms 1 + 0.1 N(0,1), embeddings 0.5 N(0,1), biases 0.1 N(0,1),
- * matrices N(0,1)/sqrt(in); each tensor from glm_rng(seed, stream = its index). All tensors are
- * held in memory at once (2 bytes per parameter). Errors: GLM_ERR_IO, GLM_ERR_NOMEM, GLM_ERR_FORMAT
- * (invalid cfg). */
+ * matrices N(0,1)/sqrt(in); element k of tensor t is glm_normal_hash(seed, t, k) (kernels/
+ * backend.h), so every CPU core generates and writes its own chunks (glm_st_write_parallel):
+ * memory stays at cores x 64 MiB whatever the size. Errors: GLM_ERR_IO, GLM_ERR_NOMEM,
+ * GLM_ERR_FORMAT (invalid cfg). */
 glm_status glm_model_init_random(const glm_config *cfg, uint64_t seed, const char *outdir, glm_layout layout);
 
 #endif

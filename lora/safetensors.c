@@ -2,6 +2,10 @@
  * atomic writer. Format: https://huggingface.co/docs/safetensors (see safetensors.h). */
 #include "lora/safetensors.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -623,8 +627,10 @@ glm_status glm_st_read_f32(const glm_st_set *s, const char *name, int ndim, cons
 
 /* ---------------------------------------------------------------- writing */
 
-glm_status glm_st_write(const char *path, const glm_st_tensor *tensors, size_t n,
-                        const char *const *meta_kv, size_t n_meta) {
+/* The header of a safetensors file (8-byte length + JSON padded to 8 bytes) for `tensors` laid
+ * out in order; need_data: every tensor with bytes must have its data. */
+static glm_status st_header(const char *path, const glm_st_tensor *tensors, size_t n, const char *const *meta_kv,
+                            size_t n_meta, int need_data, char **hdr_out, size_t *padded_out) {
     json_t *root = json_object();
     if (!root) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_status st = GLM_OK;
@@ -655,7 +661,7 @@ glm_status glm_st_write(const char *path, const glm_st_tensor *tensors, size_t n
         for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
         size_t es = glm_st_dtype_size(t->dtype);
         if (t->ndim < 0 || t->ndim > 8 || es == 0 || numel != t->numel ||
-            (uint64_t)numel * es != t->nbytes || (t->nbytes && !t->data)) {
+            (uint64_t)numel * es != t->nbytes || (need_data && t->nbytes && !t->data)) {
             st = glm_err(GLM_ERR_ARG,
                          "%s: tensor '%s': shape, numel (%lld), dtype %s and nbytes (%zu) "
                          "disagree or data is missing",
@@ -689,8 +695,19 @@ glm_status glm_st_write(const char *path, const glm_st_tensor *tensors, size_t n
     }
     hdr = h2;
     memset(hdr + hl, ' ', padded - hl);
+    *hdr_out = hdr;
+    *padded_out = padded;
+    return GLM_OK;
+}
+
+glm_status glm_st_write(const char *path, const glm_st_tensor *tensors, size_t n,
+                        const char *const *meta_kv, size_t n_meta) {
+    char *hdr = NULL;
+    size_t padded = 0;
+    GLM_TRY(st_header(path, tensors, n, meta_kv, n_meta, 1, &hdr, &padded));
     unsigned char lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    glm_status st;
     glm_afile af;
     st = glm_afile_open(&af, path);
     if (st != GLM_OK) {
@@ -703,6 +720,116 @@ glm_status glm_st_write(const char *path, const glm_st_tensor *tensors, size_t n
         if (tensors[i].nbytes) st = glm_afile_write(&af, tensors[i].data, tensors[i].nbytes);
     free(hdr);
     if (st != GLM_OK) {
+        glm_afile_abort(&af);
+        return st;
+    }
+    return glm_afile_commit(&af);
+}
+
+/* ---- parallel writer ---- */
+
+typedef struct par_job {
+    const glm_st_tensor *t;
+    size_t n;
+    uint64_t *offs;         /* byte offset of each tensor's data in the file */
+    glm_st_fill_fn fill;
+    void *ctx;
+    int fd;
+    const char *tmp;
+    int64_t chunk;          /* elements per work item */
+    /* work items: (tensor, first element), handed out in order */
+    size_t next_t;
+    int64_t next_e;
+    pthread_mutex_t mu;
+    glm_status st;
+} par_job;
+
+static void *par_worker(void *arg) {
+    par_job *j = arg;
+    void *buf = NULL;
+    size_t cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        while (j->next_t < j->n && j->next_e >= j->t[j->next_t].numel) {
+            j->next_t++;
+            j->next_e = 0;
+        }
+        if (j->st || j->next_t >= j->n) {
+            pthread_mutex_unlock(&j->mu);
+            break;
+        }
+        size_t ti = j->next_t;
+        int64_t e0 = j->next_e, cnt = j->t[ti].numel - e0 < j->chunk ? j->t[ti].numel - e0 : j->chunk;
+        j->next_e += cnt;
+        pthread_mutex_unlock(&j->mu);
+        size_t es = glm_st_dtype_size(j->t[ti].dtype), nb = (size_t)cnt * es;
+        if (nb > cap) {
+            free(buf);
+            buf = malloc(nb);
+            cap = buf ? nb : 0;
+        }
+        glm_status st = buf ? j->fill(j->ctx, ti, e0, cnt, buf)
+                            : glm_err(GLM_ERR_NOMEM, "out of memory (%zu bytes for %s)", nb, j->t[ti].name);
+        for (size_t done = 0; st == GLM_OK && done < nb;) {
+            ssize_t w = pwrite(j->fd, (char *)buf + done, nb - done, (off_t)(j->offs[ti] + (uint64_t)e0 * es + done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) st = glm_err(GLM_ERR_IO, "%s: write failed: %s", j->tmp, w < 0 ? strerror(errno) : "no progress");
+            else done += (size_t)w;
+        }
+        if (st) {
+            pthread_mutex_lock(&j->mu);
+            if (!j->st) j->st = st;
+            pthread_mutex_unlock(&j->mu);
+            break;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+glm_status glm_st_write_parallel(const char *path, const glm_st_tensor *tensors, size_t n, const char *const *meta_kv,
+                                 size_t n_meta, glm_st_fill_fn fill, void *ctx, int threads) {
+    char *hdr = NULL;
+    size_t padded = 0;
+    GLM_TRY(st_header(path, tensors, n, meta_kv, n_meta, 0, &hdr, &padded));
+    uint64_t *offs = malloc((n ? n : 1) * sizeof *offs);
+    if (!offs) {
+        free(hdr);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    uint64_t off = 8 + padded;
+    for (size_t i = 0; i < n; i++) {
+        offs[i] = off;
+        off += tensors[i].nbytes;
+    }
+    unsigned char lenb[8];
+    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    glm_afile af;
+    glm_status st = glm_afile_open(&af, path);
+    if (st) {
+        free(hdr);
+        free(offs);
+        return st;
+    }
+    st = glm_afile_write(&af, lenb, 8);
+    if (!st) st = glm_afile_write(&af, hdr, padded);
+    if (!st && fflush(af.f) != 0) st = glm_err(GLM_ERR_IO, "%s: write failed: %s", af.tmp, strerror(errno));
+    free(hdr);
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    par_job j = {tensors, n, offs, fill, ctx, fileno(af.f), af.tmp, 1 << 25, 0, 0, PTHREAD_MUTEX_INITIALIZER, st};
+    pthread_t tid[64];
+    int started = 0;
+    for (int i = 1; !j.st && i < threads; i++) {
+        if (pthread_create(&tid[started], NULL, par_worker, &j) != 0) break; /* fewer threads: the others do the work */
+        started++;
+    }
+    if (!j.st) par_worker(&j);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    pthread_mutex_destroy(&j.mu);
+    free(offs);
+    st = j.st;
+    if (st) {
         glm_afile_abort(&af);
         return st;
     }

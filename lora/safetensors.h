@@ -70,4 +70,16 @@ glm_status glm_st_from_f32(glm_st_dtype dst_dtype, const float *src, size_t n, v
 glm_status glm_st_write(const char *path, const glm_st_tensor *tensors, size_t n,
                         const char *const *meta_kv, size_t n_meta);
 
+/* Fills dst with elements [first, first + count) of tensor `tensor` in its dtype. */
+typedef glm_status (*glm_st_fill_fn)(void *ctx, size_t tensor, int64_t first, int64_t count, void *dst);
+
+/* As glm_st_write, with the data made by fill() instead of held in memory: the header first,
+ * then chunks of 2^25 elements generated and written (pwrite at their offsets) by up to
+ * `threads` threads, so memory stays at threads x one chunk whatever the model's size; durable
+ * as glm_st_write (temp name, fsync, rename). tensors[i].data is ignored. A thread that cannot be
+ * started leaves its share to the others. Errors: fill's, GLM_ERR_IO, GLM_ERR_NOMEM, GLM_ERR_ARG
+ * (bad tensor list). */
+glm_status glm_st_write_parallel(const char *path, const glm_st_tensor *tensors, size_t n, const char *const *meta_kv,
+                                 size_t n_meta, glm_st_fill_fn fill, void *ctx, int threads);
+
 #endif

@@ -8,7 +8,8 @@
  * lse kept in fp32 (natural log) for the backward; outputs rounded to bf16 once.
  *
  * Tiles: head dims are padded to DHP = 64 or 128 (zero-filled, so Dh may be any multiple of 8
- * up to 128); each warp owns 16 query rows (forward, dQ) or 16 keys (dK dV). Shared-memory rows
+ * up to 128); each warp owns 32 query rows (forward, dQ: two m16 tiles, every K/V fragment
+ * feeding both) or 16 keys (dK dV). Shared-memory rows
  * are padded by 8 elements (16 bytes) so the 8 row addresses of an ldmatrix hit 8 different bank
  * groups. K/V (forward, dQ) and Q/dO (dK dV) tiles are double-buffered with cp.async, so the
  * next tile's loads overlap this tile's products.
@@ -25,8 +26,6 @@
  * H / Hkv query heads of its KV group (recomputes S and dP too: 7 tile products in all, against
  * FlashAttention-2's 5 with atomic dQ updates). */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -103,26 +102,6 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
  * per multiprocessor there are not enough warps to hide the shared-memory latency otherwise. */
 constexpr int RING = 4;
 
-/* acc[NT] += a (registers: KD k-steps of 16) x B^T, B an [NT * 8 rows (n)][KD * 16 (k)] row-major
- * shared tile (S = Q K^T, dP = dO V^T). */
-template <int KD, int NT>
-__device__ __forceinline__ void gemm_rA_sB(float (&acc)[NT][4], const uint32_t (&a)[KD][4], const bf16 *B, int SR, int lane) {
-    constexpr int NP = NT / 2, S = KD * NP;
-    uint32_t f[RING][4];
-#pragma unroll
-    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4(f[t], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
-#pragma unroll
-    for (int s = 0; s < S; s++) {
-        if (s + RING - 1 < S) {
-            const int t = s + RING - 1;
-            ldsm4(f[t % RING], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
-        }
-        const int kk = s / NP, np = s % NP;
-        mma16816(acc[2 * np], a[kk], f[s % RING][0], f[s % RING][1]);
-        mma16816(acc[2 * np + 1], a[kk], f[s % RING][2], f[s % RING][3]);
-    }
-}
-
 /* acc[ND] += a (registers: KK k-steps of 16) x B, B a [KK * 16 rows (k)][ND * 8 (n)] row-major
  * shared tile read with ldmatrix.trans (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q). */
 template <int KK, int ND>
@@ -166,7 +145,7 @@ __device__ __forceinline__ void gemm_sA_sB(float (&acc)[NT][4], const bf16 *A, i
 }
 
 /* The same with MT m-tiles of A per warp (rows r0 + 16 mt), each B fragment feeding MT x 2 MMAs:
- * half the shared-memory traffic per MMA of the one-tile forms. */
+ * half the shared-memory traffic per MMA of a one-tile form. */
 template <int KD, int NT, int MT>
 __device__ __forceinline__ void gemm_sAm_sB(float (&acc)[MT][NT][4], const bf16 *A, int r0, const bf16 *B, int SR, int lane) {
     constexpr int NP = NT / 2, S = KD * NP;
@@ -288,139 +267,9 @@ __global__ void __launch_bounds__(DOC_THREADS) k_doc_bounds(int32_t *dstart, int
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* grid (ceil(T / BM), H, B), NW warps; block x handles query tile nqt - 1 - x (longest first) */
-template <int DHP, int NW>
-__global__ void __launch_bounds__(NW * 32) k_fa_fwd(bf16 *out, int64_t ldo, float *lse, const bf16 *q, int64_t ldq,
-                                                   const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv,
-                                                   const int32_t *doc, const int32_t *dstart, int T, int H, int Hkv, int Dh,
-                                                   float sl2) {
-    constexpr int BM = 16 * NW, BN = 64, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *Ks = Qs + BM * SR, *Vs = Ks + 2 * BN * SR;
-    int *dks = (int *)(Vs + 2 * BN * SR);
-    const int nqt = (T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int g = h / (H / Hkv), q0 = qt * BM, qlast = min(q0 + BM, T) - 1;
-    const int64_t rb = (int64_t)b * T;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const bf16 *qg = q + rb * ldq + (int64_t)h * Dh, *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
-    const int32_t *docb = doc + rb;
-    const int kstart = dstart[rb + q0];
-    const bool one_doc = dstart[rb + qlast] <= q0;
-    const int kt0 = kstart / BN, kt1 = qlast / BN;
-
-    load_rows<BM, DHP, NT>(Qs, qg, ldq, q0, T, Dh);
-    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
-    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
-    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
-    cp_commit();
-
-    const int i_lo = q0 + warp * 16 + gid, i_hi = i_lo + 8;
-    const int d_lo = i_lo < T ? docb[i_lo] : -2, d_hi = i_hi < T ? docb[i_hi] : -2;
-    uint32_t qf[KD][4];
-    float o[ND][4];
-#pragma unroll
-    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
-
-    for (int kt = kt0; kt <= kt1; kt++) {
-        const int buf = (kt - kt0) & 1;
-        if (kt < kt1) {
-            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
-            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
-            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
-            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        if (kt == kt0) {
-#pragma unroll
-            for (int kk = 0; kk < KD; kk++) ldsm4(qf[kk], a_frag(Qs, SR, warp * 16, kk * 16, lane));
-        }
-        const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
-        const int *dk = dks + buf * BN;
-        float s[NTN][4];
-#pragma unroll
-        for (int n = 0; n < NTN; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        gemm_rA_sB<KD, NTN>(s, qf, Kb, SR, lane);
-        const int k0 = kt * BN;
-        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
-        float mx_lo = -INFINITY, mx_hi = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NTN; nt++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[nt][e] * sl2;
-                if (!full) {
-                    const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
-                    const bool ok = e < 2 ? (j <= i_lo && dk[jl] == d_lo) : (j <= i_hi && dk[jl] == d_hi);
-                    if (!ok) x = -INFINITY;
-                }
-                s[nt][e] = x;
-            }
-            mx_lo = fmaxf(mx_lo, fmaxf(s[nt][0], s[nt][1]));
-            mx_hi = fmaxf(mx_hi, fmaxf(s[nt][2], s[nt][3]));
-        }
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-        const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-        const float b_lo = mn_lo == -INFINITY ? 0.0f : mn_lo, b_hi = mn_hi == -INFINITY ? 0.0f : mn_hi;
-        const float a_lo = exp2f(m_lo - b_lo), a_hi = exp2f(m_hi - b_hi);
-        m_lo = mn_lo;
-        m_hi = mn_hi;
-        float ps_lo = 0.0f, ps_hi = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < NTN; nt++) {
-            s[nt][0] = exp2f(s[nt][0] - b_lo);
-            s[nt][1] = exp2f(s[nt][1] - b_lo);
-            s[nt][2] = exp2f(s[nt][2] - b_hi);
-            s[nt][3] = exp2f(s[nt][3] - b_hi);
-            ps_lo += s[nt][0] + s[nt][1];
-            ps_hi += s[nt][2] + s[nt][3];
-        }
-        l_lo = l_lo * a_lo + ps_lo;
-        l_hi = l_hi * a_hi + ps_hi;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            o[n][0] *= a_lo;
-            o[n][1] *= a_lo;
-            o[n][2] *= a_hi;
-            o[n][3] *= a_hi;
-        }
-        uint32_t pa[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-        gemm_rA_sBt<BN / 16, ND>(o, pa, Vb, SR, lane);
-        __syncthreads(); /* this buffer is refilled two iterations on */
-    }
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    const float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f, inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
-    bf16 *og = out + rb * ldo + (int64_t)h * Dh;
-#pragma unroll
-    for (int n = 0; n < ND; n++) {
-        const int c = n * 8 + 2 * tig;
-        if (c < Dh) {
-            if (i_lo < T) *(uint32_t *)(og + (int64_t)i_lo * ldo + c) = pack2(o[n][0] * inv_lo, o[n][1] * inv_lo);
-            if (i_hi < T) *(uint32_t *)(og + (int64_t)i_hi * ldo + c) = pack2(o[n][2] * inv_hi, o[n][3] * inv_hi);
-        }
-    }
-    if (tig == 0) {
-        float *lr = lse + ((int64_t)b * H + h) * T;
-        if (i_lo < T) lr[i_lo] = (m_lo + log2f(l_lo)) * LN2;
-        if (i_hi < T) lr[i_hi] = (m_hi + log2f(l_hi)) * LN2;
-    }
-}
-
-/* The forward with MT m-tiles (16 MT query rows) per warp and Q read from shared memory at each
- * k-step: BM = 16 MT NW query rows per block, BN keys per tile. Same algorithm and numbers as
- * k_fa_fwd (MT = 1 keeps Q in registers instead). */
+/* The forward: grid (ceil(T / BM), H, B), NW warps; block x handles query tile nqt - 1 - x
+ * (longest first). Each warp owns MT m-tiles (16 MT query rows), Q read from shared memory at each
+ * k-step; BM = 16 MT NW query rows per block, BN keys per tile. */
 template <int DHP, int NW, int MT, int BN>
 __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, float *lse, const bf16 *q, int64_t ldq,
                                                       const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv,
@@ -579,105 +428,9 @@ __global__ void k_attn_D(float *D, const bf16 *dout, const bf16 *out, int64_t ld
 
 /* ---- backward: dQ --------------------------------------------------------------------------- */
 
-/* grid (ceil(T / BM), H, B): dq = scale * sum_j P_ij (dP_ij - D_i) k_j over the visible keys */
-template <int DHP, int NW>
-__global__ void __launch_bounds__(NW * 32) k_fa_dq(bf16 *dq, int64_t lddq, const bf16 *dout, int64_t ldo, const float *lse,
-                                                  const float *Dv, const bf16 *q, int64_t ldq, const bf16 *k, int64_t ldk,
-                                                  const bf16 *v, int64_t ldv, const int32_t *doc, const int32_t *dstart, int T,
-                                                  int H, int Hkv, int Dh, float sl2, float scale) {
-    constexpr int BM = 16 * NW, BN = 32, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *dOs = Qs + BM * SR, *Ks = dOs + BM * SR, *Vs = Ks + 2 * BN * SR;
-    int *dks = (int *)(Vs + 2 * BN * SR);
-    const int nqt = (T + BM - 1) / BM, qt = nqt - 1 - (int)blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int g = h / (H / Hkv), q0 = qt * BM, qlast = min(q0 + BM, T) - 1;
-    const int64_t rb = (int64_t)b * T;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const bf16 *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
-    const int32_t *docb = doc + rb;
-    const int kstart = dstart[rb + q0];
-    const bool one_doc = dstart[rb + qlast] <= q0;
-    const int kt0 = kstart / BN, kt1 = qlast / BN;
-
-    load_rows<BM, DHP, NT>(Qs, q + rb * ldq + (int64_t)h * Dh, ldq, q0, T, Dh);
-    load_rows<BM, DHP, NT>(dOs, dout + rb * ldo + (int64_t)h * Dh, ldo, q0, T, Dh);
-    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
-    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
-    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
-    cp_commit();
-
-    const int i_lo = q0 + warp * 16 + gid, i_hi = i_lo + 8;
-    const int d_lo = i_lo < T ? docb[i_lo] : -2, d_hi = i_hi < T ? docb[i_hi] : -2;
-    const float *lr = lse + ((int64_t)b * H + h) * T, *Dr = Dv + ((int64_t)b * H + h) * T;
-    const float L_lo = i_lo < T ? lr[i_lo] * LOG2E : 0.0f, L_hi = i_hi < T ? lr[i_hi] * LOG2E : 0.0f;
-    const float D_lo = i_lo < T ? Dr[i_lo] : 0.0f, D_hi = i_hi < T ? Dr[i_hi] : 0.0f;
-    uint32_t qf[KD][4], df[KD][4];
-    float acc[ND][4];
-#pragma unroll
-    for (int n = 0; n < ND; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-
-    for (int kt = kt0; kt <= kt1; kt++) {
-        const int buf = (kt - kt0) & 1;
-        if (kt < kt1) {
-            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
-            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
-            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
-            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        if (kt == kt0) {
-#pragma unroll
-            for (int kk = 0; kk < KD; kk++) {
-                ldsm4(qf[kk], a_frag(Qs, SR, warp * 16, kk * 16, lane));
-                ldsm4(df[kk], a_frag(dOs, SR, warp * 16, kk * 16, lane));
-            }
-        }
-        const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
-        const int *dk = dks + buf * BN;
-        float s[NTN][4], dp[NTN][4];
-#pragma unroll
-        for (int n = 0; n < NTN; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-        gemm_rA_sB<KD, NTN>(s, qf, Kb, SR, lane);
-        gemm_rA_sB<KD, NTN>(dp, df, Vb, SR, lane);
-        const int k0 = kt * BN;
-        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
-#pragma unroll
-        for (int nt = 0; nt < NTN; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                bool ok = true;
-                if (!full) {
-                    const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
-                    ok = e < 2 ? (j <= i_lo && dk[jl] == d_lo) : (j <= i_hi && dk[jl] == d_hi);
-                }
-                const float p = ok ? exp2f(s[nt][e] * sl2 - (e < 2 ? L_lo : L_hi)) : 0.0f;
-                s[nt][e] = p * (dp[nt][e] - (e < 2 ? D_lo : D_hi));
-            }
-        uint32_t da[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(da[kk], s[2 * kk], s[2 * kk + 1]);
-        gemm_rA_sBt<BN / 16, ND>(acc, da, Kb, SR, lane);
-        __syncthreads();
-    }
-    bf16 *og = dq + rb * lddq + (int64_t)h * Dh;
-#pragma unroll
-    for (int n = 0; n < ND; n++) {
-        const int c = n * 8 + 2 * tig;
-        if (c < Dh) {
-            if (i_lo < T) *(uint32_t *)(og + (int64_t)i_lo * lddq + c) = pack2(acc[n][0] * scale, acc[n][1] * scale);
-            if (i_hi < T) *(uint32_t *)(og + (int64_t)i_hi * lddq + c) = pack2(acc[n][2] * scale, acc[n][3] * scale);
-        }
-    }
-}
-
-/* dQ with MT m-tiles (16 MT query rows) per warp, Q and dO read from shared memory at each k-step
- * (as k_fa_fwd_mt): BM = 16 MT NW query rows per block, BN keys per tile. */
+/* dQ: grid (ceil(T / BM), H, B); dq = scale * sum_j P_ij (dP_ij - D_i) k_j over the visible keys.
+ * MT m-tiles (16 MT query rows) per warp, Q and dO read from shared memory at each k-step (as
+ * the forward): BM = 16 MT NW query rows per block, BN keys per tile. */
 template <int DHP, int NW, int MT, int BN>
 __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, const bf16 *dout, int64_t ldo, const float *lse,
                                                      const float *Dv, const bf16 *q, int64_t ldq, const bf16 *k, int64_t ldk,
@@ -903,41 +656,24 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
 
 constexpr int NWARPS = 4;
 
+/* The launch configurations (tests/gpu/attn_variants.sh measured the alternatives; numbers in
+ * docs/bench-attention.md): forward and dQ with 32 query rows per warp (MT 2), the forward over
+ * 64-key tiles and dQ over 32-key tiles; dK/dV over 64-query tiles, double-buffered. */
+constexpr int FWD_MT = 2, FWD_BN = 64, DQ_MT = 2, DQ_BN = 32, DKDV_BM = 64, DKDV_ST = 2;
+
 /* Shared memory per block of each kernel (bytes). */
 template <int DHP>
 constexpr size_t smem_fwd() {
-    return (size_t)(16 * NWARPS + 4 * 64) * (DHP + 8) * 2 + 2 * 64 * 4;
-}
-template <int DHP, int MT, int BN>
-constexpr size_t smem_fwd_mt() {
-    return (size_t)(16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
+    return (size_t)(16 * FWD_MT * NWARPS + 4 * FWD_BN) * (DHP + 8) * 2 + 2 * FWD_BN * 4;
 }
 template <int DHP>
 constexpr size_t smem_dq() {
-    return (size_t)(2 * 16 * NWARPS + 4 * 32) * (DHP + 8) * 2 + 2 * 32 * 4;
+    return (size_t)(2 * 16 * DQ_MT * NWARPS + 4 * DQ_BN) * (DHP + 8) * 2 + 2 * DQ_BN * 4;
 }
-template <int DHP, int MT, int BN>
-constexpr size_t smem_dq_mt() {
-    return (size_t)(2 * 16 * MT * NWARPS + 4 * BN) * (DHP + 8) * 2 + 2 * BN * 4;
-}
-template <int DHP, int BM, int ST>
+template <int DHP>
 constexpr size_t smem_dkdv() {
-    return (size_t)(2 * 16 * NWARPS + 2 * ST * BM) * (DHP + 8) * 2 + 3 * ST * BM * 4;
+    return (size_t)(2 * 16 * NWARPS + 2 * DKDV_ST * DKDV_BM) * (DHP + 8) * 2 + 3 * DKDV_ST * DKDV_BM * 4;
 }
-
-/* The launch configurations, measured against each other by tests/gpu/attn_variants.sh (numbers
- * in docs/bench-attention.md); the defaults are the fastest on the H200. The environment
- * variables GLMTUNE_ATTN_FWD (mt1 | mt2 | mt2b32), GLMTUNE_ATTN_DQ (mt1 | mt2) and
- * GLMTUNE_ATTN_DKDV (b32s2 | b32s3 | b64s2) select another, read at each call so one process
- * can compare them. */
-static int env_choice(const char *name, const char *const *names, int n, int def) {
-    const char *v = getenv(name);
-    for (int i = 0; v && i < n; i++)
-        if (!strcmp(v, names[i])) return i;
-    return def;
-}
-static const char *const FWD_NAMES[] = {"mt1", "mt2", "mt2b32"}, *const DQ_NAMES[] = {"mt1", "mt2"},
-                         *const DKDV_NAMES[] = {"b32s2", "b32s3", "b64s2"};
 
 template <typename K>
 static cudaError_t smem_attr(K kern, size_t bytes) {
@@ -946,14 +682,9 @@ static cudaError_t smem_attr(K kern, size_t bytes) {
 
 template <int DHP>
 static cudaError_t set_smem() {
-    cudaError_t e = smem_attr(k_fa_fwd<DHP, NWARPS>, smem_fwd<DHP>());
-    if (!e) e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, 2, 64>, smem_fwd_mt<DHP, 2, 64>());
-    if (!e) e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, 2, 32>, smem_fwd_mt<DHP, 2, 32>());
-    if (!e) e = smem_attr(k_fa_dq<DHP, NWARPS>, smem_dq<DHP>());
-    if (!e) e = smem_attr(k_fa_dq_mt<DHP, NWARPS, 2, 32>, smem_dq_mt<DHP, 2, 32>());
-    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, 32, 2>, smem_dkdv<DHP, 32, 2>());
-    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, 32, 3>, smem_dkdv<DHP, 32, 3>());
-    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, 64, 2>, smem_dkdv<DHP, 64, 2>());
+    cudaError_t e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, FWD_MT, FWD_BN>, smem_fwd<DHP>());
+    if (!e) e = smem_attr(k_fa_dq_mt<DHP, NWARPS, DQ_MT, DQ_BN>, smem_dq<DHP>());
+    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, DKDV_BM, DKDV_ST>, smem_dkdv<DHP>());
     return e;
 }
 
@@ -1005,19 +736,10 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     const float sl2 = (float)(1.0 / sqrt((double)Dh)) * LOG2E;
-    const int var = env_choice("GLMTUNE_ATTN_FWD", FWD_NAMES, 3, 1);
-    const int rows = var == 0 ? 16 * NWARPS : 32 * NWARPS;
-    dim3 grid((unsigned)((T + rows - 1) / rows), (unsigned)H, (unsigned)B);
+    dim3 grid((unsigned)((T + 16 * FWD_MT * NWARPS - 1) / (16 * FWD_MT * NWARPS)), (unsigned)H, (unsigned)B);
 #define ARGS (bf16 *)out, ldo, lse, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2
-#define FWD(DHP_)                                                                                                      \
-    do {                                                                                                               \
-        if (var == 0) k_fa_fwd<DHP_, NWARPS><<<grid, NWARPS * 32, smem_fwd<DHP_>(), I->s>>>(ARGS);                     \
-        else if (var == 1) k_fa_fwd_mt<DHP_, NWARPS, 2, 64><<<grid, NWARPS * 32, smem_fwd_mt<DHP_, 2, 64>(), I->s>>>(ARGS); \
-        else k_fa_fwd_mt<DHP_, NWARPS, 2, 32><<<grid, NWARPS * 32, smem_fwd_mt<DHP_, 2, 32>(), I->s>>>(ARGS);           \
-    } while (0)
-    if (Dh <= 64) FWD(64);
-    else FWD(128);
-#undef FWD
+    if (Dh <= 64) k_fa_fwd_mt<64, NWARPS, FWD_MT, FWD_BN><<<grid, NWARPS * 32, smem_fwd<64>(), I->s>>>(ARGS);
+    else k_fa_fwd_mt<128, NWARPS, FWD_MT, FWD_BN><<<grid, NWARPS * 32, smem_fwd<128>(), I->s>>>(ARGS);
 #undef ARGS
     LAUNCHED("attention_fwd");
     return GLM_OK;
@@ -1039,9 +761,7 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     /* dq, dk, dv have the row strides of q, k, v (they may be column blocks of one buffer) */
-    const int vq = env_choice("GLMTUNE_ATTN_DQ", DQ_NAMES, 2, 1), vk = env_choice("GLMTUNE_ATTN_DKDV", DKDV_NAMES, 3, 2);
-    const int qrows = vq == 0 ? 16 * NWARPS : 32 * NWARPS;
-    dim3 gq((unsigned)((T + qrows - 1) / qrows), (unsigned)H, (unsigned)B);
+    dim3 gq((unsigned)((T + 16 * DQ_MT * NWARPS - 1) / (16 * DQ_MT * NWARPS)), (unsigned)H, (unsigned)B);
     dim3 gk((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, (unsigned)B);
 #define QARGS                                                                                                          \
     (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,       \
@@ -1049,18 +769,11 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
 #define KARGS                                                                                                          \
     (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,            \
         (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale
-#define BWD(DHP_)                                                                                                      \
-    do {                                                                                                               \
-        if (vq == 0) k_fa_dq<DHP_, NWARPS><<<gq, NWARPS * 32, smem_dq<DHP_>(), I->s>>>(QARGS);                          \
-        else k_fa_dq_mt<DHP_, NWARPS, 2, 32><<<gq, NWARPS * 32, smem_dq_mt<DHP_, 2, 32>(), I->s>>>(QARGS);             \
-        LAUNCHED("attention_bwd (dq)");                                                                                \
-        if (vk == 0) k_fa_dkdv<DHP_, NWARPS, 32, 2><<<gk, NWARPS * 32, smem_dkdv<DHP_, 32, 2>(), I->s>>>(KARGS);        \
-        else if (vk == 1) k_fa_dkdv<DHP_, NWARPS, 32, 3><<<gk, NWARPS * 32, smem_dkdv<DHP_, 32, 3>(), I->s>>>(KARGS);   \
-        else k_fa_dkdv<DHP_, NWARPS, 64, 2><<<gk, NWARPS * 32, smem_dkdv<DHP_, 64, 2>(), I->s>>>(KARGS);                \
-    } while (0)
-    if (Dh <= 64) BWD(64);
-    else BWD(128);
-#undef BWD
+    if (Dh <= 64) k_fa_dq_mt<64, NWARPS, DQ_MT, DQ_BN><<<gq, NWARPS * 32, smem_dq<64>(), I->s>>>(QARGS);
+    else k_fa_dq_mt<128, NWARPS, DQ_MT, DQ_BN><<<gq, NWARPS * 32, smem_dq<128>(), I->s>>>(QARGS);
+    LAUNCHED("attention_bwd (dq)");
+    if (Dh <= 64) k_fa_dkdv<64, NWARPS, DKDV_BM, DKDV_ST><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(KARGS);
+    else k_fa_dkdv<128, NWARPS, DKDV_BM, DKDV_ST><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(KARGS);
 #undef QARGS
 #undef KARGS
     LAUNCHED("attention_bwd (dk, dv)");

@@ -1,29 +1,21 @@
 #!/bin/bash
-# tests/gpu/attn_variants.sh: the attention kernel variants side by side on the GPU machine
-# (.device/gpu carried): bench_cuda's attention rows and test_cuda_ops' attention checks under
-# each setting of GLMTUNE_ATTN_FWD / GLMTUNE_ATTN_DQ / GLMTUNE_ATTN_DKDV (kernels/cuda/attention.cu),
-# then `glmtune bench` at 8192 tokens with each. Logs to $OUT. The measured winners are the
-# defaults in kernels/cuda/attention.cu (numbers: docs/bench-attention.md).
-# Usage: bash tests/gpu/attn_variants.sh ["FWD DQ DKDV" ...]
+# tests/gpu/attn_variants.sh: the attention kernels on the GPU machine (.device/gpu carried):
+# bench_cuda's attention rows, test_cuda_ops' attention checks and `glmtune bench` at 8192
+# tokens, logs to $OUT. The launch configuration is the constexpr block at the top of the host
+# side of kernels/cuda/attention.cu (FWD_MT, FWD_BN, DQ_MT, DQ_BN, DKDV_BM, DKDV_ST): to compare
+# configurations, stage one build per setting (tests/gpu/stage.sh into another directory, given
+# as GLM_PRE) and run this script for each. The history of the measured settings is in
+# docs/bench-attention.md.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-pre=$root/.device/gpu
+pre=${GLM_PRE:-$root/.device/gpu}
 out=${OUT:-/tmp/glm-attn}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export GLM_SHARED=$pre/shared
-variants=("$@")
-[ ${#variants[@]} -gt 0 ] || variants=("mt2 mt2 b32s2" "mt2 mt2 b32s3" "mt2 mt2 b64s2")
-for v in "${variants[@]}"; do
-  set -- $v
-  tag="$1-$2-$3"
-  export GLMTUNE_ATTN_FWD=$1 GLMTUNE_ATTN_DQ=$2 GLMTUNE_ATTN_DKDV=$3
-  echo "== GLMTUNE_ATTN_FWD=$1 GLMTUNE_ATTN_DQ=$2 GLMTUNE_ATTN_DKDV=$3"
-  timeout 120 "$pre/bin/bench_cuda" attention 2>&1 | grep '^| attention' | grep -v '8 documents'
-  if [ "${GLM_CHECK:-1}" = 1 ]; then
-    timeout 150 "$pre/bin/test_cuda_ops" attention >"$out/ops_$tag.log" 2>&1
-    echo "test_cuda_ops attention: exit $? ($(grep -c FAIL "$out/ops_$tag.log") FAIL lines)"
-  fi
-  timeout 90 "$pre/bin/glmtune" bench --seq-len 8192 --steps 3 >"$out/bench8k_$tag.log" 2>&1
-  grep -E '^\| 8192' "$out/bench8k_$tag.log" | head -2
-done
+tag=$(basename "$pre")
+timeout 120 "$pre/bin/bench_cuda" attention 2>&1 | grep '^| attention'
+timeout 150 "$pre/bin/test_cuda_ops" attention >"$out/ops_$tag.log" 2>&1
+echo "test_cuda_ops attention: exit $? ($(grep -c FAIL "$out/ops_$tag.log") FAIL lines)"
+timeout 90 "$pre/bin/glmtune" bench --seq-len 8192 --steps 3 >"$out/bench8k_$tag.log" 2>&1
+grep -E '^\| 8192' "$out/bench8k_$tag.log" | head -2
