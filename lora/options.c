@@ -583,7 +583,7 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
         } else if (eq) {
             val = eq + 1;
         } else if (!strcmp(d->name, "gradient-checkpointing") &&
-                   !(i + 1 < argc && glm_ckpt_parse_quiet(argv[i + 1]))) {
+                   !(i + 1 < argc && (glm_ckpt_parse_quiet(argv[i + 1]) || strncmp(argv[i + 1], "--", 2) != 0))) {
             val = "full"; /* transformers' --gradient_checkpointing flag alone */
         } else if (i + 1 < argc && !(d->optional_value && strncmp(argv[i + 1], "--", 2) == 0)) {
             val = argv[++i];

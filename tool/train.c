@@ -455,29 +455,49 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                           ts->lora_target};
     glm_lora_info li;
     GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
+    /* the device the run would use: --device cpu plans host memory in fp32; cuda (or auto with a
+     * GPU) plans bf16 on the GPU's free memory; without a GPU here, --max-gpu-memory names the card */
+    int cpu = !strcmp(ts->device, "cpu");
+#ifdef GLMTUNE_HAVE_CUDA
+    int have_gpu = glm_cuda_device_count() > 0;
+#else
+    int have_gpu = 0;
+#endif
+    if (!strcmp(ts->device, "auto") && !have_gpu && !(ts->max_gpu_gib > 0)) cpu = 1;
     const glm_backend *be = NULL;
-    GLM_TRY(pick_backend(ts, &be));
-    size_t fr = 0, tot = 0, use = 0, peak = 0;
-    be->mem_info(be, &fr, &tot, &use, &peak);
-    double budget = (double)fr + (double)use - 1073741824.0;
+    char devname[320] = "";
+    double budget = 0, fr_gib = 0, tot_gib = 0;
+    if (cpu || have_gpu) {
+        GLM_TRY(pick_backend(ts, &be));
+        size_t fr = 0, tot = 0, use = 0, peak = 0;
+        be->mem_info(be, &fr, &tot, &use, &peak);
+        budget = (double)fr + (double)use - 1073741824.0;
+        fr_gib = fr / 1073741824.0;
+        tot_gib = tot / 1073741824.0;
+#ifdef GLMTUNE_HAVE_CUDA
+        if (!strcmp(be->name, "cuda")) snprintf(devname, sizeof devname, "%s", glm_cuda_device_name(0));
+#endif
+        if (!devname[0]) snprintf(devname, sizeof devname, "cpu (host memory)");
+    } else if (!(ts->max_gpu_gib > 0)) {
+        return glm_err(GLM_ERR_ARG, "--dry-run --device %s: there is no GPU here to read the free memory from; hint: "
+                       "--max-gpu-memory GiB plans for a card of that size (22 for a 24 GB card)", ts->device);
+    } else {
+        snprintf(devname, sizeof devname, "a CUDA GPU (none here: planned from --max-gpu-memory)");
+    }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
-    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, (int)glm_dtype_size(be->act_dtype),
-                       (int)glm_dtype_size(be->weight_dtype), be->act_dtype != GLM_DT_F32, 1};
+    int eb = cpu ? 4 : 2;
+    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
-    printf("device: %s (%.1f GiB free of %.1f)%s\n", strcmp(be->name, "cuda") ? "cpu (host memory)" :
-#ifdef GLMTUNE_HAVE_CUDA
-           glm_cuda_device_name(0),
-#else
-           "cuda",
-#endif
-           fr / 1073741824.0, tot / 1073741824.0, ts->max_gpu_gib > 0 ? " (budget from --max-gpu-memory)" : "");
+    printf("device: %s", devname);
+    if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
+    printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
     printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d on %lld parameters\n", ts->model, cfg.L, cfg.C, cfg.F, cfg.V,
            li.r, (long long)li.params);
     glm_plan_print(&p, &cfg, stdout);
     printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
 #ifdef GLMTUNE_HAVE_CUDA
-    if (!strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+    if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
 #endif
     *fits = p.fits;
     return GLM_OK;

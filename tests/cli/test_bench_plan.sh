@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# glmtune train --dry-run (the memory plan without loading weights) and glmtune bench on the CPU
+# backend: the 9B-1M shape planned for a 24 GB card (fits at 8k, not at 64k, with the reason),
+# the modes, usage errors, and a small benchmark with its table and JSON.
+set -uo pipefail
+G=${GLMTUNE:?}
+S=${GLM_SHARED:-}
+if [ -z "$S" ] || [ ! -d "$S/fixtures" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+T=$(mktemp -d /tmp/glmplan.XXXXXX)
+pass=0; fail=0
+check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
+has() { grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
+CFG="$S/glm4-tokenizer/config.glm-4-9b-chat-1m.json"
+
+# a 24 GB card: 8k fits with recomputation, 64k does not (exit 1, the reason and what to change)
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 >"$T/p8" 2>&1; rc=$?
+check "dry run 8k in 22 GiB: exit 0 ($rc)" test $rc = 0
+check "... prints the plan" has "$T/p8" "memory plan: 1 x 8192 tokens"
+check "... recomputes layers" has "$T/p8" "full: keep the layer input"
+check "... the predicted peak" has "$T/p8" "predicted peak: 21"
+check "... the weights (17.67 GiB of bf16)" has "$T/p8" "weights 17.67"
+$G train --dry-run --quiet --model "$CFG" --seq-len 65536 --device cuda --max-gpu-memory 22 >"$T/p64" 2>&1; rc=$?
+check "dry run 64k in 22 GiB: exit 1 ($rc)" test $rc = 1
+check "... says it does not fit" has "$T/p64" "does NOT fit"
+check "... and what to change" has "$T/p64" "shorter --seq-len"
+# an H200-sized budget keeps every activation at 8k; full checkpointing asked for is honoured
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 >"$T/p137" 2>&1
+check "137 GiB at 8k: keep all" has "$T/p137" "layers 0-39: keep all activations"
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 --gradient-checkpointing full >"$T/pf" 2>&1
+check "--gradient-checkpointing full: every layer full" has "$T/pf" "layers 0-39: full"
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 --gradient-checkpointing >"$T/pb" 2>&1
+check "the bare flag means full (transformers)" has "$T/pb" "checkpointing full"
+# usage errors
+$G train --dry-run --quiet --model "$CFG" --device cuda --max-gpu-memory 22 >"$T/u1" 2>&1; rc=$?
+check "dry run without --data or --seq-len: exit 2 ($rc)" test $rc = 2
+check "... names --seq-len" has "$T/u1" "seq-len"
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --gradient-checkpointing sometimes >"$T/u2" 2>&1; rc=$?
+check "unknown checkpointing mode: exit 2 ($rc)" test $rc = 2
+check "... lists the modes" has "$T/u2" "auto, none, selective or full"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda >"$T/u3" 2>&1; rc=$?
+  check "no GPU and no --max-gpu-memory: exit 2 ($rc)" test $rc = 2
+  check "... hints --max-gpu-memory" has "$T/u3" "max-gpu-memory"
+fi
+
+# glmtune bench on the CPU backend (a tiny shape): the tables, then JSON
+TINY="$S/fixtures/tiny-glm4/chatglm"
+$G bench --device cpu --config "$TINY" --seq-len 32,48 --steps 2 >"$T/b" 2>&1; rc=$?
+check "bench on the cpu: exit 0 ($rc)" test $rc = 0
+check "... the speed table" has "$T/b" "| 48 |"
+check "... the phase table" has "$T/b" "attention bwd"
+check "... the plans" has "$T/b" "memory plan: 1 x 48 tokens"
+$G bench --device cpu --config "$TINY" --seq-len 40 --steps 1 --warmup 0 --json >"$T/bj" 2>&1
+check "bench --json: one valid object with tokens/s" python3 -c "
+import json,sys
+o=json.loads(open('$T/bj').read().strip().splitlines()[-1])
+assert o['seq']==40 and o['tok_s']>0 and 'attention fwd' in o['phase_ms'], o"
+$G bench --device cpu --config "$TINY" --seq-len 1 >"$T/be" 2>&1; rc=$?
+check "bench --seq-len 1: exit 2 ($rc)" test $rc = 2
+$G bench --device cpu --shape glm-5 >"$T/be2" 2>&1; rc=$?
+check "bench unknown shape: exit 1 and the known ones ($rc)" has "$T/be2" "glm-4-9b-chat-1m"
+echo "test_bench_plan: $pass passed, $fail failed"
+rm -rf "$T"
+[ $fail = 0 ]
