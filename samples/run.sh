@@ -3,7 +3,8 @@
 #   1. install what is missing (apt-get) and build (CMake),
 #   2. tokenize samples/data (three corpus layouts) with the sample tokenizer into packed shards,
 #   3. make a tiny random GLM-4-shaped model (glmtune init-model),
-#   4. LoRA-train it on the CPU for a few dozen steps (the loss falls),
+#   4. LoRA-train it for a few dozen steps (the loss falls), on the GPU when there is one (the
+#      default --device auto), else on the CPU,
 #   5. export the adapter in PEFT format.
 # Outputs go to build/sample/ (override with OUT=...).
 set -euo pipefail
@@ -25,7 +26,7 @@ $G inspect "$OUT/shards" | tail -n 5
 echo "== init-model"
 $G init-model --config samples/model-config.json --tokenizer samples/tokenizer --seed 1 -o "$OUT/model"
 
-echo "== train"
+echo "== train ($(if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then echo "GPU: --device auto picks it"; else echo "no GPU: CPU backend"; fi))"
 $G train --config samples/train.yaml --model "$OUT/model" --data "$OUT/shards" --eval-data "$OUT/shards" \
     --output-dir "$OUT/run"
 
