@@ -327,11 +327,12 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
     return z ^ (z >> 31);
 }
 
-static glm_status setup(run_state *rs, const train_settings *ts) {
+/* The backend --device asks for: auto is CUDA when a GPU is present, else the CPU. */
+static glm_status pick_backend(const train_settings *ts, const glm_backend **out) {
     const glm_backend *be = NULL;
 #ifdef GLMTUNE_HAVE_CUDA
     int want_cuda = !strcmp(ts->device, "cuda");
-    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0; /* auto: CUDA when a GPU is present */
+    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0;
     if (want_cuda) {
         glm_status cst = GLM_OK;
         be = glm_backend_cuda(0, &cst);
@@ -342,6 +343,13 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     else if (!be)
         return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend (built without "
                        "nvcc); hint: --device cpu", ts->device);
+    *out = be;
+    return GLM_OK;
+}
+
+static glm_status setup(run_state *rs, const train_settings *ts) {
+    const glm_backend *be = NULL;
+    GLM_TRY(pick_backend(ts, &be));
     GLM_TRY(glm_model_load(ts->model, be, ts->rope_theta, &rs->model));
     if (ts->rope_inv_freq_bf16) { /* the table a transformers model uses after .to(torch.bfloat16) */
         int half = rs->model->cfg.rope_dim / 2;
@@ -417,26 +425,6 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     GLM_TRY(glm_model_prepare(rs->model, rs->lora, (int)ts->per_device_train_batch_size, (int)rs->data.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
     if (!ts->quiet) glm_plan_print(&plan, &rs->model->cfg, stderr);
-    return GLM_OK;
-}
-
-/* The backend --device asks for (as setup() picks it). */
-static glm_status pick_backend(const train_settings *ts, const glm_backend **out) {
-    const glm_backend *be = NULL;
-#ifdef GLMTUNE_HAVE_CUDA
-    int want_cuda = !strcmp(ts->device, "cuda");
-    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0;
-    if (want_cuda) {
-        glm_status cst = GLM_OK;
-        be = glm_backend_cuda(0, &cst);
-        if (!be) return glm_err_context(cst, "--device %s", ts->device);
-    }
-#endif
-    if (!be && (!strcmp(ts->device, "cpu") || !strcmp(ts->device, "auto"))) be = glm_backend_cpu();
-    else if (!be)
-        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend (built without "
-                       "nvcc); hint: --device cpu", ts->device);
-    *out = be;
     return GLM_OK;
 }
 

@@ -207,6 +207,17 @@ __device__ __forceinline__ void load_rows(bf16 *sm, const bf16 *g, int64_t ld, i
     }
 }
 
+/* Key tile starting at position n0 into K/V buffer `buf` (BN rows each, cp.async) and the keys'
+ * document ids into dks[buf] (plain stores; -1 past T). */
+template <int BN, int DHP, int NT>
+__device__ __forceinline__ void load_kv_tile(bf16 *Ks, bf16 *Vs, int *dks, int buf, const bf16 *kg, int64_t ldk,
+                                             const bf16 *vg, int64_t ldv, const int32_t *docb, int n0, int T, int Dh) {
+    constexpr int SR = DHP + 8;
+    load_rows<BN, DHP, NT>(Ks + buf * BN * SR, kg, ldk, n0, T, Dh);
+    load_rows<BN, DHP, NT>(Vs + buf * BN * SR, vg, ldv, n0, T, Dh);
+    for (int j = threadIdx.x; j < BN; j += NT) dks[buf * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+}
+
 /* ---- document bounds ---------------------------------------------------------------------- */
 
 constexpr int DOC_THREADS = 1024;
@@ -290,9 +301,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
     const int kt0 = kstart / BN, kt1 = qlast / BN;
 
     load_rows<BM, DHP, NT>(Qs, qg, ldq, q0, T, Dh);
-    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
-    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
-    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
+    load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, 0, kg, ldk, vg, ldv, docb, kt0 * BN, T, Dh);
     cp_commit();
 
     const int r0 = warp * 16 * MT; /* the warp's first row within the tile */
@@ -316,10 +325,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
     for (int kt = kt0; kt <= kt1; kt++) {
         const int buf = (kt - kt0) & 1;
         if (kt < kt1) {
-            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
-            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
-            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
-            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, docb, (kt + 1) * BN, T, Dh);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -452,9 +458,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
 
     load_rows<BM, DHP, NT>(Qs, q + rb * ldq + (int64_t)h * Dh, ldq, q0, T, Dh);
     load_rows<BM, DHP, NT>(dOs, dout + rb * ldo + (int64_t)h * Dh, ldo, q0, T, Dh);
-    load_rows<BN, DHP, NT>(Ks, kg, ldk, kt0 * BN, T, Dh);
-    load_rows<BN, DHP, NT>(Vs, vg, ldv, kt0 * BN, T, Dh);
-    for (int j = threadIdx.x; j < BN; j += NT) dks[j] = kt0 * BN + j < T ? docb[kt0 * BN + j] : -1;
+    load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, 0, kg, ldk, vg, ldv, docb, kt0 * BN, T, Dh);
     cp_commit();
 
     const int r0 = warp * 16 * MT;
@@ -480,10 +484,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
     for (int kt = kt0; kt <= kt1; kt++) {
         const int buf = (kt - kt0) & 1;
         if (kt < kt1) {
-            const int nb = buf ^ 1, n0 = (kt + 1) * BN;
-            load_rows<BN, DHP, NT>(Ks + nb * BN * SR, kg, ldk, n0, T, Dh);
-            load_rows<BN, DHP, NT>(Vs + nb * BN * SR, vg, ldv, n0, T, Dh);
-            for (int j = threadIdx.x; j < BN; j += NT) dks[nb * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, docb, (kt + 1) * BN, T, Dh);
             cp_commit();
             cp_wait<1>();
         } else {
