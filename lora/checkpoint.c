@@ -12,6 +12,7 @@
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 #include "kernels/backend.h"
 #include "lora/safetensors.h"
 
@@ -55,14 +56,10 @@ static glm_status write_state(const char *dir, const glm_ckpt_save_args *a) {
     json_object_set_new(o, "scheduler", a->sched ? sched_json(a->sched) : json_null());
     json_object_set_new(o, "settings", a->settings ? json_deep_copy(a->settings) : json_object());
     json_object_set_new(o, "log_history", a->log_history ? json_deep_copy(a->log_history) : json_array());
-    char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-    json_decref(o);
-    if (!text) return glm_err(GLM_ERR_NOMEM, "out of memory (trainer_state.json)");
     char *path = glm_path_join(dir, "trainer_state.json");
-    glm_status st = path ? glm_write_file_atomic(path, text, strlen(text))
-                         : glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_status st = path ? glm_json_write_file(path, o, 2) : glm_err(GLM_ERR_NOMEM, "out of memory");
+    json_decref(o);
     free(path);
-    free(text);
     return st;
 }
 

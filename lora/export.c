@@ -11,6 +11,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 #include "kernels/backend.h"
 
 glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, float *dst) {
@@ -19,6 +20,12 @@ glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, 
     if (be) return be->download(be, dst, p->w, bytes);
     memcpy(dst, p->w, bytes);
     return GLM_OK;
+}
+
+/* A value held as float32 somewhere (lora->alpha, lora->dropout) is written as its shortest
+ * float32 decimal (0.1, not 0.10000000149011612); other doubles as they are. */
+static double shortest(double x) {
+    return isfinite(x) && (double)(float)x == x ? glm_f32_shortest((float)x) : x;
 }
 
 json_t *glm_adapter_config_json(const glm_adapter_cfg *c) {
@@ -43,8 +50,8 @@ json_t *glm_adapter_config_json(const glm_adapter_cfg *c) {
     if (c->alpha == floor(c->alpha) && fabs(c->alpha) < 1e15)
         json_object_set_new(o, "lora_alpha", json_integer((json_int_t)c->alpha));
     else
-        json_object_set_new(o, "lora_alpha", json_real(c->alpha));
-    json_object_set_new(o, "lora_dropout", json_real(c->dropout));
+        json_object_set_new(o, "lora_alpha", json_real(shortest(c->alpha)));
+    json_object_set_new(o, "lora_dropout", json_real(shortest(c->dropout)));
     json_object_set_new(o, "modules_to_save", json_null());
     json_object_set_new(o, "peft_type", json_string("LORA"));
     json_object_set_new(o, "r", json_integer(c->r));
@@ -52,7 +59,9 @@ json_t *glm_adapter_config_json(const glm_adapter_cfg *c) {
     json_object_set_new(o, "revision", json_null());
     json_object_set_new(o, "target_modules", tm);
     json_object_set_new(o, "task_type", json_string("CAUSAL_LM"));
-    json_object_set_new(o, "use_rslora", json_boolean(c->use_rslora));
+    /* only when true: PEFT <= 0.7 rejects the key (LoraConfig.__init__() got an unexpected
+     * keyword argument 'use_rslora'), and false is its default */
+    if (c->use_rslora) json_object_set_new(o, "use_rslora", json_true());
     return o;
 }
 
@@ -62,17 +71,8 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 static glm_status write_json(const char *dir, const char *name, json_t *j) {
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     char *path = glm_path_join(dir, name);
-    glm_status st;
-    if (!text || !path) {
-        st = glm_err(GLM_ERR_NOMEM, "out of memory writing %s", name);
-    } else {
-        size_t len = strlen(text);
-        text[len] = '\n'; /* replace the NUL: files end with a newline */
-        st = glm_write_file_atomic(path, text, len + 1);
-    }
-    free(text);
+    glm_status st = path ? glm_json_write_file(path, j, 2) : glm_err(GLM_ERR_NOMEM, "out of memory writing %s", name);
     free(path);
     return st;
 }

@@ -33,7 +33,8 @@ typedef struct glm_adapter_cfg {
 #define GLM_EXPORT_SAME_DTYPE (-1)
 
 /* adapter_config.json as a new JSON object (caller decrefs): peft_type "LORA", task_type
- * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules, use_rslora, bias "none",
+ * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules, use_rslora (only when true: PEFT
+ * <= 0.7 rejects the key), bias "none",
  * fan_in_fan_out false, base_model_name_or_path, inference_mode true, init_lora_weights true,
  * modules_to_save / layers_to_transform / layers_pattern / revision null, rank_pattern {},
  * alpha_pattern {}: only keys that PEFT has accepted since 0.6, so old and new PEFT load it.

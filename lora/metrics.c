@@ -12,6 +12,7 @@
 
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/pyjson.h"
 
 glm_metrics_rec glm_metrics_rec_empty(int64_t step) {
     glm_metrics_rec r = {.step = step, .epoch = NAN, .loss = NAN, .grad_norm = NAN,
@@ -127,7 +128,7 @@ char *glm_metrics_json_line(const glm_metrics_rec *r) {
     PUT("eval_loss", r->eval_loss);
     PUT("eval_perplexity", r->eval_perplexity);
 #undef PUT
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    char *s = glm_tojson(o, -1); /* Python's json.dumps text: shortest round-trip floats */
     json_decref(o);
     return s;
 }

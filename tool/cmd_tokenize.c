@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/progress.h"
+#include "common/pyjson.h"
 #include "dataset/formats.h"
 #include "dataset/packer.h"
 #include "dataset/reader.h"
@@ -442,21 +443,16 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
     json_object_set_new(splits, "val", sv);
     json_object_set_new(m, "splits", splits);
     json_object_set_new(m, "report", json_string("report.json"));
-    glm_status s = GLM_OK;
-    char *text = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     char *mp = glm_path_join(tmpdir, "manifest.json");
-    s = glm_write_file_atomic(mp, text, strlen(text));
+    glm_status s = glm_json_write_file(mp, m, 2);
     free(mp);
-    free(text);
     json_decref(m);
-    text = json_dumps(rep->final, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s == GLM_OK) {
         char *rp = glm_path_join(tmpdir, "report.json");
-        s = glm_write_file_atomic(rp, text, strlen(text));
+        s = glm_json_write_file(rp, rep->final, 2);
         free(rp);
     }
-    if (s == GLM_OK && report_path) s = glm_write_file_atomic(report_path, text, strlen(text));
-    free(text);
+    if (s == GLM_OK && report_path) s = glm_json_write_file(report_path, rep->final, 2);
     return s;
 }
 

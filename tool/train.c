@@ -392,7 +392,8 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
-    rs->acfg = (glm_adapter_cfg){rs->lora->r, rs->lora->alpha, rs->lora->dropout, rs->targets, nt,
+    /* alpha and dropout as the user gave them (doubles: 0.1, not the float 0.100000001...) */
+    rs->acfg = (glm_adapter_cfg){rs->lora->r, ts->lora_alpha, ts->lora_dropout, rs->targets, nt,
                                  rs->lora->use_rslora, rs->base_path ? rs->base_path : ts->model};
     json_error_t je;
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();

@@ -4,6 +4,7 @@
 
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/pyjson.h"
 #include "common/rng.h"
 #include "tests/check.h"
 
@@ -13,6 +14,16 @@ int main(void) {
     CHECK(glm_crc32c(0, "123456789", 9) == 0xE3069283u, "crc32c %08x", glm_crc32c(0, "123456789", 9));
     /* FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (the published test vector). */
     CHECK(glm_fnv1a64(GLM_FNV1A64_INIT, "a", 1) == 0xaf63dc4c8601ec8cULL, "fnv1a64");
+
+    /* float32 values written in their shortest decimal form: the nearest float to 0.1 is
+     * 0.100000001490116119384765625, whose shortest float32 decimal is "0.1" (the same holds
+     * for 1e-05; 1.5625e-07 = 2^-22 * 0.65536 is exact in both) */
+    CHECK(glm_f32_shortest(0.1f) == 0.1 && glm_f32_shortest(1e-5f) == 1e-5 &&
+              glm_f32_shortest(1.5625e-07f) == 1.5625e-07 && glm_f32_shortest(16.0f) == 16.0 &&
+              glm_f32_shortest(0.3f) == 0.3 && glm_f32_shortest(-2.5e-3f) == -2.5e-3, "f32 shortest");
+    char fb[32];
+    CHECK(!strcmp(glm_py_float_repr(glm_f32_shortest(0.1f), fb), "0.1"), "0.1 repr: %s", fb);
+    CHECK(!strcmp(glm_py_float_repr((double)0.1f, fb), "0.10000000149011612"), "the double of 0.1f: %s", fb);
 
     glm_rng a, b;
     glm_rng_seed(&a, 42, 0);
