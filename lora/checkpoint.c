@@ -263,6 +263,7 @@ glm_status glm_ckpt_save(const glm_ckpt_save_args *a, char **out_dir) {
     if (st == GLM_OK && a->optim) st = write_optimizer(tmp, a);
     if (st == GLM_OK) st = write_state(tmp, a);
     if (st == GLM_OK) st = write_checksums(tmp);
+    if (st == GLM_OK) glm_cleanup_leftovers(final);
     if (st == GLM_OK) st = glm_commit_dir(tmp, final);
     if (st != GLM_OK) {
         glm_err_context(st, "saving checkpoint %s", final);

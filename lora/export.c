@@ -142,8 +142,10 @@ glm_status glm_adapter_write_files(const char *dir, const struct glm_backend *be
     return st;
 }
 
-/* Creates a fresh "<outdir>.tmp" (removing a stale one) and returns its path. */
+/* Creates a fresh "<outdir>.tmp.<pid>" (after cleaning what killed exports left beside outdir)
+ * and returns its path. outdir is the real location (glm_output_target_dir). */
 static glm_status make_tmpdir(const char *outdir, char **tmp) {
+    glm_cleanup_leftovers(outdir);
     if (asprintf(tmp, "%s.tmp.%d", outdir, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (glm_is_dir(*tmp)) glm_rmtree(*tmp);
     glm_status st = glm_mkdir_p(*tmp);
@@ -154,15 +156,17 @@ static glm_status make_tmpdir(const char *outdir, char **tmp) {
     return st;
 }
 
-glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,
+glm_status glm_export_adapter(const char *outdir_in, const struct glm_backend *be,
                               const glm_param *params, size_t n, const glm_adapter_cfg *c,
                               glm_st_dtype dtype) {
-    char *tmp = NULL;
-    GLM_TRY(make_tmpdir(outdir, &tmp));
-    glm_status st = glm_adapter_write_files(tmp, be, params, n, c, dtype);
+    char *tmp = NULL, *outdir = NULL;
+    GLM_TRY(glm_output_target_dir(outdir_in, &outdir)); /* a symbolic link: its target is replaced */
+    glm_status st = make_tmpdir(outdir, &tmp);
+    if (st == GLM_OK) st = glm_adapter_write_files(tmp, be, params, n, c, dtype);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
-    if (st != GLM_OK) glm_rmtree(tmp);
+    if (st != GLM_OK && tmp) glm_rmtree(tmp);
     free(tmp);
+    free(outdir);
     return st;
 }
 
@@ -385,7 +389,7 @@ static glm_status set_config_dtype(const char *dir, glm_st_dtype dt) {
     return st;
 }
 
-glm_status glm_export_merged(const char *base_dir, const char *outdir,
+glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
                              const struct glm_backend *be, const glm_param *params, size_t n,
                              double scaling, int dtype) {
     if (dtype != GLM_EXPORT_SAME_DTYPE && dtype != GLM_ST_F32 && dtype != GLM_ST_BF16 &&
@@ -395,7 +399,13 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir,
     if (!glm_is_dir(base_dir))
         return glm_err(GLM_ERR_IO, "%s: the base checkpoint must be a directory", base_dir);
     glm_st_set *s = NULL;
-    GLM_TRY(glm_st_open(base_dir, &s));
+    char *outdir = NULL;
+    GLM_TRY(glm_output_target_dir(outdir_in, &outdir)); /* a symbolic link: its target is replaced */
+    glm_status st0 = glm_st_open(base_dir, &s);
+    if (st0 != GLM_OK) {
+        free(outdir);
+        return st0;
+    }
     char *tmp = NULL;
     glm_status st = make_tmpdir(outdir, &tmp);
     if (st == GLM_OK) st = write_merged(base_dir, tmp, s, be, params, n, scaling, dtype);
@@ -405,6 +415,7 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir,
     if (st != GLM_OK && tmp) glm_rmtree(tmp);
     if (st == GLM_OK) glm_log_info("merged %zu LoRA modules into %s", n / 2, outdir);
     free(tmp);
+    free(outdir);
     glm_st_close(s);
     return st;
 }

@@ -322,11 +322,21 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
     }
     if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
     if (s == GLM_OK && o->report_path) { /* fail now, not after the whole run */
-        char *copy = strdup(o->report_path), *slash = strrchr(copy, '/');
-        const char *dir = slash ? (slash == copy ? "/" : (*slash = 0, copy)) : ".";
-        if (access(dir, W_OK) != 0)
-            s = glm_err(GLM_ERR_ARG, "--report %s: cannot write in %s: %s", o->report_path, dir, strerror(errno));
-        free(copy);
+        char *target = NULL;
+        bool through = false;
+        s = glm_output_target(o->report_path, &target, &through);
+        if (s != GLM_OK) {
+            s = glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg());
+        } else if (through) { /* a device, FIFO or /dev/stdout: written through, so it must be writable */
+            if (access(target, W_OK) != 0)
+                s = glm_err(GLM_ERR_ARG, "--report %s: cannot write to it: %s", o->report_path, strerror(errno));
+        } else {
+            char *slash = strrchr(target, '/');
+            const char *dir = slash ? (slash == target ? "/" : (*slash = 0, target)) : ".";
+            if (access(dir, W_OK) != 0)
+                s = glm_err(GLM_ERR_ARG, "--report %s: cannot write in %s: %s", o->report_path, dir, strerror(errno));
+        }
+        free(target);
     }
     if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
         s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
@@ -340,28 +350,6 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
 }
 
 /* ------------------------------------------------------------------ the run */
-
-/* Removes "<out>.tmp.<pid>" directories left by killed runs (their process is gone). */
-static void remove_stale_tmp(const char *out) {
-    char *copy = strdup(out), *slash = strrchr(copy, '/');
-    const char *dir = slash ? (slash == copy ? "/" : copy) : ".", *base = slash ? slash + 1 : copy;
-    if (slash) *slash = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    size_t nb = strlen(base);
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, base, nb) || strncmp(e->d_name + nb, ".tmp.", 5)) continue;
-        char *end;
-        long pid = strtol(e->d_name + nb + 5, &end, 10);
-        if (*end || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
-        char *p = glm_path_join(dir, e->d_name);
-        glm_log_info("removing %s, left by an interrupted run", p);
-        glm_rmtree(p);
-        free(p);
-    }
-    if (d) closedir(d);
-    free(copy);
-}
 
 static glm_status prepare_outdir(const char *out, char **tmp) {
     if (glm_is_dir(out)) {
@@ -382,7 +370,7 @@ static glm_status prepare_outdir(const char *out, char **tmp) {
     } else if (glm_is_file(out)) {
         return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
     }
-    remove_stale_tmp(out);
+    glm_cleanup_leftovers(out); /* "<out>.tmp.<pid>" and "<out>.old.<pid>" of killed runs */
     if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_rmtree(*tmp);
     return glm_mkdir_p(*tmp);
@@ -504,12 +492,21 @@ static int tokenize_main(tok_opts *op) {
     }
 
     glm_reader *rd = NULL;
-    char *tmpdir = NULL;
+    char *tmpdir = NULL, *out_real = NULL;
+    /* a symbolic link -o is followed: its target is replaced, the link stays */
+    if ((s = glm_output_target_dir(o.out, &out_real)) != GLM_OK) {
+        glm_template_free(tpl);
+        glm_tokenizer_free(tok);
+        return cli_fail(s);
+    }
+    if (strcmp(out_real, o.out)) glm_log_info("-o %s is a symbolic link: writing %s", o.out, out_real);
+    o.out = out_real;
     if ((s = glm_reader_open((const char *const *)o.inputs, (size_t)o.n_inputs, o.dataset, &rd)) != GLM_OK ||
         (s = prepare_outdir(o.out, &tmpdir)) != GLM_OK) {
         glm_reader_close(rd);
         glm_template_free(tpl);
         glm_tokenizer_free(tok);
+        free(out_real);
         return cli_fail(s);
     }
     glm_reader_set_deferred_parse(rd, true);
@@ -654,6 +651,7 @@ static int tokenize_main(tok_opts *op) {
     glm_shard_writer_free(&wval);
     tok_report_free(&rep);
     free(tmpdir);
+    free(out_real);
     glm_reader_close(rd);
     glm_template_free(tpl);
     glm_tokenizer_free(tok);
