@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,7 @@ static const char *HELP =
     "  --val-size N         set N conversations (or a fraction like 0.05) aside as the val split\n"
     "  --seed N             seed of the validation selection (default 42)\n"
     "  --strict             any bad record is fatal (default: skip it and count it by reason)\n"
-    "  --threads N          worker threads (default: all cores)\n"
+    "  --threads N          worker threads (default and maximum: the CPUs this process may use)\n"
     "  --report FILE        also write the report as JSON\n"
     "  --shard-rows N       rows per shard file (default: about 16 Mi tokens)\n"
     "  --quiet              no progress display\n"
@@ -275,11 +276,20 @@ static int by_seq(const void *a, const void *b) {
 
 /* ------------------------------------------------------------------ options */
 
+/* The CPUs this process may run on (its affinity mask; the online count when unknown). */
+static uint64_t glm_usable_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (uint64_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint64_t)n : 1;
+}
+
 static int parse_opts(int argc, char **argv, tok_opts *o) {
     memset(o, 0, sizeof *o);
     o->seq_len = 8192;
     o->seed = 42;
-    o->threads = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = glm_usable_cpus();
+    bool threads_given = false;
     o->format_name = "auto";
     o->inputs = calloc((size_t)argc, sizeof(char *));
     glm_status s = GLM_OK;
@@ -300,7 +310,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (VAL("--report")) o->report_path = v;
         else if (VAL("--seq-len")) s = cli_u64("--seq-len", v, &o->seq_len);
         else if (VAL("--seed")) s = cli_u64("--seed", v, &o->seed);
-        else if (VAL("--threads")) s = cli_u64("--threads", v, &o->threads);
+        else if (VAL("--threads")) s = cli_u64("--threads", v, &o->threads), threads_given = true;
         else if (VAL("--shard-rows")) s = cli_u64("--shard-rows", v, &o->shard_rows);
         else if (VAL("--val-size")) {
             s = cli_double("--val-size", v, &o->val_size);
@@ -345,6 +355,17 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (o->n_inputs == 0) s = glm_err(GLM_ERR_ARG, "tokenize: no input files; hint: glmtune tokenize --tokenizer DIR -o OUT data/*.jsonl");
         else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");
         else if (o->threads == 0) o->threads = 1;
+    }
+    if (s == GLM_OK && !o->encode && !o->decode) {
+        /* workers are CPU-bound: more than the CPUs this process may run on only add overhead (and
+         * --threads 100000 would try to start that many threads per batch) */
+        uint64_t cpus = glm_usable_cpus();
+        if (o->threads > cpus) {
+            if (threads_given)
+                glm_log_warn("--threads %llu: capped at %llu, the CPUs this process may use (more workers only add "
+                             "overhead)", (unsigned long long)o->threads, (unsigned long long)cpus);
+            o->threads = cpus;
+        }
     }
     return s == GLM_OK ? 0 : cli_fail(s);
 }
@@ -529,7 +550,7 @@ static int tokenize_main(tok_opts *op) {
     glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(rd), !o.quiet);
     enum { BATCH = 512 };
     job *batches[2] = {calloc(BATCH, sizeof(job)), calloc(BATCH, sizeof(job))};
-    size_t nthreads = o.threads;
+    size_t nthreads = o.threads, n_started = 0;
     pthread_t *th = calloc(nthreads, sizeof *th);
     batch_ctx ctx[2];
     int cur = 0;
@@ -560,13 +581,29 @@ static int tokenize_main(tok_opts *op) {
         if (s != GLM_OK) break;
         /* wait for the running batch, then start this one */
         if (running) {
-            for (size_t t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+            for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
             running = false;
         }
         if (n > 0) {
             ctx[cur] = (batch_ctx){&o, tok, tpl, fmt, jb, n, 0};
-            for (size_t t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, &ctx[cur]);
-            running = true;
+            n_started = 0;
+            for (size_t t = 0; t < nthreads; t++) {
+                int rc = pthread_create(&th[t], NULL, worker, &ctx[cur]);
+                if (rc == 0) {
+                    n_started++;
+                    continue;
+                }
+                /* under a limit on threads (ulimit -u, a container's pids limit): carry on with the
+                 * workers that started, or in this thread when none did */
+                glm_log_warn("could not start worker thread %zu of %zu (%s); continuing with %zu worker thread%s%s; "
+                             "hint: a limit on processes/threads (ulimit -u, a container's pids limit) is reached; "
+                             "--threads %zu avoids the retries", t + 1, nthreads, strerror(rc), t, t == 1 ? "" : "s",
+                             t ? "" : " (the reading thread does the work)", t ? t : 1);
+                nthreads = t;
+                break;
+            }
+            if (n_started == 0) worker(&ctx[cur]); /* every record of the batch, here and now */
+            running = n_started > 0;
         }
         /* consume the previous batch (finished) in order */
         job *prev = batches[1 - cur];
@@ -603,7 +640,7 @@ static int tokenize_main(tok_opts *op) {
         if (n == 0 && eof) break;
     }
     if (running)
-        for (size_t t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+        for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
     for (int b = 0; b < 2; b++) {
         for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
         free(batches[b]);
