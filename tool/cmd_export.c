@@ -28,19 +28,16 @@ static const char *HELP =
     "generation files copied. The base is the run's --model unless --base is given.\n";
 
 static glm_status resolve_checkpoint(const char *path, char **dir) {
-    char *t = glm_path_join(path, "trainer_state.json");
-    bool is = glm_is_file(t);
-    free(t);
-    if (is) {
+    if (glm_ckpt_is_dir(path)) {
         *dir = strdup(path);
         return GLM_OK;
     }
     int64_t step;
     glm_status s = glm_ckpt_latest(path, dir, &step);
     if (s != GLM_OK)
-        return glm_err_context(s, "%s is neither a checkpoint (no trainer_state.json) nor an output directory with one", path);
+        return glm_err_context(s, "%s is neither a checkpoint (no checksums.txt) nor an output directory with one", path);
     if (!*dir)
-        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no trainer_state.json, no complete checkpoint-N inside); "
+        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
                        "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
     return GLM_OK;
 }
