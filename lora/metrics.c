@@ -105,7 +105,7 @@ glm_status glm_tb_write_session_start(FILE *f, double wall_time, int64_t step) {
     pb_double(&ev, 1, wall_time);
     pb_varint(&ev, 2 << 3 | 0);
     pb_varint(&ev, (uint64_t)step);
-    pb_len(&ev, 6, sl.b, sl.n);
+    pb_len(&ev, 7, sl.b, sl.n); /* Event.session_log */
     return glm_tfrecord_write(f, ev.b, ev.n);
 }
 

@@ -4,7 +4,7 @@
  *   masked crc32c of the length, data, masked crc32c of the data; TensorFlow's
  *   record_writer.cc) around hand-encoded Event protobufs (tensorflow/core/util/event.proto:
  *   wall_time = 1 (double), step = 2 (int64), file_version = 3 (string), summary = 5,
- *   session_log = 6; Summary.value = 1, Value.tag = 1, Value.simple_value = 2 (float);
+ *   session_log = 7; Summary.value = 1, Value.tag = 1, Value.simple_value = 2 (float);
  *   SessionLog.status = 1 (enum: START = 1)).
  * - Resuming: metrics.jsonl is cut back to the checkpoint's step, and the resumed run's new event
  *   file starts with a SessionLog START marker, after which TensorBoard drops the points of the
