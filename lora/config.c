@@ -197,6 +197,23 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
         json_object_set_new(o, "dtype", json_string("bfloat16"));
     }
     json_object_set_new(o, "tie_word_embeddings", json_false());
+    /* special ids inside the vocabulary, or null */
+    int64_t pad = -1, eos[4];
+    int ne = 0;
+    if (c->has_token_ids) {
+        pad = c->pad_token_id < c->V ? c->pad_token_id : -1;
+        for (int i = 0; i < c->n_eos_token_ids && i < 4; i++)
+            if (c->eos_token_ids[i] >= 0 && c->eos_token_ids[i] < c->V) eos[ne++] = c->eos_token_ids[i];
+    } else if (c->V > 151338) { /* GLM-4's: <|endoftext|>, and the stop ids <|endoftext|> <|user|> <|observation|> */
+        pad = 151329;
+        eos[ne++] = 151329;
+        eos[ne++] = 151336;
+        eos[ne++] = 151338;
+    }
+    json_object_set_new(o, "pad_token_id", pad >= 0 ? json_integer(pad) : json_null());
+    json_t *el = ne ? json_array() : json_null();
+    for (int i = 0; i < ne; i++) json_array_append_new(el, json_integer(eos[i]));
+    json_object_set_new(o, "eos_token_id", el);
     char *s = glm_tojson(o, 2);
     json_decref(o);
     if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory writing config.json");

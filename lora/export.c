@@ -389,6 +389,52 @@ static glm_status set_config_dtype(const char *dir, glm_st_dtype dt) {
     return st;
 }
 
+/* The merged model's config.json (copied from the base) with a pad_token_id inside the vocabulary,
+ * in the hf layout: transformers' GlmModel builds the embedding with padding_idx = pad_token_id,
+ * which must be < vocab_size, and GlmConfig's default when the key is absent is 151329, outside
+ * any vocabulary smaller than GLM-4's. Such a pad_token_id (or an absent one whose default is
+ * outside) becomes the first eos_token_id inside the vocabulary, else null; anything else, and
+ * THUDM configs (their remote code builds the embedding without padding_idx), stay as they are. */
+static glm_status fix_config_pad(const char *dir) {
+    char *p = glm_path_join(dir, "config.json");
+    json_error_t je;
+    json_t *cfg = p && glm_is_file(p) ? json_load_file(p, JSON_PRESERVE_ORDER, &je) : NULL;
+    glm_status st = GLM_OK;
+    if (json_is_object(cfg)) {
+        json_t *vs = json_object_get(cfg, "vocab_size");
+        if (!json_is_integer(vs)) vs = json_object_get(cfg, "padded_vocab_size");
+        json_int_t V = json_integer_value(vs);
+        const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+        json_t *pad = json_object_get(cfg, "pad_token_id");
+        bool hf = mt && !strcmp(mt, "glm"); /* GlmForCausalLM: nn.Embedding(vocab_size, C, padding_idx=pad_token_id) */
+        bool bad = hf && V > 0 &&
+                   ((json_is_integer(pad) && (json_integer_value(pad) < 0 || json_integer_value(pad) >= V)) ||
+                    (!pad && 151329 >= V));
+        if (bad) {
+            json_t *eos = json_object_get(cfg, "eos_token_id"), *fix = json_null();
+            for (size_t i = 0; i < (json_is_array(eos) ? json_array_size(eos) : 1); i++) {
+                json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+                if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) < V) {
+                    json_decref(fix);
+                    fix = json_integer(json_integer_value(e));
+                    break;
+                }
+            }
+            char was[64] = "absent (GlmConfig's default 151329)";
+            if (pad) snprintf(was, sizeof was, "%lld", (long long)json_integer_value(pad));
+            char now[32] = "null";
+            if (!json_is_null(fix)) snprintf(now, sizeof now, "%lld", (long long)json_integer_value(fix));
+            glm_log_info("merged config.json: pad_token_id %s is outside the vocabulary of %lld; written as %s so that "
+                         "transformers can build the embedding (padding_idx)", was, (long long)V, now);
+            json_object_set_new(cfg, "pad_token_id", fix);
+            st = write_json(dir, "config.json", cfg);
+        }
+    }
+    json_decref(cfg);
+    free(p);
+    return st;
+}
+
 glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
                              const struct glm_backend *be, const glm_param *params, size_t n,
                              double scaling, int dtype) {
@@ -411,6 +457,7 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
     if (st == GLM_OK) st = write_merged(base_dir, tmp, s, be, params, n, scaling, dtype);
     if (st == GLM_OK) st = copy_side_files(base_dir, tmp);
     if (st == GLM_OK && dtype != GLM_EXPORT_SAME_DTYPE) st = set_config_dtype(tmp, (glm_st_dtype)dtype);
+    if (st == GLM_OK) st = fix_config_pad(tmp);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
     if (st != GLM_OK && tmp) glm_rmtree(tmp);
     if (st == GLM_OK) glm_log_info("merged %zu LoRA modules into %s", n / 2, outdir);
