@@ -85,6 +85,9 @@ cp samples/tokenizer/chat_template.jinja "$C/template/sample.jinja"
 cp samples/tokenizer/tokenizer_config.json "$C/template/sample-tokenizer_config.json"
 [ -f "$S/glm4-tokenizer/tokenizer_config.json" ] && cp "$S/glm4-tokenizer/tokenizer_config.json" "$C/template/glm4-tokenizer_config.json"
 
+# every finding fixed so far stays in its target's corpus (tests/fuzz/regressions/<target>-*)
+for f in tests/fuzz/regressions/*; do t=$(basename "$f"); t=${t%%-*}; if [ -d "$C/$t" ]; then cp "$f" "$C/$t/"; fi; done
+
 # ---- run
 printf '| target | seconds | executions | exec/s | edges covered | corpus files (start -> end) | findings |\n|---|---|---|---|---|---|---|\n' > "$B/results.md"
 status=0
