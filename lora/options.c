@@ -875,9 +875,6 @@ static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const
             return GLM_OK;
         }
     }
-    if (!strcmp(d->key, "warmup_ratio") && src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_DEFAULT && o->warmup_ratio > 0)
-        return glm_err(GLM_ERR_ARG, "%s: warmup_ratio and warmup_steps below 1 (a ratio) are both set; hint: keep one",
-                       where);
     GLM_TRY(set_value(o, i, val, src, where));
     if (!strcmp(key, "cutoff_len"))
         glm_log_info("%s: cutoff_len is used as seq_len: the shards' row length must equal it", where);
