@@ -2,6 +2,8 @@
 #include "fileio.h"
 
 #include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -10,6 +12,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "log.h"
 
 char *glm_path_join(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
@@ -41,11 +45,110 @@ glm_status glm_fsync_dir(const char *dir) {
     return GLM_OK;
 }
 
+/* Whether `dir` is a process's descriptor table (/proc/<pid>/fd, /proc/<pid>/task/<tid>/fd), so
+ * that a name in it is an open descriptor (/dev/stdout -> /proc/self/fd/1). */
+static bool is_fd_dir(const char *dir) {
+    char *r = realpath(dir, NULL);
+    if (!r) return false;
+    bool yes = false;
+    if (!strncmp(r, "/proc/", 6)) {
+        const char *p = r + 6;
+        if (*p >= '0' && *p <= '9') {
+            while (*p >= '0' && *p <= '9') p++;
+            if (!strncmp(p, "/task/", 6)) {
+                p += 6;
+                while (*p >= '0' && *p <= '9') p++;
+            }
+            yes = !strcmp(p, "/fd");
+        }
+    }
+    free(r);
+    return yes;
+}
+
+glm_status glm_output_target(const char *path, char **target, bool *through) {
+    *target = NULL;
+    *through = false;
+    char *cur = strdup(path);
+    if (!cur) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    for (int hop = 0; hop < 40; hop++) {
+        char *d = dir_of(cur);
+        bool fd = d && is_fd_dir(d);
+        free(d);
+        if (fd) { /* an open descriptor: write through it */
+            *through = true;
+            *target = cur;
+            return GLM_OK;
+        }
+        struct stat st;
+        if (lstat(cur, &st) != 0) {
+            if (errno == ENOENT) { /* a new file (or a dangling link's target) */
+                *target = cur;
+                return GLM_OK;
+            }
+            glm_status s = glm_err(GLM_ERR_IO, "%s: cannot examine %s: %s", path, cur, strerror(errno));
+            free(cur);
+            return s;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            char buf[4096];
+            ssize_t n = readlink(cur, buf, sizeof buf - 1);
+            if (n < 0) {
+                glm_status s = glm_err(GLM_ERR_IO, "%s: cannot read the link %s: %s", path, cur, strerror(errno));
+                free(cur);
+                return s;
+            }
+            buf[n] = 0;
+            char *next;
+            if (buf[0] == '/') {
+                next = strdup(buf);
+            } else {
+                char *cd = dir_of(cur);
+                next = cd ? glm_path_join(cd, buf) : NULL;
+                free(cd);
+            }
+            free(cur);
+            if (!next) return glm_err(GLM_ERR_NOMEM, "out of memory");
+            cur = next;
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            glm_status s = glm_err(GLM_ERR_IO, "%s is a directory; hint: name a file", path);
+            free(cur);
+            return s;
+        }
+        *through = !S_ISREG(st.st_mode); /* FIFO, device, socket: write through */
+        *target = cur;
+        return GLM_OK;
+    }
+    free(cur);
+    return glm_err(GLM_ERR_IO, "%s: too many levels of symbolic links", path);
+}
+
 glm_status glm_afile_open(glm_afile *af, const char *path) {
     memset(af, 0, sizeof *af);
-    af->path = strdup(path);
-    if (!af->path || asprintf(&af->tmp, "%s.tmp.%d", path, (int)getpid()) < 0) {
+    char *target;
+    bool through;
+    GLM_TRY(glm_output_target(path, &target, &through));
+    af->path = target;
+    af->through = through;
+    if (through) {
+        /* O_APPEND: a regular file behind /dev/stdout (`> file`, `>> file`) is written at its
+         * end, not from offset 0 over what the shell or this process put there */
+        int fd = open(target, O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC);
+        af->f = fd >= 0 ? fdopen(fd, "ab") : NULL;
+        if (!af->f) {
+            glm_status s = glm_err(GLM_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+            if (fd >= 0) close(fd);
+            free(af->path);
+            memset(af, 0, sizeof *af);
+            return s;
+        }
+        return GLM_OK;
+    }
+    if (asprintf(&af->tmp, "%s.tmp.%d", target, (int)getpid()) < 0) {
         free(af->path);
+        memset(af, 0, sizeof *af);
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
     af->f = fopen(af->tmp, "wb");
@@ -62,7 +165,7 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n) {
     if (n && fwrite(data, 1, n, af->f) != n) {
         af->failed = true;
-        return glm_err(GLM_ERR_IO, "%s: write failed: %s", af->tmp, strerror(errno));
+        return glm_err(GLM_ERR_IO, "%s: write failed: %s", af->tmp ? af->tmp : af->path, strerror(errno));
     }
     return GLM_OK;
 }
@@ -76,20 +179,27 @@ static void afile_release(glm_afile *af) {
 void glm_afile_abort(glm_afile *af) {
     if (!af->f) return;
     fclose(af->f);
-    unlink(af->tmp);
+    if (af->tmp) unlink(af->tmp);
     afile_release(af);
 }
 
 glm_status glm_afile_commit(glm_afile *af) {
     glm_status s = GLM_OK;
+    const char *name = af->tmp ? af->tmp : af->path;
     if (af->failed || ferror(af->f) || fflush(af->f) != 0) {
-        s = glm_err(GLM_ERR_IO, "%s: write failed: %s", af->tmp, strerror(errno));
-    } else if (fsync(fileno(af->f)) != 0) {
-        s = glm_err(GLM_ERR_IO, "%s: fsync failed: %s", af->tmp, strerror(errno));
+        s = glm_err(GLM_ERR_IO, "%s: write failed: %s", af->through ? af->path : name, strerror(errno));
+    } else if (fsync(fileno(af->f)) != 0 &&
+               !(af->through && (errno == EINVAL || errno == EROFS || errno == ENOTSUP || errno == ENOTTY))) {
+        /* a pipe or a terminal cannot be fsynced (EINVAL): nothing to make durable there */
+        s = glm_err(GLM_ERR_IO, "%s: fsync failed: %s", name, strerror(errno));
     }
     if (fclose(af->f) != 0 && s == GLM_OK)
-        s = glm_err(GLM_ERR_IO, "%s: close failed: %s", af->tmp, strerror(errno));
+        s = glm_err(GLM_ERR_IO, "%s: close failed: %s", name, strerror(errno));
     af->f = NULL;
+    if (af->through) {
+        afile_release(af);
+        return s;
+    }
     if (s == GLM_OK && rename(af->tmp, af->path) != 0)
         s = glm_err(GLM_ERR_IO, "%s: rename to %s failed: %s", af->tmp, af->path, strerror(errno));
     if (s != GLM_OK) {
@@ -135,31 +245,128 @@ static glm_status fsync_files_in(const char *dir) {
     return s;
 }
 
-glm_status glm_commit_dir(const char *tmpdir, const char *dir) {
+glm_status glm_commit_dir(const char *tmpdir, const char *dir_in) {
     GLM_TRY(fsync_files_in(tmpdir));
-    char *old = NULL;
-    if (glm_is_dir(dir)) {
-        if (asprintf(&old, "%s.old.%d", dir, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
-        if (rename(dir, old) != 0) {
-            glm_status s = glm_err(GLM_ERR_IO, "%s: cannot move aside: %s", dir, strerror(errno));
-            free(old);
-            return s;
-        }
+    struct stat lst;
+    char *dir = NULL;
+    if (lstat(dir_in, &lst) == 0 && S_ISLNK(lst.st_mode)) { /* replace the link's target, keep the link */
+        GLM_TRY(glm_output_target_dir(dir_in, &dir));
+    } else {
+        dir = strdup(dir_in);
     }
-    if (rename(tmpdir, dir) != 0) {
-        glm_status s = glm_err(GLM_ERR_IO, "%s: rename to %s failed: %s", tmpdir, dir, strerror(errno));
-        if (old) rename(old, dir);
-        free(old);
-        return s;
-    }
+    if (!dir) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    struct stat st;
+    bool exists = stat(dir, &st) == 0;
+    glm_status s = GLM_OK;
     char *parent = dir_of(dir);
-    glm_status s = parent ? glm_fsync_dir(parent) : GLM_OK;
-    free(parent);
-    if (old) {
-        glm_rmtree(old);
+    if (exists && !S_ISDIR(st.st_mode)) {
+        s = glm_err(GLM_ERR_IO, "%s exists and is not a directory", dir);
+    } else if (exists && renameat2(AT_FDCWD, tmpdir, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+        /* one atomic step: `dir` holds the new content, `tmpdir` the old one */
+        s = parent ? glm_fsync_dir(parent) : GLM_OK;
+        glm_rmtree(tmpdir);
+    } else if (exists && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+        s = glm_err(GLM_ERR_IO, "%s: cannot swap in %s: %s", dir, tmpdir, strerror(errno));
+    } else if (exists) {
+        /* no RENAME_EXCHANGE on this filesystem: move the old one aside first */
+        char *old = NULL;
+        if (asprintf(&old, "%s.old.%d", dir, (int)getpid()) < 0) {
+            s = glm_err(GLM_ERR_NOMEM, "out of memory");
+        } else if (rename(dir, old) != 0) {
+            s = glm_err(GLM_ERR_IO, "%s: cannot move aside: %s", dir, strerror(errno));
+        } else if (rename(tmpdir, dir) != 0) {
+            s = glm_err(GLM_ERR_IO, "%s: rename to %s failed: %s", tmpdir, dir, strerror(errno));
+            rename(old, dir);
+        } else {
+            s = parent ? glm_fsync_dir(parent) : GLM_OK;
+            glm_rmtree(old);
+        }
         free(old);
+    } else if (rename(tmpdir, dir) != 0) {
+        s = glm_err(GLM_ERR_IO, "%s: rename to %s failed: %s", tmpdir, dir, strerror(errno));
+    } else {
+        s = parent ? glm_fsync_dir(parent) : GLM_OK;
     }
+    free(parent);
+    free(dir);
     return s;
+}
+
+glm_status glm_output_target_dir(const char *path, char **target) {
+    *target = NULL;
+    struct stat lst;
+    if (lstat(path, &lst) != 0 || !S_ISLNK(lst.st_mode)) {
+        *target = strdup(path);
+        return *target ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    char *r = realpath(path, NULL);
+    if (r) {
+        *target = r;
+        return GLM_OK;
+    }
+    /* a dangling link: follow it by hand to the name it points at */
+    char *cur = strdup(path);
+    for (int hop = 0; cur && hop < 40; hop++) {
+        if (lstat(cur, &lst) != 0 || !S_ISLNK(lst.st_mode)) {
+            *target = cur;
+            return GLM_OK;
+        }
+        char buf[4096];
+        ssize_t n = readlink(cur, buf, sizeof buf - 1);
+        if (n < 0) break;
+        buf[n] = 0;
+        char *next;
+        if (buf[0] == '/') {
+            next = strdup(buf);
+        } else {
+            char *cd = dir_of(cur);
+            next = cd ? glm_path_join(cd, buf) : NULL;
+            free(cd);
+        }
+        free(cur);
+        cur = next;
+    }
+    free(cur);
+    return glm_err(GLM_ERR_IO, "%s: cannot follow the symbolic link: %s", path, strerror(errno ? errno : ELOOP));
+}
+
+void glm_cleanup_leftovers(const char *path) {
+    char *d = dir_of(path), *copy = strdup(path);
+    if (!d || !copy) {
+        free(d);
+        free(copy);
+        return;
+    }
+    const char *base = strrchr(copy, '/') ? strrchr(copy, '/') + 1 : copy;
+    size_t nb = strlen(base);
+    DIR *dh = nb ? opendir(d) : NULL;
+    struct dirent *e;
+    while (dh && (e = readdir(dh))) {
+        if (strncmp(e->d_name, base, nb)) continue;
+        const char *rest = e->d_name + nb;
+        bool tmp = !strncmp(rest, ".tmp.", 5), old = !strncmp(rest, ".old.", 5);
+        if (!tmp && !old) continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(rest + 5, &end, 10);
+        if (*end || errno || pid <= 0) continue;
+        if (pid != (long)getpid() && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue; /* still running */
+        char *p = glm_path_join(d, e->d_name);
+        struct stat st;
+        if (!p) continue;
+        if (old && lstat(path, &st) != 0 && errno == ENOENT) {
+            if (rename(p, path) == 0)
+                glm_log_warn("%s was missing (a run was killed while replacing it): restored the previous one from %s",
+                             path, p);
+        } else {
+            glm_log_info("removing %s, left by an interrupted run", p);
+            glm_rmtree(p);
+        }
+        free(p);
+    }
+    if (dh) closedir(dh);
+    free(d);
+    free(copy);
 }
 
 glm_status glm_read_file(const char *path, char **data, size_t *len) {

@@ -12,28 +12,65 @@
 /* An output file that appears under its final name only when committed. Writes go to
  * "<path>.tmp.<pid>" in the same directory; glm_afile_commit() flushes, fsyncs, renames it
  * over `path` and fsyncs the directory; glm_afile_abort() (or a crash) leaves the previous
- * file at `path` untouched. */
+ * file at `path` untouched.
+ * Outputs that are not regular files are never replaced by one:
+ *   - a symbolic link is followed (to its final target, relative links against their own
+ *     directory, a dangling one creates its target): the target is replaced atomically, the
+ *     link stays;
+ *   - a FIFO, a character or block device (e.g. /dev/null, /dev/full), or an open descriptor
+ *     named through /dev/stdout, /dev/fd/N or /proc/<pid>/fd/N is written through: opened for
+ *     writing (O_APPEND, so a redirected stdout is not overwritten from offset 0), flushed and
+ *     closed at commit; write errors (ENOSPC from /dev/full) fail the commit; abort cannot take
+ *     back what was written;
+ *   - a directory is an error. */
 typedef struct glm_afile {
     FILE *f;          /* write through this (fwrite/fprintf) or glm_afile_write */
-    char *path;       /* final name */
-    char *tmp;        /* temporary name */
+    char *path;       /* final name (after following symbolic links) */
+    char *tmp;        /* temporary name; NULL when written through */
     bool failed;      /* a write failed: commit will refuse */
+    bool through;     /* written through (device, FIFO, open descriptor), not renamed */
 } glm_afile;
 
+/* Opens an output (see glm_afile). Errors: GLM_ERR_IO naming the path (cannot create or open,
+ * is a directory, a symbolic link loop), GLM_ERR_NOMEM. */
 glm_status glm_afile_open(glm_afile *af, const char *path);
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n);
 glm_status glm_afile_commit(glm_afile *af);   /* closes; frees af's strings */
 void glm_afile_abort(glm_afile *af);          /* closes, removes the temp file */
 
-/* Writes `n` bytes to `path` atomically (glm_afile in one call). */
+/* Writes `n` bytes to `path` atomically (glm_afile in one call; devices, FIFOs and
+ * /dev/stdout are written through). */
 glm_status glm_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* How an output path is written: *target (malloc'd) is the path after following symbolic
+ * links; *through is true for a FIFO, a device or an open descriptor (/dev/stdout, /dev/fd/N,
+ * /proc/<pid>/fd/N). A path that does not exist yet resolves to itself (or to a dangling
+ * link's target). Errors: GLM_ERR_IO (a directory, a link loop, lstat failure). */
+glm_status glm_output_target(const char *path, char **target, bool *through);
+
+/* An output directory's real location: a symbolic link is followed to its final target (a
+ * dangling one to the name it points at, relative links against their own directory); any
+ * other path is returned as it is (malloc'd). Writers resolve their output directory first, so
+ * that the temp directory beside it is on the target's filesystem. Errors: GLM_ERR_IO. */
+glm_status glm_output_target_dir(const char *path, char **target);
 
 /* fsync of a directory, so that a rename inside it is durable. */
 glm_status glm_fsync_dir(const char *dir);
 
-/* Renames directory `tmpdir` to `dir` after fsyncing every regular file in it, then fsyncs the
- * parent. If `dir` exists it is first moved aside and removed after the rename. */
+/* Puts directory `tmpdir` under the name `dir` after fsyncing every regular file in it, then
+ * fsyncs the parent. When `dir` exists, the two are swapped in one atomic
+ * renameat2(RENAME_EXCHANGE) and the old content (now at `tmpdir`) is removed, so a kill at any
+ * moment leaves the old or the new complete directory under `dir`. On a filesystem without
+ * RENAME_EXCHANGE, `dir` is first renamed to "<dir>.old.<pid>" (a kill between the two renames
+ * leaves no `dir`; glm_cleanup_leftovers restores it). A symbolic link `dir` is followed: its
+ * target is replaced. `tmpdir` must be on the target's filesystem. */
 glm_status glm_commit_dir(const char *tmpdir, const char *dir);
+
+/* Cleans what killed runs left beside the output `path`: "<path>.tmp.<pid>" and
+ * "<path>.old.<pid>" whose process is gone (or is this process, from an earlier life of its
+ * pid). An ".old" copy is restored to `path` when `path` itself is missing (a kill between the
+ * two renames of the fallback swap), otherwise removed. Each action is logged. */
+void glm_cleanup_leftovers(const char *path);
 
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (*len excludes the NUL). */
 glm_status glm_read_file(const char *path, char **data, size_t *len);

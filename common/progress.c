@@ -1,5 +1,7 @@
 #include "progress.h"
 
+#include "log.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -52,10 +54,9 @@ static void draw(glm_progress *p, double now, bool final) {
     if (p->total > 0) snprintf(total, sizeof total, "/%lld", (long long)p->total);
     char mb[32] = "";
     if (p->bytes > 0) snprintf(mb, sizeof mb, ", %.1f MB/s", mbs);
-    fprintf(stderr, "%s%s:%s %lld%s %s, %.1f %s/s%s%s%s", p->tty ? "\r" : "", p->label, pct,
-            (long long)p->done, total, p->unit, rate, p->unit, mb, eta, p->tty ? "\x1b[K" : "\n");
-    if (final && p->tty) fputc('\n', stderr);
-    fflush(stderr);
+    glm_log_status(p->tty, "%s:%s %lld%s %s, %.1f %s/s%s%s", p->label, pct, (long long)p->done, total, p->unit, rate,
+                   p->unit, mb, eta);
+    if (final) glm_log_status_end();
 }
 
 void glm_progress_add(glm_progress *p, int64_t n, int64_t nbytes) {

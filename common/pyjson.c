@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "common/vec.h"
 
 char *glm_py_float_repr(double d, char buf[32]) {
@@ -166,4 +167,30 @@ char *glm_tojson(json_t *v, int indent) {
     if (b.oom || !b.v.v) { free(b.v.v); return NULL; }
     b.v.v[b.v.n] = 0;
     return b.v.v;
+}
+
+double glm_f32_shortest(float f) {
+    if (!isfinite(f)) return (double)f;
+    char tmp[40];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(tmp, sizeof tmp, "%.*e", p - 1, (double)f);
+        if (strtof(tmp, NULL) == f) return strtod(tmp, NULL);
+    }
+    return (double)f;
+}
+
+glm_status glm_json_write_file(const char *path, json_t *v, int indent) {
+    char *text = glm_tojson(v, indent);
+    if (!text) return glm_err(GLM_ERR_NOMEM, "out of memory writing %s", path);
+    size_t n = strlen(text);
+    char *t2 = realloc(text, n + 2);
+    if (!t2) {
+        free(text);
+        return glm_err(GLM_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    t2[n] = '\n';
+    t2[n + 1] = 0;
+    glm_status st = glm_write_file_atomic(path, t2, n + 1);
+    free(t2);
+    return st;
 }

@@ -11,6 +11,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "common/status.h"
+
 /* Python's repr(float) for `d` into buf (NUL-terminated; 32 bytes are always enough):
  * the shortest decimal string that reads back as the same double (IEEE-754 binary64),
  * fixed notation with ".0" when the decimal exponent e (d = m x 10^e, 1 <= |m| < 10) lies in
@@ -29,5 +31,16 @@ char *glm_py_float_repr(double d, char buf[32]);
  * UTF-8, 0x7f) as is. Integers as integers; reals as Python's float repr (1.0, 1e-05, 0.1),
  * non-finite reals as Infinity, -Infinity, NaN. */
 char *glm_tojson(json_t *v, int indent);
+
+/* The double whose value is the shortest decimal that reads back as the float32 `f` (so a
+ * setting held as float, e.g. 0.1f = 0.100000001490116..., is written as 0.1, not
+ * 0.10000000149011612). Non-finite values are returned unchanged. */
+double glm_f32_shortest(float f);
+
+/* A JSON file as every glmtune output writes it: glm_tojson(v, indent) (Python's json.dumps
+ * text: floats in their shortest round-trip form, UTF-8 as is) and a final newline, written
+ * through glm_write_file_atomic (temp name, fsync, rename; devices, FIFOs and /dev/stdout
+ * written through). Errors: GLM_ERR_NOMEM, GLM_ERR_IO naming the file. */
+glm_status glm_json_write_file(const char *path, json_t *v, int indent);
 
 #endif

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +13,17 @@
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 #include "kernels/backend.h"
 #include "lora/safetensors.h"
 
 static const char *const k_files[] = {"adapter_model.safetensors", "adapter_config.json",
-                                      "optimizer.safetensors", "trainer_state.json"};
+                                      "optimizer.safetensors", "trainer_state.json", "glmtune_state.json"};
 static const char *const k_required[] = {"adapter_model.safetensors", "trainer_state.json"};
 
 /* ------------------------------------------------------------------ save */
+
+static char *ckpt_path(const char *output_dir, int64_t step);
 
 static json_t *sched_json(const glm_sched *s) {
     json_t *o = json_object();
@@ -32,11 +36,66 @@ static json_t *sched_json(const glm_sched *s) {
     return o;
 }
 
+/* The lowest eval_loss of the history: *best (NaN when none) at *step. */
+static void best_eval(const json_t *hist, double *best, int64_t *step) {
+    *best = NAN;
+    *step = -1;
+    size_t i;
+    json_t *r;
+    json_array_foreach(hist, i, r) {
+        json_t *e = json_object_get(r, "eval_loss");
+        if (!json_is_number(e)) continue;
+        double v = json_number_value(e);
+        if (isfinite(v) && (!isfinite(*best) || v < *best)) {
+            *best = v;
+            *step = json_integer_value(json_object_get(r, "step"));
+        }
+    }
+}
+
+json_t *glm_trainer_state_json(const glm_ckpt_save_args *a) {
+    json_t *o = json_object();
+    if (!o) return NULL;
+    double best;
+    int64_t best_step;
+    best_eval(a->log_history, &best, &best_step);
+    char *best_dir = best_step >= 0 ? ckpt_path(a->output_dir, best_step) : NULL;
+    json_object_set_new(o, "best_global_step", best_step >= 0 ? json_integer(best_step) : json_null());
+    json_object_set_new(o, "best_metric", isfinite(best) ? json_real(best) : json_null());
+    json_object_set_new(o, "best_model_checkpoint", best_dir ? json_string(best_dir) : json_null());
+    free(best_dir);
+    json_object_set_new(o, "epoch", json_real(a->epoch));
+    json_object_set_new(o, "eval_steps", json_integer(a->eval_steps));
+    json_object_set_new(o, "global_step", json_integer(a->step));
+    json_object_set_new(o, "is_hyper_param_search", json_false());
+    json_object_set_new(o, "is_local_process_zero", json_true());
+    json_object_set_new(o, "is_world_process_zero", json_true());
+    json_object_set_new(o, "log_history", a->log_history ? json_deep_copy(a->log_history) : json_array());
+    json_object_set_new(o, "logging_steps", json_integer(a->logging_steps));
+    json_object_set_new(o, "max_steps", json_integer(a->max_steps));
+    json_object_set_new(o, "num_input_tokens_seen", json_integer(a->num_input_tokens_seen));
+    json_object_set_new(o, "num_train_epochs", json_real(a->num_train_epochs));
+    json_object_set_new(o, "save_steps", json_integer(a->save_steps));
+    json_object_set_new(o, "stateful_callbacks", json_object());
+    json_object_set_new(o, "total_flos", json_real(0.0));
+    json_object_set_new(o, "train_batch_size", json_integer(a->train_batch_size));
+    json_object_set_new(o, "trial_name", json_null());
+    json_object_set_new(o, "trial_params", json_null());
+    return o;
+}
+
+static glm_status write_json_in(const char *dir, const char *name, json_t *o) {
+    char *path = glm_path_join(dir, name);
+    glm_status st = path && o ? glm_json_write_file(path, o, 2) : glm_err(GLM_ERR_NOMEM, "out of memory (%s)", name);
+    free(path);
+    return st;
+}
+
 static glm_status write_state(const char *dir, const glm_ckpt_save_args *a) {
     json_t *o = json_object();
     if (!o) return glm_err(GLM_ERR_NOMEM, "out of memory");
     json_object_set_new(o, "format", json_string("glmtune-checkpoint"));
-    json_object_set_new(o, "version", json_integer(1));
+    json_object_set_new(o, "version", json_integer(2));
     json_object_set_new(o, "global_step", json_integer(a->step));
     json_object_set_new(o, "epoch", json_real(a->epoch));
     json_object_set_new(o, "optimizer_step", json_integer(a->optim ? a->optim->step : a->step));
@@ -54,15 +113,11 @@ static glm_status write_state(const char *dir, const glm_ckpt_save_args *a) {
     json_object_set_new(o, "rng", rngs);
     json_object_set_new(o, "scheduler", a->sched ? sched_json(a->sched) : json_null());
     json_object_set_new(o, "settings", a->settings ? json_deep_copy(a->settings) : json_object());
-    json_object_set_new(o, "log_history", a->log_history ? json_deep_copy(a->log_history) : json_array());
-    char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    glm_status st = write_json_in(dir, "glmtune_state.json", o);
     json_decref(o);
-    if (!text) return glm_err(GLM_ERR_NOMEM, "out of memory (trainer_state.json)");
-    char *path = glm_path_join(dir, "trainer_state.json");
-    glm_status st = path ? glm_write_file_atomic(path, text, strlen(text))
-                         : glm_err(GLM_ERR_NOMEM, "out of memory");
-    free(path);
-    free(text);
+    json_t *ts = st == GLM_OK ? glm_trainer_state_json(a) : NULL;
+    if (st == GLM_OK) st = write_json_in(dir, "trainer_state.json", ts);
+    json_decref(ts);
     return st;
 }
 
@@ -266,6 +321,7 @@ glm_status glm_ckpt_save(const glm_ckpt_save_args *a, char **out_dir) {
     if (st == GLM_OK && a->optim) st = write_optimizer(tmp, a);
     if (st == GLM_OK) st = write_state(tmp, a);
     if (st == GLM_OK) st = write_checksums(tmp);
+    if (st == GLM_OK) glm_cleanup_leftovers(final);
     if (st == GLM_OK) st = glm_commit_dir(tmp, final);
     if (st != GLM_OK) {
         glm_err_context(st, "saving checkpoint %s", final);
@@ -350,23 +406,61 @@ void glm_ckpt_free(glm_ckpt *c) {
     free(c->dir);
     free(c->rngs);
     if (c->state) json_decref(c->state);
+    if (c->trainer_state) json_decref(c->trainer_state);
     memset(c, 0, sizeof(*c));
+}
+
+bool glm_ckpt_is_dir(const char *dir) {
+    char *p = glm_path_join(dir, GLM_CKPT_CHECKSUMS);
+    bool yes = p && glm_is_file(p);
+    free(p);
+    return yes;
+}
+
+static glm_status load_json(const char *path, json_t **out) {
+    json_error_t je;
+    *out = json_load_file(path, 0, &je);
+    if (!*out) return glm_err(GLM_ERR_FORMAT, "%s: line %d: bad JSON: %s", path, je.line, je.text);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return glm_err(GLM_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    return GLM_OK;
 }
 
 glm_status glm_ckpt_load(const char *dir, glm_ckpt *c) {
     memset(c, 0, sizeof(*c));
     GLM_TRY(glm_ckpt_verify(dir));
-    char *sp = glm_path_join(dir, "trainer_state.json");
-    if (!sp) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    json_error_t je;
-    json_t *o = json_load_file(sp, 0, &je);
-    glm_status st = GLM_OK;
-    if (!o) {
-        st = glm_err(GLM_ERR_FORMAT, "%s: line %d: bad JSON: %s", sp, je.line, je.text);
+    char *tp = glm_path_join(dir, "trainer_state.json"), *gp = glm_path_join(dir, "glmtune_state.json");
+    if (!tp || !gp) {
+        free(tp);
+        free(gp);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    json_t *ts = NULL, *o = NULL;
+    glm_status st = load_json(tp, &ts);
+    /* version 2: glmtune_state.json; version 1 kept everything in trainer_state.json */
+    char *sp = glm_is_file(gp) ? gp : tp;
+    if (st == GLM_OK) {
+        if (sp == gp) {
+            st = load_json(gp, &o);
+        } else {
+            o = ts;
+            json_incref(o);
+        }
+    }
+    if (sp == gp) free(tp);
+    else free(gp);
+    if (st != GLM_OK) {
+        json_decref(ts);
+        json_decref(o);
         free(sp);
         return st;
     }
     c->state = o;
+    c->trainer_state = ts;
+    c->num_input_tokens_seen = json_integer_value(json_object_get(ts, "num_input_tokens_seen"));
     c->dir = strdup(dir);
     json_t *gs = json_object_get(o, "global_step"), *ep = json_object_get(o, "epoch"),
            *os = json_object_get(o, "optimizer_step"), *rng = json_object_get(o, "rng");
@@ -379,7 +473,7 @@ glm_status glm_ckpt_load(const char *dir, glm_ckpt *c) {
         c->optimizer_step = json_integer_value(os);
         c->data_loader = json_object_get(o, "data_loader");
         c->settings = json_object_get(o, "settings");
-        c->log_history = json_object_get(o, "log_history");
+        c->log_history = json_object_get(ts, "log_history");
         if (!json_is_array(c->log_history)) c->log_history = NULL;
         c->n_rngs = json_array_size(rng);
         c->rngs = calloc(c->n_rngs + 1, sizeof(glm_rng));

@@ -4,11 +4,21 @@
  *   adapter_model.safetensors  LoRA weights, fp32, PEFT keys "base_model.model.<param name>"
  *   adapter_config.json        as export (so a checkpoint is also a loadable PEFT adapter)
  *   optimizer.safetensors      "<param name>.exp_avg" / ".exp_avg_sq" fp32; metadata step
- *   trainer_state.json         {"format": "glmtune-checkpoint", "version": 1, "global_step",
- *                              "epoch", "optimizer_step", "data_loader" (caller's object),
- *                              "rng" ([[4 decimal strings] per glm_rng]), "scheduler" {type, lr,
- *                              total_steps, warmup_steps, min_lr_rate, num_cycles}, "settings"
- *                              (the resolved training settings), "log_history" [...]}
+ *   trainer_state.json         transformers' TrainerState, exactly its fields (so
+ *                              TrainerState.load_from_json and the tools that read it work):
+ *                              epoch, global_step, max_steps, logging_steps, eval_steps,
+ *                              save_steps, train_batch_size, num_train_epochs,
+ *                              num_input_tokens_seen, total_flos, log_history, best_metric,
+ *                              best_global_step, best_model_checkpoint, is_local_process_zero,
+ *                              is_world_process_zero, is_hyper_param_search, trial_name,
+ *                              trial_params, stateful_callbacks
+ *   glmtune_state.json         what resuming needs beyond that: {"format": "glmtune-checkpoint",
+ *                              "version": 2, "global_step", "epoch", "optimizer_step",
+ *                              "data_loader" (caller's object), "rng" ([[4 decimal strings] per
+ *                              glm_rng]), "scheduler" {type, lr, total_steps, warmup_steps,
+ *                              min_lr_rate, num_cycles}, "settings" (the resolved settings)}
+ *                              (version 1 checkpoints kept these in trainer_state.json; they
+ *                              still load)
  *   checksums.txt              one line per other file: "<crc32 hex8> <size> <name>"
  * Saving writes everything into <output_dir>/.checkpoint-<step>.tmp/, fsyncs and renames it
  * (glm_commit_dir), then prunes old checkpoints; a kill at any point leaves the previous
@@ -16,6 +26,7 @@
 #ifndef GLM_CHECKPOINT_H
 #define GLM_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,7 +58,17 @@ typedef struct glm_ckpt_save_args {
     const json_t *settings;        /* resolved settings (object; NULL -> {}) */
     const json_t *log_history;     /* array of logged records for the plot (NULL -> []) */
     int save_total_limit;          /* keep the newest K checkpoints; <= 0 keeps all */
+    /* trainer_state.json's run description (transformers' TrainerState; 0 when unknown) */
+    int64_t max_steps, logging_steps, eval_steps, save_steps, train_batch_size;
+    double num_train_epochs;
+    int64_t num_input_tokens_seen; /* tokens of the rows trained on so far (padding included) */
 } glm_ckpt_save_args;
+
+/* transformers' TrainerState as a JSON object (new reference), from the arguments of a save:
+ * best_metric / best_global_step / best_model_checkpoint from the lowest "eval_loss" in
+ * log_history (null when there is none; the checkpoint named is output_dir/checkpoint-<step>),
+ * total_flos 0 (not counted), stateful_callbacks {}. NULL when out of memory. */
+json_t *glm_trainer_state_json(const glm_ckpt_save_args *a);
 
 /* Saves a checkpoint as described above; *out_dir (if not NULL) receives the final path
  * (malloc'd). Then removes the oldest checkpoint-* directories beyond save_total_limit (never
@@ -55,6 +76,10 @@ typedef struct glm_ckpt_save_args {
  * file, GLM_ERR_NOMEM, GLM_ERR_ARG (step < 0). On error the temp directory is removed and
  * earlier checkpoints are untouched. */
 glm_status glm_ckpt_save(const glm_ckpt_save_args *a, char **out_dir);
+
+/* Whether `dir` looks like a checkpoint directory (it has checksums.txt); a training output
+ * directory has a trainer_state.json too (written at the end of a run), but no checksums.txt. */
+bool glm_ckpt_is_dir(const char *dir);
 
 /* Checks checksums.txt of `dir`: every listed file exists with that size and CRC-32, and no
  * required file (adapter_model.safetensors, trainer_state.json) is missing from the list.
@@ -68,10 +93,12 @@ typedef struct glm_ckpt {
     int64_t step;
     double epoch;
     int64_t optimizer_step;
-    json_t *state;          /* the whole trainer_state.json (owned) */
+    json_t *state;          /* glmtune_state.json (or a version 1 trainer_state.json), owned */
+    json_t *trainer_state;  /* trainer_state.json (owned) */
+    int64_t num_input_tokens_seen; /* from trainer_state.json (0 when absent) */
     json_t *data_loader;    /* borrowed from state */
     json_t *settings;       /* borrowed from state */
-    json_t *log_history;    /* borrowed from state (array) */
+    json_t *log_history;    /* borrowed from trainer_state (array) */
     glm_rng *rngs;          /* n_rngs states */
     size_t n_rngs;
     bool has_sched;

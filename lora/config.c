@@ -9,6 +9,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 
 const char *glm_layout_name(glm_layout l) { return l == GLM_LAYOUT_HF ? "hf" : "chatglm"; }
 
@@ -169,7 +170,7 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
         json_object_set_new(o, "kv_channels", json_integer(c->Dh));
         json_object_set_new(o, "ffn_hidden_size", json_integer(c->F));
         json_object_set_new(o, "padded_vocab_size", json_integer(c->V));
-        json_object_set_new(o, "layernorm_epsilon", json_real(c->eps));
+        json_object_set_new(o, "layernorm_epsilon", json_real(glm_f32_shortest(c->eps)));
         json_object_set_new(o, "rope_ratio", json_real(c->rope_base / 10000.0));
         json_object_set_new(o, "add_qkv_bias", json_boolean(c->qkv_bias));
         json_object_set_new(o, "add_bias_linear", json_false());
@@ -187,7 +188,7 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
         json_object_set_new(o, "head_dim", json_integer(c->Dh));
         json_object_set_new(o, "intermediate_size", json_integer(c->F));
         json_object_set_new(o, "vocab_size", json_integer(c->V));
-        json_object_set_new(o, "rms_norm_eps", json_real(c->eps));
+        json_object_set_new(o, "rms_norm_eps", json_real(glm_f32_shortest(c->eps)));
         json_object_set_new(o, "rope_theta", json_real(c->rope_base));
         json_object_set_new(o, "partial_rotary_factor", json_real((double)c->rope_dim / c->Dh));
         json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias));
@@ -196,7 +197,24 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
         json_object_set_new(o, "dtype", json_string("bfloat16"));
     }
     json_object_set_new(o, "tie_word_embeddings", json_false());
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    /* special ids inside the vocabulary, or null */
+    int64_t pad = -1, eos[4];
+    int ne = 0;
+    if (c->has_token_ids) {
+        pad = c->pad_token_id < c->V ? c->pad_token_id : -1;
+        for (int i = 0; i < c->n_eos_token_ids && i < 4; i++)
+            if (c->eos_token_ids[i] >= 0 && c->eos_token_ids[i] < c->V) eos[ne++] = c->eos_token_ids[i];
+    } else if (c->V > 151338) { /* GLM-4's: <|endoftext|>, and the stop ids <|endoftext|> <|user|> <|observation|> */
+        pad = 151329;
+        eos[ne++] = 151329;
+        eos[ne++] = 151336;
+        eos[ne++] = 151338;
+    }
+    json_object_set_new(o, "pad_token_id", pad >= 0 ? json_integer(pad) : json_null());
+    json_t *el = ne ? json_array() : json_null();
+    for (int i = 0; i < ne; i++) json_array_append_new(el, json_integer(eos[i]));
+    json_object_set_new(o, "eos_token_id", el);
+    char *s = glm_tojson(o, 2);
     json_decref(o);
     if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory writing config.json");
     *out = s;

@@ -34,6 +34,13 @@ typedef struct glm_config {
     int64_t max_positions; /* seq_length | max_position_embeddings (0 if absent) */
     bool rope_overridden;  /* rope_base came from rope_theta_override */
     bool rope_suspect;     /* hf config with rope_theta == 10000: likely wrong (DESIGN §3) */
+    /* Special token ids written by glm_config_to_json (pad_token_id, eos_token_id). When
+     * has_token_ids is false: GLM-4's own (pad 151329 = <|endoftext|>, eos 151329, 151336,
+     * 151338) when they fit the vocabulary, else pad null and no eos. */
+    bool has_token_ids;
+    int64_t pad_token_id;      /* < 0: null */
+    int64_t eos_token_ids[4];
+    int n_eos_token_ids;
 } glm_config;
 
 /* Reads `<dir>/config.json` (or `dir` itself when it names a .json file) into *cfg.
@@ -55,7 +62,10 @@ glm_status glm_config_validate(const glm_config *cfg, const char *what);
  * Errors: GLM_ERR_ARG naming the known names. */
 glm_status glm_config_preset(const char *name, glm_config *cfg);
 
-/* Writes cfg as config.json text of its layout (malloc'd, NUL-terminated) into *json. */
+/* Writes cfg as config.json text of its layout (malloc'd, NUL-terminated) into *json, with
+ * pad_token_id and eos_token_id always inside the vocabulary (or null): transformers builds the
+ * embedding with padding_idx = pad_token_id and fails on one outside it, and GlmConfig's default
+ * (151329) is outside any vocabulary smaller than GLM-4's. */
 glm_status glm_config_to_json(const glm_config *cfg, char **json);
 
 /* Rows of query_key_value: (H + 2 Hkv) Dh. */

@@ -11,6 +11,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 #include "kernels/backend.h"
 
 glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, float *dst) {
@@ -19,6 +20,12 @@ glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, 
     if (be) return be->download(be, dst, p->w, bytes);
     memcpy(dst, p->w, bytes);
     return GLM_OK;
+}
+
+/* A value held as float32 somewhere (lora->alpha, lora->dropout) is written as its shortest
+ * float32 decimal (0.1, not 0.10000000149011612); other doubles as they are. */
+static double shortest(double x) {
+    return isfinite(x) && (double)(float)x == x ? glm_f32_shortest((float)x) : x;
 }
 
 json_t *glm_adapter_config_json(const glm_adapter_cfg *c) {
@@ -43,8 +50,8 @@ json_t *glm_adapter_config_json(const glm_adapter_cfg *c) {
     if (c->alpha == floor(c->alpha) && fabs(c->alpha) < 1e15)
         json_object_set_new(o, "lora_alpha", json_integer((json_int_t)c->alpha));
     else
-        json_object_set_new(o, "lora_alpha", json_real(c->alpha));
-    json_object_set_new(o, "lora_dropout", json_real(c->dropout));
+        json_object_set_new(o, "lora_alpha", json_real(shortest(c->alpha)));
+    json_object_set_new(o, "lora_dropout", json_real(shortest(c->dropout)));
     json_object_set_new(o, "modules_to_save", json_null());
     json_object_set_new(o, "peft_type", json_string("LORA"));
     json_object_set_new(o, "r", json_integer(c->r));
@@ -52,7 +59,9 @@ json_t *glm_adapter_config_json(const glm_adapter_cfg *c) {
     json_object_set_new(o, "revision", json_null());
     json_object_set_new(o, "target_modules", tm);
     json_object_set_new(o, "task_type", json_string("CAUSAL_LM"));
-    json_object_set_new(o, "use_rslora", json_boolean(c->use_rslora));
+    /* only when true: PEFT <= 0.7 rejects the key (LoraConfig.__init__() got an unexpected
+     * keyword argument 'use_rslora'), and false is its default */
+    if (c->use_rslora) json_object_set_new(o, "use_rslora", json_true());
     return o;
 }
 
@@ -62,17 +71,8 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 static glm_status write_json(const char *dir, const char *name, json_t *j) {
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     char *path = glm_path_join(dir, name);
-    glm_status st;
-    if (!text || !path) {
-        st = glm_err(GLM_ERR_NOMEM, "out of memory writing %s", name);
-    } else {
-        size_t len = strlen(text);
-        text[len] = '\n'; /* replace the NUL: files end with a newline */
-        st = glm_write_file_atomic(path, text, len + 1);
-    }
-    free(text);
+    glm_status st = path ? glm_json_write_file(path, j, 2) : glm_err(GLM_ERR_NOMEM, "out of memory writing %s", name);
     free(path);
     return st;
 }
@@ -142,8 +142,10 @@ glm_status glm_adapter_write_files(const char *dir, const struct glm_backend *be
     return st;
 }
 
-/* Creates a fresh "<outdir>.tmp" (removing a stale one) and returns its path. */
+/* Creates a fresh "<outdir>.tmp.<pid>" (after cleaning what killed exports left beside outdir)
+ * and returns its path. outdir is the real location (glm_output_target_dir). */
 static glm_status make_tmpdir(const char *outdir, char **tmp) {
+    glm_cleanup_leftovers(outdir);
     if (asprintf(tmp, "%s.tmp.%d", outdir, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (glm_is_dir(*tmp)) glm_rmtree(*tmp);
     glm_status st = glm_mkdir_p(*tmp);
@@ -154,15 +156,17 @@ static glm_status make_tmpdir(const char *outdir, char **tmp) {
     return st;
 }
 
-glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,
+glm_status glm_export_adapter(const char *outdir_in, const struct glm_backend *be,
                               const glm_param *params, size_t n, const glm_adapter_cfg *c,
                               glm_st_dtype dtype) {
-    char *tmp = NULL;
-    GLM_TRY(make_tmpdir(outdir, &tmp));
-    glm_status st = glm_adapter_write_files(tmp, be, params, n, c, dtype);
+    char *tmp = NULL, *outdir = NULL;
+    GLM_TRY(glm_output_target_dir(outdir_in, &outdir)); /* a symbolic link: its target is replaced */
+    glm_status st = make_tmpdir(outdir, &tmp);
+    if (st == GLM_OK) st = glm_adapter_write_files(tmp, be, params, n, c, dtype);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
-    if (st != GLM_OK) glm_rmtree(tmp);
+    if (st != GLM_OK && tmp) glm_rmtree(tmp);
     free(tmp);
+    free(outdir);
     return st;
 }
 
@@ -385,7 +389,53 @@ static glm_status set_config_dtype(const char *dir, glm_st_dtype dt) {
     return st;
 }
 
-glm_status glm_export_merged(const char *base_dir, const char *outdir,
+/* The merged model's config.json (copied from the base) with a pad_token_id inside the vocabulary,
+ * in the hf layout: transformers' GlmModel builds the embedding with padding_idx = pad_token_id,
+ * which must be < vocab_size, and GlmConfig's default when the key is absent is 151329, outside
+ * any vocabulary smaller than GLM-4's. Such a pad_token_id (or an absent one whose default is
+ * outside) becomes the first eos_token_id inside the vocabulary, else null; anything else, and
+ * THUDM configs (their remote code builds the embedding without padding_idx), stay as they are. */
+static glm_status fix_config_pad(const char *dir) {
+    char *p = glm_path_join(dir, "config.json");
+    json_error_t je;
+    json_t *cfg = p && glm_is_file(p) ? json_load_file(p, JSON_PRESERVE_ORDER, &je) : NULL;
+    glm_status st = GLM_OK;
+    if (json_is_object(cfg)) {
+        json_t *vs = json_object_get(cfg, "vocab_size");
+        if (!json_is_integer(vs)) vs = json_object_get(cfg, "padded_vocab_size");
+        json_int_t V = json_integer_value(vs);
+        const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+        json_t *pad = json_object_get(cfg, "pad_token_id");
+        bool hf = mt && !strcmp(mt, "glm"); /* GlmForCausalLM: nn.Embedding(vocab_size, C, padding_idx=pad_token_id) */
+        bool bad = hf && V > 0 &&
+                   ((json_is_integer(pad) && (json_integer_value(pad) < 0 || json_integer_value(pad) >= V)) ||
+                    (!pad && 151329 >= V));
+        if (bad) {
+            json_t *eos = json_object_get(cfg, "eos_token_id"), *fix = json_null();
+            for (size_t i = 0; i < (json_is_array(eos) ? json_array_size(eos) : 1); i++) {
+                json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+                if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) < V) {
+                    json_decref(fix);
+                    fix = json_integer(json_integer_value(e));
+                    break;
+                }
+            }
+            char was[64] = "absent (GlmConfig's default 151329)";
+            if (pad) snprintf(was, sizeof was, "%lld", (long long)json_integer_value(pad));
+            char now[32] = "null";
+            if (!json_is_null(fix)) snprintf(now, sizeof now, "%lld", (long long)json_integer_value(fix));
+            glm_log_info("merged config.json: pad_token_id %s is outside the vocabulary of %lld; written as %s so that "
+                         "transformers can build the embedding (padding_idx)", was, (long long)V, now);
+            json_object_set_new(cfg, "pad_token_id", fix);
+            st = write_json(dir, "config.json", cfg);
+        }
+    }
+    json_decref(cfg);
+    free(p);
+    return st;
+}
+
+glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
                              const struct glm_backend *be, const glm_param *params, size_t n,
                              double scaling, int dtype) {
     if (dtype != GLM_EXPORT_SAME_DTYPE && dtype != GLM_ST_F32 && dtype != GLM_ST_BF16 &&
@@ -395,16 +445,24 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir,
     if (!glm_is_dir(base_dir))
         return glm_err(GLM_ERR_IO, "%s: the base checkpoint must be a directory", base_dir);
     glm_st_set *s = NULL;
-    GLM_TRY(glm_st_open(base_dir, &s));
+    char *outdir = NULL;
+    GLM_TRY(glm_output_target_dir(outdir_in, &outdir)); /* a symbolic link: its target is replaced */
+    glm_status st0 = glm_st_open(base_dir, &s);
+    if (st0 != GLM_OK) {
+        free(outdir);
+        return st0;
+    }
     char *tmp = NULL;
     glm_status st = make_tmpdir(outdir, &tmp);
     if (st == GLM_OK) st = write_merged(base_dir, tmp, s, be, params, n, scaling, dtype);
     if (st == GLM_OK) st = copy_side_files(base_dir, tmp);
     if (st == GLM_OK && dtype != GLM_EXPORT_SAME_DTYPE) st = set_config_dtype(tmp, (glm_st_dtype)dtype);
+    if (st == GLM_OK) st = fix_config_pad(tmp);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
     if (st != GLM_OK && tmp) glm_rmtree(tmp);
     if (st == GLM_OK) glm_log_info("merged %zu LoRA modules into %s", n / 2, outdir);
     free(tmp);
+    free(outdir);
     glm_st_close(s);
     return st;
 }

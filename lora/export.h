@@ -33,7 +33,8 @@ typedef struct glm_adapter_cfg {
 #define GLM_EXPORT_SAME_DTYPE (-1)
 
 /* adapter_config.json as a new JSON object (caller decrefs): peft_type "LORA", task_type
- * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules, use_rslora, bias "none",
+ * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules, use_rslora (only when true: PEFT
+ * <= 0.7 rejects the key), bias "none",
  * fan_in_fan_out false, base_model_name_or_path, inference_mode true, init_lora_weights true,
  * modules_to_save / layers_to_transform / layers_pattern / revision null, rank_pattern {},
  * alpha_pattern {}: only keys that PEFT has accepted since 0.6, so old and new PEFT load it.
@@ -66,7 +67,9 @@ glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,
  *     GLM_ST_F32 / GLM_ST_BF16 / GLM_ST_F16);
  *   every other tensor: copied byte-exact with GLM_EXPORT_SAME_DTYPE; with a dtype, every
  *     floating-point tensor is converted to it (integer tensors are copied) and config.json's
- *     torch_dtype (and dtype) say so.
+ *     torch_dtype (and dtype) say so; in the hf layout, config.json's pad_token_id is made valid
+ *     for the vocabulary when it is not (or is absent, where GlmConfig's default 151329 applies):
+ *     the first eos_token_id inside the vocabulary, else null, so that transformers loads it.
  * Same shard file names and tensor order; index.json with the same weight_map (total_size
  * recomputed); config.json, generation_config.json, tokenizer files (tokenizer.model,
  * tokenizer_config.json, tokenizer.json, special_tokens_map.json, added_tokens.json) and the

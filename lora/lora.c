@@ -42,15 +42,19 @@ static void valid_list(glm_layout layout, char *buf, size_t n) {
         strncat(buf, names[i], n - strlen(buf) - 1);
         strncat(buf, ", ", n - strlen(buf) - 1);
     }
-    strncat(buf, "all", n - strlen(buf) - 1);
+    strncat(buf, "all, vllm", n - strlen(buf) - 1);
 }
 
-/* Marks one module name; "all"/"all-linear" marks every module. */
+/* Marks one module name; "all"/"all-linear" marks every module; "vllm" every module whose
+ * adapters vLLM loads: all of the chatglm layout (ChatGLMForCausalLM supports LoRA on
+ * query_key_value, dense, dense_h_to_4h, dense_4h_to_h), and all but gate_up_proj in the hf layout
+ * (vLLM runs GlmForCausalLM as its LlamaForCausalLM, whose LoRA expects gate_proj and up_proj and
+ * refuses an adapter module named gate_up_proj). */
 static glm_status mark_target(glm_layout layout, const char *name, bool *on) {
     int nm;
     const char *const *names = glm_lora_module_names(layout, &nm);
-    if (!strcmp(name, "all") || !strcmp(name, "all-linear")) {
-        for (int i = 0; i < nm; i++) on[i] = true;
+    if (!strcmp(name, "all") || !strcmp(name, "all-linear") || !strcmp(name, "vllm")) {
+        for (int i = 0; i < nm; i++) on[i] = on[i] || strcmp(name, "vllm") || strcmp(names[i], "gate_up_proj");
         return GLM_OK;
     }
     for (int i = 0; i < nm; i++)

@@ -35,8 +35,9 @@ typedef struct glm_lora_config {
     float alpha;         /* lora_alpha */
     float dropout;       /* lora_dropout in [0, 1): PEFT applies it to the LoRA branch's input */
     bool use_rslora;     /* scaling alpha / sqrt(r) instead of alpha / r */
-    const char *targets; /* comma-separated module names of the layout, or "all" / "all-linear";
-                            NULL means "all" */
+    const char *targets; /* comma-separated module names of the layout, or "all" / "all-linear",
+                            or "vllm" (all but the hf layout's gate_up_proj, which vLLM cannot
+                            load); NULL means "all" */
 } glm_lora_config;
 
 /* One adapter: the module `module` (index into glm_lora_module_names) of layer `layer`. */

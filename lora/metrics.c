@@ -2,6 +2,7 @@
 /* lora/metrics.c: metrics.jsonl, TensorBoard event files, loss-curve SVG (see metrics.h). */
 #include "lora/metrics.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/pyjson.h"
 
 glm_metrics_rec glm_metrics_rec_empty(int64_t step) {
     glm_metrics_rec r = {.step = step, .epoch = NAN, .loss = NAN, .grad_norm = NAN,
@@ -96,6 +98,17 @@ glm_status glm_tb_write_version(FILE *f, double wall_time) {
     return glm_tfrecord_write(f, p.b, p.n);
 }
 
+glm_status glm_tb_write_session_start(FILE *f, double wall_time, int64_t step) {
+    pbuf sl = {.n = 0}, ev = {.n = 0};
+    pb_varint(&sl, 1 << 3 | 0); /* SessionLog.status */
+    pb_varint(&sl, 1);          /* START */
+    pb_double(&ev, 1, wall_time);
+    pb_varint(&ev, 2 << 3 | 0);
+    pb_varint(&ev, (uint64_t)step);
+    pb_len(&ev, 7, sl.b, sl.n); /* Event.session_log */
+    return glm_tfrecord_write(f, ev.b, ev.n);
+}
+
 glm_status glm_tb_write_scalar(FILE *f, double wall_time, int64_t step, const char *tag, float value) {
     pbuf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
     pb_len(&val, 1, tag, strlen(tag));
@@ -127,7 +140,7 @@ char *glm_metrics_json_line(const glm_metrics_rec *r) {
     PUT("eval_loss", r->eval_loss);
     PUT("eval_perplexity", r->eval_perplexity);
 #undef PUT
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    char *s = glm_tojson(o, -1); /* Python's json.dumps text: shortest round-trip floats */
     json_decref(o);
     return s;
 }
@@ -151,8 +164,17 @@ glm_status glm_metrics_open(glm_metrics *m, const char *dir, bool tensorboard) {
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
     double t = now_s();
+    long long secs = (long long)t;
+    /* later than every event file there: readers take the files in name order */
+    DIR *d = st == GLM_OK ? opendir(runs) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long long s2;
+        if (sscanf(e->d_name, "events.out.tfevents.%lld.", &s2) == 1 && s2 >= secs) secs = s2 + 1;
+    }
+    if (d) closedir(d);
     if (st == GLM_OK &&
-        asprintf(&m->events_path, "%s/events.out.tfevents.%lld.%s.%d", runs, (long long)t, host, (int)getpid()) < 0) {
+        asprintf(&m->events_path, "%s/events.out.tfevents.%lld.%s.%d", runs, secs, host, (int)getpid()) < 0) {
         m->events_path = NULL;
         st = glm_err(GLM_ERR_NOMEM, "out of memory");
     }
@@ -194,6 +216,51 @@ glm_status glm_metrics_log(glm_metrics *m, const glm_metrics_rec *r) {
             return glm_err(GLM_ERR_IO, "%s: write failed: %s", m->events_path, strerror(errno));
     }
     return GLM_OK;
+}
+
+glm_status glm_metrics_restart(glm_metrics *m, int64_t step) {
+    if (!m->events) return GLM_OK;
+    GLM_TRY(glm_tb_write_session_start(m->events, now_s(), step + 1));
+    if (fflush(m->events) != 0) return glm_err(GLM_ERR_IO, "%s: write failed: %s", m->events_path, strerror(errno));
+    return GLM_OK;
+}
+
+glm_status glm_metrics_truncate(const char *dir, int64_t step, int64_t *dropped) {
+    if (dropped) *dropped = 0;
+    char *path = glm_path_join(dir, "metrics.jsonl");
+    if (!path) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    if (!glm_is_file(path)) {
+        free(path);
+        return GLM_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    glm_status st = glm_read_file(path, &text, &len);
+    char *out = st == GLM_OK ? malloc(len + 1) : NULL;
+    if (st == GLM_OK && !out) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+    size_t n = 0;
+    int64_t gone = 0;
+    for (char *line = text; st == GLM_OK && line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t ll = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+        json_t *o = json_loadb(line, ll, 0, NULL);
+        json_t *sj = json_object_get(o, "step");
+        if (json_is_integer(sj) && json_integer_value(sj) <= step) {
+            memcpy(out + n, line, ll);
+            n += ll;
+            out[n++] = '\n';
+        } else if (ll) {
+            gone++;
+        }
+        json_decref(o);
+        line += ll + 1;
+    }
+    if (st == GLM_OK && gone) st = glm_write_file_atomic(path, out, n);
+    if (dropped) *dropped = gone;
+    free(out);
+    free(text);
+    free(path);
+    return st;
 }
 
 void glm_metrics_close(glm_metrics *m) {

@@ -3,8 +3,12 @@
  * - TensorBoard event file (events.out.tfevents.<time>.<host>): TFRecord framing (u64 length,
  *   masked crc32c of the length, data, masked crc32c of the data; TensorFlow's
  *   record_writer.cc) around hand-encoded Event protobufs (tensorflow/core/util/event.proto:
- *   wall_time = 1 (double), step = 2 (int64), file_version = 3 (string), summary = 5;
- *   Summary.value = 1, Value.tag = 1, Value.simple_value = 2 (float)).
+ *   wall_time = 1 (double), step = 2 (int64), file_version = 3 (string), summary = 5,
+ *   session_log = 7; Summary.value = 1, Value.tag = 1, Value.simple_value = 2 (float);
+ *   SessionLog.status = 1 (enum: START = 1)).
+ * - Resuming: metrics.jsonl is cut back to the checkpoint's step, and the resumed run's new event
+ *   file starts with a SessionLog START marker, after which TensorBoard drops the points of the
+ *   earlier files at and after the marker's step (event_accumulator's purge of orphaned data).
  * - loss.svg: train loss (raw and smoothed) and eval loss against step, like LLaMA-Factory's
  *   plot_loss. */
 #ifndef GLM_METRICS_H
@@ -41,7 +45,9 @@ typedef struct glm_metrics {
 
 /* Opens <dir>/metrics.jsonl for appending (a resumed run continues the file) and, when
  * tensorboard is true, creates <dir>/runs/events.out.tfevents.<unix seconds>.<host>.<pid>
- * starting with the file_version "brain.Event:2" record. Errors: GLM_ERR_IO naming the file. */
+ * starting with the file_version "brain.Event:2" record. The seconds in the name are later than
+ * those of every event file already there, so that readers, which take the files in name order,
+ * read this one last. Errors: GLM_ERR_IO naming the file. */
 glm_status glm_metrics_open(glm_metrics *m, const char *dir, bool tensorboard);
 /* Appends one line to metrics.jsonl (keys step, epoch, loss, grad_norm, learning_rate,
  * target_tokens, tokens_per_second, eval_loss, eval_perplexity; unset ones omitted) and one
@@ -51,12 +57,29 @@ glm_status glm_metrics_open(glm_metrics *m, const char *dir, bool tensorboard);
 glm_status glm_metrics_log(glm_metrics *m, const glm_metrics_rec *r);
 void glm_metrics_close(glm_metrics *m);
 
+/* Resuming from the checkpoint of `step`: keeps the lines of <dir>/metrics.jsonl whose "step" is
+ * <= step (and drops lines that are not JSON objects with a step, e.g. a line torn by a kill),
+ * rewriting the file atomically; a missing file is fine. *dropped: lines removed (may be NULL).
+ * Errors: GLM_ERR_IO naming the file. */
+glm_status glm_metrics_truncate(const char *dir, int64_t step, int64_t *dropped);
+
+/* Marks a restart in the event file of m: a SessionLog START at step + 1, where `step` is the
+ * checkpoint's step. The checkpoint's own points (logged at `step`, after its update) stay; the
+ * earlier run's points after it, superseded by this run, are dropped by TensorBoard. No-op
+ * without an event file. Errors: GLM_ERR_IO. */
+glm_status glm_metrics_restart(glm_metrics *m, int64_t step);
+
 /* The JSON line for r, without newline (malloc'd; NULL when out of memory). */
 char *glm_metrics_json_line(const glm_metrics_rec *r);
 
 /* Writes one TFRecord holding a scalar Event (wall_time seconds since the epoch, step, one
  * Summary.Value{tag, simple_value}) to f. Errors: GLM_ERR_IO. */
 glm_status glm_tb_write_scalar(FILE *f, double wall_time, int64_t step, const char *tag, float value);
+/* Writes a restart marker: Event{wall_time, step, session_log {status START}}. TensorBoard's
+ * EventAccumulator, reading it (file_version >= 2), purges every scalar already read whose step
+ * is >= `step` (_CheckForRestartAndMaybePurge / _Purge: kept are x.step < event.step).
+ * Errors: GLM_ERR_IO. */
+glm_status glm_tb_write_session_start(FILE *f, double wall_time, int64_t step);
 /* Writes the first record of an event file: Event{wall_time, file_version "brain.Event:2"}. */
 glm_status glm_tb_write_version(FILE *f, double wall_time);
 /* Frames `data` as one TFRecord: u64 LE length, u32 masked crc32c(length bytes), data,

@@ -187,6 +187,8 @@ glm_status glm_optim_init(glm_optim *o, const struct glm_backend *be, const glm_
     if (!(cfg->weight_decay >= 0))
         return glm_err(GLM_ERR_ARG, "weight-decay must be >= 0 (got %g)", cfg->weight_decay);
     if (isnan(cfg->max_grad_norm)) return glm_err(GLM_ERR_ARG, "max-grad-norm is NaN");
+    if (!(cfg->lr_ratio_b >= 0) || !isfinite(cfg->lr_ratio_b))
+        return glm_err(GLM_ERR_ARG, "loraplus-lr-ratio must be >= 0 (got %g)", cfg->lr_ratio_b);
     o->cfg = *cfg;
     o->be = be;
     o->m = calloc(n ? n : 1, sizeof(float *));
@@ -250,9 +252,11 @@ glm_status glm_optim_step(glm_optim *o, glm_param *params, size_t n, double lr,
     }
     if (stats) stats->clip_coef = coef;
     o->step++;
-    for (size_t i = 0; i < n; i++)
-        GLM_TRY(param_adamw(o, params[i].w, params[i].g, o->m[i], o->v[i], params[i].numel, lr, coef,
-                            o->step));
+    for (size_t i = 0; i < n; i++) {
+        /* LoRA+: the B matrices at lr x ratio (the group "lora_b" of LLaMA-Factory / "groupB" of PEFT) */
+        double lr_i = o->cfg.lr_ratio_b > 0 && strstr(params[i].name, ".lora_B.") ? lr * o->cfg.lr_ratio_b : lr;
+        GLM_TRY(param_adamw(o, params[i].w, params[i].g, o->m[i], o->v[i], params[i].numel, lr_i, coef, o->step));
+    }
     return GLM_OK;
 }
 

@@ -71,6 +71,10 @@ typedef struct glm_adamw_cfg {
     double eps;            /* 1e-8 */
     double weight_decay;   /* decoupled (AdamW), applied to every LoRA tensor; 0.0 in HF default */
     double max_grad_norm;  /* clip threshold; <= 0 disables clipping (the norm is still computed) */
+    double lr_ratio_b;     /* LoRA+ (Hayou et al. 2024, arXiv:2402.12354): params named "*.lora_B.*"
+                              update with lr x this, as PEFT's create_loraplus_optimizer and
+                              LLaMA-Factory's loraplus_lr_ratio (their weight decay stays
+                              weight_decay, applied as 1 - lr_B * wd); <= 0: off (every param at lr) */
 } glm_adamw_cfg;
 
 /* torch / transformers defaults: 0.9, 0.999, 1e-8, 0.0, 1.0. */
@@ -113,9 +117,10 @@ glm_status glm_grad_norm(const glm_optim *o, const glm_param *params, size_t n, 
  *   clip_coef = max_grad_norm > 0 ? min(1, max_grad_norm / (total + 1e-6)) : 1   (float32,
  *   torch.nn.utils.clip_grad_norm_; the grads are multiplied by it inside AdamW, the g buffers
  *   themselves are not modified).
- *   step += 1; then per param (torch.optim.AdamW, single-tensor path, float32 arithmetic):
- *     g' = g * clip_coef; w *= 1 - lr*wd; m += (1-beta1) * (g' - m); v = beta2*v + (1-beta2) g'^2
- *     w -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+ *   step += 1; then per param (torch.optim.AdamW, single-tensor path, float32 arithmetic), with
+ *   lr_i = lr x cfg.lr_ratio_b for a LoRA+ B matrix (name containing ".lora_B."), else lr:
+ *     g' = g * clip_coef; w *= 1 - lr_i*wd; m += (1-beta1) * (g' - m); v = beta2*v + (1-beta2) g'^2
+ *     w -= (lr_i / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
  *   Overwrites w, m, v (in place). `params` must be the list given to glm_optim_init.
  *   stats (may be NULL) receives the norm, coef and lr. Errors: GLM_ERR_MISMATCH when n or a
  *   numel differs from init, GLM_ERR_NUMERIC as above, GLM_ERR_ARG for lr < 0 / non-finite. */

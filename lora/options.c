@@ -46,8 +46,14 @@ static const glm_opt_def k_opts[] = {
      "warmup as a fraction of all optimizer steps (ceil(ratio x steps))", OFF(warmup_ratio), false},
     {"min-lr", "min_lr", NULL, GLM_OPT_FLOAT, "0", "", "floor of the cosine schedules (0: decay to 0)",
      OFF(min_lr), false},
+    {"min-lr-rate", "min_lr_rate", NULL, GLM_OPT_FLOAT, "0", "fraction",
+     "floor of the cosine schedules as a fraction of learning-rate (transformers' lr_scheduler_kwargs "
+     "min_lr_rate; give min-lr or min-lr-rate, not both)", OFF(min_lr_rate), false},
     {"weight-decay", "weight_decay", NULL, GLM_OPT_FLOAT, "0", "", "AdamW decoupled weight decay",
      OFF(weight_decay), false},
+    {"optim", "optim", NULL, GLM_OPT_STRING, "adamw_torch", "",
+     "adamw_torch | adamw_torch_fused | adamw_hf: each is the update of torch.optim.AdamW, which glmtune runs; "
+     "other optimizers are refused", OFF(optim), false},
     {"adam-beta1", "adam_beta1", NULL, GLM_OPT_FLOAT, "0.9", "", "AdamW beta1", OFF(adam_beta1), false},
     {"adam-beta2", "adam_beta2", NULL, GLM_OPT_FLOAT, "0.999", "", "AdamW beta2", OFF(adam_beta2), false},
     {"adam-epsilon", "adam_epsilon", NULL, GLM_OPT_FLOAT, "1e-8", "", "AdamW epsilon", OFF(adam_epsilon), false},
@@ -63,7 +69,11 @@ static const glm_opt_def k_opts[] = {
     {"save-total-limit", "save_total_limit", NULL, GLM_OPT_INT, "0", "checkpoints",
      "keep only the newest N checkpoints (0: keep all)", OFF(save_total_limit), false},
     {"logging-steps", "logging_steps", NULL, GLM_OPT_INT, "10", "steps",
-     "log loss / grad norm / lr every N optimizer steps", OFF(logging_steps), false},
+     "log every N optimizer steps: loss and grad norm are the means over those N steps, tokens/s over "
+     "their time (as transformers' Trainer logs them)", OFF(logging_steps), false},
+    {"logging-first-step", "logging_first_step", NULL, GLM_OPT_BOOL, "false", "",
+     "also log the first optimizer step on its own (transformers' logging_first_step)", OFF(logging_first_step),
+     false},
     {"eval-data", "eval_data", "eval_dataset", GLM_OPT_STRING, NULL, "path",
      "tokenized evaluation shards (optional)", OFF(eval_data), false},
     {"eval-steps", "eval_steps", NULL, GLM_OPT_INT, "0", "steps",
@@ -88,10 +98,16 @@ static const glm_opt_def k_opts[] = {
     {"lora-dropout", "lora_dropout", NULL, GLM_OPT_FLOAT, "0", "probability", "dropout on the LoRA input",
      OFF(lora_dropout), false},
     {"lora-target", "lora_target", NULL, GLM_OPT_LIST, "all", "",
-     "modules to adapt, comma-separated (all, or e.g. query_key_value,dense / q_proj,v_proj)",
+     "modules to adapt, comma-separated: all; vllm (every module vLLM loads adapters for: all of the chatglm "
+     "layout, q_proj,k_proj,v_proj,o_proj,down_proj of the hf layout, whose gate_up_proj adapters vLLM "
+     "refuses; see export-adapter --help); or names (query_key_value, dense, dense_h_to_4h, dense_4h_to_h | "
+     "q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj)",
      OFF(lora_target), false},
     {"use-rslora", "use_rslora", NULL, GLM_OPT_BOOL, "false", "", "rank-stabilised scaling alpha / sqrt(r)",
      OFF(use_rslora), false},
+    {"loraplus-lr-ratio", "loraplus_lr_ratio", NULL, GLM_OPT_FLOAT, "0", "",
+     "LoRA+: the lora_B weights learn at this x learning-rate, lora_A at learning-rate (PEFT's "
+     "create_loraplus_optimizer; the paper suggests 16; 0: off)", OFF(loraplus_lr_ratio), false},
     {"overwrite-output-dir", "overwrite_output_dir", NULL, GLM_OPT_BOOL, "false", "",
      "start afresh in an output-dir that holds an earlier run (its checkpoints, metrics and events are "
      "removed); without it such a directory is refused unless resuming", OFF(overwrite_output_dir), false},
@@ -118,41 +134,394 @@ static const glm_opt_def k_opts[] = {
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
 _Static_assert(N_OPTS <= 64, "glm_train_opts.src is too small");
 
-/* LLaMA-Factory / transformers keys glmtune accepts in a YAML file without using them. */
+/* Every other key of LLaMA-Factory's YAML / llamafactory-cli line (its model, data, finetuning,
+ * training and generating arguments, and transformers' Seq2SeqTrainingArguments) and what glmtune
+ * answers, in one line each:
+ *   KEY_INFO      accepted, not needed by glmtune (why);
+ *   KEY_TOKENIZE  read by `glmtune tokenize --config` from the same YAML (the data side);
+ *   KEY_REFUSE    a feature glmtune does not have: accepted when off (false, null, 0, empty),
+ *                 refused with the reason otherwise. */
+typedef enum { KEY_INFO, KEY_TOKENIZE, KEY_REFUSE } key_kind;
+
+static const char R_NCCL[] = "multi-GPU runs use NCCL directly, without torch.distributed";
+static const char R_LOADER[] = "the loader reads the packed shards by memory map, in this process";
+static const char R_EVAL[] = "evaluation is the eval loss and perplexity on eval_data every eval_steps";
+static const char R_GEN[] = "a generation setting; training does not generate";
+static const char R_HUB[] = "glmtune writes local directories only (export-adapter makes one to upload)";
+static const char R_TRACK[] = "metrics.jsonl, TensorBoard events (output_dir/runs) and loss_curve.svg are always written";
+static const char R_TORCH[] = "no PyTorch here: glmtune's kernels are compiled C/CUDA";
+static const char R_MM[] = "glmtune trains text models";
+static const char R_PREF[] = "a preference/RL training setting (stage rm, ppo, dpo, kto), not used by sft or pt";
+static const char R_FT[] = "a setting of another finetuning_type; glmtune trains LoRA";
+static const char R_OPT[] = "glmtune runs AdamW (optim adamw_torch)";
+static const char R_VOCAB[] = "the vocabulary and embeddings stay as the base model has them";
+static const char R_INFER[] = "an inference setting; not used in training";
+static const char R_EXPORT[] = "use glmtune export-adapter (PEFT adapter, or --merge)";
+static const char R_BACKEND[] = "another training backend; glmtune is its own";
+static const char R_LOSS[] = "glmtune trains with the token-level cross-entropy";
+static const char R_PROF[] = "profiling settings of torch; glmtune's bench (issue 6) times its own phases";
+static const char R_RAY[] = "glmtune runs as one process per machine, without Ray";
+
 static const struct {
     const char *key;
+    key_kind kind;
     const char *why;
-} k_ignored[] = {
-    {"template", "glmtune renders the GLM-4 chat format when tokenizing"},
-    {"overwrite_cache", "there is no dataset cache; shards come from glmtune tokenize"},
-    {"plot_loss", "loss_curve.svg is always written"},
-    {"bf16", "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
-    {"pure_bf16", "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
-    {"ddp_timeout", "multi-GPU runs use NCCL directly"},
-    {"report_to", "metrics.jsonl and TensorBoard events are always written"},
-    {"preprocessing_num_workers", "tokenizing is a separate step (glmtune tokenize)"},
-    {"dataloader_num_workers", "the loader reads packed shards directly"},
-    {"dataset_dir", "give the tokenized shards with data"},
-    {"max_samples", "select samples when tokenizing"},
-    {"val_size", "give evaluation shards with eval-data"},
-    {"per_device_eval_batch_size", "evaluation uses the training micro-batch size"},
-    {"eval_strategy", "evaluation runs every eval-steps"},
-    {"evaluation_strategy", "evaluation runs every eval-steps"},
-    {"save_strategy", "checkpoints are saved every save-steps"},
-    {"do_eval", "evaluation runs when eval-data is given"},
-    {"logging_dir", "logs go to output-dir"},
-    {"trust_remote_code", "no Python code is run"},
-    {"flash_attn", "glmtune uses its own attention kernels"},
-    {"save_only_model", "checkpoints always hold the optimizer state (small for LoRA)"},
-    {"packing", "rows are always packed without cross-document attention"},
-    {"neat_packing", "rows are always packed without cross-document attention"},
-    {"run_name", "not used"},
-    {"deepspeed", "glmtune replicates the frozen base and all-reduces LoRA gradients with NCCL"},
-    {"logging_first_step", "not used"},
-    {"disable_tqdm", "progress is shown only on a terminal"},
-    {"lora_target_modules", NULL}, /* handled as an alias below; listed for suggestions */
+} k_keys[] = {
+    /* speed and precision switches glmtune does not need */
+    {"flash_attn", KEY_INFO, "glmtune's attention kernels are its own, fused and tiled"},
+    {"enable_liger_kernel", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
+    {"use_liger_kernel", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
+    {"liger_kernel_config", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
+    {"use_unsloth", KEY_INFO, "glmtune's kernels and recomputation are its own"},
+    {"use_unsloth_gc", KEY_INFO, "glmtune's kernels and recomputation are its own"},
+    {"use_v1_kernels", KEY_INFO, "glmtune's kernels are its own"},
+    {"use_reentrant_gc", KEY_INFO, "glmtune recomputes whole layers itself; there is no reentrant variant"},
+    {"gradient_checkpointing_kwargs", KEY_INFO, "glmtune recomputes whole layers itself"},
+    {"activation_checkpointing", KEY_INFO, "use gradient_checkpointing"},
+    {"activation_checkpointing_kwargs", KEY_INFO, "use gradient_checkpointing"},
+    {"include_num_input_tokens_seen", KEY_INFO, "trainer_state.json always counts num_input_tokens_seen"},
+    {"include_tokens_per_second", KEY_INFO, "tokens_per_second is always logged"},
+    {"include_effective_tokens_per_second", KEY_INFO, "tokens_per_second is always logged"},
+    {"average_tokens_across_devices", KEY_INFO,
+     "the loss is always divided by the target tokens of the whole global batch, all GPUs"},
+    {"torch_compile", KEY_INFO, R_TORCH},
+    {"torch_compile_backend", KEY_INFO, R_TORCH},
+    {"torch_compile_mode", KEY_INFO, R_TORCH},
+    {"torch_empty_cache_steps", KEY_INFO, R_TORCH},
+    {"torchdynamo", KEY_INFO, R_TORCH},
+    {"jit_mode_eval", KEY_INFO, R_TORCH},
+    {"tf32", KEY_INFO, "the GEMMs are bf16 with fp32 accumulation; tf32 does not apply"},
+    {"bf16", KEY_INFO, "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
+    {"pure_bf16", KEY_INFO, "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
+    {"bf16_full_eval", KEY_INFO, "evaluation computes like training, in bf16"},
+    {"fp16_full_eval", KEY_INFO, "evaluation computes like training, in bf16"},
+    {"half_precision_backend", KEY_INFO, R_TORCH},
+    {"fp16_opt_level", KEY_INFO, R_TORCH},
+    {"upcast_layernorm", KEY_INFO, "RMSNorm statistics are always computed in fp32"},
+    {"upcast_lmhead_output", KEY_INFO, "the logits' softmax and cross-entropy are always computed in fp32"},
+    {"low_cpu_mem_usage", KEY_INFO, "the base weights are memory-mapped"},
+    {"use_cache", KEY_INFO, "training keeps no KV cache"},
+    {"use_kv_cache", KEY_INFO, "training keeps no KV cache"},
+    {"auto_find_batch_size", KEY_INFO, "set per_device_train_batch_size"},
+    {"skip_memory_metrics", KEY_INFO, "not used"},
+    {"ddp_timeout", KEY_INFO, R_NCCL},
+    {"ddp_backend", KEY_INFO, R_NCCL},
+    {"ddp_find_unused_parameters", KEY_INFO, R_NCCL},
+    {"ddp_bucket_cap_mb", KEY_INFO, R_NCCL},
+    {"ddp_broadcast_buffers", KEY_INFO, R_NCCL},
+    {"ddp_static_graph", KEY_INFO, R_NCCL},
+    {"local_rank", KEY_INFO, R_NCCL},
+    {"deepspeed", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
+    {"fsdp", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
+    {"fsdp_config", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
+    {"accelerator_config", KEY_INFO, R_NCCL},
+    {"parallelism_config", KEY_INFO, R_NCCL},
+    {"master_addr", KEY_INFO, R_RAY},
+    {"master_port", KEY_INFO, R_RAY},
+    {"ray_num_workers", KEY_INFO, R_RAY},
+    {"ray_num_cpus_per_worker", KEY_INFO, R_RAY},
+    {"ray_init_kwargs", KEY_INFO, R_RAY},
+    {"ray_run_name", KEY_INFO, R_RAY},
+    {"ray_storage_path", KEY_INFO, R_RAY},
+    {"ray_storage_filesystem", KEY_INFO, R_RAY},
+    {"resources_per_worker", KEY_INFO, R_RAY},
+    {"placement_strategy", KEY_INFO, R_RAY},
+    {"dataloader_num_workers", KEY_INFO, R_LOADER},
+    {"dataloader_pin_memory", KEY_INFO, R_LOADER},
+    {"dataloader_persistent_workers", KEY_INFO, R_LOADER},
+    {"dataloader_prefetch_factor", KEY_INFO, R_LOADER},
+    {"dataloader_drop_last", KEY_INFO, R_LOADER},
+    {"dataloader_multiprocessing_context", KEY_INFO, R_LOADER},
+    {"dataloader_in_order", KEY_INFO, R_LOADER},
+    {"remove_unused_columns", KEY_INFO, R_LOADER},
+    {"label_names", KEY_INFO, R_LOADER},
+    {"length_column_name", KEY_INFO, R_LOADER},
+    {"group_by_length", KEY_INFO, "rows are packed to the same length already"},
+    {"train_sampling_strategy", KEY_INFO, "the loader shuffles the packed rows by seed every epoch"},
+    {"sortish_sampler", KEY_INFO, "the loader shuffles the packed rows by seed every epoch"},
+    {"ignore_data_skip", KEY_INFO, "resuming continues the data where the checkpoint stopped"},
+    {"restore_callback_states_from_checkpoint", KEY_INFO, "a checkpoint restores the whole training state"},
+    {"data_seed", KEY_INFO, "the data order follows seed"},
+    {"full_determinism", KEY_INFO, "runs are seeded by seed"},
+    /* logging, saving, tracking */
+    {"plot_loss", KEY_INFO, "loss_curve.svg is always written"},
+    {"report_to", KEY_INFO, R_TRACK},
+    {"logging_dir", KEY_INFO, "TensorBoard events go to output_dir/runs"},
+    {"logging_strategy", KEY_INFO, "logs are written every logging_steps"},
+    {"logging_nan_inf_filter", KEY_INFO, "a step with a NaN/inf loss is skipped and counted, never averaged into a logged loss"},
+    {"log_level", KEY_INFO, "use --quiet for less output"},
+    {"log_level_replica", KEY_INFO, "use --quiet for less output"},
+    {"log_on_each_node", KEY_INFO, "rank 0 logs"},
+    {"disable_tqdm", KEY_INFO, "progress is shown only on a terminal"},
+    {"run_name", KEY_INFO, R_TRACK},
+    {"project", KEY_INFO, R_TRACK},
+    {"trackio_space_id", KEY_INFO, R_TRACK},
+    {"trackio_bucket_id", KEY_INFO, R_TRACK},
+    {"trackio_static_space_id", KEY_INFO, R_TRACK},
+    {"use_swanlab", KEY_INFO, R_TRACK},
+    {"swanlab_project", KEY_INFO, R_TRACK},
+    {"swanlab_workspace", KEY_INFO, R_TRACK},
+    {"swanlab_run_name", KEY_INFO, R_TRACK},
+    {"swanlab_mode", KEY_INFO, R_TRACK},
+    {"swanlab_api_key", KEY_INFO, R_TRACK},
+    {"swanlab_logdir", KEY_INFO, R_TRACK},
+    {"swanlab_lark_webhook_url", KEY_INFO, R_TRACK},
+    {"swanlab_lark_secret", KEY_INFO, R_TRACK},
+    {"save_strategy", KEY_INFO, "checkpoints are saved every save_steps and at the last step"},
+    {"save_only_model", KEY_INFO, "checkpoints always hold the optimizer state (small for LoRA)"},
+    {"save_safetensors", KEY_INFO, "checkpoints are always safetensors"},
+    {"save_on_each_node", KEY_INFO, "rank 0 saves"},
+    {"enable_jit_checkpoint", KEY_INFO, "checkpoints are saved every save_steps"},
+    {"hub_model_id", KEY_INFO, R_HUB},
+    {"hub_strategy", KEY_INFO, R_HUB},
+    {"hub_token", KEY_INFO, R_HUB},
+    {"hub_private_repo", KEY_INFO, R_HUB},
+    {"hub_always_push", KEY_INFO, R_HUB},
+    {"hub_revision", KEY_INFO, R_HUB},
+    {"hf_hub_token", KEY_INFO, "models are read from a local directory"},
+    {"ms_hub_token", KEY_INFO, "models are read from a local directory"},
+    {"om_hub_token", KEY_INFO, "models are read from a local directory"},
+    {"cache_dir", KEY_INFO, "models are read from a local directory"},
+    {"model_revision", KEY_INFO, "models are read from a local directory"},
+    {"trust_remote_code", KEY_INFO, "no Python code is run"},
+    {"debug", KEY_INFO, "not used"},
+    {"print_param_status", KEY_INFO, "the log lists the adapted modules and the trainable parameter count"},
+    /* evaluation */
+    {"do_eval", KEY_INFO, "evaluation runs when eval_data is given"},
+    {"eval_strategy", KEY_INFO, R_EVAL},
+    {"evaluation_strategy", KEY_INFO, R_EVAL},
+    {"eval_delay", KEY_INFO, R_EVAL},
+    {"eval_on_start", KEY_INFO, R_EVAL},
+    {"eval_accumulation_steps", KEY_INFO, R_EVAL},
+    {"eval_do_concat_batches", KEY_INFO, R_EVAL},
+    {"eval_use_gather_object", KEY_INFO, R_EVAL},
+    {"include_for_metrics", KEY_INFO, R_EVAL},
+    {"include_inputs_for_metrics", KEY_INFO, R_EVAL},
+    {"batch_eval_metrics", KEY_INFO, R_EVAL},
+    {"prediction_loss_only", KEY_INFO, R_EVAL},
+    {"per_device_eval_batch_size", KEY_INFO, "evaluation uses the training micro-batch size"},
+    {"compute_accuracy", KEY_INFO, R_EVAL},
+    {"eval_on_each_dataset", KEY_INFO, R_EVAL},
+    {"load_best_model_at_end", KEY_INFO,
+     "trainer_state.json names the best checkpoint by eval loss (best_model_checkpoint); export that one"},
+    {"metric_for_best_model", KEY_INFO, "trainer_state.json's best_metric is the lowest eval loss"},
+    {"greater_is_better", KEY_INFO, "trainer_state.json's best_metric is the lowest eval loss"},
+    {"predict_with_generate", KEY_INFO, R_GEN},
+    {"generation_max_length", KEY_INFO, R_GEN},
+    {"generation_num_beams", KEY_INFO, R_GEN},
+    {"generation_config", KEY_INFO, R_GEN},
+    {"do_sample", KEY_INFO, R_GEN},
+    {"temperature", KEY_INFO, R_GEN},
+    {"top_p", KEY_INFO, R_GEN},
+    {"top_k", KEY_INFO, R_GEN},
+    {"num_beams", KEY_INFO, R_GEN},
+    {"max_length", KEY_INFO, R_GEN},
+    {"max_new_tokens", KEY_INFO, R_GEN},
+    {"repetition_penalty", KEY_INFO, R_GEN},
+    {"length_penalty", KEY_INFO, R_GEN},
+    {"skip_special_tokens", KEY_INFO, R_GEN},
+    {"infer_backend", KEY_INFO, R_INFER},
+    {"infer_dtype", KEY_INFO, R_INFER},
+    {"offload_folder", KEY_INFO, R_INFER},
+    {"vllm_maxlen", KEY_INFO, R_INFER},
+    {"vllm_gpu_util", KEY_INFO, R_INFER},
+    {"vllm_enforce_eager", KEY_INFO, R_INFER},
+    {"vllm_max_lora_rank", KEY_INFO, R_INFER},
+    {"vllm_config", KEY_INFO, R_INFER},
+    {"sglang_maxlen", KEY_INFO, R_INFER},
+    {"sglang_mem_fraction", KEY_INFO, R_INFER},
+    {"sglang_tp_size", KEY_INFO, R_INFER},
+    {"sglang_config", KEY_INFO, R_INFER},
+    {"sglang_lora_backend", KEY_INFO, R_INFER},
+    {"task", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"task_dir", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"lang", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"n_shot", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"save_dir", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"download_mode", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"export_dir", KEY_INFO, R_EXPORT},
+    {"export_size", KEY_INFO, R_EXPORT},
+    {"export_device", KEY_INFO, R_EXPORT},
+    {"export_quantization_bit", KEY_INFO, R_EXPORT},
+    {"export_quantization_dataset", KEY_INFO, R_EXPORT},
+    {"export_quantization_nsamples", KEY_INFO, R_EXPORT},
+    {"export_quantization_maxlen", KEY_INFO, R_EXPORT},
+    {"export_legacy_format", KEY_INFO, R_EXPORT},
+    {"export_hub_model_id", KEY_INFO, R_EXPORT},
+    {"enable_torch_profiler", KEY_INFO, R_PROF},
+    {"profiler_output_dir", KEY_INFO, R_PROF},
+    {"profiler_wait_steps", KEY_INFO, R_PROF},
+    {"profiler_warmup_steps", KEY_INFO, R_PROF},
+    {"profiler_active_steps", KEY_INFO, R_PROF},
+    {"profiler_repeat", KEY_INFO, R_PROF},
+    {"profiler_record_shapes", KEY_INFO, R_PROF},
+    {"profiler_profile_memory", KEY_INFO, R_PROF},
+    {"profiler_with_stack", KEY_INFO, R_PROF},
+    {"profile_modules", KEY_INFO, R_PROF},
+    /* settings of other methods, stages and modalities: harmless at their defaults */
+    {"quantization_method", KEY_INFO, "quantization_bit is what would quantize"},
+    {"quantization_type", KEY_INFO, "quantization_bit is what would quantize"},
+    {"double_quantization", KEY_INFO, "quantization_bit is what would quantize"},
+    {"quantization_device_map", KEY_INFO, "quantization_bit is what would quantize"},
+    {"moe_aux_loss_coef", KEY_INFO, "GLM-4-9B is a dense model"},
+    {"pissa_iter", KEY_INFO, "pissa_init is what would use it"},
+    {"pissa_convert", KEY_INFO, "pissa_init is what would use it"},
+    {"loraplus_lr_embedding", KEY_INFO, "glmtune adapts no embedding layer (loraplus_lr_ratio applies to lora_B)"},
+    {"freeze_trainable_layers", KEY_INFO, R_FT},
+    {"freeze_trainable_modules", KEY_INFO, R_FT},
+    {"freeze_extra_modules", KEY_INFO, R_FT},
+    {"module_dropout", KEY_INFO, R_FT},
+    {"oft_rank", KEY_INFO, R_FT},
+    {"oft_block_size", KEY_INFO, R_FT},
+    {"oft_target", KEY_INFO, R_FT},
+    {"pref_beta", KEY_INFO, R_PREF},
+    {"pref_ftx", KEY_INFO, R_PREF},
+    {"pref_bco_weight", KEY_INFO, R_PREF},
+    {"pref_loss", KEY_INFO, R_PREF},
+    {"dpo_label_smoothing", KEY_INFO, R_PREF},
+    {"kto_chosen_weight", KEY_INFO, R_PREF},
+    {"kto_rejected_weight", KEY_INFO, R_PREF},
+    {"simpo_gamma", KEY_INFO, R_PREF},
+    {"ppo_buffer_size", KEY_INFO, R_PREF},
+    {"ppo_epochs", KEY_INFO, R_PREF},
+    {"ppo_score_norm", KEY_INFO, R_PREF},
+    {"ppo_target", KEY_INFO, R_PREF},
+    {"ppo_whiten_rewards", KEY_INFO, R_PREF},
+    {"ref_model", KEY_INFO, R_PREF},
+    {"ref_model_adapters", KEY_INFO, R_PREF},
+    {"ref_model_quantization_bit", KEY_INFO, R_PREF},
+    {"reward_model", KEY_INFO, R_PREF},
+    {"reward_model_adapters", KEY_INFO, R_PREF},
+    {"reward_model_quantization_bit", KEY_INFO, R_PREF},
+    {"reward_model_type", KEY_INFO, R_PREF},
+    {"ld_alpha", KEY_INFO, R_PREF},
+    {"galore_target", KEY_INFO, R_OPT},
+    {"galore_rank", KEY_INFO, R_OPT},
+    {"galore_update_interval", KEY_INFO, R_OPT},
+    {"galore_scale", KEY_INFO, R_OPT},
+    {"galore_proj_type", KEY_INFO, R_OPT},
+    {"galore_layerwise", KEY_INFO, R_OPT},
+    {"apollo_target", KEY_INFO, R_OPT},
+    {"apollo_rank", KEY_INFO, R_OPT},
+    {"apollo_update_interval", KEY_INFO, R_OPT},
+    {"apollo_scale", KEY_INFO, R_OPT},
+    {"apollo_proj", KEY_INFO, R_OPT},
+    {"apollo_proj_type", KEY_INFO, R_OPT},
+    {"apollo_scale_type", KEY_INFO, R_OPT},
+    {"apollo_layerwise", KEY_INFO, R_OPT},
+    {"apollo_scale_front", KEY_INFO, R_OPT},
+    {"badam_mode", KEY_INFO, R_OPT},
+    {"badam_start_block", KEY_INFO, R_OPT},
+    {"badam_switch_mode", KEY_INFO, R_OPT},
+    {"badam_switch_interval", KEY_INFO, R_OPT},
+    {"badam_update_ratio", KEY_INFO, R_OPT},
+    {"badam_mask_mode", KEY_INFO, R_OPT},
+    {"badam_verbose", KEY_INFO, R_OPT},
+    {"hyper_parallel_args", KEY_INFO, R_BACKEND},
+    {"hyper_parallel_cp_size", KEY_INFO, R_BACKEND},
+    {"asft_alpha", KEY_INFO, R_LOSS},
+    {"eaft_alpha", KEY_INFO, R_LOSS},
+    {"mtp_loss_weight", KEY_INFO, R_LOSS},
+    {"freeze_vision_tower", KEY_INFO, R_MM},
+    {"freeze_multi_modal_projector", KEY_INFO, R_MM},
+    {"freeze_language_model", KEY_INFO, R_MM},
+    {"image_max_pixels", KEY_INFO, R_MM},
+    {"image_min_pixels", KEY_INFO, R_MM},
+    {"image_do_pan_and_scan", KEY_INFO, R_MM},
+    {"crop_to_patches", KEY_INFO, R_MM},
+    {"video_max_pixels", KEY_INFO, R_MM},
+    {"video_min_pixels", KEY_INFO, R_MM},
+    {"video_fps", KEY_INFO, R_MM},
+    {"video_maxlen", KEY_INFO, R_MM},
+    {"use_audio_in_video", KEY_INFO, R_MM},
+    {"audio_sampling_rate", KEY_INFO, R_MM},
+    {"init_special_tokens", KEY_INFO, R_VOCAB},
+    {"kt_cpu_activation", KEY_INFO, R_BACKEND},
+    {"kt_weight_path", KEY_INFO, R_BACKEND},
+    {"kt_non_expert_weight_path", KEY_INFO, R_BACKEND},
+    {"kt_expert_checkpoint_path", KEY_INFO, R_BACKEND},
+    {"kt_use_lora_experts", KEY_INFO, R_BACKEND},
+    {"kt_lora_expert_num", KEY_INFO, R_BACKEND},
+    {"kt_lora_expert_intermediate_size", KEY_INFO, R_BACKEND},
+    {"fp8_backend", KEY_INFO, "fp8 is what would use it"},
+    {"fp8_enable_fsdp_float8_all_gather", KEY_INFO, "fp8 is what would use it"},
+    {"optim_args", KEY_INFO, R_OPT},
+    /* the data side: `glmtune tokenize --config FILE.yaml` reads these from the same file */
+    {"template", KEY_TOKENIZE, NULL},
+    {"dataset_dir", KEY_TOKENIZE, NULL},
+    {"media_dir", KEY_TOKENIZE, NULL},
+    {"train_on_prompt", KEY_TOKENIZE, NULL},
+    {"mask_history", KEY_TOKENIZE, NULL},
+    {"streaming", KEY_TOKENIZE, NULL},
+    {"buffer_size", KEY_TOKENIZE, NULL},
+    {"mix_strategy", KEY_TOKENIZE, NULL},
+    {"interleave_probs", KEY_TOKENIZE, NULL},
+    {"overwrite_cache", KEY_TOKENIZE, NULL},
+    {"preprocessing_batch_size", KEY_TOKENIZE, NULL},
+    {"preprocessing_num_workers", KEY_TOKENIZE, NULL},
+    {"max_samples", KEY_TOKENIZE, NULL},
+    {"eval_num_beams", KEY_TOKENIZE, NULL},
+    {"ignore_pad_token_for_loss", KEY_TOKENIZE, NULL},
+    {"val_size", KEY_TOKENIZE, NULL},
+    {"packing", KEY_TOKENIZE, NULL},
+    {"neat_packing", KEY_TOKENIZE, NULL},
+    {"packing_strategy", KEY_TOKENIZE, NULL},
+    {"packing_similarity_threshold", KEY_TOKENIZE, NULL},
+    {"packing_embedding_model", KEY_TOKENIZE, NULL},
+    {"tool_format", KEY_TOKENIZE, NULL},
+    {"default_system", KEY_TOKENIZE, NULL},
+    {"enable_thinking", KEY_TOKENIZE, NULL},
+    {"reasoning_effort", KEY_TOKENIZE, NULL},
+    {"preserve_thinking", KEY_TOKENIZE, NULL},
+    {"tokenized_path", KEY_TOKENIZE, NULL},
+    {"data_shared_file_system", KEY_TOKENIZE, NULL},
+    {"use_fast_tokenizer", KEY_TOKENIZE, NULL},
+    {"split_special_tokens", KEY_TOKENIZE, NULL},
+    /* features glmtune does not have: fine when off, refused when on */
+    {"quantization_bit", KEY_REFUSE, "glmtune trains plain LoRA on a bf16 base (no QLoRA)"},
+    {"use_dora", KEY_REFUSE, "glmtune trains plain LoRA (no DoRA)"},
+    {"pissa_init", KEY_REFUSE, "glmtune initialises LoRA as PEFT does (A random, B zero), not by PiSSA"},
+    {"additional_target", KEY_REFUSE, "glmtune trains only the LoRA weights (no modules_to_save)"},
+    {"create_new_adapter", KEY_REFUSE, "init_adapter continues the given adapter; a second adapter is not supported"},
+    {"adapter_folder", KEY_REFUSE, "give the adapter directory itself as adapter_name_or_path"},
+    {"use_llama_pro", KEY_REFUSE, "block expansion (LLaMA Pro) is not supported"},
+    {"use_galore", KEY_REFUSE, R_OPT},
+    {"use_apollo", KEY_REFUSE, R_OPT},
+    {"use_badam", KEY_REFUSE, R_OPT},
+    {"use_adam_mini", KEY_REFUSE, R_OPT},
+    {"use_muon", KEY_REFUSE, R_OPT},
+    {"optim_target_modules", KEY_REFUSE, R_OPT},
+    {"use_mca", KEY_REFUSE, R_BACKEND},
+    {"use_megatron_bridge", KEY_REFUSE, R_BACKEND},
+    {"use_hyper_parallel", KEY_REFUSE, R_BACKEND},
+    {"use_kt", KEY_REFUSE, R_BACKEND},
+    {"fp8", KEY_REFUSE, "glmtune computes in bf16 with fp32 accumulation"},
+    {"use_dft_loss", KEY_REFUSE, R_LOSS},
+    {"use_asft_loss", KEY_REFUSE, R_LOSS},
+    {"use_eaft_loss", KEY_REFUSE, R_LOSS},
+    {"num_mtp_layers", KEY_REFUSE, "GLM-4-9B has no multi-token-prediction layers"},
+    {"label_smoothing_factor", KEY_REFUSE, R_LOSS},
+    {"neftune_noise_alpha", KEY_REFUSE, "NEFTune (noise on the input embeddings) is not implemented"},
+    {"resize_vocab", KEY_REFUSE, R_VOCAB},
+    {"add_tokens", KEY_REFUSE, R_VOCAB},
+    {"add_special_tokens", KEY_REFUSE, R_VOCAB},
+    {"new_special_tokens_config", KEY_REFUSE, R_VOCAB},
+    {"freeze_original_embeddings", KEY_REFUSE, R_VOCAB},
+    {"rope_scaling", KEY_REFUSE, "the model's RoPE is used as it is (hint: rope_theta sets its base)"},
+    {"shift_attn", KEY_REFUSE, "shift short attention (LongLoRA) is not implemented"},
+    {"mixture_of_depths", KEY_REFUSE, "mixture-of-depths is not implemented"},
+    {"train_from_scratch", KEY_REFUSE, "glmtune fine-tunes a trained base model"},
+    {"disable_shuffling", KEY_REFUSE, "the loader always shuffles the packed rows by seed every epoch"},
+    {"early_stopping_steps", KEY_REFUSE, "training runs max_steps / num_train_epochs"},
+    {"push_to_hub", KEY_REFUSE, R_HUB},
+    {"do_predict", KEY_REFUSE, "glmtune train trains (and evaluates on eval_data); it does not predict"},
 };
-#define N_IGNORED (sizeof k_ignored / sizeof k_ignored[0])
+#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+/* Keys handled in key_special() (listed for "did you mean"). */
+static const char *const k_special[] = {"fp16", "stage", "do_train", "finetuning_type", "disable_gradient_checkpointing",
+                                        "lr_scheduler_kwargs", "use_cpu", "lora_target_modules"};
+#define N_SPECIAL (sizeof k_special / sizeof k_special[0])
 
 const glm_opt_def *glm_opts_table(size_t *n) {
     *n = N_OPTS;
@@ -193,29 +562,52 @@ size_t glm_edit_distance(const char *a, const char *b) {
     return d;
 }
 
-/* The closest known name: kebab flags when `kebab`, else snake keys, aliases and ignored keys. */
+/* A known name close to `s` (edit distance at most 2, or a third of the name; or a known name
+ * that starts with s, for s of 4+ characters), else NULL: only related names are suggested.
+ * kebab: flags (--learning-rate); else snake keys, aliases and the LLaMA-Factory keys. */
 static const char *closest(const char *s, bool kebab) {
+    static char out[128];
     const char *best = NULL;
-    size_t bd = (size_t)-1;
+    size_t bd = (size_t)-1, ls = strlen(s);
+    const char *cands[N_OPTS * 2 + N_KEYS + N_SPECIAL];
+    size_t nc = 0;
     for (size_t i = 0; i < N_OPTS; i++) {
-        const char *cands[2] = {kebab ? k_opts[i].name : k_opts[i].key, kebab ? NULL : k_opts[i].alias};
-        for (int k = 0; k < 2; k++) {
-            if (!cands[k]) continue;
-            size_t d = glm_edit_distance(s, cands[k]);
-            if (d < bd) {
-                bd = d;
-                best = cands[k];
-            }
-        }
+        cands[nc++] = kebab ? k_opts[i].name : k_opts[i].key;
+        if (!kebab && k_opts[i].alias) cands[nc++] = k_opts[i].alias;
     }
-    for (size_t i = 0; !kebab && i < N_IGNORED; i++) {
-        size_t d = glm_edit_distance(s, k_ignored[i].key);
-        if (d < bd) {
+    for (size_t i = 0; i < N_KEYS; i++) cands[nc++] = k_keys[i].key;
+    for (size_t i = 0; i < N_SPECIAL; i++) cands[nc++] = k_special[i];
+    for (size_t i = 0; i < nc; i++) {
+        char c[128];
+        snprintf(c, sizeof c, "%s", cands[i]);
+        if (kebab)
+            for (char *q = c; *q; q++) *q = *q == '_' ? '-' : *q;
+        size_t d = glm_edit_distance(s, c);
+        if (ls >= 4 && !strncmp(c, s, ls) && d > 1) d = 1; /* s is the start of a known name */
+        if (d < bd && (d <= 2 || d * 3 <= ls)) {
             bd = d;
-            best = k_ignored[i].key;
+            snprintf(out, sizeof out, "%s", c);
+            best = out;
         }
     }
     return best;
+}
+
+static const char *suggest_as(const char *s, bool kebab, bool flag, char *buf, size_t n);
+
+/* " did you mean 'x'?" or "" (a static buffer per call site is enough: messages are made at once). */
+static const char *suggest(const char *s, bool kebab, char *buf, size_t n) {
+    return suggest_as(s, kebab, kebab, buf, n);
+}
+
+/* flag: suggest as --name, else as 'name'. */
+static const char *suggest_as(const char *s, bool kebab, bool flag, char *buf, size_t n) {
+    const char *c = closest(s, kebab);
+    if (c)
+        snprintf(buf, n, "; hint: did you mean %s%s%s?", flag ? "--" : "'", c, flag ? "" : "'");
+    else
+        snprintf(buf, n, "; hint: `glmtune train --help` lists the options");
+    return buf;
 }
 
 static void list_free(glm_strlist *l) {
@@ -275,6 +667,9 @@ static glm_status set_value(glm_train_opts *o, size_t i, const char *v, glm_opt_
             return glm_err(GLM_ERR_ARG, "%s: %s wants true or false, got '%s'", where, d->name, v);
         break;
     case GLM_OPT_STRING: {
+        glm_ckpt_mode cm; /* gradient checkpointing: stored as its mode name (true -> full, false -> none) */
+        if (!strcmp(d->name, "gradient-checkpointing") && glm_ckpt_parse_quiet(v) && glm_ckpt_parse(v, &cm) == GLM_OK)
+            v = glm_ckpt_name(cm);
         char *s = strdup(v);
         if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory");
         free(*(char **)field);
@@ -315,9 +710,8 @@ static long find_opt(const char *name) {
 
 glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, glm_opt_src src) {
     long i = find_opt(name);
-    if (i < 0)
-        return glm_err(GLM_ERR_ARG, "unknown option '%s'; hint: did you mean '%s'?", name,
-                       closest(name, strchr(name, '_') == NULL));
+    char hint[200];
+    if (i < 0) return glm_err(GLM_ERR_ARG, "unknown option '%s'%s", name, suggest(name, strchr(name, '_') == NULL, hint, sizeof hint));
     return set_value(o, (size_t)i, value, src, "option");
 }
 
@@ -341,47 +735,206 @@ glm_status glm_opts_defaults(glm_train_opts *o) {
     return GLM_OK;
 }
 
-/* ------------------------------------------------------------------ YAML */
+/* ------------------------------------------------------------------ keys of any source */
 
-static glm_status yaml_special(glm_train_opts *o, const char *path, int line, const char *key, const char *val,
-                               bool *handled) {
+/* A YAML / command-line null: the setting keeps its default. */
+static bool is_null(const char *v) {
+    return !*v || !strcmp(v, "null") || !strcmp(v, "~") || !strcmp(v, "None");
+}
+
+/* "Off" for a feature switch: false, 0, null, none, an empty list. */
+static bool is_off(const char *v) {
+    bool b;
+    char *end;
+    if (is_null(v) || !strcasecmp(v, "none") || !strcmp(v, "[]") || !strcmp(v, "{}")) return true;
+    if (parse_bool(v, &b)) return !b;
+    double x = strtod(v, &end);
+    return !*end && x == 0;
+}
+
+/* lr_scheduler_kwargs: a JSON object (a YAML mapping is turned into one; on the command line, a
+ * JSON string as transformers takes it) of min_lr / min_lr_rate, for the cosine schedules. */
+static glm_status sched_kwargs(glm_train_opts *o, const char *text, glm_opt_src src, const char *where) {
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    glm_status st = GLM_OK;
+    if (!json_is_object(j)) {
+        st = glm_err(GLM_ERR_ARG, "%s: lr_scheduler_kwargs must be a mapping such as {\"min_lr_rate\": 0.1}, got '%s'",
+                     where, text);
+    } else {
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            if (strcmp(k, "min_lr") && strcmp(k, "min_lr_rate")) {
+                st = glm_err(GLM_ERR_UNSUPPORTED, "%s: lr_scheduler_kwargs: %s is not supported; glmtune takes min_lr "
+                             "or min_lr_rate (the floor of the cosine schedules)", where, k);
+                break;
+            }
+            if (!json_is_number(v)) {
+                st = glm_err(GLM_ERR_ARG, "%s: lr_scheduler_kwargs: %s must be a number", where, k);
+                break;
+            }
+            char num[40];
+            snprintf(num, sizeof num, "%.17g", json_number_value(v));
+            long i = find_opt(k);
+            if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CLI) continue; /* the command line wins */
+            if ((st = set_value(o, (size_t)i, num, src, where)) != GLM_OK) break;
+        }
+    }
+    json_decref(j);
+    return st;
+}
+
+/* Keys with their own rule. *handled = false for any other key. */
+static glm_status key_special(glm_train_opts *o, const char *key, const char *val, glm_opt_src src, const char *where,
+                              bool *handled) {
     *handled = true;
     bool b;
-    if (strcmp(key, "fp16") == 0) {
-        if (parse_bool(val, &b) && !b) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED,
-                       "%s:%d: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
-                       "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)",
-                       path, line, val);
+    if (!strcmp(key, "fp16")) {
+        if (is_off(val)) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
+                       "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)", where, val);
     }
-    if (strcmp(key, "stage") == 0) {
-        if (strcmp(val, "sft") == 0 || strcmp(val, "pt") == 0) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: stage: %s is not supported; glmtune does supervised "
-                                            "fine-tuning (sft) only", path, line, val);
+    if (!strcmp(key, "stage")) {
+        if (!strcmp(val, "sft") || !strcmp(val, "pt")) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is not supported; glmtune does supervised fine-tuning (sft) "
+                       "only", where, val);
     }
-    if (strcmp(key, "do_train") == 0) {
+    if (!strcmp(key, "do_train")) {
         if (parse_bool(val, &b) && b) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: do_train: %s: `glmtune train` always trains", path, line, val);
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: do_train: %s: `glmtune train` always trains", where, val);
     }
-    if (strcmp(key, "finetuning_type") == 0) {
-        if (strcmp(val, "lora") == 0) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: finetuning_type: %s is not supported; glmtune trains "
-                                            "LoRA adapters only", path, line, val);
+    if (!strcmp(key, "finetuning_type")) {
+        if (!strcmp(val, "lora")) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: finetuning_type: %s is not supported; glmtune trains LoRA adapters only",
+                       where, val);
     }
-    if (strcmp(key, "quantization_bit") == 0 || strcmp(key, "use_dora") == 0 ||
-        strcmp(key, "pissa_init") == 0) {
-        if (parse_bool(val, &b) && !b) return GLM_OK;
-        if (strcmp(val, "null") == 0 || strcmp(val, "~") == 0 || !*val) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: %s: %s is not supported (plain LoRA on a bf16 base)",
-                       path, line, key, val);
+    if (!strcmp(key, "disable_gradient_checkpointing")) { /* LLaMA-Factory's switch */
+        if (!parse_bool(val, &b) && !is_null(val))
+            return glm_err(GLM_ERR_ARG, "%s: disable_gradient_checkpointing wants true or false, got '%s'", where, val);
+        if (is_null(val) || !b) return GLM_OK;
+        long gi = find_opt("gradient-checkpointing");
+        if (src == GLM_SRC_CONFIG && o->src[gi] == GLM_SRC_CLI) return GLM_OK; /* the command line wins */
+        if (o->src[gi] == src)
+            return glm_err(GLM_ERR_ARG, "%s: disable_gradient_checkpointing and gradient_checkpointing are both set; "
+                           "hint: keep one", where);
+        GLM_TRY(glm_opts_set(o, "gradient-checkpointing", "false", src));
+        glm_log_info("%s: disable_gradient_checkpointing: true: gradient checkpointing is off", where);
+        return GLM_OK;
     }
-    for (size_t i = 0; i < N_IGNORED; i++)
-        if (k_ignored[i].why && strcmp(key, k_ignored[i].key) == 0) {
-            glm_log_info("%s:%d: %s: ignored (%s)", path, line, key, k_ignored[i].why);
+    if (!strcmp(key, "lr_scheduler_kwargs")) {
+        if (is_null(val)) return GLM_OK;
+        return sched_kwargs(o, val, src, where);
+    }
+    if (!strcmp(key, "use_cpu")) { /* transformers' switch: the CPU backend */
+        if (!parse_bool(val, &b) && !is_null(val))
+            return glm_err(GLM_ERR_ARG, "%s: use_cpu wants true or false, got '%s'", where, val);
+        long di = find_opt("device");
+        if (is_null(val) || !b || (src == GLM_SRC_CONFIG && o->src[di] == GLM_SRC_CLI)) return GLM_OK;
+        return set_value(o, (size_t)di, "cpu", src, where);
+    }
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (strcmp(key, k_keys[i].key)) continue;
+        switch (k_keys[i].kind) {
+        case KEY_INFO:
+            glm_log_info("%s: %s is not needed: %s", where, key, k_keys[i].why);
             return GLM_OK;
+        case KEY_TOKENIZE:
+            glm_log_info("%s: %s is a tokenize-time key: `glmtune tokenize --config FILE.yaml` reads it from the same "
+                         "YAML (train reads the shards tokenize wrote)", where, key);
+            return GLM_OK;
+        case KEY_REFUSE:
+            if (is_off(val)) {
+                glm_log_info("%s: %s: %s: nothing to do (%s)", where, key, val, k_keys[i].why);
+                return GLM_OK;
+            }
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s: %s: %s is not supported: %s; hint: remove %s", where, key, val,
+                           k_keys[i].why, key);
         }
+    }
     *handled = false;
     return GLM_OK;
+}
+
+/* Sets table option i from a YAML key or a command-line flag. From YAML (src CONFIG), an option
+ * already given on the command line is kept and one given twice in the file is an error. A null
+ * keeps the default. resume_from_checkpoint: true -> "latest", false -> none, else a path.
+ * warmup_steps below 1 is a ratio of the run's steps (transformers 5). */
+static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const char *val, glm_opt_src src,
+                             const char *where) {
+    const glm_opt_def *d = &k_opts[i];
+    if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CLI) return GLM_OK; /* the command line wins */
+    if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CONFIG)
+        return glm_err(GLM_ERR_ARG, "%s: %s is set twice in the config (keys %s / %s)", where, d->key, d->key,
+                       d->alias ? d->alias : key);
+    bool b;
+    if (d->type == GLM_OPT_STRING && d->optional_value && (parse_bool(val, &b) || is_null(val))) {
+        char *v = parse_bool(val, &b) && b ? strdup("latest") : NULL;
+        free(*(char **)((char *)o + d->offset));
+        *(char **)((char *)o + d->offset) = v;
+        o->src[i] = (unsigned char)src;
+        return GLM_OK;
+    }
+    if (is_null(val) && d->type != GLM_OPT_LIST) { /* explicit null: the default stays */
+        o->src[i] = (unsigned char)src;
+        return GLM_OK;
+    }
+    if (!strcmp(d->key, "warmup_steps")) {
+        char *end;
+        double x = strtod(val, &end);
+        if (!*end && x > 0 && x < 1) { /* transformers 5: warmup_steps < 1 is a ratio of the total steps */
+            long ri = find_opt("warmup_ratio");
+            if (o->src[ri] == src && o->warmup_ratio > 0)
+                return glm_err(GLM_ERR_ARG, "%s: warmup_steps %s (a ratio, being below 1) and warmup_ratio are both "
+                               "set; hint: keep one", where, val);
+            GLM_TRY(set_value(o, (size_t)ri, val, src, where));
+            GLM_TRY(set_value(o, i, "0", src, where));
+            glm_log_info("%s: warmup_steps %s is below 1: read as a ratio of the training steps (warmup_ratio %s), as "
+                         "transformers 5 does", where, val, val);
+            return GLM_OK;
+        }
+    }
+    GLM_TRY(set_value(o, i, val, src, where));
+    if (!strcmp(key, "cutoff_len"))
+        glm_log_info("%s: cutoff_len is used as seq_len: the shards' row length must equal it", where);
+    return GLM_OK;
+}
+
+/* One key from either source: a table option (kebab, snake or alias), a key with its own rule,
+ * or a LLaMA-Factory / transformers key answered in one line. Unknown keys are errors with a
+ * close suggestion. */
+static glm_status apply_key(glm_train_opts *o, const char *key, const char *val, glm_opt_src src, const char *where,
+                            bool kebab) {
+    long i = find_opt(key);
+    if (i >= 0) return set_option(o, (size_t)i, key, val, src, where);
+    bool handled;
+    GLM_TRY(key_special(o, key, val, src, where, &handled));
+    if (handled) return GLM_OK;
+    char hint[200];
+    if (src == GLM_SRC_CLI)
+        return glm_err(GLM_ERR_ARG, "unknown option %s%s", where, suggest_as(where + 2, kebab, true, hint, sizeof hint));
+    return glm_err(GLM_ERR_ARG, "%s: unknown key '%s'%s", where, key, suggest(key, kebab, hint, sizeof hint));
+}
+
+/* ------------------------------------------------------------------ YAML */
+
+/* A YAML mapping value (lr_scheduler_kwargs) as JSON text: numbers stay numbers. */
+static char *mapping_json(yaml_document_t *doc, yaml_node_t *m) {
+    json_t *o = json_object();
+    for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; o && pr < m->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(doc, pr->key), *v = yaml_document_get_node(doc, pr->value);
+        if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE) {
+            json_decref(o);
+            return NULL;
+        }
+        const char *vs = (const char *)v->data.scalar.value;
+        char *end;
+        double x = strtod(vs, &end);
+        json_object_set_new(o, (const char *)k->data.scalar.value, *vs && !*end ? json_real(x) : json_string(vs));
+    }
+    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return t;
 }
 
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
@@ -438,49 +991,31 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
                     if (*val) strcat(val, ",");
                     strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
                 }
+            } else if (!strcmp(key, "lr_scheduler_kwargs")) {
+                val = mapping_json(&doc, v);
+                if (!val) {
+                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: lr_scheduler_kwargs: a mapping of names to numbers, such as "
+                                 "{min_lr_rate: 0.1}", path, line);
+                    break;
+                }
             } else {
-                st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value", path, line, key);
-                break;
+                /* a mapping is the value of a key glmtune does not use (deepspeed, fsdp_config, ...): it is
+                 * answered like any other key; for an option it is an error */
+                bool other = find_opt(key) < 0;
+                if (other) {
+                    val = strdup("{}");
+                } else {
+                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value", path, line, key);
+                    break;
+                }
             }
             if (!val) {
                 st = glm_err(GLM_ERR_NOMEM, "out of memory");
                 break;
             }
-            bool handled;
-            st = yaml_special(o, path, line, key, val, &handled);
-            if (st == GLM_OK && !handled) {
-                long i = find_opt(key);
-                if (i < 0) {
-                    st = glm_err(GLM_ERR_ARG, "%s:%d: unknown key '%s'; hint: did you mean '%s'?", path, line, key,
-                                 closest(key, false));
-                } else if (o->src[i] == GLM_SRC_CLI) {
-                    /* the command line wins */
-                } else if (o->src[i] == GLM_SRC_CONFIG) {
-                    st = glm_err(GLM_ERR_ARG, "%s:%d: %s is set twice in the config (keys %s / %s)", path, line,
-                                 k_opts[i].key, k_opts[i].key, k_opts[i].alias ? k_opts[i].alias : key);
-                } else if (k_opts[i].type == GLM_OPT_STRING && k_opts[i].optional_value) {
-                    /* resume_from_checkpoint: true -> latest, false/null -> none, else a path */
-                    bool b;
-                    if (parse_bool(val, &b) || strcmp(val, "null") == 0 || strcmp(val, "~") == 0 || !*val) {
-                        free(o->resume_from_checkpoint);
-                        o->resume_from_checkpoint = (parse_bool(val, &b) && b) ? strdup("latest") : NULL;
-                        o->src[i] = GLM_SRC_CONFIG;
-                    } else {
-                        char where[300];
-                        snprintf(where, sizeof where, "%s:%d", path, line);
-                        st = set_value(o, (size_t)i, val, GLM_SRC_CONFIG, where);
-                    }
-                } else if (k_opts[i].type == GLM_OPT_STRING && (strcmp(val, "null") == 0 || strcmp(val, "~") == 0)) {
-                    o->src[i] = GLM_SRC_CONFIG; /* explicit null: stays unset */
-                } else {
-                    char where[300];
-                    snprintf(where, sizeof where, "%s:%d", path, line);
-                    st = set_value(o, (size_t)i, val, GLM_SRC_CONFIG, where);
-                    if (st == GLM_OK && strcmp(key, "cutoff_len") == 0)
-                        glm_log_info("%s:%d: cutoff_len is used as seq_len: the shards' row length must equal it",
-                                     path, line);
-                }
-            }
+            char where[300];
+            snprintf(where, sizeof where, "%s:%d", path, line);
+            st = apply_key(o, key, val, GLM_SRC_CONFIG, where, false);
             free(val);
         }
     }
@@ -504,6 +1039,17 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
 static bool looks_bool(const char *s) {
     bool b;
     return s && parse_bool(s, &b);
+}
+
+/* Table index of a command-line name: kebab flag, snake key or alias (so a llamafactory-cli line
+ * pastes: --learning_rate, --model_name_or_path, --dataset, --cutoff_len, --output_dir). */
+static long find_flag(const char *name) {
+    long i = find_opt(name);
+    if (i >= 0) return i;
+    char snake[128];
+    snprintf(snake, sizeof snake, "%s", name);
+    for (char *q = snake; *q; q++) *q = *q == '-' ? '_' : *q;
+    return find_opt(snake);
 }
 
 glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
@@ -538,35 +1084,31 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
         memcpy(name, a + 2, nl);
         name[nl] = 0;
         bool negated = false;
-        long idx = -1;
-        for (size_t k = 0; k < N_OPTS; k++)
-            if (strcmp(name, k_opts[k].name) == 0) idx = (long)k;
-        if (idx < 0 && strncmp(name, "no-", 3) == 0) {
-            for (size_t k = 0; k < N_OPTS; k++)
-                if (k_opts[k].type == GLM_OPT_BOOL && strcmp(name + 3, k_opts[k].name) == 0) idx = (long)k;
+        long idx = find_flag(name);
+        if (idx < 0 && (!strncmp(name, "no-", 3) || !strncmp(name, "no_", 3))) {
+            idx = find_flag(name + 3);
+            if (idx >= 0 && k_opts[idx].type != GLM_OPT_BOOL) idx = -1;
             negated = idx >= 0;
         }
-        if (idx < 0 && !strcmp(name, "no-gradient-checkpointing")) { /* the bool flag it used to be */
+        if (idx < 0 && (!strcmp(name, "no-gradient-checkpointing") || !strcmp(name, "no_gradient_checkpointing"))) {
+            /* the bool flag it used to be */
             if (eq) return glm_err(GLM_ERR_ARG, "--%s takes no value", name);
             GLM_TRY(glm_opts_set(o, "gradient-checkpointing", "none", GLM_SRC_CLI));
             continue;
         }
-        if (idx < 0 && (!strcmp(name, "fp16") || !strcmp(name, "bf16"))) {
-            /* the precision flags of transformers' TrainingArguments: bf16 is what glmtune does,
-             * fp16 is refused with its reason (the same rule as for the YAML keys) */
-            const char *val = eq ? eq + 1 : (i + 1 < argc && looks_bool(argv[i + 1])) ? argv[++i] : "true";
-            bool on;
-            if (!parse_bool(val, &on)) return glm_err(GLM_ERR_ARG, "--%s: expected true or false, got %s", name, val);
-            if (on && !strcmp(name, "fp16"))
-                return glm_err(GLM_ERR_UNSUPPORTED, "--fp16 is refused: fp16 LoRA training of GLM-4 is widely reported to "
-                               "diverge (loss 0 or NaN); glmtune trains in bf16; hint: drop --fp16 (bf16 is used)");
+        char where[160];
+        if (idx < 0) {
+            /* a LLaMA-Factory / transformers key: --key value, --key=value, or a bare --key (true) */
+            char key[128];
+            snprintf(key, sizeof key, "%s", name);
+            for (char *q = key; *q; q++) *q = *q == '-' ? '_' : *q;
+            const char *val = eq ? eq + 1 : (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) ? argv[++i] : "true";
+            snprintf(where, sizeof where, "--%s", name);
+            GLM_TRY(apply_key(o, key, val, GLM_SRC_CLI, where, strchr(name, '_') == NULL));
             continue;
         }
-        if (idx < 0)
-            return glm_err(GLM_ERR_ARG, "unknown option --%s; hint: did you mean --%s?", name, closest(name, true));
         const glm_opt_def *d = &k_opts[idx];
-        char where[160];
-        snprintf(where, sizeof where, "--%s", d->name);
+        snprintf(where, sizeof where, "--%s", name);
         if (strcmp(d->name, "config") == 0) { /* done above */
             if (!eq) i++;
             continue;
@@ -590,9 +1132,9 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
         } else if (d->optional_value) {
             val = "latest";
         } else {
-            return glm_err(GLM_ERR_ARG, "--%s needs a value (%s)", d->name, type_name(d->type));
+            return glm_err(GLM_ERR_ARG, "--%s needs a value (%s)", name, type_name(d->type));
         }
-        GLM_TRY(set_value(o, (size_t)idx, val, GLM_SRC_CLI, where));
+        GLM_TRY(set_option(o, (size_t)idx, name, val, GLM_SRC_CLI, where));
     }
     return GLM_OK;
 }
@@ -621,6 +1163,21 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(o->warmup_ratio >= 0 && o->warmup_ratio <= 1, "--warmup-ratio must be in [0, 1] (got %g)", o->warmup_ratio);
     NEED(o->min_lr >= 0 && (o->min_lr == 0 || o->min_lr < o->learning_rate),
          "--min-lr must be >= 0 and below --learning-rate (got %g)", o->min_lr);
+    NEED(o->min_lr_rate >= 0 && o->min_lr_rate < 1, "--min-lr-rate must be in [0, 1) (got %g)", o->min_lr_rate);
+    NEED(!(o->min_lr > 0 && o->min_lr_rate > 0),
+         "min_lr (%g) and min_lr_rate (%g) are both set; hint: give one (transformers' cosine_with_min_lr takes one)",
+         o->min_lr, o->min_lr_rate);
+    if ((o->min_lr > 0 || o->min_lr_rate > 0) && strncmp(o->lr_scheduler_type, "cosine", 6))
+        glm_log_warn("min_lr / min_lr_rate set the floor of the cosine schedules; lr_scheduler_type %s does not use "
+                     "them", o->lr_scheduler_type);
+    static const char *optims[] = {"adamw_torch", "adamw_torch_fused", "adamw_hf"};
+    bool optim_ok = false;
+    for (int i = 0; i < 3; i++) optim_ok |= strcmp(o->optim, optims[i]) == 0;
+    if (!optim_ok)
+        return glm_err(GLM_ERR_UNSUPPORTED, "optim '%s' is not supported: glmtune runs AdamW with torch.optim.AdamW's "
+                       "update (adamw_torch, adamw_torch_fused and adamw_hf all mean that here); hint: optim: "
+                       "adamw_torch", o->optim);
+    NEED(o->loraplus_lr_ratio >= 0, "--loraplus-lr-ratio must be >= 0 (got %g; 0 turns LoRA+ off)", o->loraplus_lr_ratio);
     NEED(o->weight_decay >= 0, "--weight-decay must be >= 0");
     NEED(o->adam_beta1 >= 0 && o->adam_beta1 < 1, "--adam-beta1 must be in [0, 1)");
     NEED(o->adam_beta2 >= 0 && o->adam_beta2 < 1, "--adam-beta2 must be in [0, 1)");
@@ -697,7 +1254,10 @@ void glm_opts_print(FILE *f, const glm_train_opts *o) {
 }
 
 void glm_opts_help(FILE *f) {
-    fprintf(f, "Options (also as snake_case keys in --config FILE.yaml; flags override the file):\n");
+    fprintf(f, "Options: --kebab-case or --snake_case (--learning_rate), --name value or --name=value; the same\n"
+               "snake_case keys (and aliases) in --config FILE.yaml; flags override the file. LLaMA-Factory and\n"
+               "transformers keys that glmtune does not use are accepted with one line saying why (or pointing to\n"
+               "`glmtune tokenize --config` for the data keys), or refused with the reason.\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         const glm_opt_def *d = &k_opts[i];
         char head[96];

@@ -37,7 +37,9 @@ typedef struct glm_train_opts {
     int64_t warmup_steps;
     double warmup_ratio;
     double min_lr;
+    double min_lr_rate;                 /* cosine floor as a fraction of learning_rate (lr_scheduler_kwargs) */
     double weight_decay;
+    char *optim;                        /* adamw_torch | adamw_torch_fused | adamw_hf */
     double adam_beta1, adam_beta2, adam_epsilon;
     double max_grad_norm;
     double num_train_epochs;
@@ -45,6 +47,7 @@ typedef struct glm_train_opts {
     int64_t save_steps;
     int64_t save_total_limit;           /* 0: keep all */
     int64_t logging_steps;
+    bool logging_first_step;            /* log step 1 on its own too (transformers) */
     char *eval_data;
     int64_t eval_steps;                 /* 0: with each save */
     int64_t seed;
@@ -57,6 +60,7 @@ typedef struct glm_train_opts {
     double lora_dropout;
     glm_strlist lora_target;            /* "all" or module names */
     bool use_rslora;
+    double loraplus_lr_ratio;           /* LoRA+: lora_B at this x learning_rate; 0: off */
     bool overwrite_output_dir;          /* start afresh in a directory with an earlier run */
     char *init_adapter;
     char *device;                       /* auto | cpu | cuda */
@@ -91,16 +95,24 @@ glm_status glm_opts_defaults(glm_train_opts *o);
 void glm_opts_free(glm_train_opts *o);
 
 /* Defaults, then `--config FILE` (wherever it is in argv) as YAML, then the other arguments.
- * argv excludes the program and subcommand names. Accepts --name value, --name=value, bool
- * flags (--name, --name=false, --no-name, --name true|false), and -h/--help (sets o->help).
- * YAML: a mapping of snake_case keys (or aliases) to scalars or (for lists) sequences or
- * comma-separated strings; LLaMA-Factory keys that do not apply are accepted with an info line
- * (or mapped: cutoff_len -> seq_len, dataset -> data), and some are refused (fp16: true,
- * finetuning_type other than lora, stage other than sft, quantization_bit).
- * Errors: GLM_ERR_ARG naming the flag/key (and file:line for YAML) with the closest known name
- * by edit distance, or the bad value and the expected type; GLM_ERR_UNSUPPORTED for refused
- * settings, with the reason; GLM_ERR_IO / GLM_ERR_FORMAT for the YAML file. Does not call
- * glm_opts_validate. */
+ * argv excludes the program and subcommand names. Every option is accepted under its kebab flag
+ * (--learning-rate), its snake_case key (--learning_rate) and its YAML alias
+ * (--model_name_or_path, --dataset, --cutoff_len, --eval_dataset), as --name value or
+ * --name=value; bool options also bare (--name), as --name true|false and --no-name / --no_name;
+ * -h/--help sets o->help. So a `llamafactory-cli train` line pastes.
+ * Every other LLaMA-Factory / transformers key, on the command line or in the YAML, is answered
+ * in one line: used (lr_scheduler_kwargs {min_lr, min_lr_rate}, disable_gradient_checkpointing,
+ * use_cpu, warmup_steps below 1 as a ratio), not needed (speed switches such as flash_attn,
+ * enable_liger_kernel, use_unsloth, ddp_timeout: an info line saying why), read by `glmtune
+ * tokenize --config` (max_samples, template, dataset_dir, ...: an info line pointing there), or
+ * refused with the reason when it asks for a feature glmtune does not have (fp16, use_dora: true,
+ * quantization_bit, stage other than sft/pt, an optim other than the AdamW ones, ...).
+ * YAML: a mapping of keys to scalars, lists (for lora_target) or, for lr_scheduler_kwargs, a
+ * mapping; null keeps the default. Precedence: defaults < YAML < command line.
+ * Errors: GLM_ERR_ARG naming the flag/key (and file:line for YAML) with a close known name when
+ * there is one (edit distance; never an unrelated one), or the bad value and the expected type;
+ * GLM_ERR_UNSUPPORTED for refused settings, with the reason; GLM_ERR_IO / GLM_ERR_FORMAT for the
+ * YAML file. Does not call glm_opts_validate. */
 glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv);
 
 /* Reads a YAML config into o (source CONFIG; fields already set from the command line are not
@@ -110,8 +122,9 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path);
 /* Sets one option from text by kebab name or snake key (source src). Errors: GLM_ERR_ARG. */
 glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, glm_opt_src src);
 
-/* Checks required options (model, data, output-dir), ranges and choices, and resolves
- * lora_alpha (default 2 x lora_rank). Errors: GLM_ERR_ARG naming the option. */
+/* Checks required options (model, data, output-dir), ranges and choices (optim: the AdamW names
+ * only, else GLM_ERR_UNSUPPORTED; one of min_lr / min_lr_rate), and resolves lora_alpha
+ * (default 2 x lora_rank). Errors: GLM_ERR_ARG naming the option. */
 glm_status glm_opts_validate(glm_train_opts *o);
 
 /* The help text: one entry per option with its value type, unit, default and help. */

@@ -4,6 +4,8 @@
  * raise_exception, namespace, dict and range. */
 #include <ctype.h>
 #include <locale.h>
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -312,7 +314,8 @@ int tpl_run_test(const char *t, json_t *v, argv_t *a) {
         long long r = intv(v) % 2;
         return t[0] == 'e' ? r == 0 : r != 0;
     }
-    if (!strcmp(t, "divisibleby")) return v && x && is_intlike(v) && is_intlike(x) && intv(x) != 0 && intv(v) % intv(x) == 0;
+    if (!strcmp(t, "divisibleby")) /* (LLONG_MIN % -1 traps: every integer is divisible by -1) */
+        return v && x && is_intlike(v) && is_intlike(x) && intv(x) != 0 && (intv(x) == -1 || intv(v) % intv(x) == 0);
     if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "==") || !strcmp(t, "sameas")) return tpl_py_equal(v, x);
     if (!strcmp(t, "ne") || !strcmp(t, "!=")) return !tpl_py_equal(v, x);
     int r;
@@ -425,11 +428,38 @@ glm_status tpl_apply_filter(rctx *c, node *e, json_t *v, argv_t *a, json_t **out
         double d = 0;
         int isint = 0;
         if (v && is_num(v)) { d = numv(v); isint = is_intlike(v); }
-        else if (v && json_is_string(v)) { char *end; d = strtod(json_string_value(v), &end); if (*end) d = 0; isint = 0; }
-        if (f[0] == 'i') *out = json_integer(v && is_intlike(v) ? intv(v) : (json_int_t)d);
-        else if (f[0] == 'f') *out = json_real(d);
-        else {
+        else if (v && json_is_string(v)) {
+            /* Python's float(): no hexadecimal (strtod would read "0x10" as 16) */
+            char *end;
+            d = strpbrk(json_string_value(v), "xX") ? 0 : strtod(json_string_value(v), &end);
+            if (!strpbrk(json_string_value(v), "xX") && *end) d = 0;
+            isint = 0;
+        }
+        if (f[0] == 'i') {
+            if (v && is_intlike(v)) {
+                *out = json_integer(intv(v));
+                return GLM_OK;
+            }
+            if (v && json_is_string(v)) { /* int('123') exactly, as Python; '42.5' goes through float */
+                char *end;
+                errno = 0;
+                long long k = strtoll(json_string_value(v), &end, 10);
+                if (!*end && end != json_string_value(v)) {
+                    if (errno == ERANGE)
+                        return tpl_rerr(c, e->off, "int: %.40s is outside glmtune's 64-bit integers", json_string_value(v));
+                    *out = json_integer(k);
+                    return GLM_OK;
+                }
+            }
+            if (isnan(d)) d = 0; /* jinja2's int filter: int(float('nan')) raises ValueError -> the default 0 */
+            if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) /* Python: OverflowError / a big int */
+                return tpl_rerr(c, e->off, "int: %g is outside glmtune's 64-bit integers", d);
+            *out = json_integer((json_int_t)d);
+        } else if (f[0] == 'f') {
+            *out = json_real(d);
+        } else {
             if (!v || !is_num(v)) return tpl_rerr(c, e->off, "abs needs a number, got %s", tpl_tname(v));
+            if (isint && intv(v) == LLONG_MIN) return tpl_rerr(c, e->off, "abs: integer overflow (glmtune's integers are 64-bit)");
             *out = isint ? json_integer(llabs(intv(v))) : json_real(fabs(d));
         }
         return GLM_OK;

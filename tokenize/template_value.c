@@ -279,12 +279,18 @@ json_t *tpl_do_slice(json_t *v, int has[3], long long x[3]) {
     if (o) {
         glm_charvec b = {0};
         const char *s = json_string_value(v);
-        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) tpl_cv_put(&b, s + o[i], o[i + 1] - o[i]);
+        for (long long i = start; step > 0 ? i < stop : i > stop;) {
+            tpl_cv_put(&b, s + o[i], o[i + 1] - o[i]);
+            if (__builtin_add_overflow(i, step, &i)) break; /* a step beyond the length ends the slice */
+        }
         r = tpl_cv_json(&b);
         free(o);
     } else {
         r = json_array();
-        for (long long i = start; step > 0 ? i < stop : i > stop; i += step) json_array_append(r, json_array_get(v, (size_t)i));
+        for (long long i = start; step > 0 ? i < stop : i > stop;) {
+            json_array_append(r, json_array_get(v, (size_t)i));
+            if (__builtin_add_overflow(i, step, &i)) break; /* a step beyond the length ends the slice */
+        }
     }
     return r;
 }

@@ -269,7 +269,7 @@ int cmd_bench(int argc, char **argv) {
     if (!st) st = glm_lora_create(m, &lc, 7, &lora);
     int n_params = 0;
     glm_param *params = st ? NULL : glm_lora_params(lora, &n_params);
-    glm_adamw_cfg ac = {0.9, 0.999, 1e-8, 0.0, 1.0};
+    glm_adamw_cfg ac = {0.9, 0.999, 1e-8, 0.0, 1.0, 1.0};
     if (!st && !(st = glm_optim_init(&opt, be, params, (size_t)n_params, &ac))) have_opt = 1;
     if (!st) {
         m->optimizer = 1;

@@ -21,26 +21,32 @@ static const char *HELP =
     "\n"
     "DIR is a checkpoint directory (checkpoint-N) or a training output directory (its latest\n"
     "checkpoint). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
-    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT, transformers and\n"
-    "vLLM. --dtype: fp32 (default), bf16 or fp16.\n"
+    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n"
+    "--dtype: fp32 (default), bf16 or fp16.\n"
+    "\n"
+    "vLLM: adapters of the THUDM (chatglm) layout load in vLLM on every module (ChatGLMForCausalLM\n"
+    "supports LoRA on query_key_value, dense, dense_h_to_4h, dense_4h_to_h). Adapters of the -hf\n"
+    "layout (GlmForCausalLM, in vLLM since 0.6.5) load on q_proj, k_proj, v_proj, o_proj and\n"
+    "down_proj, but no vLLM version loads one with gate_up_proj (checked in vLLM's source up to its\n"
+    "2026 releases; not run here): vLLM implements GlmForCausalLM with its LlamaForCausalLM, whose LoRA\n"
+    "expects gate_proj and up_proj and fails with \"expected target modules in [...] but received\n"
+    "['gate_up_proj']\". For vLLM, train with --lora-target vllm (every module but gate_up_proj in\n"
+    "the hf layout), or serve a --merge export (a plain model, no adapter).\n"
     "--merge writes the whole model instead: every adapted weight becomes W + scaling * B A, in the\n"
     "base checkpoint's layout, shard files and dtype (or --dtype), with its config, tokenizer and\n"
     "generation files copied. The base is the run's --model unless --base is given.\n";
 
 static glm_status resolve_checkpoint(const char *path, char **dir) {
-    char *t = glm_path_join(path, "trainer_state.json");
-    bool is = glm_is_file(t);
-    free(t);
-    if (is) {
+    if (glm_ckpt_is_dir(path)) {
         *dir = strdup(path);
         return GLM_OK;
     }
     int64_t step;
     glm_status s = glm_ckpt_latest(path, dir, &step);
     if (s != GLM_OK)
-        return glm_err_context(s, "%s is neither a checkpoint (no trainer_state.json) nor an output directory with one", path);
+        return glm_err_context(s, "%s is neither a checkpoint (no checksums.txt) nor an output directory with one", path);
     if (!*dir)
-        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no trainer_state.json, no complete checkpoint-N inside); "
+        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
                        "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
     return GLM_OK;
 }
@@ -203,6 +209,10 @@ int cmd_export_adapter(int argc, char **argv) {
         if (ac.r < 1) s = glm_err(GLM_ERR_FORMAT, "%s: \"r\" must be a positive integer", cfg_path);
     }
     if (s == GLM_OK && !merge) {
+        for (size_t i = 0; i < ac.n_targets; i++)
+            if (ac.target_modules[i] && !strcmp(ac.target_modules[i], "gate_up_proj"))
+                glm_log_warn("the adapter adapts gate_up_proj (hf layout): PEFT and transformers load it, vLLM does not "
+                             "(see --help); hint: for vLLM, train with --lora-target vllm or export with --merge");
         s = glm_export_adapter(out, NULL, params, n, &ac, dt);
         if (s == GLM_OK) glm_log_info("wrote the PEFT adapter of %s (%zu tensors, %s) to %s", dir, n, dtype_s, out);
     } else if (s == GLM_OK) {

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "lora/config.h"
 #include "lora/model.h"
+#include "tokenize/tokenizer.h"
 #include "tool/cli.h"
 
 static const char *HELP =
@@ -71,6 +72,27 @@ int cmd_init_model(int argc, char **argv) {
         free(c);
         free(w);
         free(x);
+    }
+    if (s == GLM_OK && tok) { /* the tokenizer's special ids go into config.json (pad, eos) */
+        glm_tokenizer *t = NULL;
+        s = glm_tokenizer_load(tok, &t);
+        if (s == GLM_OK) {
+            static const char *const names[] = {"<|endoftext|>", "<|user|>", "<|observation|>"};
+            cfg.has_token_ids = true;
+            cfg.pad_token_id = -1;
+            for (int i = 0; i < 3; i++) {
+                int64_t id = glm_tokenizer_special_id(t, names[i], strlen(names[i]));
+                if (id < 0) continue;
+                if (id >= cfg.V) {
+                    glm_log_warn("%s: %s is id %lld, outside the model's vocabulary of %d: config.json leaves it out",
+                                 tok, names[i], (long long)id, cfg.V);
+                    continue;
+                }
+                if (i == 0) cfg.pad_token_id = id;
+                cfg.eos_token_ids[cfg.n_eos_token_ids++] = id;
+            }
+            glm_tokenizer_free(t);
+        }
     }
     if (s == GLM_OK) s = glm_mkdir_p(out);
     if (s == GLM_OK) s = glm_model_init_random(&cfg, seed, out, layout);

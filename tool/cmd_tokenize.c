@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/progress.h"
+#include "common/pyjson.h"
 #include "dataset/formats.h"
 #include "dataset/packer.h"
 #include "dataset/reader.h"
@@ -55,7 +57,7 @@ static const char *HELP =
     "  --val-size N         set N conversations (or a fraction like 0.05) aside as the val split\n"
     "  --seed N             seed of the validation selection (default 42)\n"
     "  --strict             any bad record is fatal (default: skip it and count it by reason)\n"
-    "  --threads N          worker threads (default: all cores)\n"
+    "  --threads N          worker threads (default and maximum: the CPUs this process may use)\n"
     "  --report FILE        also write the report as JSON\n"
     "  --shard-rows N       rows per shard file (default: about 16 Mi tokens)\n"
     "  --quiet              no progress display\n"
@@ -274,11 +276,20 @@ static int by_seq(const void *a, const void *b) {
 
 /* ------------------------------------------------------------------ options */
 
+/* The CPUs this process may run on (its affinity mask; the online count when unknown). */
+static uint64_t glm_usable_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (uint64_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint64_t)n : 1;
+}
+
 static int parse_opts(int argc, char **argv, tok_opts *o) {
     memset(o, 0, sizeof *o);
     o->seq_len = 8192;
     o->seed = 42;
-    o->threads = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = glm_usable_cpus();
+    bool threads_given = false;
     o->format_name = "auto";
     o->inputs = calloc((size_t)argc, sizeof(char *));
     glm_status s = GLM_OK;
@@ -299,7 +310,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (VAL("--report")) o->report_path = v;
         else if (VAL("--seq-len")) s = cli_u64("--seq-len", v, &o->seq_len);
         else if (VAL("--seed")) s = cli_u64("--seed", v, &o->seed);
-        else if (VAL("--threads")) s = cli_u64("--threads", v, &o->threads);
+        else if (VAL("--threads")) s = cli_u64("--threads", v, &o->threads), threads_given = true;
         else if (VAL("--shard-rows")) s = cli_u64("--shard-rows", v, &o->shard_rows);
         else if (VAL("--val-size")) {
             s = cli_double("--val-size", v, &o->val_size);
@@ -321,11 +332,21 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
     }
     if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
     if (s == GLM_OK && o->report_path) { /* fail now, not after the whole run */
-        char *copy = strdup(o->report_path), *slash = strrchr(copy, '/');
-        const char *dir = slash ? (slash == copy ? "/" : (*slash = 0, copy)) : ".";
-        if (access(dir, W_OK) != 0)
-            s = glm_err(GLM_ERR_ARG, "--report %s: cannot write in %s: %s", o->report_path, dir, strerror(errno));
-        free(copy);
+        char *target = NULL;
+        bool through = false;
+        s = glm_output_target(o->report_path, &target, &through);
+        if (s != GLM_OK) {
+            s = glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg());
+        } else if (through) { /* a device, FIFO or /dev/stdout: written through, so it must be writable */
+            if (access(target, W_OK) != 0)
+                s = glm_err(GLM_ERR_ARG, "--report %s: cannot write to it: %s", o->report_path, strerror(errno));
+        } else {
+            char *slash = strrchr(target, '/');
+            const char *dir = slash ? (slash == target ? "/" : (*slash = 0, target)) : ".";
+            if (access(dir, W_OK) != 0)
+                s = glm_err(GLM_ERR_ARG, "--report %s: cannot write in %s: %s", o->report_path, dir, strerror(errno));
+        }
+        free(target);
     }
     if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
         s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
@@ -335,32 +356,21 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");
         else if (o->threads == 0) o->threads = 1;
     }
+    if (s == GLM_OK && !o->encode && !o->decode) {
+        /* workers are CPU-bound: more than the CPUs this process may run on only add overhead (and
+         * --threads 100000 would try to start that many threads per batch) */
+        uint64_t cpus = glm_usable_cpus();
+        if (o->threads > cpus) {
+            if (threads_given)
+                glm_log_warn("--threads %llu: capped at %llu, the CPUs this process may use (more workers only add "
+                             "overhead)", (unsigned long long)o->threads, (unsigned long long)cpus);
+            o->threads = cpus;
+        }
+    }
     return s == GLM_OK ? 0 : cli_fail(s);
 }
 
 /* ------------------------------------------------------------------ the run */
-
-/* Removes "<out>.tmp.<pid>" directories left by killed runs (their process is gone). */
-static void remove_stale_tmp(const char *out) {
-    char *copy = strdup(out), *slash = strrchr(copy, '/');
-    const char *dir = slash ? (slash == copy ? "/" : copy) : ".", *base = slash ? slash + 1 : copy;
-    if (slash) *slash = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    size_t nb = strlen(base);
-    while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, base, nb) || strncmp(e->d_name + nb, ".tmp.", 5)) continue;
-        char *end;
-        long pid = strtol(e->d_name + nb + 5, &end, 10);
-        if (*end || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
-        char *p = glm_path_join(dir, e->d_name);
-        glm_log_info("removing %s, left by an interrupted run", p);
-        glm_rmtree(p);
-        free(p);
-    }
-    if (d) closedir(d);
-    free(copy);
-}
 
 static glm_status prepare_outdir(const char *out, char **tmp) {
     if (glm_is_dir(out)) {
@@ -381,7 +391,7 @@ static glm_status prepare_outdir(const char *out, char **tmp) {
     } else if (glm_is_file(out)) {
         return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
     }
-    remove_stale_tmp(out);
+    glm_cleanup_leftovers(out); /* "<out>.tmp.<pid>" and "<out>.old.<pid>" of killed runs */
     if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_rmtree(*tmp);
     return glm_mkdir_p(*tmp);
@@ -442,21 +452,16 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
     json_object_set_new(splits, "val", sv);
     json_object_set_new(m, "splits", splits);
     json_object_set_new(m, "report", json_string("report.json"));
-    glm_status s = GLM_OK;
-    char *text = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     char *mp = glm_path_join(tmpdir, "manifest.json");
-    s = glm_write_file_atomic(mp, text, strlen(text));
+    glm_status s = glm_json_write_file(mp, m, 2);
     free(mp);
-    free(text);
     json_decref(m);
-    text = json_dumps(rep->final, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s == GLM_OK) {
         char *rp = glm_path_join(tmpdir, "report.json");
-        s = glm_write_file_atomic(rp, text, strlen(text));
+        s = glm_json_write_file(rp, rep->final, 2);
         free(rp);
     }
-    if (s == GLM_OK && report_path) s = glm_write_file_atomic(report_path, text, strlen(text));
-    free(text);
+    if (s == GLM_OK && report_path) s = glm_json_write_file(report_path, rep->final, 2);
     return s;
 }
 
@@ -508,12 +513,21 @@ static int tokenize_main(tok_opts *op) {
     }
 
     glm_reader *rd = NULL;
-    char *tmpdir = NULL;
+    char *tmpdir = NULL, *out_real = NULL;
+    /* a symbolic link -o is followed: its target is replaced, the link stays */
+    if ((s = glm_output_target_dir(o.out, &out_real)) != GLM_OK) {
+        glm_template_free(tpl);
+        glm_tokenizer_free(tok);
+        return cli_fail(s);
+    }
+    if (strcmp(out_real, o.out)) glm_log_info("-o %s is a symbolic link: writing %s", o.out, out_real);
+    o.out = out_real;
     if ((s = glm_reader_open((const char *const *)o.inputs, (size_t)o.n_inputs, o.dataset, &rd)) != GLM_OK ||
         (s = prepare_outdir(o.out, &tmpdir)) != GLM_OK) {
         glm_reader_close(rd);
         glm_template_free(tpl);
         glm_tokenizer_free(tok);
+        free(out_real);
         return cli_fail(s);
     }
     glm_reader_set_deferred_parse(rd, true);
@@ -536,7 +550,7 @@ static int tokenize_main(tok_opts *op) {
     glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(rd), !o.quiet);
     enum { BATCH = 512 };
     job *batches[2] = {calloc(BATCH, sizeof(job)), calloc(BATCH, sizeof(job))};
-    size_t nthreads = o.threads;
+    size_t nthreads = o.threads, n_started = 0;
     pthread_t *th = calloc(nthreads, sizeof *th);
     batch_ctx ctx[2];
     int cur = 0;
@@ -567,13 +581,29 @@ static int tokenize_main(tok_opts *op) {
         if (s != GLM_OK) break;
         /* wait for the running batch, then start this one */
         if (running) {
-            for (size_t t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+            for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
             running = false;
         }
         if (n > 0) {
             ctx[cur] = (batch_ctx){&o, tok, tpl, fmt, jb, n, 0};
-            for (size_t t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, &ctx[cur]);
-            running = true;
+            n_started = 0;
+            for (size_t t = 0; t < nthreads; t++) {
+                int rc = pthread_create(&th[t], NULL, worker, &ctx[cur]);
+                if (rc == 0) {
+                    n_started++;
+                    continue;
+                }
+                /* under a limit on threads (ulimit -u, a container's pids limit): carry on with the
+                 * workers that started, or in this thread when none did */
+                glm_log_warn("could not start worker thread %zu of %zu (%s); continuing with %zu worker thread%s%s; "
+                             "hint: a limit on processes/threads (ulimit -u, a container's pids limit) is reached; "
+                             "--threads %zu avoids the retries", t + 1, nthreads, strerror(rc), t, t == 1 ? "" : "s",
+                             t ? "" : " (the reading thread does the work)", t ? t : 1);
+                nthreads = t;
+                break;
+            }
+            if (n_started == 0) worker(&ctx[cur]); /* every record of the batch, here and now */
+            running = n_started > 0;
         }
         /* consume the previous batch (finished) in order */
         job *prev = batches[1 - cur];
@@ -610,7 +640,7 @@ static int tokenize_main(tok_opts *op) {
         if (n == 0 && eof) break;
     }
     if (running)
-        for (size_t t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+        for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
     for (int b = 0; b < 2; b++) {
         for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
         free(batches[b]);
@@ -658,6 +688,7 @@ static int tokenize_main(tok_opts *op) {
     glm_shard_writer_free(&wval);
     tok_report_free(&rep);
     free(tmpdir);
+    free(out_real);
     glm_reader_close(rd);
     glm_template_free(tpl);
     glm_tokenizer_free(tok);

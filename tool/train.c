@@ -21,6 +21,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/progress.h"
+#include "common/pyjson.h"
 #include "common/rng.h"
 #include "dataset/loader.h"
 #include "kernels/backend.h"
@@ -192,6 +193,7 @@ typedef struct {
     glm_adapter_cfg acfg;
     char *base_path;   /* realpath of the base model, for adapter_config.json */
     json_t *settings;
+    int64_t tokens_seen; /* tokens of the rows trained on, over the whole run (resumes included) */
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
@@ -215,6 +217,13 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
         .settings = rs->settings,
         .log_history = rs->history,
         .save_total_limit = (int)ts->save_total_limit,
+        .max_steps = rs->total_steps,
+        .logging_steps = ts->logging_steps,
+        .eval_steps = ts->eval_steps,
+        .save_steps = ts->save_steps,
+        .train_batch_size = ts->per_device_train_batch_size,
+        .num_train_epochs = ts->num_train_epochs,
+        .num_input_tokens_seen = rs->tokens_seen,
     };
     char *dir = NULL;
     glm_status s = glm_ckpt_save(&a, &dir);
@@ -233,10 +242,7 @@ static glm_status resume_path(const train_settings *ts, char **path) {
     if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) {
         dir = ts->output_dir;
     } else {
-        char *ts_json = glm_path_join(r, "trainer_state.json");
-        bool is_ckpt = glm_is_file(ts_json);
-        free(ts_json);
-        if (is_ckpt) {
+        if (glm_ckpt_is_dir(r)) {
             *path = strdup(r);
             return GLM_OK;
         }
@@ -286,6 +292,7 @@ static glm_status restore(run_state *rs, const train_settings *ts) {
     if (s == GLM_OK) warn_changed_settings(c.settings, rs->settings);
     if (s == GLM_OK) {
         rs->step = c.step;
+        rs->tokens_seen = c.num_input_tokens_seen;
         json_decref(rs->history);
         rs->history = json_is_array(c.log_history) ? json_deep_copy(c.log_history) : json_array();
         glm_log_info("resuming from %s (step %lld, epoch %.2f)", path, (long long)c.step, c.epoch);
@@ -384,7 +391,8 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->seed, &rs->lora));
     if (ts->init_adapter && *ts->init_adapter) GLM_TRY(glm_lora_load_peft(rs->lora, ts->init_adapter));
     rs->params = glm_lora_params(rs->lora, &rs->n_params);
-    glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm};
+    glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm,
+                        ts->loraplus_lr_ratio};
     GLM_TRY(glm_optim_init(&rs->optim, be, rs->params, (size_t)rs->n_params, &ac));
     uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * be->world);
     uint64_t steps_per_epoch = (rs->data.n_rows + global_rows - 1) / global_rows;
@@ -395,12 +403,15 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     glm_sched_type st;
     GLM_TRY(glm_sched_parse_type(ts->lr_scheduler_type, &st));
     GLM_TRY(glm_sched_init(&rs->sched, st, ts->learning_rate, rs->total_steps, ts->warmup_steps, ts->warmup_ratio,
-                           ts->min_lr, 0));
+                           ts->min_lr, ts->min_lr_rate));
+    if (ts->loraplus_lr_ratio > 0)
+        glm_log_info("LoRA+: the lora_B weights learn at %g x the learning rate", ts->loraplus_lr_ratio);
     GLM_TRY(batch_alloc(&rs->bb, (int)ts->per_device_train_batch_size, (int)rs->data.T));
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
-    rs->acfg = (glm_adapter_cfg){rs->lora->r, rs->lora->alpha, rs->lora->dropout, rs->targets, nt,
+    /* alpha and dropout as the user gave them (doubles: 0.1, not the float 0.100000001...) */
+    rs->acfg = (glm_adapter_cfg){rs->lora->r, ts->lora_alpha, ts->lora_dropout, rs->targets, nt,
                                  rs->lora->use_rslora, rs->base_path ? rs->base_path : ts->model};
     json_error_t je;
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
@@ -516,7 +527,9 @@ static glm_status check_output_dir(const train_settings *ts) {
     char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
     int64_t step = -1;
     glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
-    bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics));
+    char *tstate = glm_path_join(ts->output_dir, "trainer_state.json");
+    bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics) || glm_is_file(tstate));
+    free(tstate);
     if (earlier && !ts->overwrite_output_dir) {
         s = glm_err(GLM_ERR_ARG, "%s holds an earlier run (%s); hint: --resume-from-checkpoint to continue it, "
                     "--overwrite-output-dir to start afresh there, or another --output-dir", ts->output_dir,
@@ -526,7 +539,8 @@ static glm_status check_output_dir(const train_settings *ts) {
         struct dirent *e;
         while (d && (e = readdir(d))) {
             if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
-                strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg"))
+                strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
+                strcmp(e->d_name, "trainer_state.json"))
                 continue;
             char *p = glm_path_join(ts->output_dir, e->d_name);
             glm_rmtree(p);
@@ -537,6 +551,48 @@ static glm_status check_output_dir(const train_settings *ts) {
     }
     free(ckpt);
     free(metrics);
+    return s;
+}
+
+/* One logging window: the optimizer steps since the last log (transformers' Trainer logs
+ * tr_loss / (global_step - _globalstep_last_logged), the mean of the steps' losses, and the mean
+ * grad norm; here tokens/s is over the window's step time, eval and checkpoint time excluded). */
+typedef struct {
+    double loss_sum, gnorm_sum, seconds, tokens;
+    int64_t steps, targets;
+} log_window;
+
+/* A log_history entry in transformers' form: {"loss", "grad_norm", "learning_rate", "epoch", "step"}. */
+static json_t *history_train(double loss, double gnorm, double lr, double epoch, int64_t step) {
+    return json_pack("{s:f,s:f,s:f,s:f,s:I}", "loss", loss, "grad_norm", gnorm, "learning_rate", lr, "epoch", epoch,
+                     "step", (json_int_t)step);
+}
+
+/* <output_dir>/trainer_state.json at the end of a run, as transformers' trainer.save_state()
+ * leaves it (tools such as LLaMA-Factory's plot_loss read it there): the state of the last step,
+ * with the run summary entry {"epoch", "step", "total_flos", "train_loss", "train_runtime",
+ * "train_samples_per_second", "train_steps_per_second"} appended to log_history. */
+static glm_status save_final_state(run_state *rs, const train_settings *ts, double loss_sum, int64_t n_loss,
+                                   double seconds, int64_t steps_done, int64_t rows_done) {
+    json_t *hist = json_deep_copy(rs->history);
+    double epoch = rs->data.n_rows ? (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_rows : 0;
+    double sec = seconds > 1e-9 ? seconds : 1e-9;
+    json_t *sum = json_pack("{s:f,s:I,s:f,s:f,s:f,s:f,s:f}", "epoch", epoch, "step", (json_int_t)rs->step,
+                            "total_flos", 0.0, "train_loss", n_loss ? loss_sum / (double)n_loss : 0.0, "train_runtime",
+                            seconds, "train_samples_per_second", (double)rows_done / sec, "train_steps_per_second",
+                            (double)steps_done / sec);
+    if (hist && sum) json_array_append_new(hist, sum);
+    glm_ckpt_save_args a = {.output_dir = ts->output_dir, .step = rs->step, .epoch = epoch, .log_history = hist,
+                            .max_steps = rs->total_steps, .logging_steps = ts->logging_steps,
+                            .eval_steps = ts->eval_steps, .save_steps = ts->save_steps,
+                            .train_batch_size = ts->per_device_train_batch_size,
+                            .num_train_epochs = ts->num_train_epochs, .num_input_tokens_seen = rs->tokens_seen};
+    json_t *st = hist ? glm_trainer_state_json(&a) : NULL;
+    char *p = glm_path_join(ts->output_dir, "trainer_state.json");
+    glm_status s = st && p ? glm_json_write_file(p, st, 2) : glm_err(GLM_ERR_NOMEM, "out of memory (trainer_state.json)");
+    free(p);
+    json_decref(st);
+    json_decref(hist);
     return s;
 }
 
@@ -553,17 +609,28 @@ glm_status train_run(const train_settings *ts) {
         unlink(old);
         free(old);
     }
+    if (s == GLM_OK && ts->resume) { /* the points after the checkpoint are superseded by this run */
+        int64_t dropped = 0;
+        s = glm_metrics_truncate(ts->output_dir, rs.step, &dropped);
+        if (s == GLM_OK && dropped)
+            glm_log_info("metrics.jsonl: removed %lld line(s) logged after step %lld by the run being resumed",
+                         (long long)dropped, (long long)rs.step);
+    }
     if (s == GLM_OK) s = glm_metrics_open(&mx, ts->output_dir, true);
     mx_open = s == GLM_OK;
+    if (s == GLM_OK && ts->resume) s = glm_metrics_restart(&mx, rs.step); /* TensorBoard drops the superseded points */
     const glm_backend *be = rs.model ? rs.model->be : NULL;
     int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
     uint32_t global_rows = (uint32_t)(B * accum * (be ? be->world : 1));
     uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
     if (s == GLM_OK && (!rows || !mine)) s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
     int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
-    double t_start = glm_now(), t_last = t_start, tokens_since = 0;
-    int64_t tokens_total = 0;
+    double t_start = glm_now(), run_loss_sum = 0;
+    int64_t tokens_total = 0, rows_total = 0, run_losses = 0;
+    log_window win = {0};
+    bool tty = isatty(2) && !ts->quiet;
     while (s == GLM_OK && rs.step < rs.total_steps) {
+        double t_step = glm_now();
         uint32_t got;
         if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
         /* this rank's rows of the global batch: rank r takes every world-th row */
@@ -580,6 +647,7 @@ glm_status train_run(const train_settings *ts) {
         }
         uint32_t n_mine = 0;
         for (uint32_t i = (uint32_t)be->rank; i < got; i += (uint32_t)be->world) mine[n_mine++] = rows[i];
+        double step_tokens = 0;
         for (uint32_t m0 = 0, micro = 0; m0 < n_mine && s == GLM_OK; m0 += (uint32_t)B, micro++) {
             int n = (int)(n_mine - m0 < (uint32_t)B ? n_mine - m0 : (uint32_t)B);
             glm_batch b = batch_fill(&rs.bb, &rs.data, mine + m0, n);
@@ -590,9 +658,11 @@ glm_status train_run(const train_settings *ts) {
             loss_sum += ls;
             nt_seen += k;
             tokens_total += (int64_t)n * rs.data.T;
-            tokens_since += (double)n * rs.data.T;
+            step_tokens += (double)n * rs.data.T;
         }
         if (s != GLM_OK) break;
+        rows_total += got;
+        rs.tokens_seen += (int64_t)got * rs.data.T; /* every rank's rows: the global batch */
         for (int i = 0; i < rs.n_params && s == GLM_OK; i++) s = be->all_reduce(be, rs.params[i].g, rs.params[i].numel);
         if (s != GLM_OK) break;
         if (ts->dump_grads && *ts->dump_grads && rs.step == start_step && start_step == 0)
@@ -618,51 +688,66 @@ glm_status train_run(const train_settings *ts) {
         nonfinite_run = 0;
         glm_step_stats st;
         if ((s = glm_optim_step(&rs.optim, rs.params, (size_t)rs.n_params, lr, &st)) != GLM_OK) break;
+        /* the step joins the logging window */
+        win.loss_sum += loss;
+        win.gnorm_sum += gnorm;
+        win.steps++;
+        win.targets += n_global;
+        win.tokens += step_tokens;
+        win.seconds += glm_now() - t_step;
+        run_loss_sum += loss;
+        run_losses++;
         double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_rows;
         bool last = rs.step == rs.total_steps;
-        if (ts->logging_steps > 0 && (rs.step % ts->logging_steps == 0 || last || rs.step == start_step + 1)) {
-            double now = glm_now();
-            double tps = tokens_since / (now - t_last > 1e-9 ? now - t_last : 1e-9);
-            t_last = now;
-            tokens_since = 0;
+        bool log_now = rs.step % ts->logging_steps == 0 || last || (ts->logging_first_step && rs.step == 1);
+        double wloss = win.loss_sum / (double)win.steps, wgnorm = win.gnorm_sum / (double)win.steps;
+        double wtps = win.tokens / (win.seconds > 1e-9 ? win.seconds : 1e-9);
+        if (log_now) {
             glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
             mr.epoch = epoch;
-            mr.loss = loss;
-            mr.grad_norm = gnorm;
+            mr.loss = wloss;
+            mr.grad_norm = wgnorm;
             mr.learning_rate = lr;
-            mr.target_tokens = n_global;
-            mr.tokens_per_second = tps;
+            mr.target_tokens = win.targets;
+            mr.tokens_per_second = wtps;
             s = glm_metrics_log(&mx, &mr);
-            json_array_append_new(rs.history, json_pack("{s:I,s:f}", "step", (json_int_t)rs.step, "loss", loss));
-            if (!ts->quiet) {
-                double el = now - t_start, eta = el / (double)(rs.step - start_step) * (double)(rs.total_steps - rs.step);
-                fprintf(stderr, "%sstep %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s  ETA %.0fs%s",
-                        isatty(2) ? "\r" : "", (long long)rs.step, (long long)rs.total_steps, epoch, loss, lr, gnorm, tps,
-                        eta, isatty(2) ? "\x1b[K" : "\n");
-            }
+            json_array_append_new(rs.history, history_train(wloss, wgnorm, lr, epoch, rs.step));
         }
+        if (!ts->quiet && (tty || log_now)) { /* on a terminal every step (the window so far), in a log each log */
+            double el = glm_now() - t_start, eta = el / (double)(rs.step - start_step) * (double)(rs.total_steps - rs.step);
+            glm_log_status(tty, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s  ETA %.0fs",
+                           (long long)rs.step, (long long)rs.total_steps, epoch, wloss, lr, wgnorm, wtps, eta);
+        }
+        if (log_now) win = (log_window){0};
         if (s == GLM_OK && rs.has_eval && ts->eval_steps > 0 && (rs.step % ts->eval_steps == 0 || last)) {
-            double el;
+            double el, t_eval = glm_now();
             s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, &el);
             if (s == GLM_OK) {
+                double rt = glm_now() - t_eval, rts = rt > 1e-9 ? rt : 1e-9;
+                uint64_t ev_steps = (rs.eval.n_rows + (uint64_t)B - 1) / (uint64_t)B;
                 glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
                 mr.epoch = epoch;
                 mr.eval_loss = el;
                 mr.eval_perplexity = exp(el);
                 s = glm_metrics_log(&mx, &mr);
-                json_array_append_new(rs.history, json_pack("{s:I,s:f}", "step", (json_int_t)rs.step, "eval_loss", el));
-                if (!ts->quiet) fprintf(stderr, "%sstep %lld: eval loss %.4f, perplexity %.2f\n", isatty(2) ? "\n" : "",
-                                        (long long)rs.step, el, exp(el));
+                json_array_append_new(rs.history,
+                                      json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I}", "eval_loss", el, "eval_perplexity",
+                                                exp(el), "eval_runtime", rt, "eval_samples_per_second",
+                                                (double)rs.eval.n_rows / rts, "eval_steps_per_second",
+                                                (double)ev_steps / rts, "epoch", epoch, "step", (json_int_t)rs.step));
+                if (!ts->quiet) glm_log_plain("step %lld: eval loss %.4f, perplexity %.2f", (long long)rs.step, el, exp(el));
             }
         }
         if (s == GLM_OK && ((ts->save_steps > 0 && rs.step % ts->save_steps == 0) || last))
             s = save_checkpoint(&rs, ts);
     }
-    if (!ts->quiet && isatty(2)) fputc('\n', stderr);
+    glm_log_status_end();
     if (s == GLM_OK && rs.step == start_step && rs.step >= rs.total_steps)
         glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs.step, (long long)rs.total_steps);
     if (mx_open) glm_metrics_close(&mx);
     if (s == GLM_OK && json_array_size(rs.history)) s = plot_history(rs.history, ts->output_dir);
+    if (s == GLM_OK)
+        s = save_final_state(&rs, ts, run_loss_sum, run_losses, glm_now() - t_start, rs.step - start_step, rows_total);
     if (nonfinite_total) glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)nonfinite_total);
     if (s == GLM_OK && !ts->quiet)
         glm_log_info("done: %lld steps, %lld tokens in %.1f s; adapter checkpoints in %s (export with glmtune "

@@ -16,6 +16,9 @@ typedef struct train_settings {
         logging_steps, eval_steps, seed, lora_rank, seq_len, max_nonfinite;
     double learning_rate, warmup_ratio, min_lr, weight_decay, adam_beta1, adam_beta2, adam_epsilon,
         max_grad_norm, num_train_epochs, lora_alpha, lora_dropout, rope_theta;
+    double min_lr_rate;       /* cosine floor as a fraction of learning_rate (lr_scheduler_kwargs) */
+    double loraplus_lr_ratio; /* LoRA+: lora_B at this x the learning rate; 0: off */
+    bool logging_first_step;  /* log step 1 on its own (transformers' logging_first_step) */
     int64_t warmup_steps;
     int ckpt_mode;            /* glm_ckpt_mode (lora/plan.h) */
     double max_gpu_gib;       /* 0: the whole GPU */

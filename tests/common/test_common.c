@@ -1,11 +1,135 @@
 /* Tests of common/: atomic writes, rng determinism, checksums against published check values. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/pyjson.h"
 #include "common/rng.h"
 #include "tests/check.h"
+
+/* Outputs that are not regular files: a symbolic link is followed (the link stays), a FIFO and
+ * a device are written through, never replaced by a regular file; a directory is an error. */
+static void test_outputs(const char *dir) {
+    char *target = glm_path_join(dir, "target.json"), *link = glm_path_join(dir, "link.json");
+    char *data = NULL;
+    size_t n;
+    struct stat st;
+    /* a link to an existing file: the file is replaced atomically, the link stays a link */
+    CHECK(glm_write_file_atomic(target, "old", 3) == GLM_OK, "write target");
+    CHECK(symlink("target.json", link) == 0, "symlink");
+    CHECK(glm_write_file_atomic(link, "new!", 4) == GLM_OK, "write through the link: %s", glm_errmsg());
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link is still a link");
+    CHECK(glm_read_file(target, &data, &n) == GLM_OK && n == 4 && !memcmp(data, "new!", 4), "target replaced");
+    free(data);
+    /* a dangling link creates its target */
+    char *dang = glm_path_join(dir, "dangling.json"), *dtarget = glm_path_join(dir, "created.json");
+    CHECK(symlink("created.json", dang) == 0, "symlink");
+    CHECK(glm_write_file_atomic(dang, "x", 1) == GLM_OK, "dangling: %s", glm_errmsg());
+    CHECK(lstat(dang, &st) == 0 && S_ISLNK(st.st_mode) && glm_is_file(dtarget), "dangling link's target created");
+    /* a FIFO is written through (a reader is open on it), not replaced */
+    char *fifo = glm_path_join(dir, "fifo");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+    CHECK(rfd >= 0, "fifo reader");
+    CHECK(glm_write_file_atomic(fifo, "through a fifo", 14) == GLM_OK, "fifo: %s", glm_errmsg());
+    char buf[64] = {0};
+    ssize_t got = rfd >= 0 ? read(rfd, buf, sizeof buf) : -1;
+    CHECK(got == 14 && !memcmp(buf, "through a fifo", 14), "fifo content (%zd bytes)", got);
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "still a FIFO");
+    if (rfd >= 0) close(rfd);
+    /* /dev/null: written through, stays a device */
+    CHECK(glm_write_file_atomic("/dev/null", "x", 1) == GLM_OK, "/dev/null: %s", glm_errmsg());
+    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is a device");
+    /* a device that fails writes (a private node of /dev/full's numbers, 1:7, when we may make
+     * one): the error is reported and the node stays a device */
+    char *full = glm_path_join(dir, "full");
+    if (mknod(full, S_IFCHR | 0666, makedev(1, 7)) == 0) {
+        int fd = open(full, O_WRONLY);
+        if (fd >= 0) {
+            close(fd);
+            CHECK(glm_write_file_atomic(full, "x", 1) == GLM_ERR_IO && strstr(glm_errmsg(), "No space left"),
+                  "full device: %s", glm_errmsg());
+            CHECK(lstat(full, &st) == 0 && S_ISCHR(st.st_mode), "the device node was not replaced");
+        } else {
+            printf("  (a private 1:7 device node cannot be opened here (%s): the /dev/full case is not run)\n",
+                   strerror(errno));
+        }
+    } else {
+        printf("  (mknod not permitted (%s): the /dev/full case is not run)\n", strerror(errno));
+    }
+    /* a directory is an error naming it */
+    CHECK(glm_write_file_atomic(dir, "x", 1) == GLM_ERR_IO && strstr(glm_errmsg(), "is a directory"), "dir: %s",
+          glm_errmsg());
+    /* /dev/stdout resolves to an open descriptor: written through */
+    char *t = NULL;
+    bool through = false;
+    CHECK(glm_output_target("/dev/stdout", &t, &through) == GLM_OK && through, "/dev/stdout is written through");
+    free(t);
+    CHECK(glm_output_target(link, &t, &through) == GLM_OK && !through && t && strstr(t, "target.json"),
+          "a link resolves to its target: %s", t ? t : "");
+    free(t);
+    free(full);
+    free(fifo);
+    free(dang);
+    free(dtarget);
+    free(target);
+    free(link);
+}
+
+/* glm_commit_dir: the old directory is replaced as a whole; a symbolic link is followed;
+ * leftovers of a killed swap are cleaned, a missing output restored from its ".old" copy. */
+static void test_commit_dir(const char *dir) {
+    char *out = glm_path_join(dir, "out"), *tmp = NULL, *f = NULL;
+    CHECK(glm_mkdir_p(out) == GLM_OK, "mkdir");
+    f = glm_path_join(out, "a");
+    glm_write_file_atomic(f, "1", 1);
+    free(f);
+    asprintf(&tmp, "%s.tmp.%d", out, (int)getpid());
+    glm_mkdir_p(tmp);
+    f = glm_path_join(tmp, "b");
+    glm_write_file_atomic(f, "2", 1);
+    free(f);
+    CHECK(glm_commit_dir(tmp, out) == GLM_OK, "commit: %s", glm_errmsg());
+    char *fa = glm_path_join(out, "a"), *fb = glm_path_join(out, "b");
+    CHECK(!glm_is_file(fa) && glm_is_file(fb) && !glm_is_dir(tmp), "replaced as a whole, no temp left");
+    /* a link to the output: the target is replaced, the link stays */
+    char *ln = glm_path_join(dir, "outlink"), *real = NULL;
+    CHECK(symlink("out", ln) == 0, "symlink");
+    CHECK(glm_output_target_dir(ln, &real) == GLM_OK && real && !strcmp(real + strlen(real) - 4, "/out"),
+          "link target %s", real ? real : "");
+    free(tmp);
+    asprintf(&tmp, "%s.tmp.%d", real, (int)getpid());
+    glm_mkdir_p(tmp);
+    CHECK(glm_commit_dir(tmp, ln) == GLM_OK, "commit through link: %s", glm_errmsg());
+    struct stat st;
+    CHECK(lstat(ln, &st) == 0 && S_ISLNK(st.st_mode) && !glm_is_file(fb), "link kept, target replaced");
+    /* leftovers of a killed run (pid 2^22+1 is above pid_max's default and cannot be running):
+     * a missing output is restored from "<out>.old.<pid>", "<out>.tmp.<pid>" removed */
+    char *old = NULL, *stale = NULL;
+    asprintf(&old, "%s.old.4194305", out);
+    asprintf(&stale, "%s.tmp.4194305", out);
+    CHECK(rename(out, old) == 0 && glm_mkdir_p(stale) == GLM_OK, "make leftovers");
+    glm_cleanup_leftovers(out);
+    CHECK(glm_is_dir(out) && !glm_is_dir(old) && !glm_is_dir(stale), "restored and cleaned");
+    /* with the output present, an ".old" copy is removed */
+    glm_mkdir_p(old);
+    glm_cleanup_leftovers(out);
+    CHECK(glm_is_dir(out) && !glm_is_dir(old), "old copy removed");
+    free(old);
+    free(stale);
+    free(real);
+    free(ln);
+    free(fa);
+    free(fb);
+    free(tmp);
+    free(out);
+}
 
 int main(void) {
     /* CRC check values: "123456789" -> CRC-32 0xCBF43926, CRC-32C 0xE3069283 (RFC 3720 B.4). */
@@ -13,6 +137,16 @@ int main(void) {
     CHECK(glm_crc32c(0, "123456789", 9) == 0xE3069283u, "crc32c %08x", glm_crc32c(0, "123456789", 9));
     /* FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (the published test vector). */
     CHECK(glm_fnv1a64(GLM_FNV1A64_INIT, "a", 1) == 0xaf63dc4c8601ec8cULL, "fnv1a64");
+
+    /* float32 values written in their shortest decimal form: the nearest float to 0.1 is
+     * 0.100000001490116119384765625, whose shortest float32 decimal is "0.1" (the same holds
+     * for 1e-05; 1.5625e-07 = 2^-22 * 0.65536 is exact in both) */
+    CHECK(glm_f32_shortest(0.1f) == 0.1 && glm_f32_shortest(1e-5f) == 1e-5 &&
+              glm_f32_shortest(1.5625e-07f) == 1.5625e-07 && glm_f32_shortest(16.0f) == 16.0 &&
+              glm_f32_shortest(0.3f) == 0.3 && glm_f32_shortest(-2.5e-3f) == -2.5e-3, "f32 shortest");
+    char fb[32];
+    CHECK(!strcmp(glm_py_float_repr(glm_f32_shortest(0.1f), fb), "0.1"), "0.1 repr: %s", fb);
+    CHECK(!strcmp(glm_py_float_repr((double)0.1f, fb), "0.10000000149011612"), "the double of 0.1f: %s", fb);
 
     glm_rng a, b;
     glm_rng_seed(&a, 42, 0);
@@ -50,6 +184,8 @@ int main(void) {
     CHECK(glm_read_file("/nonexistent/x", &data, &n) == GLM_ERR_IO && strstr(glm_errmsg(), "/nonexistent/x"),
           "error names the file: %s", glm_errmsg());
     free(p);
+    test_outputs(dir);
+    test_commit_dir(dir);
     glm_rmtree(dir);
     CHECK(!glm_is_dir(dir), "rmtree");
     return check_summary("test_common");

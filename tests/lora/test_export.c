@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
+#include "common/pyjson.h"
 #include "lora/export.h"
 #include "lora/safetensors.h"
 #include "tests/check.h"
@@ -124,7 +125,9 @@ static void test_adapter(const char *shared, const char *layout) {
     json_object_foreach(fc, k, v) {
         json_t *o = json_object_get(oc, k);
         if (!o) {
-            CHECK(in_list(k_new_only, k), "fixture key %s missing from ours", k);
+            /* use_rslora is written only when true (PEFT <= 0.7 rejects the key) */
+            CHECK(in_list(k_new_only, k) || (!strcmp(k, "use_rslora") && json_is_false(v)),
+                  "fixture key %s missing from ours", k);
             continue;
         }
         if (strcmp(k, "task_type") == 0) {
@@ -274,10 +277,40 @@ static void test_merge(const char *shared, const char *layout, const char *modul
     free(out);
 }
 
+/* adapter_config.json's text: use_rslora only when true, floats in their shortest form. */
+static void test_config_text(void) {
+    const char *targets[] = {"query_key_value"};
+    /* dropout as the trainer held it (a float: 0.1f is 0.100000001490116...), alpha a fraction */
+    glm_adapter_cfg c = {.r = 8, .alpha = 12.5, .dropout = (double)0.1f, .target_modules = targets,
+                         .n_targets = 1, .use_rslora = false};
+    json_t *j = glm_adapter_config_json(&c);
+    char *p = glm_path_join(g_tmp, "cfg.json"), *text = NULL;
+    size_t n;
+    CHECK(glm_json_write_file(p, j, 2) == GLM_OK && glm_read_file(p, &text, &n) == GLM_OK, "write");
+    CHECK(text && strstr(text, "\"lora_dropout\": 0.1,") && !strstr(text, "0.10000000149011612"),
+          "dropout shortest: %s", text);
+    CHECK(text && strstr(text, "\"lora_alpha\": 12.5,"), "alpha 12.5");
+    CHECK(text && !strstr(text, "use_rslora"), "no use_rslora key when false");
+    CHECK(text && n && text[n - 1] == '\n', "ends with a newline");
+    free(text);
+    json_decref(j);
+    c.use_rslora = true;
+    c.alpha = 16;
+    c.dropout = 0.05;
+    j = glm_adapter_config_json(&c);
+    CHECK(glm_json_write_file(p, j, 2) == GLM_OK && glm_read_file(p, &text, &n) == GLM_OK, "write");
+    CHECK(text && strstr(text, "\"use_rslora\": true") && strstr(text, "\"lora_alpha\": 16,") &&
+              strstr(text, "\"lora_dropout\": 0.05,"), "rslora true, integer alpha: %s", text);
+    free(text);
+    json_decref(j);
+    free(p);
+}
+
 int main(void) {
-    const char *shared = check_shared();
     snprintf(g_tmp, sizeof g_tmp, "/tmp/glm_test_export_XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
+    test_config_text();
+    const char *shared = check_shared();
     test_adapter(shared, "chatglm");
     test_adapter(shared, "hf");
     test_merge(shared, "chatglm", "transformer.encoder.layers.1.self_attention.query_key_value",

@@ -269,10 +269,36 @@ static void test_svg(void) {
     free(p);
 }
 
+/* Resume: metrics.jsonl keeps the lines up to the checkpoint's step (eval lines of that step
+ * included), drops later ones and a line torn by a kill. */
+static void test_truncate(void) {
+    char *d = glm_path_join(g_tmp, "trunc"), *p;
+    glm_mkdir_p(d);
+    p = glm_path_join(d, "metrics.jsonl");
+    const char *text = "{\"step\": 1, \"loss\": 3.0}\n{\"step\": 2, \"loss\": 2.5}\n{\"step\": 2, \"eval_loss\": 2.4}\n"
+                       "{\"step\": 3, \"loss\": 2.25}\n{\"step\": 4, \"lo";
+    glm_write_file_atomic(p, text, strlen(text));
+    int64_t dropped = -1;
+    CHECK(glm_metrics_truncate(d, 2, &dropped) == GLM_OK && dropped == 2, "truncate: %s, dropped %lld", glm_errmsg(),
+          (long long)dropped);
+    char *got;
+    size_t n;
+    glm_read_file(p, &got, &n);
+    CHECK(!strcmp(got, "{\"step\": 1, \"loss\": 3.0}\n{\"step\": 2, \"loss\": 2.5}\n{\"step\": 2, \"eval_loss\": 2.4}\n"),
+          "kept: %s", got);
+    free(got);
+    char *none = glm_path_join(g_tmp, "nothing-here");
+    CHECK(glm_metrics_truncate(none, 5, &dropped) == GLM_OK && dropped == 0, "no metrics.jsonl is fine");
+    free(none);
+    free(p);
+    free(d);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/glm_test_metrics_XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
     test_events_and_jsonl();
+    test_truncate();
     test_svg();
     glm_rmtree(g_tmp);
     return check_summary("test_metrics");

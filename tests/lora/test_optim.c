@@ -181,8 +181,64 @@ static void test_adamw_golden(const char *shared, const char *layout, double wan
     free(ap);
 }
 
+/* LoRA+ by hand: the first AdamW step from zero moments moves each weight by
+ *   m1 = (1-b1) g, v1 = (1-b2) g^2, bias corrections 1-b1 and 1-b2
+ *   => dw = -lr_i * (m1 / (1-b1)) / (sqrt(v1 / (1-b2)) + eps) = -lr_i * g / (|g| + eps)
+ * so with weight decay 0, a lora_A weight moves by -lr g/(|g|+eps) and a lora_B weight by
+ * -ratio lr g/(|g|+eps) (PEFT's create_loraplus_optimizer: group B at lr x loraplus_lr_ratio).
+ * With weight decay wd the B weight is first scaled by 1 - ratio lr wd (decoupled decay at its own
+ * lr, as torch.optim.AdamW does per param group). */
+static void test_loraplus(void) {
+    glm_param p[2] = {0};
+    const char *names[2] = {"model.layers.0.self_attn.q_proj.lora_A.weight", "model.layers.0.self_attn.q_proj.lora_B.weight"};
+    float g[2][4] = {{0.5f, -2.0f, 1e-3f, 3.0f}, {-0.25f, 4.0f, -1.0f, 0.125f}};
+    float w0[2][4] = {{0.1f, 0.2f, -0.3f, 0.4f}, {1.0f, -1.0f, 0.5f, -0.5f}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p[i].name, sizeof p[i].name, "%s", names[i]);
+        p[i].ndim = 2;
+        p[i].shape[0] = 2;
+        p[i].shape[1] = 2;
+        p[i].numel = 4;
+        p[i].w = malloc(16);
+        p[i].g = malloc(16);
+        memcpy(p[i].w, w0[i], 16);
+        memcpy(p[i].g, g[i], 16);
+    }
+    double lr = 1e-3, ratio = 16, wd = 0.1;
+    glm_adamw_cfg cfg = glm_adamw_defaults();
+    cfg.max_grad_norm = 0; /* no clipping: g as given */
+    cfg.weight_decay = wd;
+    cfg.lr_ratio_b = ratio;
+    glm_optim o;
+    CHECK(glm_optim_init(&o, NULL, p, 2, &cfg) == GLM_OK, "%s", glm_errmsg());
+    CHECK(glm_optim_step(&o, p, 2, lr, NULL) == GLM_OK, "%s", glm_errmsg());
+    for (int i = 0; i < 2; i++) {
+        double lri = i ? lr * ratio : lr;
+        for (int j = 0; j < 4; j++) {
+            double want = w0[i][j] * (1 - lri * wd) - lri * g[i][j] / (fabs(g[i][j]) + 1e-8);
+            CHECK(check_close(p[i].w[j], want, 1e-6, 1e-9), "%s[%d]: %.9g, by hand %.9g", i ? "B" : "A", j, p[i].w[j],
+                  want);
+        }
+    }
+    /* ratio 0 is off: both at lr */
+    glm_optim_free(&o);
+    cfg.lr_ratio_b = 0;
+    for (int i = 0; i < 2; i++) memcpy(p[i].w, w0[i], 16);
+    CHECK(glm_optim_init(&o, NULL, p, 2, &cfg) == GLM_OK && glm_optim_step(&o, p, 2, lr, NULL) == GLM_OK, "step");
+    double want = w0[1][1] * (1 - lr * wd) - lr * g[1][1] / (fabs(g[1][1]) + 1e-8);
+    CHECK(check_close(p[1].w[1], want, 1e-6, 1e-9), "ratio 0: B at lr (%.9g vs %.9g)", p[1].w[1], want);
+    glm_optim_free(&o);
+    cfg.lr_ratio_b = -1;
+    CHECK(glm_optim_init(&o, NULL, p, 2, &cfg) == GLM_ERR_ARG, "negative ratio refused");
+    for (int i = 0; i < 2; i++) {
+        free(p[i].w);
+        free(p[i].g);
+    }
+}
+
 int main(void) {
     test_schedules();
+    test_loraplus();
     const char *shared = check_shared();
     test_adamw_golden(shared, "chatglm", 1.4943607960178498); /* meta.json summary */
     test_adamw_golden(shared, "hf", 1.3972674672955805);

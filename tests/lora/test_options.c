@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 /* tests/lora/test_options.c: train options from a LLaMA-Factory-style YAML and the command line. */
+#include <fcntl.h>
 #include <jansson.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,170 @@ static char *write_yaml(const char *name, const char *text) {
 
 static glm_status parse(glm_train_opts *o, int argc, const char **argv) {
     return glm_opts_parse(o, argc, (char **)argv);
+}
+
+/* Runs glm_opts_parse with stderr captured (the one-line answers are info lines); returns the
+ * status, *log the text (malloc'd). */
+static glm_status parse_logged(glm_train_opts *o, int argc, const char **argv, char **log) {
+    char *p = glm_path_join(g_tmp, "stderr.txt");
+    fflush(stderr);
+    int saved = dup(2), fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+    int lvl = glm_log_level;
+    glm_log_level = 1;
+    glm_status st = glm_opts_parse(o, argc, (char **)argv);
+    glm_log_level = lvl;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    size_t n;
+    *log = NULL;
+    glm_read_file(p, log, &n);
+    free(p);
+    return st;
+}
+
+static int count_lines_with(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *l = text; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), l);
+        if (strstr(buf, needle)) n++;
+        l = e ? e + 1 : l + len;
+    }
+    return n;
+}
+
+/* LLaMA-Factory and transformers spellings: snake_case flags, aliases, a llamafactory-cli line,
+ * every key of LLaMA-Factory's own example YAMLs answered in one line, optim, disable_gradient_
+ * checkpointing, lr_scheduler_kwargs, LoRA+, warmup_steps below 1, close-only suggestions. */
+static void test_llamafactory(const char *yaml) {
+    glm_train_opts o;
+    char *log = NULL;
+    /* a llamafactory-cli train line (LLaMA-Factory issue #8732's, without its --fp16), pasted */
+    const char *a1[] = {"--trust-remote-code", "--model_name_or_path", "/data3/models/test/glm4", "--stage", "sft",
+                        "--do_train", "--finetuning_type", "lora", "--template", "glm4", "--dataset", "shards",
+                        "--output_dir", "out", "--learning_rate", "0.0005", "--num_train_epochs", "8",
+                        "--cutoff_len", "4096", "--logging_steps", "1", "--warmup_ratio", "0.1", "--weight_decay",
+                        "0.1", "--gradient_accumulation_steps", "8", "--save_total_limit", "1", "--save_steps", "256",
+                        "--seed", "42", "--data_seed", "42", "--lr_scheduler_type", "cosine", "--overwrite_cache",
+                        "--preprocessing_num_workers", "16", "--plot_loss", "--overwrite_output_dir",
+                        "--per_device_train_batch_size", "1", "--bf16", "True"};
+    CHECK(parse_logged(&o, sizeof a1 / sizeof *a1, a1, &log) == GLM_OK, "llamafactory-cli line: %s", glm_errmsg());
+    CHECK(o.model && !strcmp(o.model, "/data3/models/test/glm4") && !strcmp(o.data, "shards") &&
+              !strcmp(o.output_dir, "out") && o.learning_rate == 5e-4 && o.num_train_epochs == 8 && o.seq_len == 4096 &&
+              o.logging_steps == 1 && o.warmup_ratio == 0.1 && o.weight_decay == 0.1 &&
+              o.gradient_accumulation_steps == 8 && o.save_total_limit == 1 && o.save_steps == 256 &&
+              !strcmp(o.lr_scheduler_type, "cosine") && o.overwrite_output_dir && o.per_device_train_batch_size == 1,
+          "values from snake_case flags");
+    CHECK(log && count_lines_with(log, "trust_remote_code") == 1 && count_lines_with(log, "overwrite_cache") == 1 &&
+              count_lines_with(log, "tokenize --config") == 3 && count_lines_with(log, "plot_loss") == 1,
+          "one line per key that is not used: %s", log ? log : "");
+    free(log);
+    glm_opts_free(&o);
+    const char *a2[] = {"--model_name_or_path=m", "--dataset=d", "--output_dir=o", "--fp16"};
+    CHECK(parse(&o, 4, a2) == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), "diverge"), "--fp16 refused: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    /* every key of LLaMA-Factory's example YAML is used or answered in exactly one line */
+    const char *a3[] = {"--config", yaml};
+    CHECK(parse_logged(&o, 2, a3, &log) == GLM_OK, "LF yaml: %s", glm_errmsg());
+    static const char *const answered[] = {"trust_remote_code", "template", "max_samples", "overwrite_cache",
+                                           "preprocessing_num_workers", "plot_loss", "bf16", "ddp_timeout",
+                                           "report_to", "cutoff_len"};
+    for (size_t i = 0; i < sizeof answered / sizeof *answered; i++)
+        CHECK(log && count_lines_with(log, answered[i]) == 1, "%s answered once: %s", answered[i], log ? log : "");
+    CHECK(log && count_lines_with(log, "ddp_timeout is not needed: multi-GPU runs use NCCL") == 1, "why: %s", log);
+    free(log);
+    glm_opts_free(&o);
+    /* speed switches: accepted with one line saying why they are not needed */
+    const char *a4[] = {"--enable_liger_kernel", "--use_unsloth", "true", "--flash_attn", "fa2",
+                        "--include_num_input_tokens_seen", "--ddp_timeout=9000"};
+    CHECK(parse_logged(&o, 7, a4, &log) == GLM_OK, "speed switches: %s", glm_errmsg());
+    CHECK(log && count_lines_with(log, "is not needed") == 5 && strstr(log, "enable_liger_kernel is not needed: the "
+              "linear + cross-entropy is already chunked"), "answers: %s", log ? log : "");
+    free(log);
+    glm_opts_free(&o);
+    /* optim: the AdamW names pass, others are refused by name */
+    for (int k = 0; k < 3; k++) {
+        const char *names[] = {"adamw_torch", "adamw_torch_fused", "adamw_hf"};
+        const char *a5[] = {"--model", "m", "--data", "d", "--output-dir", "o", "--optim", names[k]};
+        CHECK(parse(&o, 8, a5) == GLM_OK && glm_opts_validate(&o) == GLM_OK && !strcmp(o.optim, names[k]), "optim %s",
+              names[k]);
+        glm_opts_free(&o);
+    }
+    const char *a6[] = {"--model", "m", "--data", "d", "--output-dir", "o", "--optim", "adafactor"};
+    CHECK(parse(&o, 8, a6) == GLM_OK && glm_opts_validate(&o) == GLM_ERR_UNSUPPORTED &&
+              strstr(glm_errmsg(), "optim 'adafactor' is not supported"), "adafactor refused: %s", glm_errmsg());
+    glm_opts_free(&o);
+    /* disable_gradient_checkpointing; the command line still wins */
+    char *y1 = write_yaml("dgc.yaml", "disable_gradient_checkpointing: true\nlr_scheduler_type: cosine_with_min_lr\n"
+                                      "lr_scheduler_kwargs:\n  min_lr_rate: 0.1\nloraplus_lr_ratio: 16\n"
+                                      "loraplus_lr_embedding: 1.0e-6\nwarmup_steps: 0.05\n");
+    const char *a7[] = {"--config", y1};
+    CHECK(parse(&o, 2, a7) == GLM_OK, "dgc yaml: %s", glm_errmsg());
+    json_t *j = glm_opts_to_json(&o);
+    CHECK(json_is_false(json_object_get(j, "gradient_checkpointing")) ||
+              (json_is_string(json_object_get(j, "gradient_checkpointing")) &&
+               !strcmp(json_string_value(json_object_get(j, "gradient_checkpointing")), "none")),
+          "disable_gradient_checkpointing: true turns it off");
+    json_decref(j);
+    CHECK(o.min_lr_rate == 0.1 && o.min_lr == 0, "lr_scheduler_kwargs min_lr_rate: %g", o.min_lr_rate);
+    CHECK(o.loraplus_lr_ratio == 16, "loraplus_lr_ratio");
+    CHECK(o.warmup_ratio == 0.05 && o.warmup_steps == 0, "warmup_steps 0.05 is a ratio (%g, %lld)", o.warmup_ratio,
+          (long long)o.warmup_steps);
+    glm_opts_free(&o);
+    const char *a8[] = {"--config", y1, "--gradient_checkpointing", "true", "--lr_scheduler_kwargs",
+                        "{\"min_lr\": 1e-6}", "--warmup_steps", "20", "--model", "m", "--data", "d", "--output_dir", "o"};
+    CHECK(parse(&o, 14, a8) == GLM_OK, "cli over yaml: %s", glm_errmsg());
+    j = glm_opts_to_json(&o);
+    json_t *gc = json_object_get(j, "gradient_checkpointing");
+    CHECK(json_is_true(gc) || (json_is_string(gc) && !strcmp(json_string_value(gc), "full")),
+          "--gradient_checkpointing true wins over the YAML");
+    json_decref(j);
+    CHECK(o.min_lr == 1e-6 && o.warmup_steps == 20, "JSON lr_scheduler_kwargs on the command line; warmup 20 steps");
+    CHECK(glm_opts_validate(&o) == GLM_ERR_ARG && strstr(glm_errmsg(), "both set"), "min_lr and min_lr_rate: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    const char *a9[] = {"--lr_scheduler_kwargs", "{\"num_cycles\": 2}"};
+    CHECK(parse(&o, 2, a9) == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), "num_cycles"), "unknown kwarg: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    /* features glmtune does not have: fine when off, refused when on, with the reason */
+    char *y2 = write_yaml("feat.yaml", "use_dora: false\nquantization_bit: null\nneftune_noise_alpha: 5\n");
+    const char *a10[] = {"--config", y2};
+    CHECK(parse(&o, 2, a10) == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), "feat.yaml:3") &&
+              strstr(glm_errmsg(), "NEFTune"), "neftune refused: %s", glm_errmsg());
+    glm_opts_free(&o);
+    /* suggestions only for close names */
+    const char *b1[] = {"--lora_rnak", "8"};
+    CHECK(parse(&o, 2, b1) == GLM_ERR_ARG && strstr(glm_errmsg(), "did you mean --lora_rank?"), "close: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    const char *b2[] = {"--frobnicate", "1"};
+    CHECK(parse(&o, 2, b2) == GLM_ERR_ARG && !strstr(glm_errmsg(), "did you mean") && strstr(glm_errmsg(), "--help"),
+          "no unrelated suggestion: %s", glm_errmsg());
+    printf("  %s\n", glm_errmsg());
+    glm_opts_free(&o);
+    char *y3 = write_yaml("far.yaml", "zzz_totally_unknown: 1\n");
+    const char *b3[] = {"--config", y3};
+    CHECK(parse(&o, 2, b3) == GLM_ERR_ARG && !strstr(glm_errmsg(), "did you mean"), "yaml unrelated: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    const char *b4[] = {"--max_step", "3"};
+    CHECK(parse(&o, 2, b4) == GLM_ERR_ARG && strstr(glm_errmsg(), "did you mean --max_steps?"), "max_step: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    const char *b5[] = {"--warmup", "3"};
+    CHECK(parse(&o, 2, b5) == GLM_ERR_ARG && strstr(glm_errmsg(), "did you mean --warmup-"), "prefix: %s",
+          glm_errmsg());
+    glm_opts_free(&o);
+    free(y1);
+    free(y2);
+    free(y3);
 }
 
 int main(void) {
@@ -228,6 +394,7 @@ int main(void) {
     CHECK(glm_edit_distance("kitten", "sitting") == 3 && glm_edit_distance("", "abc") == 3 &&
               glm_edit_distance("same", "same") == 0, "edit distance");
 
+    test_llamafactory(y);
     free(y);
     free(y2);
     free(y3);

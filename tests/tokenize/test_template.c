@@ -207,6 +207,43 @@ static void test_misc(void) {
     if (st == GLM_OK) glm_template_free(t);
 }
 
+/* What the fuzzer found (tests/fuzz/README.md) and its neighbours: numbers at the edges of 64-bit
+ * integers. Expected values are jinja2 3.1.6's renders of the same templates, except where
+ * Python's unbounded integers have no 64-bit answer: there a template error, never undefined
+ * behaviour (the fuzzer's finding: '4266...6' | int converted a 4.3e57 double to long long). */
+static void test_int_edges(void) {
+    static const struct {
+        const char *tpl, *want; /* want NULL: a template error naming the 64-bit range */
+    } cases[] = {
+        {"{{ '0x10' | int }}", "0"},
+        {"{{ 'nan' | int }}", "0"},
+        {"{{ '12' | int + 1 }}", "13"},
+        {"{{ '42.9' | int }}", "42"},
+        {"{{ 'abc'[1::9223372036854775807] }}", "b"},
+        {"{{ [1,2,3][0::9223372036854775807] }}", "[1]"},
+        {"{{ (-9223372036854775807 - 1) is divisibleby(-1) }}", "True"},
+        {"{{ '4266666666666666666666666666666666666666666666666666666666' | int }}", NULL},
+        {"{{ 4.3e57 | int }}", NULL},
+        {"{{ 'inf' | int }}", NULL},
+        {"{{ (-9223372036854775807 - 1) | abs }}", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        glm_template *t;
+        glm_status st = glm_template_parse(cases[i].tpl, "edge", &t);
+        CHECK(st == GLM_OK, "parse %s: %s", cases[i].tpl, glm_errmsg());
+        if (st != GLM_OK) continue;
+        char *s = render_str(t, NULL, &st);
+        if (cases[i].want)
+            CHECK(st == GLM_OK && s && !strcmp(s, cases[i].want), "%s -> %s (want %s)", cases[i].tpl,
+                  s ? s : glm_errmsg(), cases[i].want);
+        else
+            CHECK(st == GLM_ERR_FORMAT && (strstr(glm_errmsg(), "64-bit")), "%s: %s", cases[i].tpl,
+                  st == GLM_OK ? s : glm_errmsg());
+        free(s);
+        glm_template_free(t);
+    }
+}
+
 int main(void) {
     const char *src = getenv("GLM_SRC");
     char path[4096];
@@ -219,5 +256,6 @@ int main(void) {
     test_floats();
     test_threads();
     test_misc();
+    test_int_edges();
     return check_summary("test_template");
 }
