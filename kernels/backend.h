@@ -195,10 +195,60 @@ struct glm_backend {
     /* Sum of squares of n fp32 elements, double accumulation; returns it to the host. */
     double (*sumsq)(const glm_backend *be, const float *x, int64_t n);
 
-    /* Sum of an fp32 buffer across the ranks, in place (CPU: world size 1, a no-op). */
+    /* Sum of an fp32 buffer across the ranks, in place, complete on return (world 1: a no-op).
+     * Every rank must make the same collective calls in the same order (as MPI and NCCL require). */
     glm_status (*all_reduce)(const glm_backend *be, float *x, int64_t n);
     /* Waits for queued work (CPU: no-op). */
     glm_status (*sync)(const glm_backend *be);
+
+    /* ---- communication between data-parallel ranks ---------------------------------------
+     * The communicator behind these ops: CPU, MPI (kernels/cpu/comm_mpi.c, glm_backend_cpu_dist);
+     * CUDA, NCCL on a second stream (kernels/cuda/comm.cu, glm_backend_cuda_dist). With world 1
+     * every op below is a local no-op (all_gather: a copy). Errors name the rank and the library
+     * call (GLM_ERR_INTERNAL); a collective that does not complete within the timeout
+     * (set_comm_timeout) is an error, never a silent hang. After an error the caller stops every
+     * rank with comm_abort. Requests are small integers >= 0, valid until waited for. */
+
+    /* Starts a sum all-reduce of n fp32 elements in place (backend memory) and returns at once
+     * with *req; the buffer must not be touched until the request is waited for (comm_wait or
+     * comm_sync). CUDA: the reduction runs on the communication stream after the work queued so
+     * far on the compute stream (an event), overlapping later compute. CPU: MPI_Iallreduce; MPI
+     * progresses it during later comm calls (comm_progress). */
+    glm_status (*all_reduce_start)(const glm_backend *be, float *x, int64_t n, int *req);
+    /* All-gather of equal shards: rank k's `shard_bytes` bytes at src land at
+     * dst + k * shard_bytes on every rank (dst holds world * shard_bytes bytes; src must not
+     * overlap dst unless it is dst + rank * shard_bytes). Non-blocking like all_reduce_start:
+     * *req is the request; dst may be read only after comm_wait(req). Raw bytes, no dtype. */
+    glm_status (*all_gather_start)(const glm_backend *be, void *dst, const void *src, size_t shard_bytes, int *req);
+    /* Orders later work after request req (req < 0: every outstanding request). CPU: returns when
+     * it is complete. CUDA: the compute stream waits for it on the device (the host does not
+     * block; a stuck collective is caught by the next comm_sync). */
+    glm_status (*comm_wait)(const glm_backend *be, int req);
+    /* Blocks the host until every outstanding request is complete, at most the timeout. The time
+     * spent waiting here (after the compute queued before it finished: CUDA synchronises the
+     * compute stream first) is communication that compute did not hide; it adds to comm_wait_ms. */
+    glm_status (*comm_sync)(const glm_backend *be);
+    /* Lets MPI progress outstanding non-blocking collectives (CPU; CUDA: no-op). Cheap. */
+    void (*comm_progress)(const glm_backend *be);
+    /* Sum of n host doubles across the ranks, in place, blocking (for the loss sums, target
+     * counts and the decisions every rank must take alike: skip a step, stop the run). */
+    glm_status (*all_reduce_host)(const glm_backend *be, double *x, int n);
+    /* Point to point, for rings (context parallel, issue 8): sends `bytes` bytes of backend memory
+     * at send to rank `dst` and receives `bytes` bytes from rank `src` into recv, complete on
+     * return (CPU: MPI_Sendrecv; CUDA: ncclSend/ncclRecv in one group). send and recv must not
+     * overlap. Errors: GLM_ERR_ARG for a rank outside [0, world). */
+    glm_status (*sendrecv)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes);
+    /* Seconds a collective may wait for the other ranks before it fails (default 1800, as
+     * transformers' ddp_timeout); <= 0 restores the default. */
+    void (*set_comm_timeout)(const glm_backend *be, double seconds);
+    /* Milliseconds spent blocked in comm waits (comm_wait on the CPU, comm_sync, all_reduce,
+     * all_reduce_host) since the last call with reset != 0. */
+    double (*comm_wait_ms)(const glm_backend *be, int reset);
+    /* Stops every rank after an unrecoverable error on this one: prints nothing itself (the caller
+     * reported the error). CPU: MPI_Abort(MPI_COMM_WORLD, code), which does not return. CUDA:
+     * ncclCommAbort, then MPI_Abort when the ranks run under MPI; else it returns and the caller
+     * exits non-zero (the launcher or torchrun stops the other ranks). World 1: returns. */
+    void (*comm_abort)(const glm_backend *be, int code);
 
     /* ---- memory accounting and profiling ---------------------------------------------------- */
 
@@ -238,8 +288,33 @@ const char *glm_phase_name(int p);
  * i < rot/2 (pow in double, rounded once to f32; torch's float32 pow is within 1 ulp). Host memory. */
 void glm_rope_inv_freq(double base, int rot, float *inv_freq);
 
-/* The CPU reference backend (a static table; fp32 everywhere). */
+/* The CPU reference backend (a static table; fp32 everywhere; world 1). */
 const glm_backend *glm_backend_cpu(void);
+
+/* The CPU backend as one rank of an MPI job (kernels/cpu/comm_mpi.c): initialises MPI
+ * (MPI_Init_thread, MPI_THREAD_FUNNELED; only the calling thread may use the communicator ops)
+ * and returns a backend whose rank and world are MPI_COMM_WORLD's, whose collectives are MPI's
+ * (MPI_Iallreduce, MPI_Iallgather, MPI_Sendrecv; sums in fp32 / double, the same bits on every
+ * rank) and whose comm_abort is MPI_Abort. Call once per process; glm_backend_cpu_close finalises
+ * MPI. Returns NULL and sets *st: GLM_ERR_UNSUPPORTED when this build has no MPI (the message
+ * says how to get it), GLM_ERR_INTERNAL when MPI_Init fails. */
+const glm_backend *glm_backend_cpu_dist(glm_status *st);
+void glm_backend_cpu_close(const glm_backend *be);
+
+/* MPI for the tools (kernels/cpu/comm_mpi.c), whatever the backend: glm_mpi_built() is 1 when
+ * this build has MPI. glm_mpi_launched() is 1 when the process was started by an MPI launcher
+ * (mpirun / mpiexec of Open MPI or MPICH, srun with PMI/PMIx: their environment variables).
+ * glm_mpi_init initialises MPI once (later calls return the same) and gives MPI_COMM_WORLD's
+ * rank and size; glm_mpi_bcast broadcasts n bytes of host memory from rank `root`;
+ * glm_mpi_finalize ends MPI (no-op when not initialised); glm_mpi_abort calls MPI_Abort
+ * (returns only when MPI is not initialised). Errors: GLM_ERR_UNSUPPORTED (no MPI in this build),
+ * GLM_ERR_INTERNAL naming the MPI call. */
+int glm_mpi_built(void);
+int glm_mpi_launched(void);
+glm_status glm_mpi_init(int *rank, int *world);
+glm_status glm_mpi_bcast(void *buf, size_t n, int root);
+void glm_mpi_finalize(void);
+void glm_mpi_abort(int code);
 
 #ifdef GLMTUNE_HAVE_CUDA
 /* The CUDA backend (kernels/cuda/backend_cuda.cu; built when CMake's GLMTUNE_CUDA is ON, which

@@ -1,7 +1,8 @@
 # tests/deps.sh: sourced by tests/run.sh and samples/run.sh. Installs the Debian packages that
 # building and testing glmtune need, when any is missing, then configures and builds.
 GLM_DEBS="build-essential cmake ninja-build pkg-config zlib1g-dev libpcre2-dev libjansson-dev
-libarchive-dev libsentencepiece-dev sentencepiece libopenblas-dev libyaml-dev zstd xz-utils bzip2 zip"
+libarchive-dev libsentencepiece-dev sentencepiece libopenblas-dev libyaml-dev zstd xz-utils bzip2 zip
+libopenmpi-dev openmpi-bin"
 
 glm_install_deps() {
     local missing=()

@@ -3,6 +3,7 @@
  * (DESIGN.md §4); clarity beats speed here. See kernels/backend.h for each op's contract. */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -406,7 +407,6 @@ static double cpu_sumsq(const glm_backend *be, const float *x, int64_t n) {
     return s;
 }
 
-static glm_status cpu_all_reduce(const glm_backend *be, float *x, int64_t n) { return GLM_OK; }
 static glm_status cpu_sync(const glm_backend *be) { return GLM_OK; }
 
 /* f32 <-> f32 only (the CPU backend has no bf16 buffers) */
@@ -472,7 +472,7 @@ const char *glm_phase_name(int p) {
     return p >= 0 && p < GLM_PHASE_COUNT ? names[p] : "?";
 }
 
-static const glm_backend cpu_backend = {
+static glm_backend cpu_backend = {
     .name = "cpu",
     .weight_dtype = GLM_DT_F32,
     .act_dtype = GLM_DT_F32,
@@ -502,8 +502,7 @@ static const glm_backend cpu_backend = {
     .cross_entropy = cpu_cross_entropy,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
-    .all_reduce = cpu_all_reduce,
-    .sync = cpu_sync,
+    .sync = cpu_sync, /* the communication ops: glm_cpu_comm_ops (comm_mpi.c) */
     .cast = cpu_cast,
     .fill_normal = cpu_fill_normal,
     .mem_info = cpu_mem_info,
@@ -513,4 +512,12 @@ static const glm_backend cpu_backend = {
     .prof_collect = cpu_prof_collect,
 };
 
-const glm_backend *glm_backend_cpu(void) { return &cpu_backend; }
+void glm_cpu_comm_ops(glm_backend *b); /* comm_mpi.c */
+
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static void cpu_init(void) { glm_cpu_comm_ops(&cpu_backend); }
+
+const glm_backend *glm_backend_cpu(void) {
+    pthread_once(&cpu_once, cpu_init);
+    return &cpu_backend;
+}

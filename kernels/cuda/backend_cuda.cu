@@ -186,6 +186,7 @@ static glm_status cu_copy(const glm_backend *be, void *dst, const void *src, siz
 
 static glm_status cu_sync(const glm_backend *be) {
     CU(cudaStreamSynchronize(IMPL(be)->s), "sync");
+    comm_release_waited(IMPL(be)); /* what the compute stream waited for is complete now */
     return GLM_OK;
 }
 
@@ -284,6 +285,7 @@ static void destroy(cuda_impl *I) {
 #ifdef GLMTUNE_HAVE_NCCL
     if (I->comm) ncclCommDestroy(I->comm);
 #endif
+    comm_destroy(I);
     if (I->prof) {
         for (cudaEvent_t e : I->prof->ev) cudaEventDestroy(e);
         delete I->prof;
@@ -347,6 +349,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     FAIL_IF(bs != CUBLAS_STATUS_SUCCESS, "cuda backend: cublasSetMathMode: %s", blas_name(bs));
     if ((st = gemm_init(I))) goto fail;
     if ((st = attention_init(I))) goto fail;
+    if ((st = comm_init(I))) goto fail;
 #ifdef GLMTUNE_HAVE_NCCL
     if (world > 1) {
         if (!nccl_id) {
@@ -393,7 +396,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->cross_entropy = cu_cross_entropy;
         b->adamw = cu_adamw;
         b->sumsq = cu_sumsq;
-        b->all_reduce = cu_all_reduce;
+        comm_ops(b); /* all_reduce, all_gather_start, comm_wait, ... (comm.cu) */
         b->sync = cu_sync;
         b->mem_info = cu_mem_info;
         b->mem_reset_peak = cu_mem_reset_peak;

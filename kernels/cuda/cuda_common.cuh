@@ -7,7 +7,8 @@
  *   rope.cu           partial interleaved RoPE, in place
  *   attention.cu      FlashAttention-2-style forward / dQ / dK dV on tensor cores (mma.sync)
  *   cross_entropy.cu  fused softmax cross-entropy over a logits chunk
- *   optim.cu          AdamW, sum of squares, NCCL all-reduce
+ *   optim.cu          AdamW, sum of squares
+ *   comm.cu           the communicator: NCCL collectives on a second stream, requests, timeouts
  * Every launch is followed by LAUNCHED(op): it reads the launch error and, with the environment
  * variable GLMTUNE_DEBUG_SYNC=1, synchronises and names the op whose kernel faulted. */
 #ifndef GLM_KERNELS_CUDA_COMMON_CUH
@@ -33,8 +34,9 @@ namespace glmcu {
 
 struct gemm_cache; /* gemm.cu: cuBLASLt descriptors and algorithms by shape */
 struct prof_state; /* backend_cuda.cu: profiling events */
+struct comm_state; /* comm.cu: outstanding communication requests */
 
-enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COUNT };
+enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COMM, SCR_COUNT };
 
 struct cuda_impl {
     int device;
@@ -53,6 +55,8 @@ struct cuda_impl {
     size_t in_use, peak;
     void *sizes;          /* std::unordered_map<void *, size_t> */
     prof_state *prof;
+    cudaStream_t cs;      /* communication stream (NCCL collectives; comm.cu) */
+    comm_state *cstate;
 #ifdef GLMTUNE_HAVE_NCCL
     ncclComm_t comm;
 #endif
@@ -181,7 +185,13 @@ glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *lo
 glm_status cu_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, float grad_scale, int64_t step);
 double cu_sumsq(const glm_backend *be, const float *x, int64_t n);
-glm_status cu_all_reduce(const glm_backend *be, float *x, int64_t n);
+/* comm.cu: comm_init creates the communication stream and request table (after the NCCL
+ * communicator); comm_destroy frees them; comm_ops fills the op table's communication ops;
+ * comm_release_waited frees the requests the compute stream waited for, after a host sync of it. */
+glm_status comm_init(cuda_impl *I);
+void comm_destroy(cuda_impl *I);
+void comm_ops(glm_backend *b);
+void comm_release_waited(cuda_impl *I);
 /* backend_cuda.cu */
 glm_status cu_download(const glm_backend *be, void *dst, const void *src, size_t bytes);
 

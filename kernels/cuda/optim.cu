@@ -1,5 +1,5 @@
 /* kernels/cuda/optim.cu: AdamW (torch.optim.AdamW's single-tensor arithmetic in fp32), the sum
- * of squares for the gradient norm (double accumulation), and the NCCL all-reduce of gradients.
+ * of squares for the gradient norm (double accumulation). (The NCCL all-reduce is in comm.cu.)
  * AdamW reads w, g, m, v and writes w, m, v: 28 bytes per parameter. */
 #include <math.h>
 
@@ -67,20 +67,6 @@ double cu_sumsq(const glm_backend *be, const float *x, int64_t n) {
     double s = 0;
     for (unsigned i = 0; i < g; i++) s += h[i];
     return s;
-}
-
-glm_status cu_all_reduce(const glm_backend *be, float *x, int64_t n) {
-    if (be->world <= 1 || n <= 0) return GLM_OK;
-#ifdef GLMTUNE_HAVE_NCCL
-    cuda_impl *I = IMPL(be);
-    ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat, ncclSum, I->comm, I->s);
-    if (r != ncclSuccess)
-        return glm_err(GLM_ERR_INTERNAL, "cuda backend: all_reduce of %lld floats (rank %d of %d): NCCL: %s", (long long)n,
-                       be->rank, be->world, ncclGetErrorString(r));
-    return GLM_OK;
-#else
-    return glm_err(GLM_ERR_UNSUPPORTED, "cuda backend: all_reduce over %d ranks needs NCCL, and this build has none", be->world);
-#endif
 }
 
 }  // namespace glmcu

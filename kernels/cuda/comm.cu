@@ -1,0 +1,302 @@
+/* kernels/cuda/comm.cu: the CUDA backend's communicator (kernels/backend.h, "communication
+ * between data-parallel ranks"): NCCL collectives queued on a second stream (I->cs) so that they
+ * overlap the compute stream (I->s).
+ *
+ * WRITTEN AND COMPILED, NOT YET RUN: no machine with several GPUs was available while this was
+ * written (issue 7). The CPU/MPI communicator (kernels/cpu/comm_mpi.c) has the same contract and
+ * is what the CI tests exercise; tests/gpu/multi.sh is the check to run on a 2-GPU machine.
+ *
+ * Ordering: a collective started by all_reduce_start / all_gather_start / sendrecv first makes the
+ * communication stream wait for an event recorded on the compute stream (so it reads what the
+ * compute queued before it), then queues the NCCL call, then records a "done" event: that event is
+ * the request. comm_wait(req) makes the compute stream wait for it on the device (no host block).
+ * comm_sync synchronises the compute stream, then polls every outstanding "done" event from the
+ * host, checking ncclCommGetAsyncError, under the timeout: the time spent there is the
+ * communication that the compute did not hide. On a timeout or an NCCL error the communicator is
+ * aborted (ncclCommAbort) and the error names the rank and the call. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <vector>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace glmcu {
+
+struct comm_req {
+    bool used = false;
+    bool device_waited = false; /* the compute stream waits for it: complete after a sync of s */
+    cudaEvent_t done = nullptr;
+    char what[112] = "";
+};
+
+struct comm_state {
+    std::vector<comm_req> req;
+    double timeout_s = 1800.0;
+    double wait_ms = 0;
+};
+
+static double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+glm_status comm_init(cuda_impl *I) {
+    I->cstate = new comm_state();
+    CU(cudaStreamCreateWithFlags(&I->cs, cudaStreamNonBlocking), "communication stream");
+    return GLM_OK;
+}
+
+void comm_destroy(cuda_impl *I) {
+    if (I->cstate) {
+        for (comm_req &r : I->cstate->req)
+            if (r.done) cudaEventDestroy(r.done);
+        delete I->cstate;
+        I->cstate = nullptr;
+    }
+    if (I->cs) cudaStreamDestroy(I->cs);
+    I->cs = nullptr;
+}
+
+void comm_release_waited(cuda_impl *I) {
+    if (!I->cstate) return;
+    for (comm_req &r : I->cstate->req)
+        if (r.used && r.device_waited) r.used = false;
+}
+
+#ifdef GLMTUNE_HAVE_NCCL
+
+static glm_status nccl_fail(const glm_backend *be, ncclResult_t r, const char *what) {
+    return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s failed: NCCL: %s (%s)", be->rank, be->world, what,
+                   ncclGetErrorString(r), ncclGetLastError(IMPL(be)->comm));
+}
+
+/* A free request slot with its event; the communication stream made to wait for the compute
+ * stream's queued work. */
+static glm_status begin(const glm_backend *be, const char *what, int *id) {
+    cuda_impl *I = IMPL(be);
+    comm_state *C = I->cstate;
+    int k = -1;
+    for (size_t i = 0; i < C->req.size(); i++)
+        if (!C->req[i].used) {
+            k = (int)i;
+            break;
+        }
+    if (k < 0) {
+        if (C->req.size() >= 4096)
+            return glm_err(GLM_ERR_INTERNAL, "rank %d: more than 4096 communication requests outstanding", be->rank);
+        C->req.emplace_back();
+        k = (int)C->req.size() - 1;
+        CU(cudaEventCreateWithFlags(&C->req[k].done, cudaEventDisableTiming), "communication event");
+    }
+    comm_req &r = C->req[k];
+    r.used = true;
+    r.device_waited = false;
+    snprintf(r.what, sizeof r.what, "%s", what);
+    cudaEvent_t ready = r.done; /* reused: recorded on s, waited by cs, then re-recorded on cs */
+    CU(cudaEventRecord(ready, I->s), what);
+    CU(cudaStreamWaitEvent(I->cs, ready, 0), what);
+    *id = k;
+    return GLM_OK;
+}
+
+static glm_status finish(const glm_backend *be, int id, ncclResult_t r) {
+    cuda_impl *I = IMPL(be);
+    comm_req &q = I->cstate->req[id];
+    if (r != ncclSuccess) {
+        q.used = false;
+        return nccl_fail(be, r, q.what);
+    }
+    CU(cudaEventRecord(q.done, I->cs), q.what);
+    return GLM_OK;
+}
+
+static glm_status cu_all_reduce_start(const glm_backend *be, float *x, int64_t n, int *req) {
+    *req = -1;
+    if (be->world <= 1 || n <= 0) return GLM_OK;
+    char what[112];
+    snprintf(what, sizeof what, "ncclAllReduce (sum of %lld floats)", (long long)n);
+    GLM_TRY(begin(be, what, req));
+    return finish(be, *req, ncclAllReduce(x, x, (size_t)n, ncclFloat, ncclSum, IMPL(be)->comm, IMPL(be)->cs));
+}
+
+static glm_status cu_all_gather_start(const glm_backend *be, void *dst, const void *src, size_t shard_bytes, int *req) {
+    *req = -1;
+    if (be->world <= 1) {
+        if (dst != src && shard_bytes)
+            CU(cudaMemcpyAsync(dst, src, shard_bytes, cudaMemcpyDeviceToDevice, IMPL(be)->s), "all_gather (world 1)");
+        return GLM_OK;
+    }
+    char what[112];
+    snprintf(what, sizeof what, "ncclAllGather (%zu bytes per rank)", shard_bytes);
+    GLM_TRY(begin(be, what, req));
+    return finish(be, *req, ncclAllGather(src, dst, shard_bytes, ncclInt8, IMPL(be)->comm, IMPL(be)->cs));
+}
+
+static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes) {
+    if (dst < 0 || dst >= be->world || src < 0 || src >= be->world)
+        return glm_err(GLM_ERR_ARG, "sendrecv: rank %d -> %d, from %d: outside the world of %d", be->rank, dst, src, be->world);
+    cuda_impl *I = IMPL(be);
+    if (be->world <= 1) {
+        if (recv != send && bytes) CU(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, I->s), "sendrecv (world 1)");
+        return GLM_OK;
+    }
+    char what[112];
+    snprintf(what, sizeof what, "ncclSend/ncclRecv (%zu bytes to rank %d, from rank %d)", bytes, dst, src);
+    int id;
+    GLM_TRY(begin(be, what, &id));
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) r = ncclSend(send, bytes, ncclInt8, dst, I->comm, I->cs);
+    if (r == ncclSuccess) r = ncclRecv(recv, bytes, ncclInt8, src, I->comm, I->cs);
+    ncclResult_t r2 = ncclGroupEnd();
+    GLM_TRY(finish(be, id, r != ncclSuccess ? r : r2));
+    comm_req &q = I->cstate->req[id];
+    CU(cudaStreamWaitEvent(I->s, q.done, 0), what);
+    q.device_waited = true;
+    return GLM_OK;
+}
+
+static glm_status cu_comm_wait(const glm_backend *be, int req) {
+    cuda_impl *I = IMPL(be);
+    if (be->world <= 1) return GLM_OK;
+    comm_state *C = I->cstate;
+    if (req >= (int)C->req.size() || (req >= 0 && !C->req[req].used))
+        return glm_err(GLM_ERR_INTERNAL, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
+    for (size_t i = 0; i < C->req.size(); i++) {
+        comm_req &q = C->req[i];
+        if (!q.used || q.device_waited || (req >= 0 && (int)i != req)) continue;
+        CU(cudaStreamWaitEvent(I->s, q.done, 0), q.what);
+        q.device_waited = true;
+    }
+    return GLM_OK;
+}
+
+static glm_status cu_comm_sync(const glm_backend *be) {
+    cuda_impl *I = IMPL(be);
+    if (be->world <= 1) return GLM_OK;
+    comm_state *C = I->cstate;
+    CU(cudaStreamSynchronize(I->s), "comm_sync (the compute before the wait)");
+    double t0 = now_s();
+    long sleep_ns = 0;
+    for (size_t i = 0; i < C->req.size(); i++) {
+        comm_req &q = C->req[i];
+        if (!q.used) continue;
+        for (;;) {
+            cudaError_t e = cudaEventQuery(q.done);
+            if (e == cudaSuccess) break;
+            if (e != cudaErrorNotReady) {
+                q.used = false;
+                return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s: %s", be->rank, be->world, q.what, cudaGetErrorString(e));
+            }
+            ncclResult_t ar = ncclSuccess;
+            ncclCommGetAsyncError(I->comm, &ar);
+            if (ar != ncclSuccess && ar != ncclInProgress) {
+                q.used = false;
+                glm_status st = nccl_fail(be, ar, q.what);
+                ncclCommAbort(I->comm);
+                I->comm = nullptr;
+                return st;
+            }
+            double el = now_s() - t0;
+            if (el > C->timeout_s) {
+                q.used = false;
+                ncclCommAbort(I->comm); /* frees the stuck kernels so the process can exit */
+                I->comm = nullptr;
+                C->wait_ms += el * 1e3;
+                return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s did not complete within %g s: another rank has "
+                               "stopped, died or is stuck (its own messages say which); hint: --ddp-timeout SECONDS sets "
+                               "this limit", be->rank, be->world, q.what, C->timeout_s);
+            }
+            sleep_ns = sleep_ns ? (sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2) : 2000;
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, nullptr);
+        }
+        q.used = false;
+    }
+    C->wait_ms += (now_s() - t0) * 1e3;
+    return GLM_OK;
+}
+
+static glm_status cu_all_reduce(const glm_backend *be, float *x, int64_t n) {
+    int req;
+    GLM_TRY(cu_all_reduce_start(be, x, n, &req));
+    return req < 0 ? GLM_OK : cu_comm_wait(be, req);
+}
+
+static glm_status cu_all_reduce_host(const glm_backend *be, double *x, int n) {
+    if (be->world <= 1 || n <= 0) return GLM_OK;
+    cuda_impl *I = IMPL(be);
+    void *d;
+    GLM_TRY(scratch(I, SCR_COMM, (size_t)n * 8, &d));
+    CU(cudaMemcpyAsync(d, x, (size_t)n * 8, cudaMemcpyHostToDevice, I->s), "all_reduce_host");
+    char what[112];
+    snprintf(what, sizeof what, "ncclAllReduce (sum of %d doubles)", n);
+    int id;
+    GLM_TRY(begin(be, what, &id));
+    GLM_TRY(finish(be, id, ncclAllReduce(d, d, (size_t)n, ncclDouble, ncclSum, I->comm, I->cs)));
+    GLM_TRY(cu_comm_sync(be));
+    CU(cudaMemcpy(x, d, (size_t)n * 8, cudaMemcpyDeviceToHost), "all_reduce_host");
+    return GLM_OK;
+}
+
+static void cu_comm_abort(const glm_backend *be, int code) {
+    cuda_impl *I = IMPL(be);
+    if (be->world <= 1) return;
+    if (I->comm) ncclCommAbort(I->comm);
+    I->comm = nullptr;
+    glm_mpi_abort(code); /* under mpirun / srun: stops the job; else returns */
+}
+
+#else /* no NCCL: world 1 only (creating a backend of world > 1 fails) */
+
+static glm_status cu_all_reduce_start(const glm_backend *be, float *x, int64_t n, int *req) {
+    *req = -1;
+    return GLM_OK;
+}
+static glm_status cu_all_gather_start(const glm_backend *be, void *dst, const void *src, size_t shard_bytes, int *req) {
+    *req = -1;
+    if (dst != src && shard_bytes)
+        CU(cudaMemcpyAsync(dst, src, shard_bytes, cudaMemcpyDeviceToDevice, IMPL(be)->s), "all_gather (world 1)");
+    return GLM_OK;
+}
+static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes) {
+    if (dst != 0 || src != 0) return glm_err(GLM_ERR_ARG, "sendrecv: rank %d or %d outside the world of 1", dst, src);
+    if (recv != send && bytes) CU(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, IMPL(be)->s), "sendrecv");
+    return GLM_OK;
+}
+static glm_status cu_comm_wait(const glm_backend *be, int req) { return GLM_OK; }
+static glm_status cu_comm_sync(const glm_backend *be) { return GLM_OK; }
+static glm_status cu_all_reduce(const glm_backend *be, float *x, int64_t n) { return GLM_OK; }
+static glm_status cu_all_reduce_host(const glm_backend *be, double *x, int n) { return GLM_OK; }
+static void cu_comm_abort(const glm_backend *be, int code) {}
+
+#endif
+
+static void cu_comm_progress(const glm_backend *be) {}
+
+static void cu_set_comm_timeout(const glm_backend *be, double s) { IMPL(be)->cstate->timeout_s = s > 0 ? s : 1800.0; }
+
+static double cu_comm_wait_ms(const glm_backend *be, int reset) {
+    comm_state *C = IMPL(be)->cstate;
+    double v = C->wait_ms;
+    if (reset) C->wait_ms = 0;
+    return v;
+}
+
+void comm_ops(glm_backend *b) {
+    b->all_reduce = cu_all_reduce;
+    b->all_reduce_start = cu_all_reduce_start;
+    b->all_gather_start = cu_all_gather_start;
+    b->comm_wait = cu_comm_wait;
+    b->comm_sync = cu_comm_sync;
+    b->comm_progress = cu_comm_progress;
+    b->all_reduce_host = cu_all_reduce_host;
+    b->sendrecv = cu_sendrecv;
+    b->set_comm_timeout = cu_set_comm_timeout;
+    b->comm_wait_ms = cu_comm_wait_ms;
+    b->comm_abort = cu_comm_abort;
+}
+
+}  // namespace glmcu
