@@ -22,6 +22,10 @@ void glm_log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * starts a new line); without, "<text>\n" (a log line). Printed whatever the log level: the
  * caller decides (e.g. --quiet draws none). */
 void glm_log_status(bool tty, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets a prefix printed after "glmtune: " on every message and status line (e.g. "rank 1: " in
+ * a data-parallel run; "" or NULL: none). Copied (at most 63 bytes). */
+void glm_log_set_prefix(const char *prefix);
+
 /* Ends an open status line with a newline (nothing when none is open). */
 void glm_log_status_end(void);
 /* Prints "<text>\n" as its own line (ending an open status line first), without the

@@ -18,7 +18,7 @@
 glm_metrics_rec glm_metrics_rec_empty(int64_t step) {
     glm_metrics_rec r = {.step = step, .epoch = NAN, .loss = NAN, .grad_norm = NAN,
                          .learning_rate = NAN, .target_tokens = -1, .tokens_per_second = NAN,
-                         .eval_loss = NAN, .eval_perplexity = NAN};
+                         .eval_loss = NAN, .eval_perplexity = NAN, .comm_share = NAN};
     return r;
 }
 
@@ -137,6 +137,12 @@ char *glm_metrics_json_line(const glm_metrics_rec *r) {
     PUT("learning_rate", r->learning_rate);
     if (r->target_tokens >= 0) json_object_set_new(o, "target_tokens", json_integer(r->target_tokens));
     PUT("tokens_per_second", r->tokens_per_second);
+    if (r->n_ranks > 1 && r->tokens_per_second_rank) {
+        json_t *a = json_array();
+        for (int i = 0; i < r->n_ranks; i++) json_array_append_new(a, json_real(r->tokens_per_second_rank[i]));
+        json_object_set_new(o, "tokens_per_second_per_rank", a);
+        PUT("comm_exposed_share", r->comm_share);
+    }
     PUT("eval_loss", r->eval_loss);
     PUT("eval_perplexity", r->eval_perplexity);
 #undef PUT
@@ -199,7 +205,11 @@ glm_status glm_metrics_log(glm_metrics *m, const glm_metrics_rec *r) {
         if (bad) return glm_err(GLM_ERR_IO, "metrics.jsonl: write failed: %s", strerror(errno));
     }
     if (m->events) {
-        double t = now_s();
+        double t = now_s(), per_rank = NAN;
+        if (r->n_ranks > 1 && r->tokens_per_second_rank) {
+            per_rank = 0;
+            for (int i = 0; i < r->n_ranks; i++) per_rank += r->tokens_per_second_rank[i] / r->n_ranks;
+        }
         struct {
             const char *tag;
             double v;
@@ -207,6 +217,8 @@ glm_status glm_metrics_log(glm_metrics *m, const glm_metrics_rec *r) {
                  {"train/grad_norm", r->grad_norm},
                  {"train/learning_rate", r->learning_rate},
                  {"train/tokens_per_second", r->tokens_per_second},
+                 {"train/tokens_per_second_per_rank", per_rank},
+                 {"train/comm_exposed_share", r->n_ranks > 1 ? r->comm_share : NAN},
                  {"train/epoch", r->epoch},
                  {"eval/loss", r->eval_loss},
                  {"eval/perplexity", r->eval_perplexity}};

@@ -29,7 +29,12 @@ typedef struct glm_metrics_rec {
     double grad_norm;
     double learning_rate;
     int64_t target_tokens;    /* target tokens in the window (< 0: leave out) */
-    double tokens_per_second;
+    double tokens_per_second;  /* in total (every rank's tokens) */
+    /* data parallel (n_ranks > 1; else left out): tokens/s of each rank [n_ranks], and the mean
+     * share of the step time the ranks spent blocked in communication that compute did not hide */
+    const double *tokens_per_second_rank;
+    int n_ranks;
+    double comm_share;
     double eval_loss;         /* NaN unless an eval step */
     double eval_perplexity;   /* exp(eval_loss); NaN unless an eval step */
 } glm_metrics_rec;
@@ -50,10 +55,12 @@ typedef struct glm_metrics {
  * read this one last. Errors: GLM_ERR_IO naming the file. */
 glm_status glm_metrics_open(glm_metrics *m, const char *dir, bool tensorboard);
 /* Appends one line to metrics.jsonl (keys step, epoch, loss, grad_norm, learning_rate,
- * target_tokens, tokens_per_second, eval_loss, eval_perplexity; unset ones omitted) and one
- * scalar per set field to the event file (tags "train/loss", "train/grad_norm",
- * "train/learning_rate", "train/tokens_per_second", "train/epoch", "eval/loss",
- * "eval/perplexity"), then flushes both. Errors: GLM_ERR_IO. */
+ * target_tokens, tokens_per_second, with several ranks tokens_per_second_per_rank (a list) and
+ * comm_exposed_share, eval_loss, eval_perplexity; unset ones omitted) and one scalar per set
+ * field to the event file (tags "train/loss", "train/grad_norm", "train/learning_rate",
+ * "train/tokens_per_second", "train/tokens_per_second_per_rank" (their mean),
+ * "train/comm_exposed_share", "train/epoch", "eval/loss", "eval/perplexity"), then flushes
+ * both. Errors: GLM_ERR_IO. */
 glm_status glm_metrics_log(glm_metrics *m, const glm_metrics_rec *r);
 void glm_metrics_close(glm_metrics *m);
 

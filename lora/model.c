@@ -12,12 +12,14 @@
 
 /* ---------------------------------------------------------------------------- loading */
 
-void glm_ws_free(struct glm_ws *w); /* lora/model_step.c */
+void glm_ws_free(struct glm_ws *w);          /* lora/model_step.c */
+void glm_gather_free(glm_model *m);          /* lora/model_step.c */
 
 void glm_model_free(glm_model *m) {
     if (!m) return;
     const glm_backend *be = m->be;
     glm_ws_free(m->ws);
+    glm_gather_free(m);
     be->free(be, m->embed);
     be->free(be, m->final_ln);
     be->free(be, m->out_w);
@@ -41,6 +43,7 @@ typedef struct loader {
     const glm_backend *be;
     glm_st_set *set;
     float *host;     /* scratch, large enough for the biggest tensor */
+    int world, rank; /* world > 1: keep only this rank's shard of the base matrices */
 } loader;
 
 /* Reads `name` (shape ndim/shape) into host[off ...] as f32. */
@@ -54,10 +57,29 @@ static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst)
     return ld->be->upload_f32(ld->be, *dst, ld->be->weight_dtype, ld->host, n);
 }
 
+/* A base matrix of n elements (in ld->host): whole, or with sharding this rank's shard of
+ * glm_shard_elems(n, world) elements, zero-padded past the tensor's end. */
+static glm_status ld_upload_matrix(loader *ld, const char *what, int64_t n, void **dst) {
+    if (ld->world <= 1) return ld_upload(ld, what, n, dst);
+    int64_t sn = glm_shard_elems(n, ld->world), first = (int64_t)ld->rank * sn, have = n - first;
+    if (have > sn) have = sn;
+    if (have < 0) have = 0;
+    /* the shard at the front of the scratch (the scratch holds the whole tensor, and sn <= n) */
+    memmove(ld->host, ld->host + first, (size_t)have * sizeof(float));
+    memset(ld->host + have, 0, (size_t)(sn - have) * sizeof(float));
+    return ld_upload(ld, what, sn, dst);
+}
+
 /* One tensor, whole. */
 static glm_status ld_tensor(loader *ld, const char *name, int ndim, int64_t d0, int64_t d1, void **dst) {
     GLM_TRY(ld_read(ld, name, ndim, d0, d1, 0));
     return ld_upload(ld, name, ndim == 1 ? d0 : d0 * d1, dst);
+}
+
+/* One base matrix (sharded when the loader shards). */
+static glm_status ld_matrix(loader *ld, const char *name, int64_t d0, int64_t d1, void **dst) {
+    GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
+    return ld_upload_matrix(ld, name, d0 * d1, dst);
 }
 
 static glm_status load_weights(glm_model *m, loader *ld) {
@@ -66,9 +88,9 @@ static glm_status load_weights(glm_model *m, loader *ld) {
     int64_t Dqkv = qd + 2 * kd;
     bool hf = c->layout == GLM_LAYOUT_HF;
     char n[256];
-    GLM_TRY(ld_tensor(ld, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", 2, V, C, &m->embed));
+    GLM_TRY(ld_matrix(ld, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", V, C, &m->embed));
     GLM_TRY(ld_tensor(ld, hf ? "model.norm.weight" : "transformer.encoder.final_layernorm.weight", 1, C, 0, &m->final_ln));
-    GLM_TRY(ld_tensor(ld, hf ? "lm_head.weight" : "transformer.output_layer.weight", 2, V, C, &m->out_w));
+    GLM_TRY(ld_matrix(ld, hf ? "lm_head.weight" : "transformer.output_layer.weight", V, C, &m->out_w));
     for (int l = 0; l < c->L; l++) {
         glm_layer_weights *w = &m->layers[l];
         const char *p = hf ? "model.layers" : "transformer.encoder.layers";
@@ -79,22 +101,22 @@ static glm_status load_weights(glm_model *m, loader *ld) {
             GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.weight"), 2, qd, C, 0));
             GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.weight"), 2, kd, C, qd * C));
             GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.weight"), 2, kd, C, (qd + kd) * C));
-            GLM_TRY(ld_upload(ld, NAME("self_attn.qkv"), Dqkv * C, &w->wqkv));
+            GLM_TRY(ld_upload_matrix(ld, NAME("self_attn.qkv"), Dqkv * C, &w->wqkv));
             if (c->qkv_bias) {
                 GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.bias"), 1, qd, 0, 0));
                 GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.bias"), 1, kd, 0, qd));
                 GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.bias"), 1, kd, 0, qd + kd));
                 GLM_TRY(ld_upload(ld, NAME("self_attn.qkv.bias"), Dqkv, &w->bqkv));
             }
-            GLM_TRY(ld_tensor(ld, NAME("self_attn.o_proj.weight"), 2, C, qd, &w->wo));
-            GLM_TRY(ld_tensor(ld, NAME("mlp.gate_up_proj.weight"), 2, 2 * F, C, &w->w1));
-            GLM_TRY(ld_tensor(ld, NAME("mlp.down_proj.weight"), 2, C, F, &w->w2));
+            GLM_TRY(ld_matrix(ld, NAME("self_attn.o_proj.weight"), C, qd, &w->wo));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.gate_up_proj.weight"), 2 * F, C, &w->w1));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.down_proj.weight"), C, F, &w->w2));
         } else {
-            GLM_TRY(ld_tensor(ld, NAME("self_attention.query_key_value.weight"), 2, Dqkv, C, &w->wqkv));
+            GLM_TRY(ld_matrix(ld, NAME("self_attention.query_key_value.weight"), Dqkv, C, &w->wqkv));
             if (c->qkv_bias) GLM_TRY(ld_tensor(ld, NAME("self_attention.query_key_value.bias"), 1, Dqkv, 0, &w->bqkv));
-            GLM_TRY(ld_tensor(ld, NAME("self_attention.dense.weight"), 2, C, qd, &w->wo));
-            GLM_TRY(ld_tensor(ld, NAME("mlp.dense_h_to_4h.weight"), 2, 2 * F, C, &w->w1));
-            GLM_TRY(ld_tensor(ld, NAME("mlp.dense_4h_to_h.weight"), 2, C, F, &w->w2));
+            GLM_TRY(ld_matrix(ld, NAME("self_attention.dense.weight"), C, qd, &w->wo));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.dense_h_to_4h.weight"), 2 * F, C, &w->w1));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.dense_4h_to_h.weight"), C, F, &w->w2));
         }
 #undef NAME
     }
@@ -102,9 +124,15 @@ static glm_status load_weights(glm_model *m, loader *ld) {
 }
 
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out) {
+    return glm_model_load_dist(dir, be, rope_theta_override, 0, out);
+}
+
+glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                               glm_model **out) {
     glm_model *m = calloc(1, sizeof *m);
     if (!m) return glm_err(GLM_ERR_NOMEM, "out of memory");
     m->be = be;
+    m->shard_world = shard_base && be->world > 1 ? be->world : 0;
     glm_status st = glm_config_load(dir, rope_theta_override, &m->cfg);
     if (st) {
         free(m);
@@ -116,7 +144,7 @@ glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_th
     int64_t qkv = glm_config_qkv_rows(c) * C, ff = 2 * (int64_t)c->F * C;
     if (qkv > biggest) biggest = qkv;
     if (ff > biggest) biggest = ff;
-    loader ld = {be, NULL, malloc((size_t)biggest * sizeof(float))};
+    loader ld = {be, NULL, malloc((size_t)biggest * sizeof(float)), m->shard_world, be->rank};
     if (!m->layers || !ld.host) {
         free(ld.host);
         glm_model_free(m);

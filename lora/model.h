@@ -52,7 +52,26 @@ typedef struct glm_model {
     int64_t mlp_chunk;         /* tokens per MLP chunk; 0 (default): the planner's choice */
     double max_bytes;          /* memory budget of the whole training state; 0: what the device has */
     int optimizer;             /* count AdamW moments in plans (set by the trainer) */
+    /* Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
+     * after layer l's LoRA gradients are final for the micro-batch (l = L-1 down to 0; on CUDA the
+     * layer's backward is queued, not necessarily done: the callee orders its communication after
+     * it, e.g. be->all_reduce_start), so the trainer can all-reduce that layer's bucket while the
+     * earlier layers compute. An error it returns stops the step. */
+    glm_status (*grad_ready)(void *user, int layer);
+    void *grad_ready_user;
     struct glm_ws *ws;         /* the workspace of the last step (reused while the shape fits) */
+    /* Frozen-base sharding (--shard-base; glm_model_load_dist with world > 1): shard_world ranks
+     * each hold shard `be->rank` of every base matrix: embed, out_w and each layer's wqkv, wo, w1,
+     * w2 point to ceil(numel / shard_world) elements (element k of the shard is element
+     * rank * ceil(numel / shard_world) + k of the row-major tensor; the last shard zero-padded).
+     * Norm weights and the qkv bias stay whole. glm_model_step all-gathers a layer's four
+     * matrices into one of two gather slots just before the layer runs and prefetches the next
+     * one (forward l+1, backward l-1) into the other while it computes; the embedding and the
+     * output layer share a third slot (embedding at the start, output layer prefetched right
+     * after it). Every rank must run the same sequence of steps (the gathers are collectives).
+     * 0: every rank holds the whole base. */
+    int shard_world;
+    struct glm_gather *gather; /* the gather slots (model_step.c; NULL unless sharded) */
 } glm_model;
 
 /* Loads config.json (glm_config_load with rope_theta_override, see lora/config.h) and the weights
@@ -63,6 +82,11 @@ typedef struct glm_model {
  * GLM_ERR_IO, GLM_ERR_FORMAT (missing tensor, truncated or malformed file), GLM_ERR_MISMATCH
  * (wrong shape), GLM_ERR_UNSUPPORTED (dtype), GLM_ERR_NOMEM. */
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out);
+/* glm_model_load for a data-parallel rank: with shard_base != 0 and be->world > 1 the rank keeps
+ * only its 1/world share of every base matrix (see "Frozen-base sharding" below); shard_base == 0
+ * is glm_model_load. Errors: as glm_model_load. */
+glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                               glm_model **out);
 void glm_model_free(glm_model *m);
 
 /* Replaces the RoPE frequency table (host float32 [rope_dim/2]). The default is

@@ -103,6 +103,7 @@ void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int 
     o.weight_bytes = (int)glm_dtype_size(m->be->weight_dtype);
     o.lora_shadow = m->be->act_dtype != GLM_DT_F32;
     o.optimizer = m->optimizer;
+    o.shard_world = m->shard_world;
     glm_plan_make(&m->cfg, lora ? &li : NULL, B, T, backward && lora, &o, out);
 }
 
@@ -256,6 +257,8 @@ static glm_status oom_context(glm_status st, const glm_model *m, const glm_plan 
                            p->budget / G, m->be->name);
 }
 
+static glm_status gather_make(glm_model *m); /* below: the sharded base's gather slots */
+
 /* The workspace for this call: the current one when it fits (shape, mode, adapter, dropout
  * buffer when dropout is on), else a new one from a new plan. */
 static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout) {
@@ -273,8 +276,130 @@ static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int back
 }
 
 glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
+    GLM_TRY(gather_make(m));
     GLM_TRY(ensure_ws(m, lora, B, T, backward && lora, mode, lora && lora->dropout > 0));
     if (out) *out = m->ws->plan;
+    return GLM_OK;
+}
+
+/* ---------------------------------------------------------------------------- sharded base */
+
+/* The gather slots of frozen-base sharding (glm_model.shard_world > 1, see lora/model.h). A
+ * slot's matrices are all-gathered from every rank's shard (be->all_gather_start) and waited for
+ * (be->comm_wait) just before use; CUDA orders the gather after the compute queued before it, so
+ * refilling the slot of layer l-1 while layer l computes is safe. */
+struct glm_gather {
+    void *slot[2];            /* two layers: wqkv, wo, w1, w2, each shard_elems * world elements */
+    int64_t off[4], sn[4];    /* element offset in a slot and shard elements of each matrix */
+    int layer[2];             /* the layer a slot holds (or is being filled with); -1: none */
+    int req[2][4];            /* outstanding gathers of a slot (-1: none) */
+    glm_layer_weights view[2];/* the whole weights of the slot's layer */
+    void *big;                /* [V, C]: the embedding or the output layer */
+    int big_what, big_req;    /* 0 none, 1 embedding, 2 output layer; its outstanding gather */
+    int64_t big_sn;
+};
+
+void glm_gather_free(glm_model *m) {
+    struct glm_gather *g = m->gather;
+    if (!g) return;
+    m->be->free(m->be, g->slot[0]);
+    m->be->free(m->be, g->slot[1]);
+    m->be->free(m->be, g->big);
+    free(g);
+    m->gather = NULL;
+}
+
+static glm_status gather_make(glm_model *m) {
+    if (!m->shard_world || m->gather) return GLM_OK;
+    const glm_config *c = &m->cfg;
+    const glm_backend *be = m->be;
+    int W = m->shard_world;
+    size_t esz = glm_dtype_size(be->weight_dtype);
+    struct glm_gather *g = calloc(1, sizeof *g);
+    if (!g) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    int64_t C = c->C, F = c->F, qd = (int64_t)c->H * c->Dh, mats[4] = {glm_config_qkv_rows(c) * C, C * qd, 2 * F * C, C * F};
+    int64_t tot = 0;
+    for (int i = 0; i < 4; i++) {
+        g->sn[i] = glm_shard_elems(mats[i], W);
+        g->off[i] = tot;
+        tot += g->sn[i] * W;
+    }
+    g->big_sn = glm_shard_elems((int64_t)c->V * C, W);
+    g->layer[0] = g->layer[1] = -1;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 4; i++) g->req[k][i] = -1;
+    g->big_req = -1;
+    glm_status st = be->alloc(be, (size_t)tot * esz, "gathered layer weights (slot 0)", &g->slot[0]);
+    if (!st) st = be->alloc(be, (size_t)tot * esz, "gathered layer weights (slot 1)", &g->slot[1]);
+    if (!st) st = be->alloc(be, (size_t)(g->big_sn * W) * esz, "gathered embedding / output layer", &g->big);
+    m->gather = g;
+    if (st) glm_gather_free(m);
+    return st;
+}
+
+static void *shard_of(const glm_layer_weights *lw, int i) {
+    return i == 0 ? lw->wqkv : i == 1 ? lw->wo : i == 2 ? lw->w1 : lw->w2;
+}
+
+/* Starts gathering layer l into its slot (l % 2) unless the slot holds it already. */
+static glm_status gather_start(glm_model *m, int l) {
+    struct glm_gather *g = m->gather;
+    const glm_backend *be = m->be;
+    int k = l % 2;
+    if (g->layer[k] == l) return GLM_OK;
+    size_t esz = glm_dtype_size(be->weight_dtype);
+    g->layer[k] = l;
+    for (int i = 0; i < 4; i++)
+        GLM_TRY(be->all_gather_start(be, (char *)g->slot[k] + (size_t)g->off[i] * esz, shard_of(&m->layers[l], i),
+                                     (size_t)g->sn[i] * esz, &g->req[k][i]));
+    be->comm_progress(be);
+    return GLM_OK;
+}
+
+/* Layer l's whole weights, gathered (waiting for its slot). */
+static glm_status gather_use(glm_model *m, int l) {
+    struct glm_gather *g = m->gather;
+    const glm_backend *be = m->be;
+    GLM_TRY(gather_start(m, l));
+    int k = l % 2;
+    for (int i = 0; i < 4; i++)
+        if (g->req[k][i] >= 0) {
+            glm_status st = be->comm_wait(be, g->req[k][i]);
+            g->req[k][i] = -1;
+            GLM_TRY(st);
+        }
+    size_t esz = glm_dtype_size(be->weight_dtype);
+    glm_layer_weights *v = &g->view[k];
+    *v = m->layers[l]; /* the norms and the bias are whole */
+    v->wqkv = (char *)g->slot[k] + (size_t)g->off[0] * esz;
+    v->wo = (char *)g->slot[k] + (size_t)g->off[1] * esz;
+    v->w1 = (char *)g->slot[k] + (size_t)g->off[2] * esz;
+    v->w2 = (char *)g->slot[k] + (size_t)g->off[3] * esz;
+    return GLM_OK;
+}
+
+/* Starts gathering the embedding (what 1) or the output layer (what 2) into the [V, C] slot. */
+static glm_status gather_big_start(glm_model *m, int what) {
+    struct glm_gather *g = m->gather;
+    if (g->big_what == what) return GLM_OK;
+    if (g->big_req >= 0) { /* the other one still in flight: it must land before being overwritten */
+        GLM_TRY(m->be->comm_wait(m->be, g->big_req));
+        g->big_req = -1;
+    }
+    size_t esz = glm_dtype_size(m->be->weight_dtype);
+    g->big_what = what;
+    return m->be->all_gather_start(m->be, g->big, what == 1 ? m->embed : m->out_w, (size_t)g->big_sn * esz, &g->big_req);
+}
+
+static glm_status gather_big_use(glm_model *m, int what, const void **w) {
+    struct glm_gather *g = m->gather;
+    GLM_TRY(gather_big_start(m, what));
+    if (g->big_req >= 0) {
+        glm_status st = m->be->comm_wait(m->be, g->big_req);
+        g->big_req = -1;
+        GLM_TRY(st);
+    }
+    *w = g->big;
     return GLM_OK;
 }
 
@@ -292,6 +417,13 @@ typedef struct ctx {
     uint64_t seed;
     float p_drop;   /* 0 when no dropout (logits path) */
 } ctx;
+
+/* Layer l's frozen weights: the model's, or with a sharded base the gathered slot's (gather_use
+ * was called for l before the layer runs). */
+static const glm_layer_weights *LW(const ctx *cx, int l) {
+    const struct glm_gather *g = cx->m->gather;
+    return g ? &g->view[l % 2] : &cx->m->layers[l];
+}
 
 static const void *base_weight(const glm_layer_weights *lw, glm_linear lin) {
     switch (lin) {
@@ -363,7 +495,7 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
 static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0,
                              void *y, int64_t ldy, int64_t out, int residual) {
     const glm_backend *be = cx->m->be;
-    const glm_layer_weights *lw = &cx->m->layers[layer];
+    const glm_layer_weights *lw = LW(cx, layer);
     glm_dtype ad = be->act_dtype, wd = be->weight_dtype;
     const void *bias = lin == GLM_LIN_QKV ? lw->bqkv : NULL;
     glm_lora *L = cx->lora;
@@ -408,7 +540,7 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     struct glm_ws *w = cx->w;
     glm_dtype ad = be->act_dtype, wd = be->weight_dtype;
     PH(GLM_PHASE_GEMM);
-    GLM_TRY(be->matmul(be, 0, 0, rows, in, out, 1.0f, dy, ad, ldy, base_weight(&cx->m->layers[layer], lin), wd, in, 0.0f, dx,
+    GLM_TRY(be->matmul(be, 0, 0, rows, in, out, 1.0f, dy, ad, ldy, base_weight(LW(cx, layer), lin), wd, in, 0.0f, dx,
                        ad, in));
     glm_lora *L = cx->lora;
     if (!L) return GLM_OK;
@@ -472,7 +604,7 @@ static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b) {
     const glm_model *m = cx->m;
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
-    const glm_layer_weights *lw = &m->layers[l];
+    const glm_layer_weights *lw = LW(cx, l);
     struct glm_ws *w = cx->w;
     int64_t N = cx->N, C = c->C, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, Dqkv = qd + 2 * kd;
     PH(GLM_PHASE_ELEMENTWISE);
@@ -500,7 +632,7 @@ static glm_status mlp_in(ctx *cx, int l, const bufs *b, int64_t n0, int64_t rows
     *h = b->S ? OFF(b->S->h, n0 * 2 * F) : w->hc;
     *a = b->S ? OFF(b->S->a, n0 * F) : w->ac;
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rmsnorm_fwd(be, *xn2, b->rstd2 + n0, OFF(b->x_mid, n0 * C), m->layers[l].ln2, rows, C, c->eps));
+    GLM_TRY(be->rmsnorm_fwd(be, *xn2, b->rstd2 + n0, OFF(b->x_mid, n0 * C), LW(cx, l)->ln2, rows, C, c->eps));
     GLM_TRY(linear_fwd(cx, l, GLM_LIN_H4H, *xn2, C, rows, n0, *h, 2 * F, 2 * F, 0));
     PH(GLM_PHASE_ELEMENTWISE);
     return be->swiglu_fwd(be, *a, *h, rows, F);
@@ -530,7 +662,7 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
     const glm_model *m = cx->m;
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
-    const glm_layer_weights *lw = &m->layers[l];
+    const glm_layer_weights *lw = LW(cx, l);
     struct glm_ws *w = cx->w;
     int64_t N = cx->N, C = c->C, F = c->F, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, Dqkv = qd + 2 * kd;
     bufs b = layer_bufs(cx, l);
@@ -627,15 +759,29 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         return glm_err(GLM_ERR_MISMATCH, "model step: the LoRA adapter was built for another model");
     if (!lora) backward = 0;
     GLM_TRY(ensure_ws(m, lora, b->B, b->T, backward, mode, lora && p_drop > 0));
+    GLM_TRY(gather_make(m));
     struct glm_ws *w = m->ws;
     ctx cx = {m, lora, w, b->B, b->T, (int64_t)b->B * b->T, seed, p_drop};
     int64_t N = cx.N, C = c->C, V = c->V, nlab = 0;
     glm_status st = upload_batch(m, w, b, &nlab);
     if (!st) st = refresh_lora_copies(be, w, lora);
     if (st) return st;
+    const void *embed = m->embed, *out_w = m->out_w;
+    if (m->gather) { /* sharded base: the embedding gathered, then the output layer prefetched into its slot */
+        GLM_TRY(gather_big_use(m, 1, &embed));
+        GLM_TRY(gather_start(m, 0));
+    }
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->embedding(be, w->xs[0], m->embed, w->ids, N, C, V));
-    for (int l = 0; l < c->L; l++) GLM_TRY(layer_fwd(&cx, l, w->xs[l], w->xs[l + 1]));
+    GLM_TRY(be->embedding(be, w->xs[0], embed, w->ids, N, C, V));
+    if (m->gather) GLM_TRY(gather_big_start(m, 2));
+    for (int l = 0; l < c->L; l++) {
+        if (m->gather) { /* this layer's weights, and the next layer's gather started behind it */
+            GLM_TRY(gather_use(m, l));
+            if (l + 1 < c->L) GLM_TRY(gather_start(m, l + 1));
+        }
+        GLM_TRY(layer_fwd(&cx, l, w->xs[l], w->xs[l + 1]));
+    }
+    if (m->gather) GLM_TRY(gather_big_use(m, 2, &out_w)); /* every rank, whether its chunks have targets or not */
     if (backward) GLM_TRY(be->zero(be, w->dx, (size_t)(N * C) * w->esz));
     double total = 0;
     int64_t ntot = 0, lc = w->plan.loss_chunk;
@@ -649,7 +795,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         const void *xf = OFF(w->xs[c->L], n0 * C);
         PH(GLM_PHASE_LOSS);
         GLM_TRY(be->rmsnorm_fwd(be, w->xnf, w->rstdf, xf, m->final_ln, nc, C, c->eps));
-        GLM_TRY(be->matmul(be, 0, 1, nc, V, C, 1.0f, w->xnf, be->act_dtype, C, m->out_w, be->weight_dtype, C, 0.0f, w->logits,
+        GLM_TRY(be->matmul(be, 0, 1, nc, V, C, 1.0f, w->xnf, be->act_dtype, C, out_w, be->weight_dtype, C, 0.0f, w->logits,
                            be->act_dtype, V));
         if (logits_out) {
             GLM_TRY(be->download_f32(be, logits_out + n0 * V, be->act_dtype, w->logits, nc * V));
@@ -661,7 +807,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         total += ls;
         ntot += nt;
         if (backward) {
-            GLM_TRY(be->matmul(be, 0, 0, nc, C, V, 1.0f, w->logits, be->act_dtype, V, m->out_w, be->weight_dtype, C, 0.0f,
+            GLM_TRY(be->matmul(be, 0, 0, nc, C, V, 1.0f, w->logits, be->act_dtype, V, out_w, be->weight_dtype, C, 0.0f,
                                w->dxnf, be->act_dtype, C));
             GLM_TRY(be->rmsnorm_bwd(be, OFF(w->dx, n0 * C), w->dxnf, xf, m->final_ln, w->rstdf, nc, C));
         }
@@ -669,7 +815,14 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (loss_sum) *loss_sum = total;
     if (n_targets) *n_targets = logits_out ? nlab : ntot;
     if (backward)
-        for (int l = c->L - 1; l >= 0; l--) GLM_TRY(layer_bwd(&cx, l, w->xs[l]));
+        for (int l = c->L - 1; l >= 0; l--) {
+            if (m->gather) { /* backward order: layer l (still in its slot after the forward for the last two), l-1 prefetched */
+                GLM_TRY(gather_use(m, l));
+                if (l > 0) GLM_TRY(gather_start(m, l - 1));
+            }
+            GLM_TRY(layer_bwd(&cx, l, w->xs[l]));
+            if (m->grad_ready) GLM_TRY(m->grad_ready(m->grad_ready_user, l)); /* layer l's LoRA grads are final */
+        }
     PH(GLM_PHASE_OTHER);
     return be->sync(be);
 }

@@ -114,6 +114,18 @@ static const glm_opt_def k_opts[] = {
     {"init-adapter", "init_adapter", "adapter_name_or_path", GLM_OPT_STRING, NULL, "path",
      "start from this PEFT adapter instead of a fresh LoRA", OFF(init_adapter), false},
     {"device", "device", NULL, GLM_OPT_STRING, "auto", "", "auto | cpu | cuda", OFF(device), false},
+    {"gpus", "gpus", NULL, GLM_OPT_STRING, NULL, "",
+     "data parallel on this machine: N (GPUs 0..N-1) or a list of device ids (0,2,3); glmtune starts one worker per "
+     "GPU and stops them all when one fails (several machines: see the README's multi-GPU section)", OFF(gpus), false},
+    {"nproc", "nproc", NULL, GLM_OPT_INT, "0", "ranks",
+     "data parallel on the CPU backend: start this many ranks under mpirun (the CPU ranks talk over MPI); 0: this "
+     "process only", OFF(nproc), false},
+    {"shard-base", "shard_base", NULL, GLM_OPT_BOOL, "false", "",
+     "hold 1/N of every frozen base weight on each of the N ranks and all-gather a layer's weights just before it "
+     "runs (the next layer prefetched): the 9B model on 24 GB cards (ZeRO-3 for the frozen base)", OFF(shard_base), false},
+    {"comm-timeout", "comm_timeout", "ddp_timeout", GLM_OPT_FLOAT, "1800", "seconds",
+     "how long a collective (all-reduce, all-gather) may wait for the other ranks before the run stops with an "
+     "error naming the rank and the call (transformers' ddp_timeout)", OFF(comm_timeout), false},
     {"seq-len", "seq_len", "cutoff_len", GLM_OPT_INT, "0", "tokens",
      "expected packed row length T (0: take it from the shards; else must match them)", OFF(seq_len), false},
     {"dump-grads", "dump_grads", NULL, GLM_OPT_STRING, NULL, "path",
@@ -204,7 +216,6 @@ static const struct {
     {"use_kv_cache", KEY_INFO, "training keeps no KV cache"},
     {"auto_find_batch_size", KEY_INFO, "set per_device_train_batch_size"},
     {"skip_memory_metrics", KEY_INFO, "not used"},
-    {"ddp_timeout", KEY_INFO, R_NCCL},
     {"ddp_backend", KEY_INFO, R_NCCL},
     {"ddp_find_unused_parameters", KEY_INFO, R_NCCL},
     {"ddp_bucket_cap_mb", KEY_INFO, R_NCCL},
@@ -1205,6 +1216,19 @@ glm_status glm_opts_validate(glm_train_opts *o) {
         GLM_TRY(glm_ckpt_parse(o->gradient_checkpointing, &cm));
     }
     NEED(o->max_gpu_memory >= 0 && isfinite(o->max_gpu_memory), "--max-gpu-memory must be >= 0 GiB (0: all the GPU has)");
+    NEED(o->nproc >= 0 && o->nproc <= 4096, "--nproc must be between 0 and 4096 (got %lld)", (long long)o->nproc);
+    NEED(!(o->nproc > 0 && o->gpus), "--nproc (CPU ranks) and --gpus (GPU workers) exclude each other; hint: --gpus N "
+         "for GPUs, --device cpu --nproc N for CPU ranks");
+    NEED(!(o->nproc > 0 && strcmp(o->device, "cuda") == 0), "--nproc starts CPU ranks; hint: --gpus N with --device cuda");
+    NEED(!(o->gpus && strcmp(o->device, "cpu") == 0), "--gpus starts GPU workers; hint: --device cpu --nproc N for CPU ranks");
+    NEED(o->comm_timeout > 0 && isfinite(o->comm_timeout), "--comm-timeout (ddp_timeout) must be > 0 seconds");
+    if (o->gpus) {
+        const char *p = o->gpus;
+        int ok = *p != 0;
+        for (; *p; p++) ok &= (*p >= '0' && *p <= '9') || *p == ',';
+        NEED(ok && o->gpus[strlen(o->gpus) - 1] != ',' && o->gpus[0] != ',' && !strstr(o->gpus, ",,") && strcmp(o->gpus, "0"),
+             "--gpus '%s': expected a number of GPUs (2) or a comma-separated list of device ids (0,2,3)", o->gpus);
+    }
     NEED(!o->rope_inv_freq_dtype || !strcmp(o->rope_inv_freq_dtype, "float32") ||
              !strcmp(o->rope_inv_freq_dtype, "bfloat16"),
          "--rope-inv-freq-dtype must be float32 or bfloat16");

@@ -64,6 +64,10 @@ typedef struct glm_train_opts {
     bool overwrite_output_dir;          /* start afresh in a directory with an earlier run */
     char *init_adapter;
     char *device;                       /* auto | cpu | cuda */
+    char *gpus;                         /* "N" or "0,2,3": start one worker per GPU (tool/launch.c); NULL: this process */
+    int64_t nproc;                      /* CPU ranks to start under mpirun (--device cpu); 0: this process */
+    bool shard_base;                    /* each rank holds 1/world of the frozen base weights */
+    double comm_timeout;                /* seconds a collective may wait (transformers' ddp_timeout) */
     int64_t seq_len;                    /* 0: the shards' row length; else must match it */
     char *dump_grads;                   /* file for the first step's gradients, or NULL */
     int64_t max_nonfinite;

@@ -50,10 +50,22 @@ double glm_plan_bytes_selective(const glm_config *c, int e) {
     return e * (qkv_rows(c) + qd + c->C) + 4.0 * c->H;
 }
 
-static double weight_bytes(const glm_config *c, int wb) {
-    double C = c->C, qd = (double)c->H * c->Dh, per = qkv_rows(c) * C + qd * C + 3.0 * c->F * C + 2 * C;
-    if (c->qkv_bias) per += qkv_rows(c);
-    return wb * (2.0 * c->V * C + C + c->L * per);
+/* The base weights a rank holds: whole, or with --shard-base over W ranks its shard of each
+ * matrix (embedding, output layer, per layer query_key_value, dense, dense_h_to_4h,
+ * dense_4h_to_h) plus the whole norms and bias; *gathered: the gather slots (two layers' four
+ * matrices and one [V, C]) that sharding adds (0 without). Mirrors lora/model.c and model_step.c. */
+static double weight_bytes(const glm_config *c, int wb, int W, double *gathered) {
+    int64_t C = c->C, qd = (int64_t)c->H * c->Dh, F = c->F, V = c->V, qkv = (int64_t)qkv_rows(c);
+    int64_t mats[4] = {qkv * C, C * qd, 2 * F * C, C * F};
+    double small = C + c->L * (2.0 * C + (c->qkv_bias ? (double)qkv : 0));
+    double layer = 0, layer_full = 0;
+    for (int i = 0; i < 4; i++) {
+        layer += (double)glm_shard_elems(mats[i], W);
+        layer_full += (double)glm_shard_elems(mats[i], W) * (W > 1 ? W : 1);
+    }
+    double vc = (double)glm_shard_elems(V * C, W);
+    *gathered = W > 1 ? wb * (2.0 * layer_full + vc * W) : 0;
+    return wb * (2.0 * vc + small + c->L * layer);
 }
 
 /* Buffers whose size does not depend on the per-layer policy (any_full: the attention-part
@@ -100,11 +112,12 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     p->backward = backward;
     p->requested = o->mode;
     p->budget = o->budget;
-    p->weights = weight_bytes(c, o->weight_bytes > 0 ? o->weight_bytes : e);
+    p->shard_world = o->shard_world > 1 ? o->shard_world : 0;
+    p->weights = weight_bytes(c, o->weight_bytes > 0 ? o->weight_bytes : e, p->shard_world, &p->gathered);
     if (li && li->r > 0)
         p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0) + (o->lora_shadow ? e : 0));
     p->checkpoints = backward ? (c->L + 1.0) * N * C * e : 2.0 * N * C * e;
-    double persistent = p->weights + p->lora + p->checkpoints;
+    double persistent = p->weights + p->gathered + p->lora + p->checkpoints;
     double room = o->budget - persistent;
 
     /* chunks: at most 2048 tokens of logits and 8192 tokens of MLP (GEMMs of that height already
@@ -195,10 +208,14 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
     }
     fprintf(f, "  MLP in chunks of %lld tokens, loss head in chunks of %lld tokens\n", (long long)p->mlp_chunk,
             (long long)p->loss_chunk);
-    fprintf(f, "  predicted device memory (GiB): weights %.2f + LoRA and optimizer %.2f + layer inputs %.2f + kept "
+    if (p->shard_world > 1)
+        fprintf(f, "  frozen base sharded over %d ranks (--shard-base): this rank holds 1/%d of every base matrix "
+                   "(%.2f GiB) and all-gathers the layer it runs and the next into %.2f GiB of gather slots\n",
+                p->shard_world, p->shard_world, p->weights / G, p->gathered / G);
+    fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f + kept "
                "activations %.2f + working buffers %.2f + loss head %.2f = %.2f of a %.2f budget\n",
-            p->weights / G, p->lora / G, p->checkpoints / G, p->saved / G, p->working / G, p->loss_head / G, p->total / G,
-            p->budget / G);
+            (p->weights + p->gathered) / G, p->shard_world > 1 ? " (shard + gather slots)" : "", p->lora / G,
+            p->checkpoints / G, p->saved / G, p->working / G, p->loss_head / G, p->total / G, p->budget / G);
     if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
     if (!p->fits) {
         fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);

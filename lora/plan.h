@@ -55,6 +55,7 @@ typedef struct glm_plan_opts {
     int weight_bytes;      /* base weight element size */
     int lora_shadow;       /* the backend keeps act-dtype copies of the LoRA weights */
     int optimizer;         /* count AdamW's two moments (training) */
+    int shard_world;       /* > 1: --shard-base over this many ranks (the model's shard_world); 0: whole base */
 } glm_plan_opts;
 
 typedef struct glm_plan {
@@ -66,9 +67,15 @@ typedef struct glm_plan {
     int64_t mlp_chunk, loss_chunk;
     /* predicted bytes on the device */
     double weights, lora, checkpoints, saved, working, loss_head, fixed, total, budget;
+    int shard_world;                    /* > 1: weights is this rank's shard of the base ... */
+    double gathered;                    /* ... and gathered the slots the layers are all-gathered into */
     double recompute_gflop;             /* extra forward work per step from recomputation */
     int fits;
 } glm_plan;
+
+/* Elements of one shard when a tensor of n elements is split over `world` ranks (the last shard
+ * zero-padded): ceil(n / world). */
+static inline int64_t glm_shard_elems(int64_t n, int world) { return world > 1 ? (n + world - 1) / world : n; }
 
 /* Layer l's policy under the plan. */
 glm_ckpt_mode glm_plan_layer(const glm_plan *p, int l);

@@ -9,13 +9,15 @@
 #include "lora/options.h"
 #include "lora/plan.h"
 #include "tool/cli.h"
+#include "tool/dist.h"
+#include "tool/launch.h"
 #include "tool/train.h"
 
 int cmd_train(int argc, char **argv) {
     glm_train_opts o;
     memset(&o, 0, sizeof o);
     glm_status s = GLM_OK;
-    bool quiet = false;
+    bool quiet = false, quiet_settings = false;
     /* --quiet is a display option of the command, not a training setting */
     char **args = malloc(sizeof(char *) * (size_t)(argc + 1));
     int n = 0;
@@ -31,6 +33,8 @@ int cmd_train(int argc, char **argv) {
                "LoRA fine-tuning of a GLM-4 checkpoint on shards from `glmtune tokenize`. Every option is also\n"
                "a snake_case key of --config (LLaMA-Factory-style YAML); flags override the file.\n"
                "  --quiet  no progress lines\n\n");
+        if (!glm_mpi_built())
+            printf("(this glmtune was built without MPI: --nproc and runs under mpirun are not available)\n\n");
         glm_opts_help(stdout);
         glm_opts_free(&o);
         return GLM_EXIT_OK;
@@ -44,7 +48,20 @@ int cmd_train(int argc, char **argv) {
     if (o.eval_steps > 0 && !(o.eval_data && *o.eval_data))
         glm_log_warn("eval_steps is %lld but there is no eval_data: no evaluation will run; hint: --eval-data "
                      "OUTDIR (a tokenize output, its val split is used when it has one)", (long long)o.eval_steps);
-    if (!quiet) glm_opts_print(stderr, &o);
+    /* --gpus / --nproc: this process supervises the ranks it starts (tool/launch.c) */
+    if (!o.dry_run) {
+        char **targs = malloc(sizeof(char *) * (size_t)(argc + 1));
+        for (int i = 1; i < argc; i++) targs[i - 1] = argv[i];
+        int code = launch_train(argc - 1, targs, o.gpus, (int)o.nproc, quiet);
+        free(targs);
+        if (code >= 0) {
+            glm_opts_free(&o);
+            return code;
+        }
+    }
+    dist_info di;
+    if (dist_detect(&di) == GLM_OK && di.rank > 0) quiet_settings = true; /* rank 0 prints them */
+    if (!quiet && !quiet_settings) glm_opts_print(stderr, &o);
     char targets[1024] = "";
     for (size_t i = 0; i < o.lora_target.n; i++)
         snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", i ? "," : "", o.lora_target.v[i]);
@@ -96,11 +113,24 @@ int cmd_train(int argc, char **argv) {
         .use_rslora = o.use_rslora,
         .overwrite_output_dir = o.overwrite_output_dir,
         .quiet = quiet,
+        .shard_base = o.shard_base,
+        .comm_timeout = o.comm_timeout,
+        .dry_run_world = 1,
         .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
     };
     json_decref(sj);
     if (ts.dry_run) {
         int fits = 0;
+        if (o.nproc > 0) ts.dry_run_world = (int)o.nproc;
+        if (o.gpus) {
+            int devs[1024], n = launch_parse_gpus(o.gpus, devs, 1024);
+            if (n < 0) {
+                free(ts.settings_json);
+                glm_opts_free(&o);
+                return cli_fail(GLM_ERR_ARG);
+            }
+            ts.dry_run_world = n;
+        }
         s = train_dry_run(&ts, &fits);
         free(ts.settings_json);
         glm_opts_free(&o);

@@ -33,6 +33,7 @@
 #include "lora/optim.h"
 #include "lora/safetensors.h"
 #include "tokenize/tokenizer.h"
+#include "tool/dist.h"
 
 /* Host buffers for one micro-batch of B rows. */
 typedef struct {
@@ -112,8 +113,12 @@ static glm_status check_data(const glm_loader *l, const char *what, const glm_mo
 }
 
 /* Mean loss over every row of the eval split (forward only, LoRA dropout off as in PEFT's
- * model.eval(): glm_model_step applies lora->dropout to every forward, so it is zeroed here). */
+ * model.eval(): glm_model_step applies lora->dropout to every forward, so it is zeroed here).
+ * World > 1: rank r takes rows r*B.. of each block of B*world rows; every rank runs the same
+ * number of forwards (a rank without rows left runs one untargeted row: with --shard-base every
+ * forward is a sequence of collectives), and the sums are all-reduced. */
 static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, double *loss) {
+    const glm_backend *be = m->be;
     double sum = 0;
     int64_t nt = 0;
     uint64_t *rows = malloc(sizeof(uint64_t) * (size_t)bb->B);
@@ -122,10 +127,14 @@ static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_b
     float p_drop = lora->dropout;
     lora->dropout = 0.0f;
     glm_status s = GLM_OK;
-    for (uint64_t r0 = 0; r0 < ev->n_rows && s == GLM_OK; r0 += (uint64_t)bb->B) {
-        int n = (int)((ev->n_rows - r0) < (uint64_t)bb->B ? ev->n_rows - r0 : (uint64_t)bb->B);
+    uint64_t block = (uint64_t)bb->B * (uint64_t)be->world;
+    for (uint64_t b0 = 0; b0 < ev->n_rows && s == GLM_OK; b0 += block) {
+        uint64_t r0 = b0 + (uint64_t)be->rank * (uint64_t)bb->B;
+        int n = r0 >= ev->n_rows ? 0 : (int)((ev->n_rows - r0) < (uint64_t)bb->B ? ev->n_rows - r0 : (uint64_t)bb->B);
         for (int i = 0; i < n; i++) rows[i] = r0 + (uint64_t)i;
-        glm_batch b = batch_fill(bb, ev, rows, n);
+        if (n == 0) rows[0] = 0;
+        glm_batch b = batch_fill(bb, ev, rows, n ? n : 1);
+        if (n == 0) memset(bb->targets, 0, (size_t)bb->T); /* a placeholder forward: no targets */
         double ls = 0;
         int64_t k = 0;
         s = glm_model_step(m, lora, &b, 0.0f, 0, 0, 0, &ls, &k);
@@ -134,7 +143,9 @@ static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_b
     }
     lora->dropout = p_drop;
     free(rows);
-    *loss = nt ? sum / (double)nt : NAN;
+    double red[2] = {sum, (double)nt};
+    if (s == GLM_OK && be->world > 1) s = be->all_reduce_host(be, red, 2);
+    *loss = red[1] > 0 ? red[0] / red[1] : NAN;
     return s;
 }
 
@@ -194,6 +205,9 @@ typedef struct {
     char *base_path;   /* realpath of the base model, for adapter_config.json */
     json_t *settings;
     int64_t tokens_seen; /* tokens of the rows trained on, over the whole run (resumes included) */
+    dist_info dist;      /* this rank's place (tool/dist.h) */
+    const glm_backend *be;
+    int n_buckets_started; /* layers whose gradient all-reduce the backward started this step */
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
@@ -202,6 +216,7 @@ static json_t *loader_pos(const glm_loader *l) {
 }
 
 static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
+    if (rs->be->rank != 0) return GLM_OK; /* only rank 0 writes (every rank holds the same state) */
     json_t *pos = loader_pos(&rs->data);
     glm_ckpt_save_args a = {
         .output_dir = ts->output_dir,
@@ -355,9 +370,12 @@ static glm_status pick_backend(const train_settings *ts, const glm_backend **out
 }
 
 static glm_status setup(run_state *rs, const train_settings *ts) {
-    const glm_backend *be = NULL;
-    GLM_TRY(pick_backend(ts, &be));
-    GLM_TRY(glm_model_load(ts->model, be, ts->rope_theta, &rs->model));
+    const glm_backend *be = rs->be;
+    if (ts->shard_base && be->world > 1)
+        glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
+    else if (ts->shard_base)
+        glm_log_warn("--shard-base with one rank: nothing to shard; the base is held whole");
+    GLM_TRY(glm_model_load_dist(ts->model, be, ts->rope_theta, ts->shard_base && be->world > 1, &rs->model));
     if (ts->rope_inv_freq_bf16) { /* the table a transformers model uses after .to(torch.bfloat16) */
         int half = rs->model->cfg.rope_dim / 2;
         float *t = malloc(sizeof(float) * (size_t)half);
@@ -417,7 +435,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
     if (!rs->settings) rs->settings = json_object();
     rs->history = json_array();
-    GLM_TRY(glm_mkdir_p(ts->output_dir));
+    if (be->rank == 0) GLM_TRY(glm_mkdir_p(ts->output_dir));
     glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
                  rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
@@ -435,7 +453,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     glm_plan plan;
     GLM_TRY(glm_model_prepare(rs->model, rs->lora, (int)ts->per_device_train_batch_size, (int)rs->data.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
-    if (!ts->quiet) glm_plan_print(&plan, &rs->model->cfg, stderr);
+    if (!ts->quiet && be->rank == 0) glm_plan_print(&plan, &rs->model->cfg, stderr);
     return GLM_OK;
 }
 
@@ -485,7 +503,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
     int eb = cpu ? 4 : 2;
-    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1};
+    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1;
+    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);
@@ -493,6 +512,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
     printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d on %lld parameters\n", ts->model, cfg.L, cfg.C, cfg.F, cfg.V,
            li.r, (long long)li.params);
+    if (W > 1)
+        printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank)%s\n", W,
+               (long long)ts->per_device_train_batch_size, ts->shard_base ? "; --shard-base" : "");
+    else if (ts->shard_base)
+        printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
     printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
 #ifdef GLMTUNE_HAVE_CUDA
@@ -503,16 +527,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
 }
 
 static void teardown(run_state *rs) {
-    const glm_backend *be = rs->model ? rs->model->be : NULL;
     batch_free(&rs->bb);
     glm_optim_free(&rs->optim);
     glm_lora_free(rs->lora);
     glm_model_free(rs->model);
-#ifdef GLMTUNE_HAVE_CUDA
-    if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
-#else
-    (void)be;
-#endif
+    dist_close(rs->be);
     glm_loader_close(&rs->data);
     if (rs->has_eval) glm_loader_close(&rs->eval);
     json_decref(rs->history);
@@ -556,9 +575,10 @@ static glm_status check_output_dir(const train_settings *ts) {
 
 /* One logging window: the optimizer steps since the last log (transformers' Trainer logs
  * tr_loss / (global_step - _globalstep_last_logged), the mean of the steps' losses, and the mean
- * grad norm; here tokens/s is over the window's step time, eval and checkpoint time excluded). */
+ * grad norm; here tokens/s is over the window's step time, eval and checkpoint time excluded).
+ * tokens and comm_ms are this rank's: its rows' tokens and its time blocked in communication. */
 typedef struct {
-    double loss_sum, gnorm_sum, seconds, tokens;
+    double loss_sum, gnorm_sum, seconds, tokens, comm_ms;
     int64_t steps, targets;
 } log_window;
 
@@ -596,78 +616,159 @@ static glm_status save_final_state(run_state *rs, const train_settings *ts, doub
     return s;
 }
 
+/* World > 1: every rank learns whether any rank failed (one all-reduce of a flag). A rank that did
+ * not fail gets an error saying so; the failed rank keeps its own message. */
+static glm_status agree(const glm_backend *be, glm_status s) {
+    if (!be || be->world <= 1) return s;
+    double bad = s != GLM_OK;
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", glm_errmsg());
+    glm_status r = be->all_reduce_host(be, &bad, 1);
+    if (r != GLM_OK) return r;
+    if (s != GLM_OK) return glm_err(s, "%s", keep);
+    if (bad > 0) return glm_err(GLM_ERR_ARG, "stopping: %g other rank(s) failed (their message says why)", bad);
+    return GLM_OK;
+}
+
+/* The model's backward hook: layer l's LoRA gradients are final (last micro-batch of the step),
+ * so their all-reduce starts now, one request per tensor, while the earlier layers compute. */
+static glm_status bucket_ready(void *user, int layer) {
+    run_state *rs = user;
+    const glm_backend *be = rs->be;
+    const glm_lora *L = rs->lora;
+    for (int k = 0; k < L->layer_count[layer]; k++) {
+        const glm_lora_site *st = &L->sites[L->layer_first[layer] + k];
+        int req;
+        GLM_TRY(be->all_reduce_start(be, rs->params[st->pa].g, rs->params[st->pa].numel, &req));
+        GLM_TRY(be->all_reduce_start(be, rs->params[st->pb].g, rs->params[st->pb].numel, &req));
+    }
+    be->comm_progress(be); /* MPI moves the earlier buckets along */
+    rs->n_buckets_started++;
+    return GLM_OK;
+}
+
+/* One optimizer step's forward/backward passes on this rank: its rows (every world-th row of the
+ * global batch) in micro-batches of B; the gradients' all-reduce starts layer by layer during the
+ * last micro-batch's backward and is waited for at the end. With world > 1 every rank runs the
+ * same number of micro-batches (ceil(ceil(got / world) / B)), a rank short of rows running an
+ * untargeted placeholder row, because every backward (and with --shard-base every forward) is a
+ * sequence of collectives that all ranks must make. *loss_sum: this rank's sum of target losses;
+ * *tokens: its rows' tokens. */
+static glm_status step_passes(run_state *rs, const train_settings *ts, const uint64_t *rows, uint32_t got, uint64_t *mine,
+                              int64_t n_global, double *loss_sum, double *tokens) {
+    const glm_backend *be = rs->be;
+    int B = (int)ts->per_device_train_batch_size, W = be->world;
+    uint32_t n_mine = 0;
+    for (uint32_t i = (uint32_t)be->rank; i < got; i += (uint32_t)W) mine[n_mine++] = rows[i];
+    uint32_t most = W > 1 ? (got + (uint32_t)W - 1) / (uint32_t)W : n_mine;
+    uint32_t n_micro = (most + (uint32_t)B - 1) / (uint32_t)B;
+    *loss_sum = 0;
+    *tokens = 0;
+    rs->n_buckets_started = 0;
+    glm_status s = GLM_OK;
+    for (uint32_t micro = 0; micro < n_micro && s == GLM_OK; micro++) {
+        uint32_t m0 = micro * (uint32_t)B;
+        int n = m0 >= n_mine ? 0 : (int)(n_mine - m0 < (uint32_t)B ? n_mine - m0 : (uint32_t)B);
+        glm_batch b = batch_fill(&rs->bb, &rs->data, n ? mine + m0 : rows, n ? n : 1);
+        if (n == 0) memset(rs->bb.targets, 0, (size_t)rs->bb.T); /* placeholder: no target, zero gradient */
+        double ls = 0;
+        int64_t k = 0;
+        /* the dropout stream of (step, micro-batch); ranks > 0 take micro-batch numbers after rank 0's */
+        uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs->step), micro + (uint64_t)be->rank * n_micro);
+        bool last = micro + 1 == n_micro;
+        if (W > 1 && last) {
+            rs->model->grad_ready = bucket_ready;
+            rs->model->grad_ready_user = rs;
+        }
+        s = glm_model_step(rs->model, rs->lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
+        rs->model->grad_ready = NULL;
+        *loss_sum += ls;
+        if (n) *tokens += (double)n * rs->data.T;
+    }
+    if (s == GLM_OK && W > 1) {
+        if (rs->n_buckets_started != rs->model->cfg.L)
+            return glm_err(GLM_ERR_INTERNAL, "the backward started %d of %d gradient buckets", rs->n_buckets_started,
+                           rs->model->cfg.L);
+        s = be->comm_sync(be); /* every bucket reduced: the optimizer may read the grads */
+    }
+    return s;
+}
+
 glm_status train_run(const train_settings *ts) {
     run_state rs;
     memset(&rs, 0, sizeof rs);
-    glm_status s = check_output_dir(ts);
+    glm_status s = dist_detect(&rs.dist);
+    if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs.dist, &rs.be);
     if (s != GLM_OK) return s;
-    s = setup(&rs, ts);
+    const glm_backend *be = rs.be;
+    const int rank = be->rank, W = be->world;
+    if (W > 1) {
+        if (!ts->quiet) {
+            char where[64] = "the CPU backend (MPI)";
+            if (!strcmp(be->name, "cuda")) snprintf(where, sizeof where, "GPU %d (NCCL)", rs.dist.device);
+            glm_log_plain("glmtune: rank %d of %d: pid %d, %s, started by %s", rank, W, (int)getpid(), where, rs.dist.how);
+        }
+        if (rank > 0) glm_log_level = 0; /* the other ranks are quiet: only errors, prefixed "rank R: " */
+    }
+    s = agree(be, rank == 0 ? check_output_dir(ts) : GLM_OK); /* rank 0 clears the directory, the others wait */
+    if (s == GLM_OK) s = agree(be, setup(&rs, ts));
     glm_metrics mx;
     bool mx_open = false;
-    if (s == GLM_OK && !ts->resume) { /* a fresh run: no metrics of an earlier run in this directory */
+    if (s == GLM_OK && !ts->resume && rank == 0) { /* a fresh run: no metrics of an earlier run in this directory */
         char *old = glm_path_join(ts->output_dir, "metrics.jsonl");
         unlink(old);
         free(old);
     }
-    if (s == GLM_OK && ts->resume) { /* the points after the checkpoint are superseded by this run */
+    if (s == GLM_OK && ts->resume && rank == 0) { /* the points after the checkpoint are superseded by this run */
         int64_t dropped = 0;
         s = glm_metrics_truncate(ts->output_dir, rs.step, &dropped);
         if (s == GLM_OK && dropped)
             glm_log_info("metrics.jsonl: removed %lld line(s) logged after step %lld by the run being resumed",
                          (long long)dropped, (long long)rs.step);
     }
-    if (s == GLM_OK) s = glm_metrics_open(&mx, ts->output_dir, true);
-    mx_open = s == GLM_OK;
-    if (s == GLM_OK && ts->resume) s = glm_metrics_restart(&mx, rs.step); /* TensorBoard drops the superseded points */
-    const glm_backend *be = rs.model ? rs.model->be : NULL;
+    if (s == GLM_OK && rank == 0) s = glm_metrics_open(&mx, ts->output_dir, true);
+    mx_open = s == GLM_OK && rank == 0;
+    if (s == GLM_OK && ts->resume && rank == 0) s = glm_metrics_restart(&mx, rs.step); /* TensorBoard drops the superseded points */
+    s = agree(be, s);
     int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
-    uint32_t global_rows = (uint32_t)(B * accum * (be ? be->world : 1));
+    uint32_t global_rows = (uint32_t)(B * accum * W);
     uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
-    if (s == GLM_OK && (!rows || !mine)) s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
+    double *ranks_stats = calloc(3 * (size_t)W, sizeof(double)), *tps_rank = calloc((size_t)W, sizeof(double));
+    if (s == GLM_OK && (!rows || !mine || !ranks_stats || !tps_rank))
+        s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
     int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
     double t_start = glm_now(), run_loss_sum = 0;
     int64_t tokens_total = 0, rows_total = 0, run_losses = 0;
     log_window win = {0};
-    bool tty = isatty(2) && !ts->quiet;
+    bool tty = isatty(2) && !ts->quiet && rank == 0;
+    bool agreed_failure = s != GLM_OK; /* setup failures were agreed: every rank stops by itself */
+    if (s == GLM_OK) be->comm_wait_ms(be, 1);
     while (s == GLM_OK && rs.step < rs.total_steps) {
         double t_step = glm_now();
         uint32_t got;
+        /* the global batch: the loader's position is global and the same on every rank */
         if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
-        /* this rank's rows of the global batch: rank r takes every world-th row */
         int64_t n_global = 0;
         for (uint32_t i = 0; i < got; i++) n_global += glm_loader_row_targets(&rs.data, rows[i]);
         if ((s = glm_lora_zero_grads(rs.lora)) != GLM_OK) break;
-        double loss_sum = 0;
-        int64_t nt_seen = 0;
-        if (n_global == 0) {
+        if (n_global == 0) { /* the same decision on every rank: the batch is global */
             glm_log_warn("step %lld: the batch has no target token; skipped (not logged as loss 0)", (long long)rs.step + 1);
             rs.step++;
             if (rs.step == rs.total_steps) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
             continue;
         }
-        uint32_t n_mine = 0;
-        for (uint32_t i = (uint32_t)be->rank; i < got; i += (uint32_t)be->world) mine[n_mine++] = rows[i];
-        double step_tokens = 0;
-        for (uint32_t m0 = 0, micro = 0; m0 < n_mine && s == GLM_OK; m0 += (uint32_t)B, micro++) {
-            int n = (int)(n_mine - m0 < (uint32_t)B ? n_mine - m0 : (uint32_t)B);
-            glm_batch b = batch_fill(&rs.bb, &rs.data, mine + m0, n);
-            double ls = 0;
-            int64_t k = 0;
-            uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs.step), micro);
-            s = glm_model_step(rs.model, rs.lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
-            loss_sum += ls;
-            nt_seen += k;
-            tokens_total += (int64_t)n * rs.data.T;
-            step_tokens += (double)n * rs.data.T;
-        }
-        if (s != GLM_OK) break;
+        double loss_sum = 0, step_tokens = 0;
+        if ((s = step_passes(&rs, ts, rows, got, mine, n_global, &loss_sum, &step_tokens)) != GLM_OK) break;
+        tokens_total += (int64_t)step_tokens;
         rows_total += got;
         rs.tokens_seen += (int64_t)got * rs.data.T; /* every rank's rows: the global batch */
-        for (int i = 0; i < rs.n_params && s == GLM_OK; i++) s = be->all_reduce(be, rs.params[i].g, rs.params[i].numel);
-        if (s != GLM_OK) break;
-        if (ts->dump_grads && *ts->dump_grads && rs.step == start_step && start_step == 0)
+        /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
+         * takes the same skip / stop decisions below */
+        if ((s = be->all_reduce_host(be, &loss_sum, 1)) != GLM_OK) break;
+        if (ts->dump_grads && *ts->dump_grads && rs.step == start_step && start_step == 0 && rank == 0)
             if ((s = dump_grads(be, ts->dump_grads, rs.params, rs.n_params)) != GLM_OK) break;
         double loss = loss_sum / (double)n_global, gnorm;
+        /* from the all-reduced gradients: the same bits on every rank */
         if ((s = glm_grad_norm(&rs.optim, rs.params, (size_t)rs.n_params, &gnorm)) != GLM_OK) break;
         double lr = glm_lr_at(&rs.sched, rs.step);
         rs.step++;
@@ -680,6 +781,7 @@ glm_status train_run(const train_settings *ts) {
                 s = glm_err(GLM_ERR_NUMERIC, "%lld steps in a row had a non-finite loss or gradient norm; stopping. hint: "
                             "lower --learning-rate, check the data with glmtune inspect, or resume from the last "
                             "checkpoint", (long long)nonfinite_run);
+                agreed_failure = true; /* every rank decided it from the same values */
                 break;
             }
             if (rs.step == rs.total_steps) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
@@ -695,14 +797,32 @@ glm_status train_run(const train_settings *ts) {
         win.targets += n_global;
         win.tokens += step_tokens;
         win.seconds += glm_now() - t_step;
+        win.comm_ms += be->comm_wait_ms(be, 1);
         run_loss_sum += loss;
         run_losses++;
         double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_rows;
         bool last = rs.step == rs.total_steps;
         bool log_now = rs.step % ts->logging_steps == 0 || last || (ts->logging_first_step && rs.step == 1);
         double wloss = win.loss_sum / (double)win.steps, wgnorm = win.gnorm_sum / (double)win.steps;
-        double wtps = win.tokens / (win.seconds > 1e-9 ? win.seconds : 1e-9);
-        if (log_now) {
+        double wtps = win.tokens / (win.seconds > 1e-9 ? win.seconds : 1e-9), comm_share = NAN;
+        if (log_now && W > 1) { /* every rank's tokens, seconds and communication wait, for rank 0's log */
+            memset(ranks_stats, 0, 3 * (size_t)W * sizeof(double));
+            ranks_stats[rank] = win.tokens;
+            ranks_stats[W + rank] = win.seconds;
+            ranks_stats[2 * W + rank] = win.comm_ms / 1e3;
+            if ((s = be->all_reduce_host(be, ranks_stats, 3 * W)) != GLM_OK) break;
+            double tok = 0, sec = 0, comm = 0;
+            for (int r = 0; r < W; r++) {
+                double rs_ = ranks_stats[W + r] > 1e-9 ? ranks_stats[W + r] : 1e-9;
+                tps_rank[r] = ranks_stats[r] / rs_;
+                tok += ranks_stats[r];
+                sec = ranks_stats[W + r] > sec ? ranks_stats[W + r] : sec;
+                comm += ranks_stats[2 * W + r] / rs_;
+            }
+            wtps = tok / (sec > 1e-9 ? sec : 1e-9); /* in total: every rank's tokens over the slowest rank's time */
+            comm_share = comm / W;                  /* mean over the ranks of the step time spent waiting */
+        }
+        if (log_now && rank == 0) {
             glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
             mr.epoch = epoch;
             mr.loss = wloss;
@@ -710,19 +830,26 @@ glm_status train_run(const train_settings *ts) {
             mr.learning_rate = lr;
             mr.target_tokens = win.targets;
             mr.tokens_per_second = wtps;
+            if (W > 1) {
+                mr.tokens_per_second_rank = tps_rank;
+                mr.n_ranks = W;
+                mr.comm_share = comm_share;
+            }
             s = glm_metrics_log(&mx, &mr);
             json_array_append_new(rs.history, history_train(wloss, wgnorm, lr, epoch, rs.step));
         }
-        if (!ts->quiet && (tty || log_now)) { /* on a terminal every step (the window so far), in a log each log */
+        if (!ts->quiet && rank == 0 && (tty || log_now)) { /* on a terminal every step (the window so far), in a log each log */
             double el = glm_now() - t_start, eta = el / (double)(rs.step - start_step) * (double)(rs.total_steps - rs.step);
-            glm_log_status(tty, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s  ETA %.0fs",
-                           (long long)rs.step, (long long)rs.total_steps, epoch, wloss, lr, wgnorm, wtps, eta);
+            char dp[96] = "";
+            if (W > 1 && log_now) snprintf(dp, sizeof dp, " (%d ranks, %.0f/rank, comm %.0f%%)", W, wtps / W, 100 * comm_share);
+            glm_log_status(tty, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s%s  ETA %.0fs",
+                           (long long)rs.step, (long long)rs.total_steps, epoch, wloss, lr, wgnorm, wtps, dp, eta);
         }
         if (log_now) win = (log_window){0};
         if (s == GLM_OK && rs.has_eval && ts->eval_steps > 0 && (rs.step % ts->eval_steps == 0 || last)) {
             double el, t_eval = glm_now();
             s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, &el);
-            if (s == GLM_OK) {
+            if (s == GLM_OK && rank == 0) {
                 double rt = glm_now() - t_eval, rts = rt > 1e-9 ? rt : 1e-9;
                 uint64_t ev_steps = (rs.eval.n_rows + (uint64_t)B - 1) / (uint64_t)B;
                 glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
@@ -737,24 +864,33 @@ glm_status train_run(const train_settings *ts) {
                                                 (double)ev_steps / rts, "epoch", epoch, "step", (json_int_t)rs.step));
                 if (!ts->quiet) glm_log_plain("step %lld: eval loss %.4f, perplexity %.2f", (long long)rs.step, el, exp(el));
             }
+            be->comm_wait_ms(be, 1); /* evaluation's waits are not the training step's */
         }
         if (s == GLM_OK && ((ts->save_steps > 0 && rs.step % ts->save_steps == 0) || last))
             s = save_checkpoint(&rs, ts);
     }
-    glm_log_status_end();
+    if (s != GLM_OK && W > 1 && !agreed_failure) {
+        /* an error on this rank alone: the others may be waiting in a collective; stop them all */
+        glm_log_error("%s; stopping every rank", glm_errmsg());
+        be->comm_abort(be, 1); /* MPI_Abort does not return; NCCL: the launcher stops the others */
+        _exit(1);
+    }
+    if (rank == 0) glm_log_status_end();
     if (s == GLM_OK && rs.step == start_step && rs.step >= rs.total_steps)
         glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs.step, (long long)rs.total_steps);
     if (mx_open) glm_metrics_close(&mx);
-    if (s == GLM_OK && json_array_size(rs.history)) s = plot_history(rs.history, ts->output_dir);
-    if (s == GLM_OK)
+    if (s == GLM_OK && rank == 0 && json_array_size(rs.history)) s = plot_history(rs.history, ts->output_dir);
+    if (s == GLM_OK && rank == 0)
         s = save_final_state(&rs, ts, run_loss_sum, run_losses, glm_now() - t_start, rs.step - start_step, rows_total);
     if (nonfinite_total) glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)nonfinite_total);
     if (s == GLM_OK && !ts->quiet)
-        glm_log_info("done: %lld steps, %lld tokens in %.1f s; adapter checkpoints in %s (export with glmtune "
+        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
                      "export-adapter --checkpoint %s -o DIR)", (long long)(rs.step - start_step), (long long)tokens_total,
-                     glm_now() - t_start, ts->output_dir, ts->output_dir);
+                     W > 1 ? " on this rank" : "", glm_now() - t_start, ts->output_dir, ts->output_dir);
     free(rows);
     free(mine);
+    free(ranks_stats);
+    free(tps_rank);
     teardown(&rs);
     return s;
 }

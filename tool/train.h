@@ -26,6 +26,9 @@ typedef struct train_settings {
     bool use_rslora, quiet, overwrite_output_dir;
     bool rope_inv_freq_bf16;  /* round the RoPE inv_freq table to bf16 (transformers after .to(bfloat16)) */
     char *settings_json;    /* all resolved settings as JSON text (for trainer_state and the log) */
+    bool shard_base;          /* --shard-base: each rank holds 1/world of the frozen base */
+    double comm_timeout;      /* seconds a collective may wait (--comm-timeout / ddp_timeout) */
+    int dry_run_world;        /* --dry-run: the ranks to plan for (--gpus / --nproc; 1 otherwise) */
 } train_settings;
 
 /* Runs (or resumes) a training run. Errors: any glm_status with its message. */

@@ -133,18 +133,20 @@ static void test_llamafactory(const char *yaml) {
     const char *a3[] = {"--config", yaml};
     CHECK(parse_logged(&o, 2, a3, &log) == GLM_OK, "LF yaml: %s", glm_errmsg());
     static const char *const answered[] = {"trust_remote_code", "template", "max_samples", "overwrite_cache",
-                                           "preprocessing_num_workers", "plot_loss", "bf16", "ddp_timeout",
-                                           "report_to", "cutoff_len"};
+                                           "preprocessing_num_workers", "plot_loss", "bf16", "report_to",
+                                           "cutoff_len"};
     for (size_t i = 0; i < sizeof answered / sizeof *answered; i++)
         CHECK(log && count_lines_with(log, answered[i]) == 1, "%s answered once: %s", answered[i], log ? log : "");
-    CHECK(log && count_lines_with(log, "ddp_timeout is not needed: multi-GPU runs use NCCL") == 1, "why: %s", log);
+    CHECK(log && count_lines_with(log, "ddp_timeout") == 0 && o.comm_timeout == 180000000.0,
+          "ddp_timeout is used (the collectives' timeout, comm_timeout): %g", o.comm_timeout);
     free(log);
     glm_opts_free(&o);
     /* speed switches: accepted with one line saying why they are not needed */
     const char *a4[] = {"--enable_liger_kernel", "--use_unsloth", "true", "--flash_attn", "fa2",
                         "--include_num_input_tokens_seen", "--ddp_timeout=9000"};
+    /* (ddp_timeout is used: the collectives' timeout) */
     CHECK(parse_logged(&o, 7, a4, &log) == GLM_OK, "speed switches: %s", glm_errmsg());
-    CHECK(log && count_lines_with(log, "is not needed") == 5 && strstr(log, "enable_liger_kernel is not needed: the "
+    CHECK(log && count_lines_with(log, "is not needed") == 4 && o.comm_timeout == 9000.0 && strstr(log, "enable_liger_kernel is not needed: the "
               "linear + cross-entropy is already chunked"), "answers: %s", log ? log : "");
     free(log);
     glm_opts_free(&o);
