@@ -212,8 +212,14 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
         snprintf(ch.name, sizeof ch.name, "mpirun (%d CPU ranks)", nproc);
         if (!quiet) glm_log_info("starting %d CPU ranks under mpirun", nproc);
         int code = launch_supervise(&ch, 1, 10.0);
-        if (code && code < 128)
-            glm_log_error("the CPU ranks stopped with status %d (mpirun's message above names the rank that failed first)", code);
+        if (code && !g_sig) {
+            if (WIFEXITED(ch.status) && WEXITSTATUS(ch.status) > 128)
+                glm_log_error("the CPU ranks stopped: one was killed by signal %d (%s); mpirun's message above names the rank",
+                              WEXITSTATUS(ch.status) - 128, strsignal(WEXITSTATUS(ch.status) - 128));
+            else
+                glm_log_error("the CPU ranks stopped with status %d (mpirun's message above names the rank that failed first)",
+                              code);
+        }
         free(av[2]);
         free(av);
         return code;

@@ -1,0 +1,99 @@
+#!/bin/bash
+# tests/dist/test_train_kill.sh: failures of a data-parallel run on the CPU over MPI
+# (glmtune train --device cpu --nproc 2):
+#   1. kill -9 of rank 1 mid-run: the run stops (no hang) with a non-zero status and a message
+#      naming rank 1; the last checkpoint is complete: it exports, and the run resumes from it on
+#      2 ranks to the end.
+#   2. SIGINT to glmtune (Ctrl-C): every rank stops, status 130, the message says so, no rank is
+#      left running, the last checkpoint resumes.
+#   3. an error that one rank finds (rank 0 checks the output directory, which holds an earlier
+#      run): every rank stops at once with a non-zero status, rank 0 saying why and rank 1 that it
+#      stops, without waiting for the collective timeout.
+set -euo pipefail
+. "$(dirname "$0")/mpi_env.sh"
+[ -n "${GLMTUNE:-}" ] || { echo "SKIPPED: GLMTUNE not set"; exit 77; }
+[ -d "${GLM_SHARED:-}/fixtures/tiny-glm4" ] || { echo "SKIPPED: ../shared not found (GLM_SHARED=${GLM_SHARED:-})"; exit 77; }
+G=$GLMTUNE
+FIX=$GLM_SHARED/fixtures/tiny-glm4/chatglm
+tmp=$(mktemp -d /tmp/glmkill.XXXXXX)
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+cleanup() { # only the processes this test started, by pid
+    for p in ${PIDS:-}; do kill -9 "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# data: 40 single-document rows
+python3 - "$tmp/rows.jsonl" <<'PY' 2>/dev/null || for i in $(seq 1 40); do echo "{\"input_ids\": [1, $((i % 400 + 2)), 7, 9, 11, 13], \"labels\": [-100, -100, 7, 9, 11, 13]}"; done >"$tmp/rows.jsonl"
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(40):
+        f.write('{"input_ids": [1, %d, 7, 9, 11, 13], "labels": [-100, -100, 7, 9, 11, 13]}\n' % (i % 400 + 2))
+PY
+"$G" tokenize --quiet --seq-len 16 -o "$tmp/shards" "$tmp/rows.jsonl"
+C="--model $FIX --data $tmp/shards --lora-rank 2 --device cpu --nproc 2 --per-device-train-batch-size 1 --logging-steps 50"
+
+# waits (at most $2 s) until the file glob $1 exists
+wait_for() { local t=0; while ! compgen -G "$1" >/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt $(( $2 * 5 )) ] || return 1; done; }
+# alive PID: running (a zombie waiting for its parent counts as ended); waits up to 5 s for it to go
+alive() { local t=0; while [ -e /proc/$1 ] && ! grep -q '^[0-9]* ([^)]*) Z' /proc/$1/stat 2>/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt 25 ] || return 0; done; return 1; }
+rank_pid() { sed -n "s/.*rank $2 of 2: pid \([0-9]*\),.*/\1/p" "$1" | head -1; }
+wait_exit() { # pid, seconds: 0 when it ended in time (its status in $status), 1 when not
+    local t=0
+    while kill -0 "$1" 2>/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt $(( $2 * 5 )) ] || return 1; done
+    set +e; wait "$1"; status=$?; set -e
+    return 0
+}
+
+# 1. kill -9 rank 1
+out=$tmp/run-kill
+"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/kill.log" &
+L=$!; PIDS="$L"
+check 'wait_for "$out/checkpoint-40" 120' "a checkpoint appears"
+r1=$(rank_pid "$tmp/kill.log" 1); r0=$(rank_pid "$tmp/kill.log" 0)
+PIDS="$L $r0 $r1"
+check '[ -n "$r1" ] && [ -n "$r0" ]' "the ranks' pids are logged: $(head -c 2000 "$tmp/kill.log")"
+kill -9 "$r1"
+status=0
+check 'wait_exit $L 60' "the run stops within 60 s after rank 1 was killed"
+check '[ $status -ne 0 ]' "non-zero status after a killed rank (got $status)"
+check '! alive "$r0"' "rank 0 was stopped too"
+check 'grep -q "rank 1" "$tmp/kill.log" && grep -Eq "signal 9|Killed" "$tmp/kill.log"' \
+    "the message names rank 1 and the signal: $(tail -c 1500 "$tmp/kill.log")"
+last=$(ls -d "$out"/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
+check '"$G" export-adapter --checkpoint "$out" -o "$tmp/kill-export" >/dev/null 2>&1' "the last checkpoint exports"
+check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $((last + 3)) --quiet 2>"$tmp/resume1.log"' \
+    "resume on 2 ranks from checkpoint-$last: $(tail -c 1500 "$tmp/resume1.log" 2>/dev/null)"
+check '[ -d "$out/checkpoint-$((last + 3))" ]' "the resumed run reached step $((last + 3))"
+
+# 2. Ctrl-C (SIGINT to glmtune)
+out=$tmp/run-int
+"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/int.log" &
+L=$!; PIDS="$L"
+check 'wait_for "$out/checkpoint-40" 120' "a checkpoint appears"
+r1=$(rank_pid "$tmp/int.log" 1); r0=$(rank_pid "$tmp/int.log" 0)
+PIDS="$L $r0 $r1"
+kill -INT "$L"
+status=0
+check 'wait_exit $L 60' "the run stops within 60 s of SIGINT"
+check '[ $status -eq 130 ]' "status 130 after SIGINT (got $status)"
+check '! alive "$r0" && ! alive "$r1"' "no rank left running"
+check 'grep -q "interrupted" "$tmp/int.log"' "the message says it was interrupted: $(tail -c 1000 "$tmp/int.log")"
+last=$(ls -d "$out"/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
+check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $((last + 2)) --quiet 2>"$tmp/resume2.log"' \
+    "resume after Ctrl-C from checkpoint-$last: $(tail -c 1500 "$tmp/resume2.log" 2>/dev/null)"
+
+# 3. a failure that only rank 0 sees (it checks the output directory): every rank stops at once
+set +e
+timeout 60 "$G" train $C --output-dir "$out" --max-steps 5 --quiet 2>"$tmp/refuse.log"
+status=$?
+set -e
+check '[ $status -ne 0 ] && [ $status -ne 124 ]' "refused without hanging (status $status)"
+check 'grep -q "holds an earlier run" "$tmp/refuse.log" && grep -q "rank 1: error: stopping" "$tmp/refuse.log"' \
+    "rank 0 says why, rank 1 that it stops: $(cat "$tmp/refuse.log")"
+
+echo "test_train_kill: $pass passed, $fail failed"
+[ $fail -eq 0 ] && rm -rf "$tmp"
+[ $fail -eq 0 ]
