@@ -23,6 +23,20 @@ $G train --dry-run --quiet --model "$CFG" --seq-len 65536 --device cuda --max-gp
 check "dry run 64k in 22 GiB: exit 1 ($rc)" test $rc = 1
 check "... says it does not fit" has "$T/p64" "does NOT fit"
 check "... and what to change" has "$T/p64" "shorter --seq-len"
+# --shard-base over 4 ranks of 24 GB: each holds a quarter of the base; 32k fits (it does not unsharded)
+$G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --shard-base --gpus 4 >"$T/s32" 2>&1; rc=$?
+check "--shard-base --gpus 4, 32k in 22 GiB: exit 0 ($rc)" test $rc = 0
+check "... says 4 ranks" has "$T/s32" "data parallel: 4 ranks"
+check "... shows the shard and the gather slots" has "$T/s32" "this rank holds 1/4 of every base matrix (4.42 GiB)"
+check "... the weights with the slots" has "$T/s32" "weights 6.34 (shard + gather slots)"
+$G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --gpus 4 >"$T/u32" 2>&1; rc=$?
+check "unsharded 32k in 22 GiB: exit 1 ($rc)" test $rc = 1
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 --shard-base --gpus 2 >"$T/s8" 2>&1; rc=$?
+check "--shard-base --gpus 2, 8k in 22 GiB: exit 0 ($rc)" test $rc = 0
+check "... 1/2 of the base" has "$T/s8" "this rank holds 1/2 of every base matrix"
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 --gpus 0,x >"$T/ug" 2>&1; rc=$?
+check "--gpus 0,x: exit 2 ($rc)" test $rc = 2
+check "... says what --gpus takes" has "$T/ug" "list of device ids"
 # an H200-sized budget keeps every activation at 8k; full checkpointing asked for is honoured
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 >"$T/p137" 2>&1
 check "137 GiB at 8k: keep all" has "$T/p137" "layers 0-39: keep all activations"

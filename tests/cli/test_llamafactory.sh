@@ -32,7 +32,8 @@ for y in "$S"/llamafactory-configs/*.yaml; do
     # every key of the file: used (resolved settings, from config or the overriding command line) or answered once
     for k in $(grep -o '^[a-z_0-9]*:' "$y" | tr -d ':'); do
         case $k in
-            model_name_or_path) used=model;; dataset) used=data;; cutoff_len) used=seq_len;; *) used=$k;;
+            model_name_or_path) used=model;; dataset) used=data;; cutoff_len) used=seq_len;; ddp_timeout) used=comm_timeout;;
+            *) used=$k;;
         esac
         if grep -q "^  $used  *=.*(config)\|^  $used  *=.*(command line)" "$T/$name.log"; then
             pass=$((pass + 1))

@@ -43,6 +43,8 @@ PY
       --data "$out/cli/$layout-shards" --output-dir "$out/cli/$layout-cpu" $(cat "$root/tests/gpu/cli_flags.txt") \
       --dump-grads "$out/cli/$layout-cpu-grads.safetensors"
 done
+# (libmpi and its Open MPI libraries are copied: glmtune links MPI, which it only initialises
+# under mpirun / --nproc; the --gpus workers use NCCL)
 skip='^(libopenblas|libgfortran|libquadmath|libsentencepiece|libpcre2-8|libjansson|linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas\.|libcublasLt\.|libnccl\.)'
 for b in "$out"/bin/*; do
   ldd "$b" | awk '$3 ~ /^\// {print $1, $3}'
@@ -50,6 +52,8 @@ done | sort -u | while read -r name path; do
   if ! [[ $name =~ $skip ]]; then cp -L "$path" "$out/lib/$name"; fi
 done
 cp -r "$shared/fixtures/tiny-glm4" "$out/shared/fixtures/"
+# tests/gpu/multi.sh: the 9B shape's config for init-model
+mkdir -p "$out/shared/glm4-tokenizer" && cp "$shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json" "$out/shared/glm4-tokenizer/"
 mkdir -p "$out/shared/bench" && cp "$shared/bench/hf_bench.py" "$out/shared/bench/"
 echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.device' || echo -dirty)" >"$out/COMMIT"
 du -sh "$out" "$out"/*
