@@ -6,7 +6,9 @@
 #      2 ranks to the end.
 #   2. SIGINT to glmtune (Ctrl-C): every rank stops, status 130, the message says so, no rank is
 #      left running, the last checkpoint resumes.
-#   3. an error that one rank finds (rank 0 checks the output directory, which holds an earlier
+#   3. a rank that stops answering (SIGSTOP): the others' collective times out (--comm-timeout 3),
+#      the error names the rank and the call, and every rank is stopped (MPI_Abort);
+#   4. an error that one rank finds (rank 0 checks the output directory, which holds an earlier
 #      run): every rank stops at once with a non-zero status, rank 0 saying why and rank 1 that it
 #      stops, without waiting for the collective timeout.
 set -euo pipefail
@@ -85,7 +87,24 @@ last=$(ls -d "$out"/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
 check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $((last + 2)) --quiet 2>"$tmp/resume2.log"' \
     "resume after Ctrl-C from checkpoint-$last: $(tail -c 1500 "$tmp/resume2.log" 2>/dev/null)"
 
-# 3. a failure that only rank 0 sees (it checks the output directory): every rank stops at once
+# 3. a rank that stops answering (SIGSTOP: alive, silent): the other's collective times out after
+#    --comm-timeout, names its rank and the call, and stops every rank (MPI_Abort): no silent hang
+out=$tmp/run-stop
+"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --comm-timeout 3 2>"$tmp/stop.log" &
+L=$!; PIDS="$L"
+check 'wait_for "$out/checkpoint-20" 120' "a checkpoint appears"
+r1=$(rank_pid "$tmp/stop.log" 1); r0=$(rank_pid "$tmp/stop.log" 0)
+PIDS="$L $r0 $r1"
+kill -STOP "$r1"
+status=0
+check 'wait_exit $L 60' "the run stops within 60 s when rank 1 stops answering"
+kill -CONT "$r1" 2>/dev/null || true
+check '[ $status -ne 0 ]' "non-zero status (got $status)"
+check 'grep -q "rank 0 of 2: MPI_Iallreduce .* did not complete within 3 s" "$tmp/stop.log" && grep -q "stopping every rank" "$tmp/stop.log"' \
+    "rank 0 names itself, the call and the timeout: $(grep -i "error" "$tmp/stop.log" | head -5)"
+check '! alive "$r0" && ! alive "$r1"' "no rank left running"
+
+# 4. a failure that only rank 0 sees (it checks the output directory): every rank stops at once
 set +e
 timeout 60 "$G" train $C --output-dir "$out" --max-steps 5 --quiet 2>"$tmp/refuse.log"
 status=$?
