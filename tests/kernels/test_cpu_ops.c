@@ -354,6 +354,23 @@ static void test_misc(void) {
     CHECK(back[0] == 0 && back[24] == 0, "zero");
     be->free(be, p);
     CHECK(be->all_reduce(be, x, 4) == GLM_OK && be->world == 1, "all_reduce is a no-op on cpu");
+    { /* the communication ops with one rank: local */
+        float src[5] = {1, 2, 3, 4, 5}, dst[5] = {0}, keep[5];
+        memcpy(keep, src, sizeof keep);
+        int req = 7;
+        CHECK(be->all_reduce_start(be, src, 5, &req) == GLM_OK && req < 0 && !memcmp(src, keep, sizeof keep),
+              "world 1: all_reduce_start leaves the data and gives no request");
+        CHECK(be->all_gather_start(be, dst, src, sizeof src, &req) == GLM_OK && be->comm_wait(be, req) == GLM_OK &&
+                  !memcmp(dst, src, sizeof src), "world 1: all_gather copies the shard");
+        memset(dst, 0, sizeof dst);
+        CHECK(be->sendrecv(be, src, 0, dst, 0, sizeof src) == GLM_OK && !memcmp(dst, src, sizeof src), "world 1: sendrecv to itself");
+        CHECK(be->sendrecv(be, src, 1, dst, 0, 4) == GLM_ERR_ARG, "world 1: rank 1 does not exist");
+        double h = 2.5;
+        CHECK(be->all_reduce_host(be, &h, 1) == GLM_OK && h == 2.5 && be->comm_sync(be) == GLM_OK, "world 1: host sum");
+        be->comm_progress(be);
+        be->comm_abort(be, 1); /* returns with one rank */
+        CHECK(be->comm_wait_ms(be, 1) >= 0, "wait time");
+    }
     float bias[3] = {1, 2, 3}, yb[6] = {0};
     be->add_bias(be, yb, 3, bias, 2, 3);
     CHECK(yb[4] == 2 && yb[5] == 3, "add_bias");

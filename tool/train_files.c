@@ -1,0 +1,208 @@
+/* tool/train_files.c: the output directory, resume and --dry-run side of `glmtune train`
+ * (tool/train_files.h, tool/train.h). */
+#define _GNU_SOURCE
+#include "tool/train_files.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fileio.h"
+#include "common/log.h"
+#include "dataset/loader.h"
+#include "kernels/backend.h"
+#include "lora/checkpoint.h"
+#include "lora/config.h"
+#include "lora/lora.h"
+#include "lora/metrics.h"
+#include "lora/plan.h"
+
+/* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
+ * would mix with the new ones), unless --overwrite-output-dir clears them. */
+glm_status train_check_output_dir(const train_settings *ts) {
+    if (ts->resume) return GLM_OK;
+    char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
+    int64_t step = -1;
+    glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
+    char *tstate = glm_path_join(ts->output_dir, "trainer_state.json");
+    bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics) || glm_is_file(tstate));
+    free(tstate);
+    if (earlier && !ts->overwrite_output_dir) {
+        s = glm_err(GLM_ERR_ARG, "%s holds an earlier run (%s); hint: --resume-from-checkpoint to continue it, "
+                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->output_dir,
+                    ckpt ? ckpt : "metrics.jsonl");
+    } else if (earlier) {
+        DIR *d = opendir(ts->output_dir);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
+                strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
+                strcmp(e->d_name, "trainer_state.json"))
+                continue;
+            char *p = glm_path_join(ts->output_dir, e->d_name);
+            glm_rmtree(p);
+            free(p);
+        }
+        if (d) closedir(d);
+        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->output_dir);
+    }
+    free(ckpt);
+    free(metrics);
+    return s;
+}
+
+/* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
+ * a checkpoint directory; or another output directory (its newest checkpoint). */
+glm_status train_resume_path(const train_settings *ts, char **path) {
+    const char *r = ts->resume;
+    int64_t step;
+    const char *dir = r;
+    if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) {
+        dir = ts->output_dir;
+    } else {
+        if (glm_ckpt_is_dir(r)) {
+            *path = strdup(r);
+            return GLM_OK;
+        }
+    }
+    GLM_TRY(glm_ckpt_latest(dir, path, &step));
+    if (!*path)
+        return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
+                       "directory, or start afresh without --resume-from-checkpoint (with --overwrite-output-dir "
+                       "when the directory holds an earlier run)", dir);
+    return GLM_OK;
+}
+
+/* Resuming with other settings than the checkpoint's is allowed but said, setting by setting. */
+void train_warn_changed_settings(const json_t *saved, const json_t *now) {
+    static const char *const keys[] = {
+        "model", "data", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+        "lr_scheduler_type", "warmup_steps", "warmup_ratio", "min_lr", "weight_decay", "adam_beta1", "adam_beta2",
+        "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "lora_rank", "lora_alpha",
+        "lora_dropout", "lora_target", "use_rslora", "seq_len", "rope_theta", "rope_inv_freq_dtype"};
+    if (!json_is_object(saved) || !json_is_object(now)) return;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *a = json_object_get(saved, keys[i]), *b = json_object_get(now, keys[i]);
+        if (!a || !b || json_equal(a, b)) continue;
+        char *sa = json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT), *sb = json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT);
+        glm_log_warn("resuming with %s = %s; the checkpoint was trained with %s", keys[i], sb ? sb : "?", sa ? sa : "?");
+        free(sa);
+        free(sb);
+    }
+}
+
+/* loss_curve.svg in the output directory from the logged history (train and eval loss). */
+glm_status train_plot_history(const json_t *hist, const char *dir) {
+    size_t n = json_array_size(hist), nt = 0, ne = 0;
+    int64_t *ts_ = malloc(sizeof(int64_t) * (n + 1)), *es = malloc(sizeof(int64_t) * (n + 1));
+    double *tl = malloc(sizeof(double) * (n + 1)), *el = malloc(sizeof(double) * (n + 1));
+    if (!ts_ || !es || !tl || !el) {
+        free(ts_), free(es), free(tl), free(el);
+        return glm_err(GLM_ERR_NOMEM, "out of memory (loss curve)");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = json_array_get(hist, i);
+        int64_t step = json_integer_value(json_object_get(r, "step"));
+        if (json_object_get(r, "loss")) ts_[nt] = step, tl[nt++] = json_number_value(json_object_get(r, "loss"));
+        if (json_object_get(r, "eval_loss")) es[ne] = step, el[ne++] = json_number_value(json_object_get(r, "eval_loss"));
+    }
+    char *p = glm_path_join(dir, "loss_curve.svg");
+    glm_status s = glm_plot_loss_svg(p, ts_, tl, nt, es, el, ne);
+    free(p);
+    free(ts_);
+    free(es);
+    free(tl);
+    free(el);
+    return s;
+}
+
+/* The backend --device asks for: auto is CUDA when a GPU is present, else the CPU. */
+static glm_status pick_backend(const train_settings *ts, const glm_backend **out) {
+    const glm_backend *be = NULL;
+#ifdef GLMTUNE_HAVE_CUDA
+    int want_cuda = !strcmp(ts->device, "cuda");
+    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0;
+    if (want_cuda) {
+        glm_status cst = GLM_OK;
+        be = glm_backend_cuda(0, &cst);
+        if (!be) return glm_err_context(cst, "--device %s", ts->device);
+    }
+#endif
+    if (!be && (!strcmp(ts->device, "cpu") || !strcmp(ts->device, "auto"))) be = glm_backend_cpu();
+    else if (!be)
+        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend (built without "
+                       "nvcc); hint: --device cpu", ts->device);
+    *out = be;
+    return GLM_OK;
+}
+
+glm_status train_dry_run(const train_settings *ts, int *fits) {
+    glm_config cfg;
+    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    int64_t T = ts->seq_len;
+    if (ts->data && *ts->data) {
+        glm_loader l;
+        GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
+        T = l.T;
+        glm_loader_close(&l);
+    }
+    if (T <= 0) return glm_err(GLM_ERR_ARG, "--dry-run needs the row length: --data SHARDS or --seq-len T");
+    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+                          ts->lora_target};
+    glm_lora_info li;
+    GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
+    /* the device the run would use: --device cpu plans host memory in fp32; cuda (or auto with a
+     * GPU) plans bf16 on the GPU's free memory; without a GPU here, --max-gpu-memory names the card */
+    int cpu = !strcmp(ts->device, "cpu");
+#ifdef GLMTUNE_HAVE_CUDA
+    int have_gpu = glm_cuda_device_count() > 0;
+#else
+    int have_gpu = 0;
+#endif
+    if (!strcmp(ts->device, "auto") && !have_gpu && !(ts->max_gpu_gib > 0)) cpu = 1;
+    const glm_backend *be = NULL;
+    char devname[320] = "";
+    double budget = 0, fr_gib = 0, tot_gib = 0;
+    if (cpu || have_gpu) {
+        GLM_TRY(pick_backend(ts, &be));
+        size_t fr = 0, tot = 0, use = 0, peak = 0;
+        be->mem_info(be, &fr, &tot, &use, &peak);
+        budget = (double)fr + (double)use - 1073741824.0;
+        fr_gib = fr / 1073741824.0;
+        tot_gib = tot / 1073741824.0;
+#ifdef GLMTUNE_HAVE_CUDA
+        if (!strcmp(be->name, "cuda")) snprintf(devname, sizeof devname, "%s", glm_cuda_device_name(0));
+#endif
+        if (!devname[0]) snprintf(devname, sizeof devname, "cpu (host memory)");
+    } else if (!(ts->max_gpu_gib > 0)) {
+        return glm_err(GLM_ERR_ARG, "--dry-run --device %s: there is no GPU here to read the free memory from; hint: "
+                       "--max-gpu-memory GiB plans for a card of that size (22 for a 24 GB card)", ts->device);
+    } else {
+        snprintf(devname, sizeof devname, "a CUDA GPU (none here: planned from --max-gpu-memory)");
+    }
+    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
+    int eb = cpu ? 4 : 2;
+    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1;
+    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0};
+    glm_plan p;
+    glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
+    printf("device: %s", devname);
+    if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
+    printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
+    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d on %lld parameters\n", ts->model, cfg.L, cfg.C, cfg.F, cfg.V,
+           li.r, (long long)li.params);
+    if (W > 1)
+        printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank)%s\n", W,
+               (long long)ts->per_device_train_batch_size, ts->shard_base ? "; --shard-base" : "");
+    else if (ts->shard_base)
+        printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
+    glm_plan_print(&p, &cfg, stdout);
+    printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+#ifdef GLMTUNE_HAVE_CUDA
+    if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+    *fits = p.fits;
+    return GLM_OK;
+}
+
