@@ -13,7 +13,9 @@
  * The NCCL unique id (CUDA, world > 1) comes from the launcher (GLMTUNE_NCCL_ID), or from rank 0
  * by MPI_Bcast under an MPI launcher, or through a file on a shared filesystem
  * (GLMTUNE_NCCL_ID_FILE, written atomically by rank 0 with the run's key, read by the others).
- * CPU ranks talk over MPI only: world > 1 on the CPU needs an MPI launcher. */
+ * CPU ranks talk over MPI only: world > 1 on the CPU needs an MPI launcher.
+ * Verified in CI: the CPU ranks under mpirun. The CUDA paths (the NCCL id from the launcher, MPI
+ * or a shared file; glm_backend_cuda_dist) are compiled but have not yet run on several GPUs. */
 #ifndef GLM_TOOL_DIST_H
 #define GLM_TOOL_DIST_H
 

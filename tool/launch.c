@@ -208,7 +208,13 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
         av[k++] = "train";
         for (int i = 0; i < argc; i++) av[k++] = argv[i];
         av[k] = NULL;
-        launch_child ch = {.argv = av};
+        /* Open MPI on one machine: no single-copy kernel mechanism unless the user chose one
+         * (containers forbid the ptrace-based CMA it uses by default, and then every large
+         * message fails) */
+        char *env[2] = {NULL, NULL};
+        if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
+            env[0] = "OMPI_MCA_btl_vader_single_copy_mechanism=none";
+        launch_child ch = {.argv = av, .env = env};
         snprintf(ch.name, sizeof ch.name, "mpirun (%d CPU ranks)", nproc);
         if (!quiet) glm_log_info("starting %d CPU ranks under mpirun", nproc);
         int code = launch_supervise(&ch, 1, 10.0);

@@ -9,7 +9,10 @@
  * --device cpu --nproc N: one child, `mpirun -np N <this binary> train <the same arguments>`: CPU
  *   ranks talk over MPI, so MPI starts them (mpirun names a rank that dies; this supervisor adds
  *   its own line and stops mpirun when interrupted).
- * A worker recognises itself by those variables (or an MPI launcher's) and trains. */
+ * A worker recognises itself by those variables (or an MPI launcher's) and trains.
+ * Verified: the --nproc path end to end in CI (tests/dist/test_train_kill.sh); the supervision
+ * itself with ordinary programs as workers (tests/dist/test_launch.c). The --gpus path with real
+ * GPU workers and NCCL is compiled but has not yet run (tests/gpu/multi.sh is its check). */
 #ifndef GLM_TOOL_LAUNCH_H
 #define GLM_TOOL_LAUNCH_H
 
