@@ -4,12 +4,13 @@
 # usage: tests/bench/bench_tokenizer.sh [BUILD_DIR] [SHARED_DIR]
 #   BUILD_DIR  holds tests/tokenize/bench_tokenizer (default: build; `ninja -C BUILD_DIR bench_tokenizer`)
 #   SHARED_DIR the shared fixtures folder (default: $GLM_SHARED or ../shared)
-# Texts: (a) every JSON string value of SHARED_DIR/corpora joined by newlines, (b) (a) repeated
-# to ~20 MB. Rows: one call over the whole text on 1 thread (both tools: glm_tokenizer_encode /
-# tiktoken encode_ordinary), then ~1 MiB chunks over 1 and 2 threads (bench_tokenizer threads /
-# tiktoken encode_ordinary_batch). MB = 1e6 input bytes; best of runs lasting >= MIN_TIME s each
-# (env MIN_TIME, default 2). The "ids" column must agree between the tools on whole-text rows
-# (same count and FNV-1a hash of the ids), else the script fails.
+# Texts: zh = every string of corpora/llamafactory/alpaca_zh_demo.json (Chinese), en = the same
+# for alpaca_en_demo.json (English), mixed = every JSON string value of SHARED_DIR/corpora joined
+# by newlines, mixed-xN = that repeated to ~20 MB. Rows: one call over the whole text on 1 thread
+# (both tools: glm_tokenizer_encode / tiktoken encode_ordinary), then ~1 MiB chunks over 1 and 2
+# threads (bench_tokenizer threads / tiktoken encode_ordinary_batch). MB = 1e6 input bytes; best of
+# runs lasting >= MIN_TIME s each (env MIN_TIME, default 2). The "ids" column must agree between
+# the tools on whole-text rows (same count and FNV-1a hash of the ids), else the script fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,14 +23,14 @@ bench=$build/tests/tokenize/bench_tokenizer
 [ -d "$shared/corpora" ] || { echo "bench_tokenizer.sh: $shared/corpora not found" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 "$here/bench_tiktoken.py" prepare "$shared/corpora" "$tmp/corpus.txt" "$tmp/corpus20.txt"
+python3 "$here/bench_tiktoken.py" prepare "$shared/corpora" "$tmp/mixed.txt" "$tmp/mixed20.txt" "$tmp/zh.txt" "$tmp/en.txt"
 tok="$shared/glm4-tokenizer"
-for t in corpus corpus20; do
-  label=$t; [ $t = corpus20 ] && label=corpus-x$(( $(stat -c %s "$tmp/corpus20.txt") / $(stat -c %s "$tmp/corpus.txt") ))
+for t in zh en mixed mixed20; do
+  label=$t; [ $t = mixed20 ] && label=mixed-x$(( $(stat -c %s "$tmp/mixed20.txt") / $(stat -c %s "$tmp/mixed.txt") ))
   "$bench" --tokenizer "$tok" --text "$tmp/$t.txt" --label "$label" --threads "$threads" --min-time "$min_time" 2>/dev/null
   python3 "$here/bench_tiktoken.py" run "$tok" "$tmp/$t.txt" "$label" "$threads" "$min_time"
 done > "$tmp/results.txt"
-sizes="corpus $(stat -c %s "$tmp/corpus.txt") bytes, corpus-xN $(stat -c %s "$tmp/corpus20.txt") bytes"
+sizes="zh $(stat -c %s "$tmp/zh.txt") bytes, en $(stat -c %s "$tmp/en.txt") bytes, mixed $(stat -c %s "$tmp/mixed.txt") bytes, mixed-xN $(stat -c %s "$tmp/mixed20.txt") bytes"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; texts: $sizes"
 echo
 awk '
