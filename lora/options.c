@@ -119,6 +119,9 @@ static const struct {
     {"dataset_dir", "give the tokenized shards with data"},
     {"max_samples", "select samples when tokenizing"},
     {"val_size", "give evaluation shards with eval-data"},
+    {"train_on_prompt", "targets are chosen when tokenizing (glmtune tokenize --config)"},
+    {"mask_history", "targets are chosen when tokenizing (glmtune tokenize --config)"},
+    {"tokenized_path", "glmtune tokenize --config writes the shards there; give them with data"},
     {"per_device_eval_batch_size", "evaluation uses the training micro-batch size"},
     {"eval_strategy", "evaluation runs every eval-steps"},
     {"evaluation_strategy", "evaluation runs every eval-steps"},
@@ -338,11 +341,7 @@ static glm_status yaml_special(glm_train_opts *o, const char *path, int line, co
                        "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)",
                        path, line, val);
     }
-    if (strcmp(key, "stage") == 0) {
-        if (strcmp(val, "sft") == 0 || strcmp(val, "pt") == 0) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: stage: %s is not supported; glmtune does supervised "
-                                            "fine-tuning (sft) only", path, line, val);
-    }
+    if (strcmp(key, "stage") == 0) return glm_stage_check(val, path, line);
     if (strcmp(key, "do_train") == 0) {
         if (parse_bool(val, &b) && b) return GLM_OK;
         return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: do_train: %s: `glmtune train` always trains", path, line, val);
@@ -366,6 +365,37 @@ static glm_status yaml_special(glm_train_opts *o, const char *path, int line, co
         }
     *handled = false;
     return GLM_OK;
+}
+
+glm_status glm_stage_check(const char *stage, const char *path, int line) {
+    static const struct {
+        const char *stage, *what;
+    } refused[] = {
+        {"rm", "reward-model training (a value head scored on chosen/rejected pairs)"},
+        {"ppo", "PPO reinforcement learning (a reward model, rollouts and a value head)"},
+        {"dpo", "DPO preference optimisation (chosen/rejected pairs and a reference model)"},
+        {"kto", "KTO preference optimisation (desirable/undesirable labels and a reference model)"},
+    };
+    if (!strcmp(stage, "sft") || !strcmp(stage, "pt")) return GLM_OK;
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (!strcmp(stage, refused[i].stage))
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: stage: %s is refused: it is %s, and glmtune trains "
+                           "LoRA with the causal language-model loss only; hint: use stage: sft (chat "
+                           "data) or stage: pt (plain text), or LLaMA-Factory for %s", path, line, stage,
+                           refused[i].what, stage);
+    return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: stage: %s is not a LLaMA-Factory stage glmtune knows; hint: "
+                   "use sft (chat data) or pt (plain text)", path, line, stage);
+}
+
+bool glm_opts_known_key(const char *key) {
+    static const char *const special[] = {"fp16", "stage", "do_train", "finetuning_type", "quantization_bit",
+                                          "use_dora", "pissa_init"};
+    if (find_opt(key) >= 0) return true;
+    for (size_t i = 0; i < N_IGNORED; i++)
+        if (!strcmp(key, k_ignored[i].key)) return true;
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        if (!strcmp(key, special[i])) return true;
+    return false;
 }
 
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {

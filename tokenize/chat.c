@@ -31,6 +31,9 @@ static glm_status check_message(json_t *m, size_t i) {
     json_t *tools = json_object_get(m, "tools");
     if (tools && !json_is_array(tools) && !json_is_null(tools))
         return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"tools\" must be a list", i, json_string_value(role));
+    json_t *loss = json_object_get(m, "loss");
+    if (loss && !json_is_boolean(loss) && !json_is_null(loss))
+        return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"loss\" must be true or false", i, json_string_value(role));
     return GLM_OK;
 }
 
@@ -165,7 +168,10 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
             break;
         }
         const char *role = json_string_value(json_object_get(m, "role"));
-        int counted = !strcmp(role, "assistant") && (train_on == GLM_TRAIN_ALL || i == last_asst);
+        json_t *flag = json_object_get(m, "loss");
+        int counted = json_is_boolean(flag) ? json_is_true(flag)
+                      : !strcmp(role, "assistant") ? !(train_on & GLM_TRAIN_LAST) || i == last_asst
+                                                   : (train_on & GLM_TRAIN_PROMPT) != 0;
         size_t add = one.n - prefix.n;
         if ((st = glm_vec_reserve(*ids, add)) != GLM_OK || (st = glm_vec_reserve(*targets, add)) != GLM_OK) break;
         for (size_t k = prefix.n; k < one.n; k++) {
@@ -180,6 +186,28 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
     }
     free(prefix.v);
     free(one.v);
+    if (st != GLM_OK) {
+        ids->n = n0;
+        targets->n = t0;
+    }
+    return st;
+}
+
+glm_status glm_text_encode(const glm_tokenizer *tok, const glm_template *tpl, const char *text, size_t len,
+                           glm_u32vec *ids, glm_u8vec *targets) {
+    if (!tok || !tpl || !ids || !targets) return glm_err(GLM_ERR_ARG, "glm_text_encode: NULL argument");
+    int64_t eos = glm_tokenizer_eos_id(tok);
+    if (eos < 0)
+        return glm_err(GLM_ERR_MISMATCH, "%s: the tokenizer has no end-of-text token to end a pretraining "
+                       "document; hint: set \"eos_token\" in tokenizer_config.json", glm_tokenizer_path(tok));
+    size_t n0 = ids->n, t0 = targets->n;
+    glm_status st = render_ids(tok, tpl, NULL, ids); /* the prefix */
+    size_t np = ids->n - n0;
+    if (st == GLM_OK) st = glm_tokenizer_encode(tok, text, len, ids);
+    if (st == GLM_OK) st = glm_vec_push(*ids, (uint32_t)eos);
+    if (st == GLM_OK) st = glm_vec_reserve(*targets, ids->n - n0);
+    if (st == GLM_OK)
+        for (size_t i = n0; i < ids->n; i++) targets->v[targets->n++] = (uint8_t)(i - n0 >= np && i > n0);
     if (st != GLM_OK) {
         ids->n = n0;
         targets->n = t0;
