@@ -368,7 +368,7 @@ static inline int walk(const glm_bpe_bt *bt, const uint8_t *s, size_t n, cand *c
         base = c[nx].base;
         /* branch-free: whether a node ends a token is hard to predict */
         int tok = (uint32_t)base >> 31;
-        uint32_t dv = tok ? c[nx].dv : 0;
+        uint32_t dv = c[nx].dv & (0u - (uint32_t)tok); /* 0 when not a token, without a branch */
         cs[nc] = (cand){c[nx].rank, dv, (uint32_t)(i + 1)};
         __builtin_prefetch(bt->ps + dv);
         __builtin_prefetch(bt->ps + dv + 4);
@@ -464,6 +464,8 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
             }
         }
     }
+    pstate *fit = realloc(bt->ps, (np ? np : 1) * sizeof *bt->ps); /* give back what was not used */
+    if (fit) bt->ps = fit;
     if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done;
     for (size_t i = 0; i < n_reach; i++) { /* the longest reachable proper prefix of each token */
         cand cs[MAX_CANDS];
@@ -495,6 +497,22 @@ done:
 
 /* ------------------------------------------------------------------------- encoding */
 
+/* Could a's state r and c's state l both be current, with a straddling token that ranks low
+ * enough (a lower bound says) and is not longer than the walk at a's start went? 0/1 without
+ * branches. */
+static inline int may_cross(const pstate *r, const pstate *l, int sh, uint32_t a_len, uint32_t a_depth) {
+    uint32_t q = (uint32_t)(r->q > l->q ? r->q : l->q) << sh;
+    return (r->lo <= l->hi) & (l->lo < r->hi) & (q < r->m) & (q <= l->m) &
+           ((r->len != a_len) | (a_len + l->len <= a_depth));
+}
+
+/* Is the straddling string of states r and l (a's rightmost part + c's leftmost part around
+ * `at`) a token that merges before either side's next merge? */
+static inline int crosses(const glm_bpe *b, const pstate *r, const pstate *l, const uint8_t *at) {
+    uint32_t x = lookup(b, at - r->len, (size_t)r->len + l->len);
+    return x < r->m && x <= l->m;
+}
+
 /* Is (a, c) a valid pair, a's bytes ending and c's starting at `at` in the text? a_dv, c_dv: their
  * blocks in ps; a_len: a's length; a_depth: the depth of the trie walk at a's start (no token
  * starting there is longer).
@@ -511,17 +529,24 @@ static inline int valid_pair(const glm_bpe *b, uint32_t a_dv, uint32_t a_len, ui
     const pstate *A = bt->ps + a_dv, *C = bt->ps + c_dv;
     const pstate *r0 = A + 1, *r1 = r0 + A->nr, *l0 = C + 1 + C->nr, *l1 = l0 + C->nl;
     const int sh = bt->bound_shift;
+    size_t nl = (size_t)(l1 - l0);
+    if ((size_t)(r1 - r0) * nl > 64) { /* long tokens: pair by pair */
+        for (const pstate *r = r0; r < r1; r++)
+            for (const pstate *l = l0; l < l1; l++)
+                if (may_cross(r, l, sh, a_len, a_depth) && crosses(b, r, l, at)) return 0;
+        return 1;
+    }
+    /* First which (r, l) need a lookup, without branches (hard to predict, mostly none), then
+     * the lookups. */
+    uint64_t need = 0;
+    unsigned k = 0;
     for (const pstate *r = r0; r < r1; r++)
-        for (const pstate *l = l0; l < l1; l++) {
-            /* both current at some point; some straddling token could rank low enough; and it
-             * is not longer than the walk at a's start went (computed without branches) */
-            uint32_t q = (uint32_t)(r->q > l->q ? r->q : l->q) << sh;
-            int need = (r->lo <= l->hi) & (l->lo < r->hi) & (q < r->m) & (q <= l->m) &
-                       ((r->len != a_len) | (a_len + l->len <= a_depth));
-            if (!need) continue;
-            uint32_t x = lookup(b, at - r->len, (size_t)r->len + l->len);
-            if (x < r->m && x <= l->m) return 0; /* it merges first: not a valid pair */
-        }
+        for (const pstate *l = l0; l < l1; l++, k++) need |= (uint64_t)may_cross(r, l, sh, a_len, a_depth) << k;
+    while (need) {
+        unsigned i = (unsigned)__builtin_ctzll(need);
+        need &= need - 1;
+        if (crosses(b, r0 + i / nl, l0 + i % nl, at)) return 0;
+    }
     return 1;
 }
 
