@@ -11,7 +11,7 @@
  *     result.
  *
  * Pieces of 13..BT_MAX_PIECE bytes that are not a token go to the backtracking encoder
- * (bpe_backtrack.c), which gives the same ids several times faster on Chinese text.
+ * (bpe_backtrack.c), which gives the same ids about twice as fast as the heap on Chinese text.
  *
  * The split itself (the regex, its hand-written fast paths and how PCRE2's Unicode tables are
  * made to agree with the reference's) is in bpe_split.c. */

@@ -16,7 +16,7 @@ typedef struct glm_bpe glm_bpe;
 extern const char glm_bpe_glm4_pattern[];
 
 /* The pattern actually compiled: glm_bpe_glm4_pattern with \p{L}, \p{N} and \s spelled out
- * so that PCRE2 10.42's Unicode tables agree with tiktoken's (see bpe.c). */
+ * so that PCRE2 10.42's Unicode tables agree with tiktoken's (see bpe_split.c). */
 const char *glm_bpe_pcre2_pattern(void);
 
 /* True when `data` looks like a tiktoken BPE file: its first line matches

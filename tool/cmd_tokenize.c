@@ -677,12 +677,12 @@ static int tokenize_main(tok_opts *op) {
     glm_status s = GLM_OK;
     glm_tokenizer *tok = NULL;
     glm_template *tpl = NULL;
-    if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) {
-        if (o.cfg.model && o.tokenizer_path == o.cfg.model && !glm_is_dir(o.tokenizer_path))
-            glm_err_context(s, "model_name_or_path in %s; hint: glmtune reads a local model folder: "
-                            "give it with --model_name_or_path DIR (or --tokenizer DIR)", o.config_path);
-        return cli_fail(s);
-    }
+    if (o.tokenizer_path && o.tokenizer_path == o.cfg.model && !glm_is_dir(o.tokenizer_path) &&
+        !glm_is_file(o.tokenizer_path))
+        return cli_fail(glm_err(GLM_ERR_ARG, "%s: model_name_or_path %s is not a local folder (a hub id?): glmtune "
+                                "reads the tokenizer from the model's folder; hint: override it with "
+                                "--model_name_or_path DIR (or --tokenizer DIR)", o.config_path, o.tokenizer_path));
+    if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
     if (o.encode || o.decode) {
         rc = tokenize_stdio(tok, o.encode);
         glm_tokenizer_free(tok);
