@@ -125,7 +125,13 @@ static void dump(sbuf *b, json_t *v, int indent, int level) {
         else puts_(b, glm_py_float_repr(d, num));
         break;
     }
-    case JSON_STRING: put_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING: {
+        const char *t;
+        size_t tn;
+        if (glm_json_numtext(v, NULL, &t, &tn)) put(b, t, tn); /* a number jansson cannot hold */
+        else put_string(b, json_string_value(v), json_string_length(v));
+        break;
+    }
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
         if (n == 0) { puts_(b, "[]"); break; }
@@ -157,6 +163,129 @@ static void dump(sbuf *b, json_t *v, int indent, int level) {
         break;
     }
     }
+}
+
+/* ------------------------------------------------------------------ json.loads' numbers */
+
+/* A number-text value is a JSON string "\0#" + kind ('i' or 'f') + the text: no decoded JSON
+ * text yields a leading NUL unless it holds "\u0000", which glm_json_loadb_py refuses. */
+#define NUMTEXT_TAG "\0#"
+
+bool glm_json_numtext(const json_t *v, char *kind, const char **text, size_t *len) {
+    if (!json_is_string(v)) return false;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n < 4 || memcmp(s, NUMTEXT_TAG, 2) != 0 || (s[2] != 'i' && s[2] != 'f')) return false;
+    if (kind) *kind = s[2];
+    if (text) *text = s + 3;
+    if (len) *len = n - 3;
+    return true;
+}
+
+/* The end of the JSON string that starts at s[i] == '"' (the index after its closing quote), or
+ * n; *nul set when it holds a \u0000 escape. */
+static size_t string_end(const char *s, size_t n, size_t i, bool *nul) {
+    for (i++; i < n; i++) {
+        if (s[i] == '"') return i + 1;
+        if (s[i] == '\\' && i + 1 < n) {
+            if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) *nul = true;
+            i++;
+        }
+    }
+    return n;
+}
+
+/* Is the integer text t[0..n) ([-]digits) outside the range of json_int_t (64 bits)? */
+static bool int_out_of_range(const char *t, size_t n) {
+    bool neg = t[0] == '-';
+    const char *d = t + neg;
+    size_t k = n - neg;
+    const char *lim = neg ? "9223372036854775808" : "9223372036854775807";
+    if (k != 19) return k > 19;
+    return memcmp(d, lim, 19) > 0;
+}
+
+/* Appends s to *o (growing it); false when out of memory. */
+static bool grow_put(char **o, size_t *on, size_t *cap, const char *s, size_t n) {
+    if (*on + n + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 256) + n;
+        char *x = realloc(*o, c);
+        if (!x) return false;
+        *o = x;
+        *cap = c;
+    }
+    memcpy(*o + *on, s, n);
+    *on += n;
+    return true;
+}
+
+json_t *glm_json_loadb_py(const char *data, size_t n, size_t flags, json_error_t *err) {
+    json_t *v = json_loadb(data, n, flags, err);
+    if (v) return v;
+    int code = json_error_code(err);
+    if (code != json_error_numeric_overflow && code != json_error_invalid_syntax) return NULL;
+    /* Rewrite the text: each number jansson cannot hold becomes a number-text string. */
+    json_error_t first = *err;
+    char *o = NULL;
+    size_t on = 0, cap = 0, i = 0;
+    bool nul = false, changed = false, ok = true;
+    while (i < n && ok) {
+        char c = data[i];
+        if (c == '"') {
+            size_t e = string_end(data, n, i, &nul);
+            ok = grow_put(&o, &on, &cap, data + i, e - i);
+            i = e;
+            continue;
+        }
+        const char *word = NULL;
+        size_t wl = 0;
+        char kind = 0;
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i + (c == '-');
+            bool real = false;
+            while (j < n && ((data[j] >= '0' && data[j] <= '9') || data[j] == '.' || data[j] == 'e' ||
+                             data[j] == 'E' || ((data[j] == '+' || data[j] == '-') &&
+                                                (data[j - 1] == 'e' || data[j - 1] == 'E')))) {
+                real |= data[j] == '.' || data[j] == 'e' || data[j] == 'E';
+                j++;
+            }
+            if (c == '-' && j == i + 1 && n - i >= 9 && !memcmp(data + i, "-Infinity", 9)) {
+                word = "-Infinity", wl = 9, kind = 'f', j = i + 9;
+            } else if (j > i + (c == '-')) {
+                char buf[64];
+                size_t tl = j - i;
+                if (!real && int_out_of_range(data + i, tl)) {
+                    word = data + i, wl = tl, kind = 'i';
+                } else if (real && tl < sizeof buf) {
+                    memcpy(buf, data + i, tl);
+                    buf[tl] = 0;
+                    double d = strtod(buf, NULL);
+                    if (isinf(d)) word = d < 0 ? "-Infinity" : "Infinity", wl = d < 0 ? 9 : 8, kind = 'f';
+                }
+            }
+            if (!kind) {
+                ok = grow_put(&o, &on, &cap, data + i, j - i);
+                i = j;
+                continue;
+            }
+            i = j;
+        } else if (n - i >= 8 && !memcmp(data + i, "Infinity", 8)) {
+            word = "Infinity", wl = 8, kind = 'f', i += 8;
+        } else if (n - i >= 3 && !memcmp(data + i, "NaN", 3)) {
+            word = "NaN", wl = 3, kind = 'f', i += 3;
+        } else {
+            ok = grow_put(&o, &on, &cap, data + i, 1);
+            i++;
+            continue;
+        }
+        char tag[9] = {'"', '\\', 'u', '0', '0', '0', '0', '#', kind};
+        ok = grow_put(&o, &on, &cap, tag, 9) && grow_put(&o, &on, &cap, word, wl) && grow_put(&o, &on, &cap, "\"", 1);
+        changed = true;
+    }
+    if (ok && changed && !nul) v = json_loadb(o, on, flags | JSON_ALLOW_NUL, err);
+    free(o);
+    if (!v) *err = first; /* report what is wrong with the text as given */
+    return v;
 }
 
 char *glm_tojson(json_t *v, int indent) {

@@ -9,6 +9,7 @@
 #define GLM_PYJSON_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/status.h"
@@ -21,6 +22,23 @@
  * glm_tojson. Returns buf. */
 char *glm_py_float_repr(double d, char buf[32]);
 
+/* Parses JSON text as Python's json.loads reads it, into jansson values (flags as json_loadb's).
+ * jansson alone cannot hold what Python keeps: integers outside the 64-bit range (Python's are
+ * unbounded; jansson fails, or with JSON_DECODE_INT_AS_REAL turns every integer into a float),
+ * numbers beyond the double range (Python: inf) and the literals NaN, Infinity, -Infinity (which
+ * json.loads accepts). Those become "number text" values (glm_json_numtext): strings holding a
+ * private marker and the number's text, which glm_tojson writes as Python's json.dumps does
+ * (digits as read; Infinity, -Infinity, NaN) and every other value stays as jansson reads it.
+ * Returns a new reference, or NULL with *err set as json_loadb sets it (the text is invalid JSON
+ * even for Python, or holds a "\u0000" escape together with such a number). */
+json_t *glm_json_loadb_py(const char *data, size_t n, size_t flags, json_error_t *err);
+
+/* True when v is a number-text value from glm_json_loadb_py; *kind = 'i' (an integer: *text is
+ * its decimal digits as written, with '-' when negative) or 'f' (a float: *text is "Infinity",
+ * "-Infinity" or "NaN"); text and len: where the text is and its length (not NUL-terminated).
+ * Any argument but v may be NULL. */
+bool glm_json_numtext(const json_t *v, char *kind, const char **text, size_t *len);
+
 /* The text of json.dumps(v, ensure_ascii=False, indent=indent) in a malloc'd NUL-terminated
  * string (caller frees), or NULL when out of memory or v is NULL.
  *   indent < 0: one line, separators ", " and ": " (json.dumps' default, indent=None);
@@ -29,7 +47,8 @@ char *glm_py_float_repr(double d, char buf[32]);
  * Object keys keep the input's order (jansson keeps insertion order). Strings: '"', '\\',
  * \n \r \t \b \f escaped by name, other bytes < 0x20 as \u00XX, everything else (non-ASCII
  * UTF-8, 0x7f) as is. Integers as integers; reals as Python's float repr (1.0, 1e-05, 0.1),
- * non-finite reals as Infinity, -Infinity, NaN. */
+ * non-finite reals as Infinity, -Infinity, NaN; number-text values (glm_json_loadb_py) as their
+ * text. */
 char *glm_tojson(json_t *v, int indent);
 
 /* The double whose value is the shortest decimal that reads back as the float32 `f` (so a

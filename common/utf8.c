@@ -21,6 +21,17 @@ size_t glm_utf8_check(const char *str, size_t len) {
             i++;
             continue;
         }
+        /* 3-byte characters (CJK) at a time: E1-EC and EE-EF take any two continuation bytes,
+         * E0 needs A0-BF next (no overlong form), ED 80-9F (no surrogate) */
+        while (i + 3 <= len && (c & 0xF0) == 0xE0) {
+            uint8_t c1 = s[i + 1], c2 = s[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F))
+                return i;
+            i += 3;
+            if (i >= len) return len;
+            c = s[i];
+        }
+        if (c < 0x80) continue;
         size_t n;
         uint32_t cp, min;
         if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F, min = 0x80;

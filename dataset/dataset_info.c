@@ -27,7 +27,7 @@ bool glm_dsinfo_looks_like(const json_t *root) {
 static void entry_free(glm_dsinfo_entry *e) {
     char **fields[] = {&e->name, &e->registry, &e->file_name, &e->path, &e->formatting,
                        &e->prompt, &e->query, &e->response, &e->history, &e->system, &e->tools,
-                       &e->messages, &e->role_tag, &e->content_tag, &e->user_tag,
+                       &e->messages, &e->text_column, &e->role_tag, &e->content_tag, &e->user_tag,
                        &e->assistant_tag, &e->observation_tag, &e->function_tag, &e->system_tag};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
         free(*fields[i]);
@@ -109,6 +109,22 @@ static glm_status parse_entry(glm_dsinfo *d, const char *name, const json_t *v,
     GLM_TRY(get_str(path, name, "tags.", tags, "function_tag", "function_call", &e->function_tag));
     GLM_TRY(get_str(path, name, "tags.", tags, "system_tag", "system", &e->system_tag));
 
+    e->num_samples = -1;
+    const json_t *ns = json_object_get(v, "num_samples");
+    if (ns && !json_is_null(ns)) {
+        if (!json_is_integer(ns) || json_integer_value(ns) < 0)
+            return glm_err(GLM_ERR_FORMAT, "%s: entry \"%s\": \"num_samples\" must be a whole number "
+                           ">= 0", path, name);
+        e->num_samples = (int64_t)json_integer_value(ns);
+    }
+    if (!share && !openai && cols && json_is_string(json_object_get(cols, "prompt"))) {
+        static const char *const others[] = {"query", "response", "history", "messages", "chosen",
+                                             "rejected", "kto_tag"};
+        bool only_prompt = true;
+        for (size_t k = 0; k < sizeof others / sizeof *others; k++)
+            if (json_object_get(cols, others[k])) only_prompt = false;
+        if (only_prompt && !(e->text_column = strdup(e->prompt))) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
     if (!share && !openai && strcmp(e->formatting, "alpaca") != 0)
         e->unsupported = "its \"formatting\" is not alpaca, sharegpt or openai";
     else if (json_is_true(json_object_get(v, "ranking")))

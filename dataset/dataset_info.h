@@ -31,6 +31,10 @@ typedef struct glm_dsinfo_entry {
     const char *unsupported; /* why glmtune cannot read it (static text), or NULL */
     /* columns (NULL = not used) */
     char *prompt, *query, *response, *history, *system, *tools, *messages;
+    /* a pretraining entry (alpaca formatting whose "columns" name only "prompt", as LLaMA-
+     * Factory's pt datasets c4_demo, wikipedia, ... are written): that column holds the text */
+    char *text_column;
+    int64_t num_samples;    /* "num_samples" (records drawn, see glm_reader_open_ex), -1: none */
     /* tags (sharegpt/openai) */
     char *role_tag, *content_tag, *user_tag, *assistant_tag, *observation_tag, *function_tag,
         *system_tag;

@@ -14,7 +14,23 @@
  *   sharegpt     {"conversations": [{from, value}], "system"?, "tools"?}  (also role/content)
  *   alpaca       {instruction, input?, output | response, system?, history?}
  *   pretokenized {"input_ids": [...], "labels"?: [...]}
- * A LLaMA-Factory dataset_info.json entry (rec->mapping) renames columns and role tags. */
+ *   text         {"text": "..."}: pretraining text (another column with --text-column, or a
+ *                dataset_info entry whose only column is "prompt", as LLaMA-Factory's pt datasets)
+ * A LLaMA-Factory dataset_info.json entry (rec->mapping) renames columns and role tags.
+ *
+ * What the converted turns say about training, for tokenize/chat.h:
+ *   - a message of a turn that carries a loss flag gets "loss": true/false: "loss" (xtuner,
+ *     ms-swift), "weight" 0/1 (axolotl), "loss_weight" 0/1 (LLaMA-Factory v1), "training"
+ *     (axolotl); other values, or two flags that disagree, drop the record ("bad_loss_flag");
+ *   - reasoning (an assistant's "reasoning_content", or content parts of type "reasoning" /
+ *     "thinking") is dropped (note "reasoning_dropped") or, with keep_reasoning, put before the
+ *     answer as "<think>\n...\n</think>\n\n" (note "reasoning_kept");
+ *   - an empty user or assistant turn ("", [], only whitespace) drops the record ("empty_turn");
+ *   - the role order is checked after conversion (with merge_consecutive_turns, neighbours of one
+ *     role are joined first): a first turn from the assistant, two user turns in a row, or a tool
+ *     result with no tool call before it drop the record ("role_order"), naming the turn.
+ * Numbers in tools and tool-call arguments keep the text Python's json.loads/json.dumps give
+ * them (common/pyjson.h), whatever other numbers the record holds. */
 #ifndef GLM_DATASET_FORMATS_H
 #define GLM_DATASET_FORMATS_H
 
@@ -24,10 +40,13 @@
 #include "common/vec.h"
 #include "dataset/reader.h"
 
-typedef enum { GLM_FMT_AUTO, GLM_FMT_MESSAGES, GLM_FMT_SHAREGPT, GLM_FMT_ALPACA, GLM_FMT_PRETOKENIZED } glm_format;
+typedef enum {
+    GLM_FMT_AUTO, GLM_FMT_MESSAGES, GLM_FMT_SHAREGPT, GLM_FMT_ALPACA, GLM_FMT_PRETOKENIZED,
+    GLM_FMT_TEXT
+} glm_format;
 
-/* Parses a --format value: "auto", "messages", "sharegpt", "alpaca", "pretokenized" (also
- * "openai" = messages). Errors: GLM_ERR_ARG naming the accepted values. */
+/* Parses a --format value: "auto", "messages", "sharegpt", "alpaca", "pretokenized", "text"
+ * (also "openai" = messages, "pt" = text). Errors: GLM_ERR_ARG naming the accepted values. */
 glm_status glm_format_parse(const char *name, glm_format *out);
 
 /* The name of a format ("auto", "messages", ...). */
@@ -35,21 +54,40 @@ const char *glm_format_name(glm_format f);
 
 typedef struct glm_conversation {
     glm_format format;      /* detected or forced */
-    json_t *messages;       /* normalized GLM-4 messages (owned), NULL for pretokenized */
+    json_t *messages;       /* normalized GLM-4 messages (owned), NULL for pretokenized / text */
     json_t *input_ids, *labels; /* pretokenized: arrays of ints (owned); labels may be NULL */
+    json_t *text;           /* text: the text (a JSON string, owned) */
+    int loss_flag_turns;    /* source turns whose target status came from a loss flag */
+    int loss_flag_off;      /* ... of which flagged "not a target" */
     int n_notes;
-    const char *notes[8];   /* distinct non-fatal notes (static strings): "empty_turn",
-                               "reasoning_dropped", "tool_arguments_not_json", "big_int_as_real" */
+    const char *notes[8];   /* distinct non-fatal notes (static strings): "reasoning_dropped",
+                               "reasoning_kept", "turns_merged", "tool_arguments_not_json" */
 } glm_conversation;
 
-/* Converts one record (rec->value must be set) to *out. fmt: GLM_FMT_AUTO detects per record
- * ("messages" key -> messages; "conversations" or a sharegpt/openai mapping -> sharegpt;
- * "instruction" -> alpaca; "input_ids" -> pretokenized); another value forces the layout.
+/* How records are converted (zero = the defaults). */
+typedef struct glm_convert_opts {
+    glm_format format;            /* GLM_FMT_AUTO (per record) or the layout to force */
+    const char *text_column;      /* the text layout's field (NULL: "text", or the dataset_info
+                                     entry's); given, a record with this field is text in auto */
+    bool keep_reasoning;          /* keep reasoning in the content instead of dropping it */
+    bool merge_consecutive_turns; /* join neighbouring turns of one role before the order check */
+} glm_convert_opts;
+
+/* Converts one record (rec->value must be set) to *out. opt->format GLM_FMT_AUTO detects per
+ * record (a pretraining dataset_info entry -> text; "messages" key -> messages; "conversations"
+ * or a sharegpt/openai mapping -> sharegpt; "instruction" or another mapping -> alpaca;
+ * "input_ids" -> pretokenized; only a "text" field (or the --text-column field) -> text);
+ * another value forces the layout. opt NULL = the defaults.
  * Per-record problems return GLM_ERR_FORMAT with *reason set to a short key: "no_messages",
- * "unknown_role", "bad_message", "bad_content", "bad_tools", "bad_tool_call",
- * "empty_conversation", "unsupported_layout", "no_response", "bad_history", "bad_input_ids",
- * "bad_labels"; the thread's message (glm_errmsg) says "source:line: record N: what; hint".
+ * "unknown_role", "bad_message", "bad_content", "bad_tools", "bad_tool_call", "bad_loss_flag",
+ * "empty_turn", "role_order", "empty_conversation", "unsupported_layout", "no_response",
+ * "bad_history", "bad_input_ids", "bad_labels", "no_text", "empty_text"; the thread's message
+ * (glm_errmsg) says "source:line: record N: what (naming the turn); hint".
  * GLM_ERR_NOMEM on allocation failure. On failure *out holds nothing to free. Thread-safe. */
+glm_status glm_record_convert_ex(const glm_record *rec, const glm_convert_opts *opt,
+                                 glm_conversation *out, const char **reason);
+
+/* glm_record_convert_ex with the default options and the layout `fmt`. */
 glm_status glm_record_convert(const glm_record *rec, glm_format fmt, glm_conversation *out,
                               const char **reason);
 

@@ -16,7 +16,10 @@
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "common/hash.h"
+#include "common/rng.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "dataset/dataset_info.h"
@@ -30,7 +33,22 @@ typedef struct rd_src {
     char *real;                        /* realpath, for de-duplication and registry lookup */
     const glm_dsinfo_entry *map;       /* registry entry that maps this file, or NULL */
     int64_t size;
+    size_t group;                      /* its dataset (rd_group) */
 } rd_src;
+
+/* A dataset, for max_samples and num_samples: a registry entry, or an input as given. */
+typedef struct rd_group {
+    const glm_dsinfo_entry *entry;     /* or NULL */
+    size_t input;                      /* the input argument (entry == NULL) */
+    char *name;
+    int64_t seen;                      /* records split from its sources so far */
+    int64_t taken;                     /* records returned (repeats included) */
+    int64_t limit;                     /* max_samples, -1: none */
+    int64_t total;                     /* records in it (counted only for num_samples), -1 */
+    int64_t sample;                    /* num_samples target (after max_samples), -1: none */
+    uint32_t *mult;                    /* [total] times each record is returned (num_samples) */
+    bool cut;                          /* records were left unread because of the limit */
+} rd_group;
 
 struct glm_reader {
     GLM_VEC(rd_src) srcs;
@@ -51,7 +69,17 @@ struct glm_reader {
     int64_t total_bytes, bytes_done;
     size_t n_opened;
     bool failed;
+    GLM_VEC(rd_group) groups;
+    size_t cur_input;                  /* the input being expanded (glm_reader_open) */
+    glm_reader_opts opt;
+    glm_record pending;                /* a record still to be returned `pending_n` more times */
+    uint32_t pending_n;
+    GLM_VEC(const glm_dsinfo_entry *) missing; /* registry entries whose file does not exist */
+    const char *const *opt_inputs;     /* the inputs as given (group names) */
+    size_t opt_n_inputs;
 };
+
+static bool group_full(glm_reader *r, const rd_src *s);
 
 /* ---------------------------------------------------------------- UTF-8 / surrogate checks */
 
@@ -166,6 +194,23 @@ static glm_status maybe_registry(const char *path, int64_t size, glm_dsinfo **in
     return st;
 }
 
+/* The dataset a source belongs to: its registry entry, else the input being expanded. */
+static glm_status group_of(glm_reader *r, const glm_dsinfo_entry *map, size_t *g) {
+    for (size_t i = 0; i < r->groups.n; i++)
+        if (r->groups.v[i].entry == map && (map || r->groups.v[i].input == r->cur_input)) {
+            *g = i;
+            return GLM_OK;
+        }
+    rd_group ng = {.entry = map, .input = r->cur_input, .limit = -1, .total = -1, .sample = -1};
+    if (!(ng.name = strdup(map ? map->name : r->cur_input < r->opt_n_inputs ? r->opt_inputs[r->cur_input] : "?")) ||
+        glm_vec_push(r->groups, ng) != GLM_OK) {
+        free(ng.name);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    *g = r->groups.n - 1;
+    return GLM_OK;
+}
+
 static glm_status add_source(glm_reader *r, const char *path, int64_t size,
                              const glm_dsinfo_entry *map, bool repeat_ok) {
     char rp[PATH_MAX];
@@ -185,13 +230,18 @@ static glm_status add_source(glm_reader *r, const char *path, int64_t size,
                 glm_log_info("%s is given again: its records are read once more", path);
                 break;
             }
-            if (!r->srcs.v[i].map) r->srcs.v[i].map = map;
+            if (map && r->srcs.v[i].map && r->srcs.v[i].map != map)
+                continue; /* another dataset_info entry on the same file: a dataset of its own */
+            if (!r->srcs.v[i].map) {
+                r->srcs.v[i].map = map;
+                if (group_of(r, map, &r->srcs.v[i].group) != GLM_OK) return GLM_ERR_NOMEM;
+            }
             glm_log_debug("%s: reached twice through folders or links; read once", path);
             free(s.path);
             free(s.real);
             return GLM_OK;
         }
-    if (glm_vec_push(r->srcs, s) != GLM_OK) {
+    if (group_of(r, map, &s.group) != GLM_OK || glm_vec_push(r->srcs, s) != GLM_OK) {
         free(s.path);
         free(s.real);
         return GLM_ERR_NOMEM;
@@ -199,13 +249,31 @@ static glm_status add_source(glm_reader *r, const char *path, int64_t size,
     return GLM_OK;
 }
 
-/* The registry entry that names file `real`, searching the most recently loaded first. */
-static const glm_dsinfo_entry *find_mapping(const glm_reader *r, const char *real) {
+/* Adds file `path` as one source per registry entry that names it (the most recently loaded
+ * registry that names it at all), or as one unmapped source. */
+static glm_status add_mapped(glm_reader *r, const char *path, int64_t size, bool repeat_ok) {
+    char rp[PATH_MAX];
+    const char *real = realpath(path, rp) ? rp : path;
     for (size_t i = r->infos.n; i-- > 0;) {
-        const glm_dsinfo_entry *e = glm_dsinfo_find_path(r->infos.v[i], real);
-        if (e) return e;
+        const glm_dsinfo *d = r->infos.v[i];
+        bool any = false;
+        for (size_t k = 0; k < d->n; k++)
+            if (d->entries[k].local && strcmp(d->entries[k].path, real) == 0) {
+                GLM_TRY(add_source(r, path, size, &d->entries[k], repeat_ok));
+                any = true;
+            }
+        if (any) return GLM_OK;
     }
-    return NULL;
+    return add_source(r, path, size, NULL, repeat_ok);
+}
+
+/* Remembers the entries of a registry whose file is missing (see apply_filter). */
+static glm_status note_missing(glm_reader *r, const glm_dsinfo *info) {
+    for (size_t i = 0; i < info->n; i++)
+        if (info->entries[i].file_name && !info->entries[i].local &&
+            glm_vec_push(r->missing, &info->entries[i]) != GLM_OK)
+            return GLM_ERR_NOMEM;
+    return GLM_OK;
 }
 
 static int cmp_names(const struct dirent **a, const struct dirent **b) {
@@ -226,6 +294,7 @@ static glm_status add_registry(glm_reader *r, glm_dsinfo *info) {
 /* An explicit registry input: every entry with a local file becomes sources. */
 static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
     GLM_TRY(add_registry(r, info));
+    GLM_TRY(note_missing(r, info));
     for (size_t i = 0; i < info->n; i++) {
         const glm_dsinfo_entry *e = &info->entries[i];
         if (!e->file_name) {
@@ -233,11 +302,7 @@ static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
                           info->path, e->name);
             continue;
         }
-        if (!e->local) {
-            glm_log_debug("%s: entry \"%s\": file %s does not exist: skipped", info->path, e->name,
-                          e->path);
-            continue;
-        }
+        if (!e->local) continue; /* an error if the entry is selected, else a warning (apply_filter) */
         struct stat st;
         if (stat(e->path, &st) != 0) continue;
         if (S_ISDIR(st.st_mode)) GLM_TRY(walk_dir(r, e->path, e, 0));
@@ -267,6 +332,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
         if (st == GLM_OK && info) {
             reg_real = strdup(info->path);
             st = add_registry(r, info);
+            if (st == GLM_OK) st = note_missing(r, info);
         }
     }
     for (int i = 0; i < nn && st == GLM_OK; i++) {
@@ -287,8 +353,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
             if (reg_real && strcmp(real, reg_real) == 0) {
                 /* the registry itself is not a corpus */
             } else {
-                const glm_dsinfo_entry *map = forced ? forced : find_mapping(r, real);
-                st = add_source(r, p, sb.st_size, map, false);
+                st = forced ? add_source(r, p, sb.st_size, forced, false) : add_mapped(r, p, sb.st_size, false);
             }
         } else {
             glm_log_debug("%s: not a .json/.jsonl file or archive: skipped", p);
@@ -314,7 +379,7 @@ static glm_status add_input(glm_reader *r, const char *path) {
     glm_dsinfo *info = NULL;
     GLM_TRY(maybe_registry(path, sb.st_size, &info));
     if (info) return expand_registry(r, info);
-    return add_source(r, path, sb.st_size, find_mapping(r, path), true);
+    return add_mapped(r, path, sb.st_size, true);
 }
 
 static bool has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
@@ -326,9 +391,9 @@ static glm_status apply_filter(glm_reader *r, const char *filter) {
     if (filter && *filter) {
         if (r->infos.n == 0)
             return glm_err(GLM_ERR_ARG,
-                           "--dataset %s was given but no dataset_info.json is among the inputs; "
-                           "hint: pass the folder that holds dataset_info.json, or drop --dataset",
-                           filter);
+                           "datasets %s were named (--dataset, or dataset: in a config) but no "
+                           "dataset_info.json is among the inputs; hint: pass the folder that holds "
+                           "dataset_info.json (--dataset-dir), or name no dataset", filter);
         char *copy = strdup(filter);
         if (!copy) return glm_err(GLM_ERR_NOMEM, "out of memory");
         char *save = NULL;
@@ -343,17 +408,22 @@ static glm_status apply_filter(glm_reader *r, const char *filter) {
             if (!e) {
                 char close[512];
                 glm_dsinfo_close_names(r->infos.v, r->infos.n, tok, close, sizeof close, 8);
-                st = glm_err(GLM_ERR_ARG, "--dataset: no dataset called \"%s\" in %s%s%s%s", tok,
+                st = glm_err(GLM_ERR_ARG, "no dataset called \"%s\" in %s%s%s%s", tok,
                              r->infos.v[0]->path, r->infos.n > 1 ? " (and other registries)" : "",
                              close[0] ? "; hint: close names: " : "; hint: check the spelling",
                              close);
-            } else if (!e->local) {
+            } else if (!e->file_name) {
                 st = glm_err(GLM_ERR_ARG,
-                             "--dataset %s: %s names no local file (%s); hint: glmtune reads local "
-                             "files only: download the data next to the registry",
-                             tok, e->registry, e->path ? e->path : "hub dataset");
+                             "dataset \"%s\" (%s) is a hub dataset with no local file_name; hint: "
+                             "glmtune reads local files only: download it next to the registry and "
+                             "give the entry a \"file_name\"", tok, e->registry);
+            } else if (!e->local) {
+                st = glm_err(GLM_ERR_IO,
+                             "dataset \"%s\" (%s): its file %s does not exist; hint: check "
+                             "\"file_name\" in the entry, or put the file next to the registry "
+                             "(dataset_dir)", tok, e->registry, e->path);
             } else if (e->unsupported) {
-                st = glm_err(GLM_ERR_ARG, "--dataset %s: cannot be used: %s (%s)", tok,
+                st = glm_err(GLM_ERR_ARG, "dataset \"%s\" cannot be used: %s (%s)", tok,
                              e->unsupported, e->registry);
             } else if (glm_vec_push(sel, e) != GLM_OK) {
                 st = GLM_ERR_NOMEM;
@@ -364,6 +434,19 @@ static glm_status apply_filter(glm_reader *r, const char *filter) {
             glm_vec_free(sel);
             return st;
         }
+    }
+    if (!sel.n && r->missing.n) { /* not selected by name: skipped, but said so */
+        char list[600] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < r->missing.n && i < 6; i++) {
+            int w = snprintf(list + used, sizeof list - used, "%s%s (%s)", i ? ", " : "",
+                             r->missing.v[i]->name, r->missing.v[i]->file_name);
+            if (w < 0 || (size_t)w >= sizeof list - used) break;
+            used += (size_t)w;
+        }
+        glm_log_warn("%s: %zu dataset%s name%s a file that does not exist and %s not read: %s%s", r->missing.v[0]->registry,
+                     r->missing.n, r->missing.n > 1 ? "s" : "", r->missing.n > 1 ? "" : "s",
+                     r->missing.n > 1 ? "are" : "is", list, r->missing.n > 6 ? ", ..." : "");
     }
     size_t w = 0;
     for (size_t i = 0; i < r->srcs.n; i++) {
@@ -391,13 +474,26 @@ static glm_status apply_filter(glm_reader *r, const char *filter) {
 
 glm_status glm_reader_open(const char *const *inputs, size_t n, const char *dataset_filter,
                            glm_reader **out) {
+    glm_reader_opts o = {.dataset_filter = dataset_filter, .max_samples = -1};
+    return glm_reader_open_ex(inputs, n, &o, out);
+}
+
+static glm_status setup_selection(glm_reader *r);
+
+glm_status glm_reader_open_ex(const char *const *inputs, size_t n, const glm_reader_opts *opts,
+                              glm_reader **out) {
     *out = NULL;
     glm_reader *r = calloc(1, sizeof *r);
     if (!r) return glm_err(GLM_ERR_NOMEM, "out of memory");
     r->max_record = (size_t)256 << 20;
+    r->opt = *opts;
+    r->opt_inputs = inputs;
+    r->opt_n_inputs = n;
+    const char *dataset_filter = opts->dataset_filter;
     glm_status st = GLM_OK;
     for (size_t i = 0; i < n && st == GLM_OK; i++) {
         const char *in = inputs[i];
+        r->cur_input = i;
         struct stat sb;
         if (has_glob_chars(in) && stat(in, &sb) != 0) {
             glob_t g;
@@ -429,9 +525,90 @@ glm_status glm_reader_open(const char *const *inputs, size_t n, const char *data
         return st;
     }
     for (size_t i = 0; i < r->srcs.n; i++) r->total_bytes += r->srcs.v[i].size;
+    if ((st = setup_selection(r)) != GLM_OK) {
+        glm_reader_close(r);
+        return st;
+    }
     *out = r;
     return GLM_OK;
 }
+
+/* Counts the records of dataset g by splitting its sources once (no JSON parse). */
+static glm_status count_records(glm_reader *r, size_t g, int64_t *count) {
+    glm_reader *c = calloc(1, sizeof *c);
+    if (!c) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    c->max_record = r->max_record;
+    c->defer_parse = true;
+    c->opt.max_samples = -1;
+    glm_status st = GLM_OK;
+    for (size_t i = 0; i < r->srcs.n && st == GLM_OK; i++) {
+        rd_src s = r->srcs.v[i];
+        if (s.group != g) continue;
+        s.path = strdup(s.path);
+        s.real = strdup(s.real);
+        s.group = 0;
+        if (!s.path || !s.real || glm_vec_push(c->srcs, s) != GLM_OK) {
+            free(s.path);
+            free(s.real);
+            st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        }
+    }
+    rd_group one = {.limit = -1, .total = -1, .sample = -1};
+    if (st == GLM_OK && glm_vec_push(c->groups, one) != GLM_OK) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+    *count = 0;
+    glm_record rec;
+    while (st == GLM_OK && (st = glm_reader_next(c, &rec)) == GLM_OK) {
+        (*count)++;
+        free(rec.raw);
+        json_decref(rec.value);
+    }
+    glm_reader_close(c);
+    return st == GLM_EOF ? GLM_OK : st;
+}
+
+/* max_samples and num_samples of every dataset (see glm_reader_open_ex). */
+static glm_status setup_selection(glm_reader *r) {
+    for (size_t g = 0; g < r->groups.n; g++) {
+        rd_group *d = &r->groups.v[g];
+        d->limit = r->opt.max_samples;
+        if (!d->entry || d->entry->num_samples < 0) continue;
+        bool used = false;
+        for (size_t i = 0; i < r->srcs.n; i++) used |= r->srcs.v[i].group == g;
+        if (!used) continue;
+        int64_t k = d->entry->num_samples, N = 0;
+        if (d->limit >= 0 && d->limit < k) k = d->limit;
+        GLM_TRY(count_records(r, g, &N));
+        d->total = N;
+        d->sample = k;
+        d->limit = -1; /* folded into k */
+        d->mult = calloc(N ? (size_t)N : 1, sizeof *d->mult);
+        if (!d->mult) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        if (k > 0 && N == 0)
+            return glm_err(GLM_ERR_ARG, "dataset \"%s\" (%s): num_samples %lld, but its file holds no "
+                           "record", d->entry->name, d->entry->registry, (long long)k);
+        glm_rng rng;
+        glm_rng_seed(&rng, r->opt.seed, glm_fnv1a64(GLM_FNV1A64_INIT, d->entry->name, strlen(d->entry->name)));
+        int64_t take = k < N ? k : N, left = take;
+        for (int64_t i = 0; i < N && left > 0; i++) /* Knuth's selection sampling: a uniform subset */
+            if ((int64_t)glm_rng_below(&rng, (uint64_t)(N - i)) < left) {
+                d->mult[i] = 1;
+                left--;
+            }
+        for (int64_t i = take; i < k; i++) d->mult[glm_rng_below(&rng, (uint64_t)N)]++; /* k > N */
+        glm_log_info("dataset \"%s\": num_samples %lld of its %lld records%s", d->entry->name,
+                     (long long)k, (long long)N, k > N ? " (every record once, the rest drawn again)" : "");
+    }
+    return GLM_OK;
+}
+
+size_t glm_reader_n_datasets(const glm_reader *r) { return r->groups.n; }
+
+void glm_reader_dataset_info(const glm_reader *r, size_t i, glm_reader_dataset *o) {
+    const rd_group *d = &r->groups.v[i];
+    *o = (glm_reader_dataset){d->name, r->opt.max_samples, d->sample, d->total, d->taken, d->cut};
+}
+
+
 
 void glm_reader_set_deferred_parse(glm_reader *r, bool defer) { r->defer_parse = defer; }
 
@@ -484,6 +661,14 @@ void glm_reader_close(glm_reader *r) {
     glm_vec_free(r->srcs);
     for (size_t i = 0; i < r->infos.n; i++) glm_dsinfo_free(r->infos.v[i]);
     glm_vec_free(r->infos);
+    for (size_t i = 0; i < r->groups.n; i++) {
+        free(r->groups.v[i].name);
+        free(r->groups.v[i].mult);
+    }
+    glm_vec_free(r->groups);
+    glm_vec_free(r->missing);
+    free(r->pending.raw);
+    json_decref(r->pending.value);
     free(r->name);
     free(r);
 }
@@ -582,6 +767,10 @@ static glm_status open_next_stream(glm_reader *r) {
             close_file(r);
             continue;
         }
+        if (r->outer && group_full(r, r->cur)) { /* max_samples reached: the rest is not read */
+            close_file(r);
+            continue;
+        }
         if (r->outer) {
             struct archive_entry *ent;
             int rc = archive_read_next_header(r->outer, &ent);
@@ -597,6 +786,10 @@ static glm_status open_next_stream(glm_reader *r) {
         }
         if (r->next_src >= r->srcs.n) return GLM_EOF;
         r->cur = &r->srcs.v[r->next_src++];
+        if (group_full(r, r->cur)) {
+            r->cur = NULL;
+            continue;
+        }
         GLM_TRY(set_name(r, r->cur->path, NULL));
         r->outer = archive_read_new();
         if (!r->outer) return glm_err(GLM_ERR_NOMEM, "out of memory");
@@ -660,9 +853,8 @@ static void parse_record(glm_record *rec, const char *data, size_t n) {
     char buf[320];
     int64_t line = rec->line, off = rec->offset;
     json_error_t jerr;
-    json_t *v = json_loadb(data, n, 0, &jerr);
-    if (!v && json_error_code(&jerr) == json_error_numeric_overflow && strstr(jerr.text, "integer"))
-        v = json_loadb(data, n, JSON_DECODE_INT_AS_REAL, &jerr); /* > 2^63: as real */
+    /* as Python's json.loads: integers of any size and inf/NaN kept as written (common/pyjson.h) */
+    json_t *v = glm_json_loadb_py(data, n, 0, &jerr);
     if (v && !json_is_object(v)) {
         json_decref(v);
         rec->reason = "not_an_object";
@@ -747,9 +939,38 @@ static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec
              (long long)sr->line, (long long)sr->index, (long long)sr->offset, what, problem_hint(rec->reason));
 }
 
+/* Has dataset s->group given its max_samples records already? */
+static bool group_full(glm_reader *r, const rd_src *s) {
+    rd_group *g = &r->groups.v[s->group];
+    if (g->mult || g->limit < 0 || g->taken < g->limit) return false;
+    g->cut = true;
+    return true;
+}
+
+/* A copy of rec's data (raw bytes or parsed value) for one more return of the same record. */
+static glm_status dup_record(const glm_record *rec, glm_record *copy) {
+    *copy = *rec;
+    if (rec->raw && !(copy->raw = malloc(rec->nbytes ? rec->nbytes : 1)))
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    if (rec->raw) memcpy(copy->raw, rec->raw, rec->nbytes);
+    if (rec->value) json_incref(rec->value);
+    return GLM_OK;
+}
+
 glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
     if (r->failed)
         return glm_err(GLM_ERR_INTERNAL, "glm_reader_next called after a fatal error");
+    if (r->pending_n) { /* a record that num_samples draws more than once */
+        rd_group *g = &r->groups.v[r->cur->group];
+        if (--r->pending_n) {
+            GLM_TRY(dup_record(&r->pending, rec));
+        } else {
+            *rec = r->pending;
+            memset(&r->pending, 0, sizeof r->pending);
+        }
+        g->taken++;
+        return GLM_OK;
+    }
     for (;;) {
         if (!r->stream_open) {
             glm_status st = open_next_stream(r);
@@ -794,6 +1015,21 @@ glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
         }
         if (have) {
             make_record(r, &sr, rec);
+            rd_group *g = &r->groups.v[r->cur->group];
+            int64_t idx = g->seen++;
+            uint32_t times = g->mult ? (idx < g->total ? g->mult[idx] : 0) : group_full(r, r->cur) ? 0 : 1;
+            if (times == 0) { /* not drawn, or past max_samples (then the rest is not read) */
+                free(rec->raw);
+                json_decref(rec->value);
+                memset(rec, 0, sizeof *rec);
+                if (!g->mult) close_stream(r);
+                continue;
+            }
+            g->taken++;
+            if (times > 1) {
+                GLM_TRY(dup_record(rec, &r->pending));
+                r->pending_n = times - 1;
+            }
             return GLM_OK;
         }
     }

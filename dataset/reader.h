@@ -46,6 +46,26 @@ typedef struct glm_record {
                             of the record's nbytes bytes, to hand to glm_record_parse; else NULL */
 } glm_record;
 
+/* Options of glm_reader_open_ex (zero = glm_reader_open's behaviour, except max_samples: set it
+ * to -1 for none). */
+typedef struct glm_reader_opts {
+    const char *dataset_filter; /* as glm_reader_open's */
+    int64_t max_samples;        /* per dataset, the first N records (-1: all); LLaMA-Factory's
+                                   max_samples */
+    uint64_t seed;              /* the draw of dataset_info "num_samples" */
+} glm_reader_opts;
+
+/* A dataset's selection: a dataset_info entry, or an input as given on the command line (a
+ * file, a folder, an archive, each file a pattern matches). */
+typedef struct glm_reader_dataset {
+    const char *name;           /* the entry's name, or the input */
+    int64_t max_samples;        /* -1: none */
+    int64_t num_samples;        /* the entry's num_samples (after max_samples), -1: none */
+    int64_t records;            /* records in it: counted for num_samples, else -1 */
+    int64_t returned;           /* records returned (num_samples repeats included) */
+    bool cut;                   /* max_samples left records unread */
+} glm_reader_dataset;
+
 /* Expands `inputs` (n of them) into the list of sources and prepares to read them.
  * dataset_filter: NULL, or a comma list of registry names (--dataset): only those entries of the
  * dataset_info.json registries among the inputs (given directly or found in walked folders) are
@@ -56,6 +76,21 @@ typedef struct glm_record {
  * registry; GLM_ERR_IO for a missing or unreadable file; GLM_ERR_FORMAT for a broken registry. */
 glm_status glm_reader_open(const char *const *inputs, size_t n, const char *dataset_filter,
                            glm_reader **out);
+
+/* glm_reader_open with options. Each dataset gives its first max_samples records (then stops
+ * reading it). A dataset_info entry with "num_samples": k gives k records drawn as LLaMA-Factory
+ * draws them (data/loader.py): k <= N records: k distinct ones chosen at random; k > N: every
+ * record once plus k - N more drawn with replacement; with max_samples, k = min(k, max_samples).
+ * The draw uses glmtune's generator seeded by opts->seed and the entry's name (not numpy's:
+ * the same rule and sizes, other records), and the chosen records come in file order, a record
+ * drawn twice twice in a row. Counting N reads the entry's files once more. Errors: as
+ * glm_reader_open; GLM_ERR_ARG for "num_samples" below 0 or not an integer. */
+glm_status glm_reader_open_ex(const char *const *inputs, size_t n, const glm_reader_opts *opts,
+                              glm_reader **out);
+
+/* The number of datasets, and dataset i's selection (pointers valid until glm_reader_close). */
+size_t glm_reader_n_datasets(const glm_reader *r);
+void glm_reader_dataset_info(const glm_reader *r, size_t i, glm_reader_dataset *out);
 
 /* Sets the largest record kept in memory, in bytes (default 256 MiB); a longer record is skipped
  * as a "record_too_large" problem. Call before the first glm_reader_next. */

@@ -806,11 +806,7 @@ static glm_status key_special(glm_train_opts *o, const char *key, const char *va
         return glm_err(GLM_ERR_UNSUPPORTED, "%s: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
                        "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)", where, val);
     }
-    if (!strcmp(key, "stage")) {
-        if (!strcmp(val, "sft") || !strcmp(val, "pt")) return GLM_OK;
-        return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is not supported; glmtune does supervised fine-tuning (sft) "
-                       "only", where, val);
-    }
+    if (!strcmp(key, "stage")) return glm_stage_check(val, where);
     if (!strcmp(key, "do_train")) {
         if (parse_bool(val, &b) && b) return GLM_OK;
         return glm_err(GLM_ERR_UNSUPPORTED, "%s: do_train: %s: `glmtune train` always trains", where, val);
@@ -946,6 +942,34 @@ static char *mapping_json(yaml_document_t *doc, yaml_node_t *m) {
     char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return t;
+}
+
+glm_status glm_stage_check(const char *stage, const char *where) {
+    static const struct {
+        const char *stage, *what;
+    } refused[] = {
+        {"rm", "reward-model training (a value head scored on chosen/rejected pairs)"},
+        {"ppo", "PPO reinforcement learning (a reward model, rollouts and a value head)"},
+        {"dpo", "DPO preference optimisation (chosen/rejected pairs and a reference model)"},
+        {"kto", "KTO preference optimisation (desirable/undesirable labels and a reference model)"},
+    };
+    if (!strcmp(stage, "sft") || !strcmp(stage, "pt")) return GLM_OK;
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (!strcmp(stage, refused[i].stage))
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is refused: it is %s, and glmtune trains LoRA with the "
+                           "causal language-model loss only; hint: use stage: sft (chat data) or stage: pt (plain text), "
+                           "or LLaMA-Factory for %s", where, stage, refused[i].what, stage);
+    return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is not a LLaMA-Factory stage glmtune knows; hint: use sft (chat "
+                   "data) or pt (plain text)", where, stage);
+}
+
+bool glm_opts_known_key(const char *key) {
+    if (find_opt(key) >= 0) return true;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(key, k_keys[i].key)) return true;
+    for (size_t i = 0; i < N_SPECIAL; i++)
+        if (!strcmp(key, k_special[i])) return true;
+    return false;
 }
 
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {

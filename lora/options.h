@@ -141,6 +141,16 @@ json_t *glm_opts_to_json(const glm_train_opts *o);
 /* Prints "  key = value   (default|config|command line)" lines. */
 void glm_opts_print(FILE *f, const glm_train_opts *o);
 
+/* LLaMA-Factory's "stage": sft and pt are accepted (the shards decide the targets); rm, ppo, dpo
+ * and kto are refused by name with what they are; anything else too. `where` names the source
+ * for the message ("file.yaml:12", "--stage"). Errors: GLM_ERR_UNSUPPORTED. */
+glm_status glm_stage_check(const char *stage, const char *where);
+
+/* True when `key` is a YAML key that `glmtune train --config` accepts (an option, an alias, or a
+ * LLaMA-Factory key it uses, checks or ignores with a reason), so that `glmtune tokenize --config`
+ * can tell a training key from a typo in the same file. */
+bool glm_opts_known_key(const char *key);
+
 /* Levenshtein distance between a and b (for suggestions). */
 size_t glm_edit_distance(const char *a, const char *b);
 

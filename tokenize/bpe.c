@@ -10,117 +10,16 @@
  *     lazy deletion, O(n log n). Both choose the same pair at each step, so both give tiktoken's
  *     result.
  *
- * Split speed: most text is ASCII, and for a piece whose characters and look-ahead character are
- * all ASCII the regex's classes are fixed (\p{L} = [A-Za-z], \p{N} = [0-9],
- * \s = [\t\n\v\f\r ]), so ascii_piece() below decides the piece by hand, following the
- * alternatives in order exactly as the backtracking engine does. Whenever it would have to look
- * at a non-ASCII byte it returns 0 and PCRE2 (JIT) matches at that offset instead, so the hand
- * path never guesses about Unicode classes.
+ * Pieces of 13..BT_MAX_PIECE bytes that are not a token go to the backtracking encoder
+ * (bpe_backtrack.c), which gives the same ids about twice as fast as the heap on Chinese text.
  *
- * PCRE2's Unicode tables differ from the reference's on some code points; see pcre2_pattern
- * below for what differs and how the pattern compensates. */
-#include "tokenize/bpe.h"
+ * The split itself (the regex, its hand-written fast paths and how PCRE2's Unicode tables are
+ * made to agree with the reference's) is in bpe_split.c. */
+#include "tokenize/bpe_internal.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char glm_bpe_glm4_pattern[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-#define NONE_RANK UINT32_MAX
-#define FILTER_LOG 21 /* 2^21 bits = 256 KiB, fits in L2; ~7% false positives at 151k tokens */
-
-/* One hash-table slot (16 bytes): the token's first 8 bytes (zero padded) and length live in the
- * slot, so a lookup of a token of <= 8 bytes touches one cache line and never the blob. */
-typedef struct {
-    uint64_t head; /* first min(len, 8) bytes, little endian, zero padded */
-    uint32_t len;  /* token length; 0 = empty slot */
-    uint32_t rank;
-} bpe_slot;
-
-struct glm_bpe {
-    char *blob;        /* all token bytes back to back */
-    uint32_t *off;     /* [n_ranks] offset into blob, NONE_RANK = unassigned rank */
-    uint32_t *len;     /* [n_ranks] token length in bytes */
-    uint32_t n_ranks;  /* max rank + 1 */
-    bpe_slot *slots;   /* open addressing, linear probing */
-    size_t mask;       /* slots - 1 (power of two) */
-    uint32_t byte_rank[256];
-    uint32_t *pair_rank; /* [65536] rank of the 2-byte token (b0 << 8 | b1), NONE_RANK if none */
-    uint64_t edge[1024]; /* bit (first byte << 8 | last byte) set when some token of >= 3 bytes
-                            has those end bytes: an 8 KiB first test that stays in L1 */
-    uint64_t *filter;    /* [2^FILTER_LOG / 64] bit (hash >> (64 - FILTER_LOG)) set for every token:
-                            a clear bit proves "not a token" without touching the 4 MB table */
-    pcre2_code *re;
-    int jit;           /* JIT compiled */
-};
-
-/* ------------------------------------------------------------------------- hashing */
-
-/* Little-endian load of the first min(n, 8) bytes of p, zero padded (n >= 1). For 4..8 bytes
- * two overlapping 4-byte loads are OR-ed: the overlap holds the same bytes, so the result is exact,
- * without a branch per length. */
-static inline uint64_t load_head(const uint8_t *p, size_t n) {
-    uint64_t w;
-    if (n >= 8) {
-        memcpy(&w, p, 8);
-        return w;
-    }
-    if (n >= 4) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + n - 4, 4);
-        return (uint64_t)lo | (uint64_t)hi << (8 * (n - 4));
-    }
-    w = p[0];
-    if (n >= 2) w |= (uint64_t)p[1] << 8;
-    if (n == 3) w |= (uint64_t)p[2] << 16;
-    return w;
-}
-
-/* A 64-bit hash of a byte string given its head (load_head): the head and each further 8-byte
- * word folded with multiply-xorshift rounds (splitmix64-style). Only spreads tokens over the
- * table; not meant to resist attack. */
-static inline uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t head) {
-    uint64_t h = (head ^ ((uint64_t)n * 0x9E3779B97F4A7C15ull)) * 0xbf58476d1ce4e5b9ull;
-    for (size_t i = 8; i < n; i += 8) {
-        h ^= h >> 29;
-        h = (h ^ load_head(p + i, n - i)) * 0x94d049bb133111ebull;
-    }
-    h ^= h >> 31;
-    h *= 0xd6e8feb86659fd93ull;
-    h ^= h >> 32;
-    return h;
-}
-
-/* Rank of s[0..n) or NONE_RANK. use_filter: consult the Bloom-style bit filter first (worth it
- * where most lookups miss, as inside merges; whole pieces mostly hit). */
-static inline uint32_t lookup_f(const glm_bpe *b, const uint8_t *s, size_t n, int use_filter) {
-    if (n <= 2) return n == 2 ? b->pair_rank[s[0] << 8 | s[1]] : b->byte_rank[s[0]];
-    unsigned eb = (unsigned)s[0] << 8 | s[n - 1];
-    if (use_filter && !(b->edge[eb >> 6] >> (eb & 63) & 1)) return NONE_RANK;
-    uint64_t head = load_head(s, n);
-    uint64_t h = hash_bytes(s, n, head);
-    uint64_t fb = h >> (64 - FILTER_LOG);
-    if (use_filter && !(b->filter[fb >> 6] >> (fb & 63) & 1)) return NONE_RANK;
-    size_t i = (size_t)h & b->mask;
-    for (;;) {
-        const bpe_slot *e = &b->slots[i];
-        if (e->len == n && e->head == head &&
-            (n <= 8 || memcmp(b->blob + b->off[e->rank] + 8, s + 8, n - 8) == 0))
-            return e->rank;
-        if (e->len == 0) return NONE_RANK;
-        i = (i + 1) & b->mask;
-    }
-}
-
-static inline uint32_t lookup(const glm_bpe *b, const uint8_t *s, size_t n) { return lookup_f(b, s, n, 1); }
 
 int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n) {
     if (n == 0) return -1;
@@ -194,6 +93,7 @@ void glm_bpe_free(glm_bpe *b) {
     free(b->pair_rank);
     free(b->filter);
     if (b->re) pcre2_code_free(b->re);
+    glm_bpe_bt_free(b->bt);
     free(b);
 }
 
@@ -230,8 +130,6 @@ static glm_status insert_token(glm_bpe *b, uint32_t rank, const char *path, uint
     if (n == 2) b->pair_rank[s[0] << 8 | s[1]] = rank;
     return GLM_OK;
 }
-
-static glm_status compile_regex(glm_bpe *b);
 
 glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe **out) {
     glm_status st = GLM_OK;
@@ -342,7 +240,8 @@ glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe 
                          "BPE vocabulary must contain all 256 bytes", path, c);
             goto fail;
         }
-    if ((st = compile_regex(b)) != GLM_OK) goto fail;
+    if ((st = glm_bpe_split_init(b)) != GLM_OK) goto fail;
+    if ((st = glm_bpe_bt_build(b)) != GLM_OK) goto fail;
     free(line_of);
     glm_vec_free(ents);
     *out = b;
@@ -353,233 +252,6 @@ fail:
     glm_vec_free(blob);
     glm_bpe_free(b);
     return st;
-}
-
-/* ------------------------------------------------------------------------- splitting */
-
-enum { C_L = 1, C_N = 2, C_S = 4, C_NL = 8, C_HI = 16 };
-
-/* ASCII classes as the regex sees them (identical in PCRE2-UCP and Rust regex for ASCII):
- * \p{L} = letters, \p{N} = digits, \s = \t \n \v \f \r and space, C_NL = \r \n, C_HI = non-ASCII. */
-static uint8_t cls_of(int c) {
-    if (c >= 0x80) return C_HI;
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return C_L;
-    if (c >= '0' && c <= '9') return C_N;
-    if (c == '\r' || c == '\n') return C_S | C_NL;
-    if (c == '\t' || c == '\v' || c == '\f' || c == ' ') return C_S;
-    return 0;
-}
-static uint8_t cls_tab[256];
-static void init_cls(void) {
-    for (int c = 0; c < 256; c++) cls_tab[c] = cls_of(c);
-}
-
-/* Length of the regex piece starting at s[p] (p < len), decided without PCRE2 when every byte the
- * regex would examine is ASCII; 0 = "ask PCRE2". Follows the alternatives in order:
- *  1 (?i:'s|'t|'re|'ve|'m|'ll|'d)   2 [^\r\n\p{L}\p{N}]?\p{L}+   3 \p{N}{1,3}
- *  4 ' ?[^\s\p{L}\p{N}]+[\r\n]*'    5 \s*[\r\n]+   6 \s+(?!\S)   7 \s+ */
-static inline size_t ascii_piece(const uint8_t *s, size_t len, size_t p) {
-    uint8_t c = s[p], k = cls_tab[c];
-    size_t q;
-    if (k & C_HI) return 0;
-    if (c == '\'' && p + 1 < len) { /* 1: only ASCII letters can be involved (s also folds with U+017F) */
-        uint8_t d = s[p + 1];
-        if (d >= 0x80) return 0;
-        d |= 0x20;
-        if (d == 's' || d == 't' || d == 'm' || d == 'd') return 2;
-        if ((d == 'r' || d == 'v' || d == 'l') && p + 2 < len) {
-            uint8_t e = s[p + 2];
-            if (e >= 0x80) return 0;
-            e |= 0x20;
-            if ((d == 'l' && e == 'l') || (d != 'l' && e == 'e')) return 3;
-        }
-    }
-    if (k & C_L) {
-        q = p + 1;
-        goto letters;
-    }
-    if (!(k & (C_N | C_NL)) && p + 1 < len) { /* 2 with the optional prefix */
-        uint8_t d = cls_tab[s[p + 1]];
-        if (d & C_HI) return 0;
-        if (d & C_L) {
-            q = p + 2;
-            goto letters;
-        }
-    }
-    if (k & C_N) { /* 3 */
-        q = p + 1;
-        while (q < len && q < p + 3) {
-            uint8_t d = cls_tab[s[q]];
-            if (d & C_HI) return 0;
-            if (!(d & C_N)) break;
-            q++;
-        }
-        return q - p;
-    }
-    /* 4: punctuation = not \s, not L, not N */
-    q = p;
-    if (c == ' ' && p + 1 < len) {
-        uint8_t d = cls_tab[s[p + 1]];
-        if (d & C_HI) return 0;
-        if (!(d & (C_S | C_L | C_N))) q = p + 1;
-    }
-    if (!(cls_tab[s[q]] & (C_S | C_L | C_N))) {
-        q++;
-        while (q < len) {
-            uint8_t d = cls_tab[s[q]];
-            if (d & C_HI) return 0;
-            if (d & (C_S | C_L | C_N)) break;
-            q++;
-        }
-        while (q < len && (cls_tab[s[q]] & C_NL)) q++;
-        return q - p;
-    }
-    /* c is ASCII whitespace here */
-    size_t e = p;
-    while (e < len && (cls_tab[s[e]] & C_S)) e++;
-    if (e < len && (cls_tab[s[e]] & C_HI)) return 0; /* the run might go on with Unicode spaces */
-    for (q = e; q > p; q--) /* 5: \s* backtracks to the last newline of the run */
-        if (cls_tab[s[q - 1]] & C_NL) return q - p;
-    if (e == len) return e - p;     /* 6 at the end of text */
-    if (e - p >= 2) return e - 1 - p; /* 6: leave the last space for the next piece */
-    return e - p;                   /* 7 */
-letters:
-    while (q < len) {
-        uint8_t d = cls_tab[s[q]];
-        if (d & C_L) {
-            q++;
-            continue;
-        }
-        if (d & C_HI) return 0;
-        break;
-    }
-    return q - p;
-}
-
-/* ------------------------------------------------------------------------- PCRE2 */
-
-/* The pattern PCRE2 compiles: glm_bpe_glm4_pattern with its classes spelled so that PCRE2 10.42
- * (Unicode 14 tables) puts every code point where the reference puts it. The reference is
- * tiktoken 0.14's Rust regex engine (Unicode 16 tables). Measured for every code point
- * U+0000..U+10FFFF (surrogates excluded) by tests/bench/unicode_classes.sh, which uses tiktoken
- * itself as the oracle (an Encoding whose pattern is just the class and whose vocabulary is the
- * 256 bytes encodes exactly the members). Differences found, and fixed here:
- *   - \p{L}: 9272 code points that are letters only since Unicode 15/16 (Kawi, Nag Mundari,
- *     Garay, Tulu-Tigalari, CJK extensions H and I, Egyptian hieroglyphs ext. A, ...):
- *     added as GLM_L_EXTRA.
- *   - \p{N}: 120 digits new in Unicode 15/16: added as GLM_N_EXTRA.
- *   - \s: PCRE2 counts U+180E MONGOLIAN VOWEL SEPARATOR as a space (its old Zs category); the
- *     Unicode White_Space property that Rust uses does not. Spelled [^\S\x{180E}], and the
- *     complement class of alternative 4 admits U+180E explicitly.
- *   (U+0085 NEXT LINE is White_Space in both.) After the fix the sweep reports 0 differences.
- * A future PCRE2 with newer tables still gives the same result: the extra ranges then merely
- * repeat members. */
-#define GLM_L_EXTRA \
-    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}" \
-    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}" \
-    "\\x{1123F}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}" \
-    "\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}\\x{11BC0}-\\x{11BE0}" \
-    "\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}" \
-    "\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}" \
-    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}" \
-    "\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}" \
-    "\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
-#define GLM_N_EXTRA \
-    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}" \
-    "\\x{11F50}-\\x{11F59}\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}" \
-    "\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}" \
-    "\\x{1E5F1}-\\x{1E5FA}"
-#define L_ "[\\p{L}" GLM_L_EXTRA "]"
-#define N_ "[\\p{N}" GLM_N_EXTRA "]"
-#define S_ "[^\\S\\x{180E}]"
-#define NOT_S_ "[\\S\\x{180E}]"
-static const char pcre2_pattern[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-    "|[^\\r\\n\\p{L}" GLM_L_EXTRA "\\p{N}" GLM_N_EXTRA "]?" L_ "+"
-    "|" N_ "{1,3}"
-    "| ?(?:[^\\s\\p{L}" GLM_L_EXTRA "\\p{N}" GLM_N_EXTRA "]|\\x{180E})+[\\r\\n]*"
-    "|" S_ "*[\\r\\n]+"
-    "|" S_ "+(?!" NOT_S_ ")"
-    "|" S_ "+";
-
-/* The pattern after substitution, for tests and tools that check the classes. */
-const char *glm_bpe_pcre2_pattern(void) { return pcre2_pattern; }
-
-static pthread_once_t cls_once = PTHREAD_ONCE_INIT;
-
-static glm_status compile_regex(glm_bpe *b) {
-    pthread_once(&cls_once, init_cls);
-    int errc;
-    PCRE2_SIZE erroff;
-    b->re = pcre2_compile((PCRE2_SPTR)pcre2_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                          &errc, &erroff, NULL);
-    if (!b->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(errc, msg, sizeof msg);
-        return glm_err(GLM_ERR_INTERNAL, "cannot compile the GLM-4 split regex at offset %zu: %s",
-                       (size_t)erroff, (const char *)msg);
-    }
-    b->jit = pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE) == 0;
-    return GLM_OK;
-}
-
-/* One PCRE2 match at offset p; returns the piece length or 0 with the error set. */
-static size_t regex_piece(const glm_bpe *b, const char *text, size_t len, size_t p,
-                          pcre2_match_data **md, pcre2_match_context **mctx,
-                          pcre2_jit_stack **jstack, glm_status *st) {
-    if (!*md) {
-        *md = pcre2_match_data_create(1, NULL);
-        if (!*md) {
-            *st = glm_err(GLM_ERR_NOMEM, "out of memory (regex match data)");
-            return 0;
-        }
-    }
-    for (;;) {
-        int rc = b->jit ? pcre2_jit_match(b->re, (PCRE2_SPTR)text, len, p, 0, *md, *mctx)
-                        : pcre2_match(b->re, (PCRE2_SPTR)text, len, p, PCRE2_NO_UTF_CHECK, *md, *mctx);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !*jstack) {
-            /* a very long run: give this call a JIT stack of up to 256 MiB and retry */
-            *jstack = pcre2_jit_stack_create(64 * 1024, 256u * 1024 * 1024, NULL);
-            *mctx = pcre2_match_context_create(NULL);
-            if (!*jstack || !*mctx) {
-                *st = glm_err(GLM_ERR_NOMEM, "out of memory (regex JIT stack)");
-                return 0;
-            }
-            pcre2_jit_stack_assign(*mctx, NULL, *jstack);
-            continue;
-        }
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            *st = glm_err(GLM_ERR_INTERNAL, "split regex failed at byte offset %zu: %s", p,
-                          (const char *)msg);
-            return 0;
-        }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(*md);
-        if (ov[0] != p || ov[1] <= ov[0]) {
-            *st = glm_err(GLM_ERR_INTERNAL, "split regex skipped bytes at offset %zu (match %zu..%zu)",
-                          p, (size_t)ov[0], (size_t)ov[1]);
-            return 0;
-        }
-        return ov[1] - ov[0];
-    }
-}
-
-size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t pos, int use_fast) {
-    if (pos >= len) return 0;
-    if (use_fast) {
-        size_t n = ascii_piece((const uint8_t *)text, len, pos);
-        if (n) return n;
-    }
-    pcre2_match_data *md = NULL;
-    pcre2_match_context *mctx = NULL;
-    pcre2_jit_stack *jstack = NULL;
-    glm_status st = GLM_OK;
-    size_t n = regex_piece(b, text, len, pos, &md, &mctx, &jstack, &st);
-    if (md) pcre2_match_data_free(md);
-    if (mctx) pcre2_match_context_free(mctx);
-    if (jstack) pcre2_jit_stack_free(jstack);
-    return n;
 }
 
 /* ------------------------------------------------------------------------- merging */
@@ -725,36 +397,57 @@ done:
     return st;
 }
 
-static inline glm_status encode_piece(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out) {
-    uint32_t r = lookup_f(b, s, n, 0);
-    if (r != NONE_RANK) {
-        if (out->n == out->cap) GLM_TRY(glm_vec_reserve(*out, 1));
-        out->v[out->n++] = r;
-        return GLM_OK;
-    }
+/* The merge of one piece that is not itself a token: the simple loop for short pieces (an English
+ * word that is not a token), the backtracking encoder (bpe_backtrack.c) up to BT_MAX_PIECE bytes
+ * (a Chinese phrase), the heap above. */
+#define BT_MIN_PIECE 12
+static inline glm_status merge_piece(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out) {
+    if (n <= BT_MIN_PIECE) return merge_small(b, s, n, out);
+    if (b->bt && n <= BT_MAX_PIECE) return glm_bpe_bt_encode(b, s, n, out);
     return n <= SMALL_PIECE ? merge_small(b, s, n, out) : merge_heap(b, s, n, out);
+}
+
+static inline glm_status encode_piece(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out) {
+    /* A piece that is itself a token is that token (tiktoken looks it up first). Short pieces
+     * (English words) mostly are: straight to the table; longer ones mostly are not (a Chinese
+     * phrase): the filters reject them without touching the table. The backtracking encoder
+     * finds a piece that is a reachable token by itself, so pieces it takes need the lookup only
+     * up to the longest unreachable token. */
+    if (!b->bt || n <= BT_MIN_PIECE || n > BT_MAX_PIECE || n <= glm_bpe_bt_unreachable_max(b->bt)) {
+        uint32_t r = lookup_f(b, s, n, n > 8);
+        if (r != NONE_RANK) {
+            if (out->n == out->cap) GLM_TRY(glm_vec_reserve(*out, 1));
+            out->v[out->n++] = r;
+            return GLM_OK;
+        }
+    }
+    return merge_piece(b, s, n, out);
+}
+
+glm_status glm_bpe_merge(const glm_bpe *b, const void *s, size_t n, int method, glm_u32vec *out) {
+    if (n == 0) return GLM_OK;
+    const uint8_t *p = s;
+    if (method == 1) {
+        if (!b->bt) return glm_err(GLM_ERR_ARG, "glm_bpe_merge: the backtracking tables are not built");
+        return glm_bpe_bt_encode(b, p, n, out);
+    }
+    if (n == 1) return glm_vec_push(*out, b->byte_rank[p[0]]);
+    return n <= SMALL_PIECE ? merge_small(b, p, n, out) : merge_heap(b, p, n, out);
 }
 
 glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u32vec *out) {
     const uint8_t *s = (const uint8_t *)text;
-    pcre2_match_data *md = NULL;
-    pcre2_match_context *mctx = NULL;
-    pcre2_jit_stack *jstack = NULL;
+    glm_bpe_splitter sp = {0};
     glm_status st = GLM_OK;
     size_t p = 0;
     /* room for about one id per 3 bytes up front, so most pushes do not check capacity twice */
     if (len > 64 && (st = glm_vec_reserve(*out, len / 3)) != GLM_OK) return st;
     while (p < len) {
-        size_t n = ascii_piece(s, len, p);
-        if (!n) {
-            n = regex_piece(b, text, len, p, &md, &mctx, &jstack, &st);
-            if (!n) break;
-        }
+        size_t n = glm_bpe_split_next(b, text, len, p, &sp, &st);
+        if (!n) break;
         if ((st = encode_piece(b, s + p, n, out)) != GLM_OK) break;
         p += n;
     }
-    if (md) pcre2_match_data_free(md);
-    if (mctx) pcre2_match_context_free(mctx);
-    if (jstack) pcre2_jit_stack_free(jstack);
+    glm_bpe_splitter_free(&sp);
     return st;
 }

@@ -16,7 +16,7 @@ typedef struct glm_bpe glm_bpe;
 extern const char glm_bpe_glm4_pattern[];
 
 /* The pattern actually compiled: glm_bpe_glm4_pattern with \p{L}, \p{N} and \s spelled out
- * so that PCRE2 10.42's Unicode tables agree with tiktoken's (see bpe.c). */
+ * so that PCRE2 10.42's Unicode tables agree with tiktoken's (see bpe_split.c). */
 const char *glm_bpe_pcre2_pattern(void);
 
 /* True when `data` looks like a tiktoken BPE file: its first line matches
@@ -44,10 +44,17 @@ int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n);
  * glm_utf8_check in common/utf8.h). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (regex engine error). */
 glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u32vec *out);
 
+/* Byte-pair merge of s[0..n) alone (no regex split, no whole-piece lookup), APPENDING the ids:
+ * method 0 = tiktoken's merge loop (bpe.c: the O(n^2) loop up to 16 bytes, a heap above),
+ * method 1 = the backtracking encoder (bpe_backtrack.c). Both give tiktoken's result; for tests
+ * that compare them. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL, GLM_ERR_ARG (unknown method). */
+glm_status glm_bpe_merge(const glm_bpe *b, const void *s, size_t n, int method, glm_u32vec *out);
+
 /* Length in bytes of the split-regex piece that starts at text[pos] (text valid UTF-8, whole
- * text given for the look-ahead). use_fast = 1: the ASCII fast path where it decides, else
- * PCRE2 (what glm_bpe_encode does); use_fast = 0: PCRE2 only. 0 when pos >= len or on a regex
- * error (message set). For tests that compare the two paths and the classes. */
+ * text given for the look-ahead). use_fast: 0 = PCRE2 only; 1 = the ASCII hand path where it
+ * decides, else PCRE2; 2 = the BMP hand path where it decides, else PCRE2; 3 = both hand paths
+ * then PCRE2 (what glm_bpe_encode does). 0 when pos >= len or on a regex error (message set).
+ * For tests that compare the paths and the classes. */
 size_t glm_bpe_piece_len(const glm_bpe *b, const char *text, size_t len, size_t pos, int use_fast);
 
 

@@ -31,6 +31,9 @@ static glm_status check_message(json_t *m, size_t i) {
     json_t *tools = json_object_get(m, "tools");
     if (tools && !json_is_array(tools) && !json_is_null(tools))
         return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"tools\" must be a list", i, json_string_value(role));
+    json_t *loss = json_object_get(m, "loss");
+    if (loss && !json_is_boolean(loss) && !json_is_null(loss))
+        return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"loss\" must be true or false", i, json_string_value(role));
     return GLM_OK;
 }
 
@@ -125,6 +128,32 @@ static glm_status render_ids(const glm_tokenizer *tok, const glm_template *tpl, 
     return st;
 }
 
+/* The ids of the template rendered with no messages (GLM-4: [gMASK] <sop>), appended to *ids:
+ * the same for every conversation, so each thread keeps the last one (keyed by the tokenizer's
+ * fingerprint and the template's serial: no stale hit after either is freed). */
+static glm_status prefix_ids(const glm_tokenizer *tok, const glm_template *tpl, glm_u32vec *ids) {
+    static _Thread_local struct {
+        uint64_t fp, serial;
+        uint32_t n, v[32];
+    } cache;
+    uint64_t fp = glm_tokenizer_fingerprint(tok), serial = glm_template_serial(tpl);
+    if (cache.serial != serial || cache.fp != fp) {
+        size_t n0 = ids->n;
+        GLM_TRY(render_ids(tok, tpl, NULL, ids));
+        if (ids->n - n0 <= 32) {
+            cache.fp = fp;
+            cache.serial = serial;
+            cache.n = (uint32_t)(ids->n - n0);
+            memcpy(cache.v, ids->v + n0, cache.n * sizeof *cache.v);
+        }
+        return GLM_OK;
+    }
+    GLM_TRY(glm_vec_reserve(*ids, cache.n));
+    memcpy(ids->v + ids->n, cache.v, cache.n * sizeof *cache.v);
+    ids->n += cache.n;
+    return GLM_OK;
+}
+
 glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, json_t *messages,
                            glm_train_on train_on, glm_u32vec *ids, glm_u8vec *targets) {
     if (!tok || !tpl || !ids || !targets) return glm_err(GLM_ERR_ARG, "glm_chat_encode: NULL argument");
@@ -141,7 +170,7 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
 
     size_t n0 = ids->n, t0 = targets->n;
     glm_u32vec prefix = {0}, one = {0};
-    glm_status st = render_ids(tok, tpl, NULL, &prefix);
+    glm_status st = prefix_ids(tok, tpl, &prefix);
     int prev_counted = 0; /* does the token before the next one belong to a counted message? */
     if (st == GLM_OK) st = glm_vec_reserve(*ids, prefix.n);
     if (st == GLM_OK) st = glm_vec_reserve(*targets, prefix.n);
@@ -165,7 +194,10 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
             break;
         }
         const char *role = json_string_value(json_object_get(m, "role"));
-        int counted = !strcmp(role, "assistant") && (train_on == GLM_TRAIN_ALL || i == last_asst);
+        json_t *flag = json_object_get(m, "loss");
+        int counted = json_is_boolean(flag) ? json_is_true(flag)
+                      : !strcmp(role, "assistant") ? !(train_on & GLM_TRAIN_LAST) || i == last_asst
+                                                   : (train_on & GLM_TRAIN_PROMPT) != 0;
         size_t add = one.n - prefix.n;
         if ((st = glm_vec_reserve(*ids, add)) != GLM_OK || (st = glm_vec_reserve(*targets, add)) != GLM_OK) break;
         for (size_t k = prefix.n; k < one.n; k++) {
@@ -180,6 +212,28 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
     }
     free(prefix.v);
     free(one.v);
+    if (st != GLM_OK) {
+        ids->n = n0;
+        targets->n = t0;
+    }
+    return st;
+}
+
+glm_status glm_text_encode(const glm_tokenizer *tok, const glm_template *tpl, const char *text, size_t len,
+                           glm_u32vec *ids, glm_u8vec *targets) {
+    if (!tok || !tpl || !ids || !targets) return glm_err(GLM_ERR_ARG, "glm_text_encode: NULL argument");
+    int64_t eos = glm_tokenizer_eos_id(tok);
+    if (eos < 0)
+        return glm_err(GLM_ERR_MISMATCH, "%s: the tokenizer has no end-of-text token to end a pretraining "
+                       "document; hint: set \"eos_token\" in tokenizer_config.json", glm_tokenizer_path(tok));
+    size_t n0 = ids->n, t0 = targets->n;
+    glm_status st = prefix_ids(tok, tpl, ids); /* the prefix */
+    size_t np = ids->n - n0;
+    if (st == GLM_OK) st = glm_tokenizer_encode(tok, text, len, ids);
+    if (st == GLM_OK) st = glm_vec_push(*ids, (uint32_t)eos);
+    if (st == GLM_OK) st = glm_vec_reserve(*targets, ids->n - n0);
+    if (st == GLM_OK)
+        for (size_t i = n0; i < ids->n; i++) targets->v[targets->n++] = (uint8_t)(i - n0 >= np && i > n0);
     if (st != GLM_OK) {
         ids->n = n0;
         targets->n = t0;

@@ -14,21 +14,25 @@
 #include "tokenize/template.h"
 #include "tokenize/tokenizer.h"
 
+/* Which messages are targets when a message carries no "loss" flag (bits; flags always win). */
 typedef enum {
-    GLM_TRAIN_ALL = 0,  /* every assistant turn is trained (the GLM-4 finetune recipe) */
-    GLM_TRAIN_LAST = 1, /* only the last assistant message */
+    GLM_TRAIN_ALL = 0,    /* every assistant turn is trained (the GLM-4 finetune recipe) */
+    GLM_TRAIN_LAST = 1,   /* only the last assistant message (LLaMA-Factory's mask_history) */
+    GLM_TRAIN_PROMPT = 2, /* system, user and observation messages too (train_on_prompt) */
 } glm_train_on;
 
 /* Encodes one conversation for training and APPENDS to ids / targets (same count to each).
  * messages: JSON array of objects {role: "system"|"user"|"assistant"|"observation",
- *   content: string (null/absent = empty), metadata?: string, tools?: array}.
+ *   content: string (null/absent = empty), metadata?: string, tools?: array, loss?: bool}.
  * ids = P + R(m_1) + ... + R(m_n) + [<|user|>], where P = the ids of the template rendered with
  *   messages=[] (GLM-4: [gMASK] <sop>), R(m) = the ids of the template rendered with
  *   messages=[m] with its leading P removed (ids via glm_chat_encode_output). The final
  *   <|user|> ends the last turn so that the model learns to stop.
- * targets[i] (0/1, uint8) = 1 when ids[i-1] belongs to a counted assistant message (all of
- *   them for GLM_TRAIN_ALL, the last one for GLM_TRAIN_LAST): the tokens after <|assistant|>
- *   up to and including the role token that ends the turn. targets[0] of a conversation is 0.
+ * targets[i] (0/1, uint8) = 1 when ids[i-1] belongs to a counted message: the tokens after its
+ *   role token up to and including the role token that ends the turn. A message is counted when
+ *   its "loss" is true, not when it is false; without a flag, assistant messages are counted (all
+ *   of them, or with GLM_TRAIN_LAST the last one) and, with GLM_TRAIN_PROMPT, every other
+ *   message too. targets[0] of a conversation is 0 (the prefix is never a target).
  *   In transformers' convention labels[i] = targets[i] ? ids[i] : -100.
  * Errors (ids/targets are then left as they were): GLM_ERR_FORMAT for a malformed message
  *   (names the message index and field, with a hint) or a template error, GLM_ERR_MISMATCH
@@ -36,6 +40,16 @@ typedef enum {
  *   the tokenizer has no <|user|>, GLM_ERR_NOMEM. Thread-safe for distinct ids/targets. */
 glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, json_t *messages,
                            glm_train_on train_on, glm_u32vec *ids, glm_u8vec *targets);
+
+/* Encodes pretraining text and APPENDS to ids / targets: P (the template rendered with no
+ * messages: GLM-4's [gMASK] <sop>, the prefix its tokenizer adds with special tokens), the text's
+ * ids (glm_tokenizer_encode: special-token strings stay plain text), then the end-of-text id
+ * (glm_tokenizer_eos_id). Every token after P is a target (the first text token included, eos
+ * included); the tokens of P are not. Errors (ids/targets then left as they were):
+ * GLM_ERR_MISMATCH when the tokenizer has no end-of-text token, the template's errors,
+ * glm_tokenizer_encode's, GLM_ERR_NOMEM. Thread-safe for distinct ids/targets. */
+glm_status glm_text_encode(const glm_tokenizer *tok, const glm_template *tpl, const char *text, size_t len,
+                           glm_u32vec *ids, glm_u8vec *targets);
 
 /* Renders `messages` (same form as above) with vars {messages, add_generation_prompt},
  * APPENDING segments to *out. The text of the whole conversation (chat_golden's "text").

@@ -31,6 +31,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "common/status.h"
 
 typedef struct glm_template glm_template;
@@ -75,5 +77,9 @@ void glm_tpl_output_free(glm_tpl_output *o);
 
 /* Frees a parsed template (NULL is fine). */
 void glm_template_free(glm_template *t);
+
+/* A number unique to this parsed template in the process (never reused, unlike its address):
+ * what per-template caches key on. */
+uint64_t glm_template_serial(const glm_template *t);
 
 #endif

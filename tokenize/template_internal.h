@@ -58,6 +58,7 @@ struct node {
 };
 
 struct glm_template {
+    uint64_t serial; /* unique per parse in the process (caches key on it, see chat.c) */
     char *name;
     char *src;   /* normalised source (\n newlines, one trailing newline dropped) */
     size_t len;

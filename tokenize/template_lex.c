@@ -841,6 +841,8 @@ void glm_template_free(glm_template *t) {
 glm_status glm_template_parse(const char *src, const char *name, glm_template **out) {
     if (!src || !out) return glm_err(GLM_ERR_ARG, "glm_template_parse: NULL argument");
     glm_template *t = calloc(1, sizeof *t);
+    static uint64_t serials;
+    if (t) t->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     if (!t) return glm_err(GLM_ERR_NOMEM, "out of memory");
     t->name = strdup(name ? name : "template");
     size_t n = strlen(src);
@@ -878,3 +880,5 @@ glm_status glm_template_parse(const char *src, const char *name, glm_template **
     *out = t;
     return GLM_OK;
 }
+
+uint64_t glm_template_serial(const glm_template *t) { return t->serial; }

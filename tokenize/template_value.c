@@ -20,7 +20,9 @@ void tpl_put_utf8(glm_charvec *v, uint32_t cp) {
 }
 
 const char *tpl_tname(json_t *v) {
+    char kind;
     if (!v) return "undefined";
+    if (glm_json_numtext(v, &kind, NULL, NULL)) return kind == 'i' ? "int" : "float";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "dict";
     case JSON_ARRAY: return "list";
@@ -65,6 +67,14 @@ static void py_repr(json_t *v, glm_charvec *b);
 void tpl_py_str(json_t *v, glm_charvec *b) {
     char num[40];
     if (!v) return;
+    const char *nt;
+    size_t nn;
+    char kind;
+    if (glm_json_numtext(v, &kind, &nt, &nn)) { /* str() of a number jansson cannot hold */
+        if (kind == 'i') tpl_cv_put(b, nt, nn);
+        else cv_puts(b, nn == 3 ? "nan" : nt[0] == '-' ? "-inf" : "inf");
+        return;
+    }
     switch (json_typeof(v)) {
     case JSON_STRING: tpl_cv_put(b, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER: snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); cv_puts(b, num); break;
@@ -97,6 +107,7 @@ static void py_repr_str(const char *s, size_t n, glm_charvec *b) {
 /* Python repr() of a value: strings quoted, lists/dicts as Python prints them. */
 static void py_repr(json_t *v, glm_charvec *b) {
     if (!v) return;
+    if (glm_json_numtext(v, NULL, NULL, NULL)) { tpl_py_str(v, b); return; }
     if (json_is_string(v)) { py_repr_str(json_string_value(v), json_string_length(v), b); return; }
     if (json_is_array(v)) {
         cv_puts(b, "[");

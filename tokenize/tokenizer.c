@@ -36,6 +36,7 @@ struct glm_tokenizer {
     int32_t *special_of;    /* [vocab_size] index into special, -1 = none */
     char *path;
     char *chat_template;
+    char *eos_token;        /* tokenizer_config.json "eos_token", or NULL */
     uint64_t fingerprint;
 };
 
@@ -156,8 +157,9 @@ static int cmp_special(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Reads tokenizer_config.json (if present): "added_tokens_decoder" into *sp, "chat_template". */
-static glm_status read_config(const char *cfg_path, special_vec *sp, char **chat_template) {
+/* Reads tokenizer_config.json (if present): "added_tokens_decoder" into *sp, "chat_template",
+ * "eos_token" (a string or {"content": ...}). */
+static glm_status read_config(const char *cfg_path, special_vec *sp, char **chat_template, char **eos) {
     if (!glm_is_file(cfg_path)) return GLM_OK;
     json_error_t je;
     json_t *root = json_load_file(cfg_path, JSON_DECODE_ANY, &je);
@@ -208,6 +210,12 @@ static glm_status read_config(const char *cfg_path, special_vec *sp, char **chat
         *chat_template = strndup(json_string_value(ct), json_string_length(ct));
         if (!*chat_template) st = glm_err(GLM_ERR_NOMEM, "out of memory");
     }
+    json_t *eo = json_object_get(root, "eos_token");
+    if (json_is_object(eo)) eo = json_object_get(eo, "content");
+    if (st == GLM_OK && json_is_string(eo) && json_string_length(eo) > 0) {
+        *eos = strndup(json_string_value(eo), json_string_length(eo));
+        if (!*eos) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
 done:
     json_decref(root);
     return st;
@@ -228,6 +236,7 @@ void glm_tokenizer_free(glm_tokenizer *t) {
     free(t->special_of);
     free(t->path);
     free(t->chat_template);
+    free(t->eos_token);
     free(t);
 }
 
@@ -331,7 +340,7 @@ glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out) {
         }
     }
     size_t n_model_special = sp.n;
-    if ((st = read_config(cfg_path, &sp, &t->chat_template)) != GLM_OK) goto fail;
+    if ((st = read_config(cfg_path, &sp, &t->chat_template, &t->eos_token)) != GLM_OK) goto fail;
     if (t->kind == KIND_SPM && sp.n == n_model_special && glm_spm_piece_to_id(t->spm, "<|user|>", 8) < 0) {
         /* ChatGLM3 convention: the chat tokens follow the SentencePiece vocabulary */
         for (size_t i = 0; i < sizeof chatglm3_specials / sizeof *chatglm3_specials; i++)
@@ -499,5 +508,13 @@ const char *glm_tokenizer_special(const glm_tokenizer *t, size_t i, uint32_t *id
 uint32_t glm_tokenizer_vocab_size(const glm_tokenizer *t) { return t->vocab_size; }
 uint64_t glm_tokenizer_fingerprint(const glm_tokenizer *t) { return t->fingerprint; }
 const char *glm_tokenizer_chat_template(const glm_tokenizer *t) { return t->chat_template; }
+
+int64_t glm_tokenizer_eos_id(const glm_tokenizer *t) {
+    if (t->eos_token) {
+        int64_t id = glm_tokenizer_special_id(t, t->eos_token, strlen(t->eos_token));
+        if (id >= 0) return id;
+    }
+    return glm_tokenizer_special_id(t, "<|endoftext|>", 13);
+}
 const char *glm_tokenizer_kind(const glm_tokenizer *t) { return t->kind == KIND_TIKTOKEN ? "tiktoken" : "sentencepiece"; }
 const char *glm_tokenizer_path(const glm_tokenizer *t) { return t->path; }

@@ -74,6 +74,10 @@ uint64_t glm_tokenizer_fingerprint(const glm_tokenizer *t);
 /* tokenizer_config.json's "chat_template" string, or NULL when absent. Owned by the tokenizer. */
 const char *glm_tokenizer_chat_template(const glm_tokenizer *t);
 
+/* The end-of-text id: tokenizer_config.json's "eos_token" when it is a special token, else
+ * "<|endoftext|>" (GLM-4: 151329); -1 when the tokenizer has neither. */
+int64_t glm_tokenizer_eos_id(const glm_tokenizer *t);
+
 /* "tiktoken" or "sentencepiece". */
 const char *glm_tokenizer_kind(const glm_tokenizer *t);
 

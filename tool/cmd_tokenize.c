@@ -31,31 +31,53 @@
 #include "tokenize/template.h"
 #include "tokenize/tokenizer.h"
 #include "tool/cli.h"
+#include "tool/tokenize_config.h"
 #include "tool/tokenize_report.h"
 #include "tool/tokenize_stdio.h"
 
 static const char *HELP =
     "usage: glmtune tokenize --tokenizer PATH [options] -o OUTDIR INPUT...\n"
+    "       glmtune tokenize --config FILE.yaml [options] [-o OUTDIR] [INPUT...]\n"
     "       glmtune tokenize --tokenizer PATH --encode|--decode  < in.jsonl > out.jsonl\n"
     "\n"
-    "Reads conversation corpora and writes packed training shards in the GLM-4 chat format.\n"
-    "INPUT: files, directories or globs; .json (array or one object) and .jsonl, plain or\n"
-    ".gz .zst .xz .bz2, or inside .tar .tar.gz .zip archives; a LLaMA-Factory dataset_info.json.\n"
+    "Reads conversation corpora (or plain text for pretraining) and writes packed training shards\n"
+    "in the GLM-4 chat format. INPUT: files, directories or globs; .json (array or one object) and\n"
+    ".jsonl, plain or .gz .zst .xz .bz2, or inside .tar .tar.gz .zip archives; a LLaMA-Factory\n"
+    "dataset_info.json. Options also spelled with underscores (--max_samples), and --opt=value.\n"
     "\n"
     "options:\n"
     "  --tokenizer PATH     model directory (tokenizer.model + tokenizer_config.json) or tokenizer\n"
     "                       file; not needed when every record is pre-tokenized\n"
+    "                       (also --model-name-or-path)\n"
     "  -o, --output OUTDIR  output directory (created; a previous glmtune output there is replaced)\n"
+    "  --config FILE.yaml   a LLaMA-Factory training YAML (the one glmtune train --config reads):\n"
+    "                       model_name_or_path, dataset, dataset_dir, cutoff_len, max_samples,\n"
+    "                       val_size, train_on_prompt, mask_history, stage (pt = plain text), seed,\n"
+    "                       tokenized_path (= -o); options given here override it\n"
     "  --format F           auto (default, per record) | messages | sharegpt | alpaca | pretokenized\n"
+    "                       | text (pretraining: [gMASK]<sop> text <|endoftext|>, all targets)\n"
+    "  --text-column NAME   the text layout's field (default \"text\"; a record with only that field\n"
+    "                       is detected as text)\n"
     "  --dataset NAMES      with a dataset_info.json: the entries to read (comma list; default all\n"
     "                       entries with a local file)\n"
+    "  --dataset-dir DIR    the folder that holds dataset_info.json (read when no INPUT is given)\n"
+    "  --max-samples N      the first N records of each dataset (an entry, or an INPUT as given)\n"
     "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's\n"
-    "  --seq-len T          tokens per packed row (default 8192)\n"
-    "  --train-on all|last  targets on every assistant turn (default) or only on the last one\n"
-    "  --truncate           cut samples longer than T to their first T-1 tokens and the end-of-turn\n"
-    "                       token (default: drop them)\n"
-    "  --val-size N         set N conversations (or a fraction like 0.05) aside as the val split\n"
-    "  --seed N             seed of the validation selection (default 42)\n"
+    "  --seq-len T          tokens per packed row (default 8192; also --cutoff-len)\n"
+    "  --train-on WHAT      all (default: every assistant turn) | last (the last assistant turn,\n"
+    "                       LLaMA-Factory's mask_history) | prompt (system, user and tool turns too,\n"
+    "                       train_on_prompt) | last,prompt. A turn's own \"loss\"/\"weight\"/\n"
+    "                       \"loss_weight\" flag always decides for that turn\n"
+    "  --mask-history       = --train-on last\n"
+    "  --train-on-prompt    = --train-on prompt\n"
+    "  --keep-reasoning     keep reasoning (reasoning_content, reasoning parts) in the assistant's\n"
+    "                       content as <think>...</think> (default: dropped, counted)\n"
+    "  --merge-consecutive-turns  join neighbouring turns of one role (else two user turns in a row\n"
+    "                       drop the record: role_order)\n"
+    "  --truncate           cut samples longer than T to their first T-1 tokens and the end token\n"
+    "                       (default: drop chats; split texts into windows of T tokens)\n"
+    "  --val-size N         set N records (or a fraction like 0.05) aside as the val split\n"
+    "  --seed N             seed of the validation selection and num_samples draws (default 42)\n"
     "  --strict             any bad record is fatal (default: skip it and count it by reason)\n"
     "  --threads N          worker threads (default and maximum: the CPUs this process may use)\n"
     "  --report FILE        also write the report as JSON\n"
@@ -66,12 +88,17 @@ static const char *HELP =
 
 typedef struct {
     const char *tokenizer_path, *out, *format_name, *dataset, *template_path, *report_path;
+    const char *text_column, *config_path, *dataset_dir;
     uint64_t seq_len, seed, threads, shard_rows;
+    int64_t max_samples;   /* -1: all */
     double val_size;       /* >= 1: a count; (0, 1): a fraction; 0: none */
-    glm_train_on train_on;
-    bool truncate, strict, quiet, encode, decode;
+    int train_on;          /* glm_train_on bits */
+    bool truncate, strict, quiet, encode, decode, keep_reasoning, merge_turns;
+    /* which settings the command line gave (they override --config) */
+    bool set_seq_len, set_seed, set_val_size, set_threads, set_train_on, set_format, set_max_samples;
     const char **inputs;
     int n_inputs;
+    tok_config cfg;        /* --config, holds the strings it supplied */
 } tok_opts;
 
 /* ------------------------------------------------------------------ one record, in and out */
@@ -86,13 +113,16 @@ typedef struct {
     const char *notes[8];
     int n_notes;
     bool truncated;
+    glm_format layout;     /* the record's layout */
+    uint32_t window;       /* > 0: a text longer than T, cut into documents of `window` tokens */
+    int flag_turns, flag_off; /* turns whose target status came from a loss flag (off: not trained) */
 } job;
 
 typedef struct {
     const tok_opts *o;
     const glm_tokenizer *tok;
     const glm_template *tpl;
-    glm_format fmt;
+    glm_convert_opts copt;
     job *jobs;
     size_t n_jobs;
     size_t next;           /* atomic work counter */
@@ -144,25 +174,34 @@ static void process(batch_ctx *c, job *j) {
     glm_conversation conv;
     const char *reason = NULL;
     glm_err_clear();
-    glm_status s = glm_record_convert(&j->rec, c->fmt, &conv, &reason);
+    glm_status s = glm_record_convert_ex(&j->rec, &c->copt, &conv, &reason);
     if (s != GLM_OK) {
         j->drop = reason ? reason : "bad_record";
         j->drop_detail = strdup(glm_errmsg());
         return;
     }
     for (int k = 0; k < conv.n_notes && j->n_notes < 8; k++) j->notes[j->n_notes++] = conv.notes[k];
+    j->layout = conv.format;
+    j->flag_turns = conv.loss_flag_turns;
+    j->flag_off = conv.loss_flag_off;
     if (conv.format == GLM_FMT_PRETOKENIZED) {
         pretokenized(c, j, &conv);
     } else if (!c->tok) {
-        job_drop(j, "needs_tokenizer", "a conversation record needs --tokenizer (only pre-tokenized records do not)");
+        job_drop(j, "needs_tokenizer", "a conversation or text record needs --tokenizer (only pre-tokenized records do not)");
+    } else if (conv.format == GLM_FMT_TEXT) {
+        s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &j->ids, &j->tg);
+        if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     } else {
-        s = glm_chat_encode(c->tok, c->tpl, conv.messages, c->o->train_on, &j->ids, &j->tg);
+        s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &j->ids, &j->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     }
     glm_conversation_free(&conv);
     if (j->drop) return;
     uint64_t T = c->o->seq_len;
-    if (j->ids.n > T) {
+    if (j->ids.n > T && j->layout == GLM_FMT_TEXT && !c->o->truncate) {
+        /* pretraining text: consecutive windows of T tokens, each a document (see the consumer) */
+        j->window = (uint32_t)T;
+    } else if (j->ids.n > T) {
         if (!c->o->truncate) {
             char msg[160];
             snprintf(msg, sizeof msg, "%zu tokens, longer than --seq-len %llu; hint: --truncate keeps its first tokens and the end-of-turn token", j->ids.n,
@@ -203,11 +242,85 @@ static void job_clear(job *j) {
     memset(j, 0, sizeof *j);
 }
 
+/* ------------------------------------------------------------------ documents of a record */
+
+/* The documents of one kept record (one, or the windows of a long text). */
+typedef struct {
+    glm_pack_doc *docs;
+    size_t n;
+} doc_set;
+
+static void doc_set_free(doc_set *d) {
+    for (size_t i = 0; i < d->n; i++) {
+        free(d->docs[i].ids);
+        free(d->docs[i].targets);
+    }
+    free(d->docs);
+    d->docs = NULL;
+    d->n = 0;
+}
+
+/* Moves j's tokens into documents: the whole sample, or (j->window) consecutive windows of that
+ * many tokens, each a document whose first token is not a target (positions restart in each
+ * document). A last window of one token (it could train nothing) is left out: *tail_dropped.
+ * *targets: the target tokens of all documents. */
+static glm_status job_docs(job *j, doc_set *out, size_t *targets, bool *tail_dropped) {
+    *targets = 0;
+    *tail_dropped = false;
+    size_t w = j->window ? j->window : j->ids.n, n = (j->ids.n + w - 1) / w;
+    if (j->window && j->ids.n - (n - 1) * w == 1) {
+        n--;
+        *tail_dropped = true;
+    }
+    out->docs = calloc(n, sizeof *out->docs);
+    if (!out->docs) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    if (!j->window) {
+        out->docs[0] = (glm_pack_doc){j->ids.v, j->tg.v, (uint32_t)j->ids.n, j->rec.source, (uint64_t)j->rec.index};
+        out->n = 1;
+        for (size_t i = 1; i < j->ids.n; i++) *targets += j->tg.v[i] != 0;
+        j->ids.v = NULL;
+        j->tg.v = NULL;
+        return GLM_OK;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t a = k * w, len = j->ids.n - a < w ? j->ids.n - a : w;
+        glm_pack_doc *d = &out->docs[out->n];
+        *d = (glm_pack_doc){malloc(len * sizeof *d->ids), malloc(len), (uint32_t)len, j->rec.source,
+                            (uint64_t)j->rec.index};
+        if (!d->ids || !d->targets) {
+            free(d->ids);
+            free(d->targets);
+            doc_set_free(out);
+            return glm_err(GLM_ERR_NOMEM, "out of memory");
+        }
+        out->n++;
+        memcpy(d->ids, j->ids.v + a, len * sizeof *d->ids);
+        memcpy(d->targets, j->tg.v + a, len);
+        d->targets[0] = 0;
+        for (size_t i = 1; i < len; i++) *targets += d->targets[i] != 0;
+    }
+    return GLM_OK;
+}
+
+static glm_status add_docs(glm_packer *p, doc_set *d) {
+    glm_status s = GLM_OK;
+    size_t i = 0;
+    for (; i < d->n && s == GLM_OK; i++) s = glm_packer_add(p, d->docs[i]); /* the packer owns it now */
+    for (; i < d->n; i++) {
+        free(d->docs[i].ids);
+        free(d->docs[i].targets);
+    }
+    free(d->docs);
+    d->docs = NULL;
+    d->n = 0;
+    return s;
+}
+
 /* ------------------------------------------------------------------ validation selection */
 
 typedef struct {
     uint64_t key;
-    glm_pack_doc doc;
+    doc_set set;
     uint64_t seq;
 } val_item;
 
@@ -239,17 +352,17 @@ static void heap_sift_down(val_item *h, size_t n, size_t i) {
     }
 }
 
-/* Routes a kept sample. *train: whether *to_train goes to the training packer. With a fraction,
- * a sample not for training goes straight to the val packer (the caller adds it); with a count,
- * the sample may enter the heap of the `size` smallest keys, and the one it evicts (or itself)
- * comes back in *to_train. */
-static glm_status val_route(val_split *v, glm_pack_doc d, uint64_t seq, glm_pack_doc *to_train, bool *train) {
-    *train = true;
+/* Routes the documents of one kept record (all of them to the same split, so that the windows
+ * of a text never straddle train and val). With a fraction the record's key decides: *to_val
+ * gets d or nothing. With a count, the record may enter the heap of the `size` smallest keys
+ * and the one it evicts (or itself) comes back in *to_train; the heap goes to val at the end. */
+static glm_status val_route(val_split *v, doc_set d, uint64_t seq, doc_set *to_train, doc_set *to_val) {
     *to_train = d;
+    *to_val = (doc_set){0};
     if (v->size <= 0) return GLM_OK;
     uint64_t key = val_key(v->seed, seq);
-    if (v->size < 1) { /* a fraction: decided per sample, streamed to the val packer by the caller */
-        if ((double)key < v->size * 18446744073709551616.0) *train = false;
+    if (v->size < 1) { /* a fraction: decided per record */
+        if ((double)key < v->size * 18446744073709551616.0) *to_val = d, *to_train = (doc_set){0};
         return GLM_OK;
     }
     size_t cap = (size_t)v->size;
@@ -260,9 +373,9 @@ static glm_status val_route(val_split *v, glm_pack_doc d, uint64_t seq, glm_pack
             v->heap.v[i] = v->heap.v[(i - 1) / 2];
             v->heap.v[(i - 1) / 2] = t;
         }
-        *train = false;
+        *to_train = (doc_set){0};
     } else if (key < v->heap.v[0].key) {
-        *to_train = v->heap.v[0].doc;
+        *to_train = v->heap.v[0].set;
         v->heap.v[0] = (val_item){key, d, seq};
         heap_sift_down(v->heap.v, v->heap.n, 0);
     }
@@ -284,6 +397,56 @@ static uint64_t glm_usable_cpus(void) {
     return n > 0 ? (uint64_t)n : 1;
 }
 
+/* --train-on all|last|prompt|last,prompt -> glm_train_on bits. */
+static glm_status parse_train_on(const char *v, int *out) {
+    int bits = 0;
+    char *copy = strdup(v), *save = NULL;
+    if (!copy) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_status s = GLM_OK;
+    for (char *t = strtok_r(copy, ",+", &save); t && s == GLM_OK; t = strtok_r(NULL, ",+", &save)) {
+        if (!strcmp(t, "all")) continue;
+        if (!strcmp(t, "last")) bits |= GLM_TRAIN_LAST;
+        else if (!strcmp(t, "prompt")) bits |= GLM_TRAIN_PROMPT;
+        else s = glm_err(GLM_ERR_ARG, "--train-on: expected all, last, prompt or last,prompt, got \"%s\"", v);
+    }
+    free(copy);
+    *out = bits;
+    return s;
+}
+
+/* A flag that may carry true/false (--mask-history, --mask-history=false, --mask-history true),
+ * as LLaMA-Factory's command line spells booleans. 1/0 = given as true/false, -1 = not it. */
+static int bool_flag(int argc, char **argv, int *i, const char *name) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0 || (a[n] && a[n] != '=')) return -1;
+    const char *v = a[n] == '=' ? a + n + 1 : NULL;
+    if (!v && *i + 1 < argc && (!strcmp(argv[*i + 1], "true") || !strcmp(argv[*i + 1], "false"))) v = argv[++*i];
+    if (!v || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) return 1;
+    return 0;
+}
+
+/* Settings from --config that the command line did not give. */
+static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dataset_set, bool dir_set) {
+    tok_config *c = &o->cfg;
+    GLM_TRY(tok_config_load(o->config_path, c));
+    if (!tok_set && c->model) o->tokenizer_path = c->model;
+    if (!out_set && c->tokenized_path) o->out = c->tokenized_path;
+    if (!dataset_set && c->dataset) o->dataset = c->dataset;
+    if (!dir_set && c->dataset_dir) o->dataset_dir = c->dataset_dir;
+    if (!o->set_seq_len && c->cutoff_len >= 0) o->seq_len = (uint64_t)c->cutoff_len;
+    if (!o->set_max_samples && c->max_samples >= 0) o->max_samples = c->max_samples;
+    if (!o->set_val_size && c->val_size >= 0) o->val_size = c->val_size;
+    if (!o->set_seed && c->seed >= 0) o->seed = (uint64_t)c->seed;
+    if (!o->set_threads && c->workers > 0) o->threads = (uint64_t)c->workers;
+    if (!o->set_train_on) {
+        if (c->mask_history == 1) o->train_on |= GLM_TRAIN_LAST;
+        if (c->train_on_prompt == 1) o->train_on |= GLM_TRAIN_PROMPT;
+    }
+    if (!o->set_format && c->stage && !strcmp(c->stage, "pt")) o->format_name = "text";
+    return GLM_OK;
+}
+
 static int parse_opts(int argc, char **argv, tok_opts *o) {
     memset(o, 0, sizeof *o);
     o->seq_len = 8192;
@@ -291,37 +454,60 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
     o->threads = glm_usable_cpus();
     bool threads_given = false;
     o->format_name = "auto";
-    o->inputs = calloc((size_t)argc, sizeof(char *));
+    o->max_samples = -1;
+    o->inputs = calloc((size_t)argc + 1, sizeof(char *));
     glm_status s = GLM_OK;
+    bool tok_set = false, out_set = false, dataset_set = false, dir_set = false;
+    for (int i = 1; i < argc; i++) /* --snake_case spellings: the option name as kebab-case */
+        if (argv[i][0] == '-' && argv[i][1] == '-')
+            for (char *c = argv[i] + 2; *c && *c != '='; c++)
+                if (*c == '_') *c = '-';
     for (int i = 1; i < argc && s == GLM_OK; i++) {
         const char *v = NULL;
-        int r;
+        int r, b;
         const char *a = argv[i];
         if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
             fputs(HELP, stdout);
             return -1;
         }
 #define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) != 0)
-        if (VAL("--tokenizer")) o->tokenizer_path = v;
-        else if (VAL("--output") || VAL("-o")) o->out = v;
-        else if (VAL("--format")) o->format_name = v;
-        else if (VAL("--dataset")) o->dataset = v;
+        if (VAL("--tokenizer") || VAL("--model-name-or-path")) o->tokenizer_path = v, tok_set = true;
+        else if (VAL("--output") || VAL("-o") || VAL("--tokenized-path")) o->out = v, out_set = true;
+        else if (VAL("--config")) o->config_path = v;
+        else if (VAL("--format")) o->format_name = v, o->set_format = true;
+        else if (VAL("--text-column")) o->text_column = v;
+        else if (VAL("--dataset")) o->dataset = v, dataset_set = true;
+        else if (VAL("--dataset-dir")) o->dataset_dir = v, dir_set = true;
         else if (VAL("--chat-template")) o->template_path = v;
         else if (VAL("--report")) o->report_path = v;
-        else if (VAL("--seq-len")) s = cli_u64("--seq-len", v, &o->seq_len);
-        else if (VAL("--seed")) s = cli_u64("--seed", v, &o->seed);
-        else if (VAL("--threads")) s = cli_u64("--threads", v, &o->threads), threads_given = true;
+        else if (VAL("--seq-len") || VAL("--cutoff-len")) s = cli_u64("--seq-len", v, &o->seq_len), o->set_seq_len = true;
+        else if (VAL("--seed")) s = cli_u64("--seed", v, &o->seed), o->set_seed = true;
+        else if (VAL("--threads") || VAL("--preprocessing-num-workers"))
+            s = cli_u64("--threads", v, &o->threads), o->set_threads = true, threads_given = true;
         else if (VAL("--shard-rows")) s = cli_u64("--shard-rows", v, &o->shard_rows);
-        else if (VAL("--val-size")) {
+        else if (VAL("--max-samples")) {
+            uint64_t x = 0;
+            s = cli_u64("--max-samples", v, &x);
+            o->max_samples = (int64_t)x;
+            o->set_max_samples = true;
+        } else if (VAL("--val-size")) {
             s = cli_double("--val-size", v, &o->val_size);
+            o->set_val_size = true;
             if (s == GLM_OK && (o->val_size < 0 || (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
                 s = glm_err(GLM_ERR_ARG, "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got %s", v);
         } else if (VAL("--train-on")) {
-            if (!strcmp(v, "all")) o->train_on = GLM_TRAIN_ALL;
-            else if (!strcmp(v, "last")) o->train_on = GLM_TRAIN_LAST;
-            else s = glm_err(GLM_ERR_ARG, "--train-on: expected all or last, got \"%s\"", v);
+            s = parse_train_on(v, &o->train_on);
+            o->set_train_on = true;
         } else if (r < 0) s = GLM_ERR_ARG;
-        else if (cli_flag(a, "--truncate")) o->truncate = true;
+        else if ((b = bool_flag(argc, argv, &i, "--mask-history")) >= 0) {
+            o->train_on = b ? o->train_on | GLM_TRAIN_LAST : o->train_on & ~GLM_TRAIN_LAST;
+            o->set_train_on = true;
+        } else if ((b = bool_flag(argc, argv, &i, "--train-on-prompt")) >= 0) {
+            o->train_on = b ? o->train_on | GLM_TRAIN_PROMPT : o->train_on & ~GLM_TRAIN_PROMPT;
+            o->set_train_on = true;
+        } else if (cli_flag(a, "--truncate")) o->truncate = true;
+        else if (cli_flag(a, "--keep-reasoning")) o->keep_reasoning = true;
+        else if (cli_flag(a, "--merge-consecutive-turns")) o->merge_turns = true;
         else if (cli_flag(a, "--strict")) o->strict = true;
         else if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) o->quiet = true;
         else if (cli_flag(a, "--encode")) o->encode = true;
@@ -329,6 +515,14 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (a[0] == '-' && a[1]) s = glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
         else o->inputs[o->n_inputs++] = a;
 #undef VAL
+    }
+    if (s == GLM_OK && o->config_path) s = apply_config(o, tok_set, out_set, dataset_set, dir_set);
+    if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir))
+        o->inputs[o->n_inputs++] = o->dataset_dir ? o->dataset_dir : "data"; /* LLaMA-Factory's default */
+    else if (s == GLM_OK && o->dataset && o->dataset_dir) { /* the registry's folder too */
+        bool have = false;
+        for (int i = 0; i < o->n_inputs; i++) have |= !strcmp(o->inputs[i], o->dataset_dir);
+        if (!have) o->inputs[o->n_inputs++] = o->dataset_dir;
     }
     if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
     if (s == GLM_OK && o->report_path) { /* fail now, not after the whole run */
@@ -351,7 +545,8 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
     if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
         s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
     if (s == GLM_OK && !o->encode && !o->decode) {
-        if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR");
+        if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR%s",
+                                 o->config_path ? " (or tokenized_path in the config)" : "");
         else if (o->n_inputs == 0) s = glm_err(GLM_ERR_ARG, "tokenize: no input files; hint: glmtune tokenize --tokenizer DIR -o OUT data/*.jsonl");
         else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");
         else if (o->threads == 0) o->threads = 1;
@@ -438,10 +633,14 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
         json_array_append_new(inputs, json_string(in ? in : "?"));
         free(in);
     }
-    json_t *settings = json_pack("{s:o,s:s,s:s,s:b,s:f,s:I,s:b,s:s*}", "inputs", inputs, "format", o->format_name,
-                                 "train_on", o->train_on == GLM_TRAIN_LAST ? "last" : "all", "truncate", o->truncate,
-                                 "val_size", o->val_size, "seed", (json_int_t)o->seed, "strict", o->strict,
-                                 "chat_template", o->template_path);
+    static const char *const train_on_names[] = {"all", "last", "prompt", "last,prompt"};
+    json_t *settings = json_pack("{s:o,s:s,s:s,s:b,s:f,s:I,s:b,s:s*,s:s*,s:b,s:b,s:I,s:s*,s:s*}", "inputs", inputs,
+                                 "format", o->format_name, "train_on", train_on_names[o->train_on & 3],
+                                 "truncate", o->truncate, "val_size", o->val_size, "seed", (json_int_t)o->seed,
+                                 "strict", o->strict, "chat_template", o->template_path, "text_column",
+                                 o->text_column, "keep_reasoning", o->keep_reasoning, "merge_consecutive_turns",
+                                 o->merge_turns, "max_samples", (json_int_t)o->max_samples, "dataset", o->dataset,
+                                 "config", o->config_path);
     json_object_set_new(m, "settings", settings);
     json_t *splits = json_object();
     json_t *tr = json_object_get(rep->final, "train"), *va = json_object_get(rep->final, "val");
@@ -472,6 +671,7 @@ int cmd_tokenize(int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc == 0) rc = tokenize_main(&o);
     free(o.inputs);
+    tok_config_free(&o.cfg);
     return rc < 0 ? GLM_EXIT_OK : rc; /* -1: --help was printed */
 }
 
@@ -482,6 +682,11 @@ static int tokenize_main(tok_opts *op) {
     glm_status s = GLM_OK;
     glm_tokenizer *tok = NULL;
     glm_template *tpl = NULL;
+    if (o.tokenizer_path && o.tokenizer_path == o.cfg.model && !glm_is_dir(o.tokenizer_path) &&
+        !glm_is_file(o.tokenizer_path))
+        return cli_fail(glm_err(GLM_ERR_ARG, "%s: model_name_or_path %s is not a local folder (a hub id?): glmtune "
+                                "reads the tokenizer from the model's folder; hint: override it with "
+                                "--model_name_or_path DIR (or --tokenizer DIR)", o.config_path, o.tokenizer_path));
     if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
     if (o.encode || o.decode) {
         rc = tokenize_stdio(tok, o.encode);
@@ -490,6 +695,7 @@ static int tokenize_main(tok_opts *op) {
     }
     glm_format fmt;
     if ((s = glm_format_parse(o.format_name, &fmt)) != GLM_OK) return cli_fail(s);
+    glm_convert_opts copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns};
     if (tok) {
         char *src = NULL;
         size_t n;
@@ -522,7 +728,8 @@ static int tokenize_main(tok_opts *op) {
     }
     if (strcmp(out_real, o.out)) glm_log_info("-o %s is a symbolic link: writing %s", o.out, out_real);
     o.out = out_real;
-    if ((s = glm_reader_open((const char *const *)o.inputs, (size_t)o.n_inputs, o.dataset, &rd)) != GLM_OK ||
+    glm_reader_opts ro = {o.dataset, o.max_samples, o.seed};
+    if ((s = glm_reader_open_ex((const char *const *)o.inputs, (size_t)o.n_inputs, &ro, &rd)) != GLM_OK ||
         (s = prepare_outdir(o.out, &tmpdir)) != GLM_OK) {
         glm_reader_close(rd);
         glm_template_free(tpl);
@@ -585,7 +792,7 @@ static int tokenize_main(tok_opts *op) {
             running = false;
         }
         if (n > 0) {
-            ctx[cur] = (batch_ctx){&o, tok, tpl, fmt, jb, n, 0};
+            ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0};
             n_started = 0;
             for (size_t t = 0; t < nthreads; t++) {
                 int rc = pthread_create(&th[t], NULL, worker, &ctx[cur]);
@@ -618,17 +825,20 @@ static int tokenize_main(tok_opts *op) {
                                 j->drop_detail ? j->drop_detail : j->drop, j->drop);
             } else {
                 if (j->truncated) tok_report_note(&rep, "truncated");
-                size_t nt = 0;
-                for (size_t i = 1; i < j->tg.n; i++) nt += j->tg.v[i] != 0;
-                tok_report_keep(&rep, j->rec.source, j->ids.n, nt);
-                glm_pack_doc d = {j->ids.v, j->tg.v, (uint32_t)j->ids.n, j->rec.source, (uint64_t)j->rec.index};
-                j->ids.v = NULL;
-                j->tg.v = NULL;
-                glm_pack_doc to_train;
-                bool train;
-                s = val_route(&vs, d, seq++, &to_train, &train);
-                if (s == GLM_OK && train) s = glm_packer_add(&ptrain, to_train);
-                else if (s == GLM_OK && vs.size < 1) s = glm_packer_add(&pval, d);
+                tok_report_layout(&rep, glm_format_name(j->layout));
+                tok_report_flags(&rep, j->flag_turns, j->flag_off);
+                size_t nt, ntok = j->ids.n;
+                bool tail;
+                doc_set d = {0}, to_train, to_val;
+                s = job_docs(j, &d, &nt, &tail);
+                if (s == GLM_OK && j->window) tok_report_windows(&rep, d.n, tail);
+                if (s == GLM_OK) tok_report_keep(&rep, j->rec.source, tail ? ntok - 1 : ntok, nt);
+                if (s == GLM_OK) s = val_route(&vs, d, seq++, &to_train, &to_val);
+                else doc_set_free(&d);
+                if (s == GLM_OK && to_train.n) s = add_docs(&ptrain, &to_train);
+                if (s == GLM_OK && to_val.n) s = add_docs(&pval, &to_val);
+                doc_set_free(&to_train);
+                doc_set_free(&to_val);
             }
         }
         for (size_t k = 0; k < n_running; k++) job_clear(&prev[k]);
@@ -650,16 +860,9 @@ static int tokenize_main(tok_opts *op) {
     /* validation split: in input order */
     if (s == GLM_OK && vs.heap.n) {
         qsort(vs.heap.v, vs.heap.n, sizeof *vs.heap.v, by_seq);
-        for (size_t i = 0; i < vs.heap.n && s == GLM_OK; i++) {
-            s = glm_packer_add(&pval, vs.heap.v[i].doc);
-            vs.heap.v[i].doc.ids = NULL;
-            vs.heap.v[i].doc.targets = NULL;
-        }
+        for (size_t i = 0; i < vs.heap.n && s == GLM_OK; i++) s = add_docs(&pval, &vs.heap.v[i].set);
     }
-    for (size_t i = 0; i < vs.heap.n; i++) {
-        free(vs.heap.v[i].doc.ids);
-        free(vs.heap.v[i].doc.targets);
-    }
+    for (size_t i = 0; i < vs.heap.n; i++) doc_set_free(&vs.heap.v[i].set);
     glm_vec_free(vs.heap);
     if (s == GLM_OK) s = glm_packer_finish(&ptrain);
     if (s == GLM_OK) s = glm_packer_finish(&pval);
@@ -675,6 +878,11 @@ static int tokenize_main(tok_opts *op) {
                      "count, e.g. --val-size 1", o.val_size, (long long)rep.records_kept);
     if (s == GLM_OK && glm_reader_n_sources(rd) > rep.n_src)
         glm_log_warn("%zu input file(s) or archive member(s) held no record (empty)", glm_reader_n_sources(rd) - rep.n_src);
+    for (size_t i = 0; s == GLM_OK && i < glm_reader_n_datasets(rd); i++) {
+        glm_reader_dataset ds;
+        glm_reader_dataset_info(rd, i, &ds);
+        tok_report_selection(&rep, &ds);
+    }
     if (s == GLM_OK) {
         tok_report_finish(&rep, &ptrain, &pval, T, secs, glm_reader_total_bytes(rd));
         s = tok_write_outputs(&rep, tmpdir, o.out, o.report_path, &o, tok, &wtrain, &wval);

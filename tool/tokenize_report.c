@@ -8,11 +8,43 @@
 
 enum { FIRST_LOCATIONS = 3 };
 
+static void incr(json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    json_object_set_new(obj, key, json_integer(v ? json_integer_value(v) + 1 : 1));
+}
+
 void tok_report_init(tok_report *r) {
     memset(r, 0, sizeof *r);
     r->dropped = json_object();
     r->dropped_first = json_object();
     r->notes = json_object();
+    r->layouts = json_object();
+    r->datasets = json_array();
+}
+
+void tok_report_layout(tok_report *r, const char *layout) { incr(r->layouts, layout); }
+
+void tok_report_flags(tok_report *r, int turns, int off) {
+    r->flag_turns += turns;
+    r->flag_off += off;
+}
+
+void tok_report_windows(tok_report *r, size_t windows, bool tail) {
+    r->texts_split++;
+    r->windows += (int64_t)windows;
+    r->tails += tail;
+}
+
+void tok_report_selection(tok_report *r, const glm_reader_dataset *d) {
+    if (d->max_samples < 0 && d->num_samples < 0) return;
+    if (d->returned == 0 && !d->cut && d->records < 0) return; /* a dataset with no source */
+    char *name = glm_utf8_lossy(d->name);
+    json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:I,s:b}", "dataset", name ? name : "?", "max_samples",
+                          (json_int_t)d->max_samples, "num_samples", (json_int_t)d->num_samples,
+                          "records", (json_int_t)d->records, "records_returned", (json_int_t)d->returned,
+                          "rest_not_read", d->cut);
+    free(name);
+    json_array_append_new(r->datasets, o);
 }
 
 static tok_source *find_src(tok_report *r, const char *name) {
@@ -33,11 +65,6 @@ const char *tok_report_source(tok_report *r, const char *name) {
     memset(s, 0, sizeof *s);
     s->name = strdup(name);
     return s->name;
-}
-
-static void incr(json_t *obj, const char *key) {
-    json_t *v = json_object_get(obj, key);
-    json_object_set_new(obj, key, json_integer(v ? json_integer_value(v) + 1 : 1));
 }
 
 void tok_report_record(tok_report *r, const char *source, size_t nbytes) {
@@ -88,6 +115,14 @@ void tok_report_finish(tok_report *r, const glm_packer *train, const glm_packer 
     json_object_set_new(j, "dropped", json_deep_copy(r->dropped));
     json_object_set_new(j, "dropped_first", json_deep_copy(r->dropped_first));
     json_object_set_new(j, "notes", json_deep_copy(r->notes));
+    json_object_set_new(j, "layouts", json_deep_copy(r->layouts));
+    json_object_set_new(j, "loss_flag_turns", json_pack("{s:I,s:I,s:I}", "turns", (json_int_t)r->flag_turns,
+                                                        "trained", (json_int_t)(r->flag_turns - r->flag_off),
+                                                        "not_trained", (json_int_t)r->flag_off));
+    json_object_set_new(j, "text_windows", json_pack("{s:I,s:I,s:I}", "texts_split", (json_int_t)r->texts_split,
+                                                     "windows", (json_int_t)r->windows, "one_token_tails_left_out",
+                                                     (json_int_t)r->tails));
+    json_object_set_new(j, "datasets", json_deep_copy(r->datasets));
     json_object_set_new(j, "tokens", json_integer(tokens));
     json_object_set_new(j, "target_tokens", json_integer(targets));
     json_object_set_new(j, "rows", json_integer(rows));
@@ -132,6 +167,28 @@ void tok_report_print(const tok_report *r, bool ok) {
         json_array_foreach(first, i, loc) fprintf(f, "%-28s e.g. %s\n", "", json_string_value(loc));
     }
     json_object_foreach(r->notes, k, v) fprintf(f, "%-24s %lld   note: %s\n", "", (long long)json_integer_value(v), k);
+    if (json_object_size(r->layouts) > 1 || json_object_get(r->layouts, "text")) {
+        fprintf(f, "%-24s", "layouts");
+        json_object_foreach(r->layouts, k, v) fprintf(f, " %s %lld", k, (long long)json_integer_value(v));
+        fprintf(f, "\n");
+    }
+    if (r->flag_turns)
+        fprintf(f, "%-24s %lld turns decided by their loss flag (%lld trained, %lld not)\n", "loss flags",
+                (long long)r->flag_turns, (long long)(r->flag_turns - r->flag_off), (long long)r->flag_off);
+    if (r->texts_split)
+        fprintf(f, "%-24s %lld texts longer than a row cut into %lld windows%s\n", "text windows",
+                (long long)r->texts_split, (long long)r->windows, r->tails ? " (one-token tails left out)" : "");
+    size_t di;
+    json_t *d;
+    json_array_foreach(r->datasets, di, d) {
+        json_int_t ns = json_integer_value(json_object_get(d, "num_samples"));
+        json_int_t ms = json_integer_value(json_object_get(d, "max_samples"));
+        fprintf(f, "%-24s %s: %lld records", "selection", json_string_value(json_object_get(d, "dataset")),
+                (long long)json_integer_value(json_object_get(d, "records_returned")));
+        if (ns >= 0) fprintf(f, " (num_samples %lld of %lld)", (long long)ns, (long long)json_integer_value(json_object_get(d, "records")));
+        else fprintf(f, " (max_samples %lld%s)", (long long)ms, json_is_true(json_object_get(d, "rest_not_read")) ? ", the rest not read" : "");
+        fprintf(f, "\n");
+    }
     if (j) {
         fprintf(f, "%-24s %lld (%lld targets)\n", "tokens", (long long)json_integer_value(json_object_get(j, "tokens")),
                 (long long)json_integer_value(json_object_get(j, "target_tokens")));
@@ -159,6 +216,8 @@ void tok_report_free(tok_report *r) {
     json_decref(r->dropped);
     json_decref(r->dropped_first);
     json_decref(r->notes);
+    json_decref(r->layouts);
+    json_decref(r->datasets);
     if (r->final) json_decref(r->final);
     for (size_t i = 0; i < r->n_src; i++) free(r->src[i].name);
     free(r->src);

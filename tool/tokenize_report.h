@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dataset/packer.h"
+#include "dataset/reader.h"
 
 typedef struct tok_source {
     char *name;
@@ -17,6 +18,10 @@ typedef struct tok_source {
 
 typedef struct tok_report {
     int64_t records_read, records_kept, bytes;
+    json_t *layouts;        /* layout -> kept records */
+    int64_t flag_turns, flag_off;           /* turns whose target status came from a loss flag */
+    int64_t texts_split, windows, tails;    /* texts longer than T cut into windows */
+    json_t *datasets;       /* max_samples / num_samples per dataset */
     json_t *dropped;        /* reason -> count */
     json_t *dropped_first;  /* reason -> [first locations] */
     json_t *notes;          /* note -> count */
@@ -32,6 +37,14 @@ void tok_report_record(tok_report *r, const char *source, size_t nbytes);
 void tok_report_keep(tok_report *r, const char *source, size_t tokens, size_t targets);
 void tok_report_drop(tok_report *r, const char *source, const char *reason, const char *detail);
 void tok_report_note(tok_report *r, const char *note);
+/* A kept record's layout ("messages", "text", ...). */
+void tok_report_layout(tok_report *r, const char *layout);
+/* A kept record's turns whose target status came from a loss flag (off of them not trained). */
+void tok_report_flags(tok_report *r, int turns, int off);
+/* A text cut into `windows` documents (tail: its one-token last window was left out). */
+void tok_report_windows(tok_report *r, size_t windows, bool tail);
+/* A dataset's selection (recorded only when max_samples or num_samples applied to it). */
+void tok_report_selection(tok_report *r, const glm_reader_dataset *d);
 /* Builds r->final from the counts and the packers' totals. */
 void tok_report_finish(tok_report *r, const glm_packer *train, const glm_packer *val, uint32_t T, double seconds,
                        int64_t input_bytes);

@@ -1,8 +1,9 @@
 """tiktoken side of bench_tokenizer.sh (benchmark only; glmtune never runs Python).
 
-usage: bench_tiktoken.py prepare CORPORA_DIR OUT_CORPUS OUT_20MB
+usage: bench_tiktoken.py prepare CORPORA_DIR OUT_CORPUS OUT_20MB [OUT_ZH OUT_EN]
          writes every JSON string value of CORPORA_DIR/**/*.json* joined by newlines (the same
-         walk as ../shared/fixtures/make_fixtures.py), and that text repeated to ~20 MB
+         walk as ../shared/fixtures/make_fixtures.py), that text repeated to ~20 MB, and the
+         strings of llamafactory/alpaca_zh_demo.json (Chinese) and alpaca_en_demo.json (English)
        bench_tiktoken.py run TOKENIZER_DIR TEXT LABEL THREADS(1,2) MIN_TIME
          prints "tiktoken LABEL whole 1 MB/s n_ids fnv1a64(ids)" (encode_ordinary of the whole
          text, best of runs) and "tiktoken LABEL chunks N MB/s n_ids -" (encode_ordinary_batch
@@ -23,7 +24,17 @@ def strings_in(o, out):
             strings_in(v, out)
 
 
-def prepare(corpora, out1, out20):
+def strings_of(path):
+    got = []
+    strings_in(json.load(open(path, encoding="utf-8")), got)
+    return "\n".join(got).encode("utf-8")
+
+
+def prepare(corpora, out1, out20, out_zh=None, out_en=None):
+    if out_zh:
+        open(out_zh, "wb").write(strings_of(os.path.join(corpora, "llamafactory", "alpaca_zh_demo.json")))
+    if out_en:
+        open(out_en, "wb").write(strings_of(os.path.join(corpora, "llamafactory", "alpaca_en_demo.json")))
     got = []
     for path in sorted(glob.glob(os.path.join(corpora, "**", "*.json*"), recursive=True)):
         raw = open(path, encoding="utf-8").read()
@@ -79,7 +90,7 @@ def run(tok_dir, text_path, label, threads, min_time):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "prepare":
+    if len(sys.argv) in (5, 7) and sys.argv[1] == "prepare":
         prepare(*sys.argv[2:])
     elif len(sys.argv) == 7 and sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], float(sys.argv[6]))

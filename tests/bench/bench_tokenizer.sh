@@ -4,12 +4,13 @@
 # usage: tests/bench/bench_tokenizer.sh [BUILD_DIR] [SHARED_DIR]
 #   BUILD_DIR  holds tests/tokenize/bench_tokenizer (default: build; `ninja -C BUILD_DIR bench_tokenizer`)
 #   SHARED_DIR the shared fixtures folder (default: $GLM_SHARED or ../shared)
-# Texts: (a) every JSON string value of SHARED_DIR/corpora joined by newlines, (b) (a) repeated
-# to ~20 MB. Rows: one call over the whole text on 1 thread (both tools: glm_tokenizer_encode /
-# tiktoken encode_ordinary), then ~1 MiB chunks over 1 and 2 threads (bench_tokenizer threads /
-# tiktoken encode_ordinary_batch). MB = 1e6 input bytes; best of runs lasting >= MIN_TIME s each
-# (env MIN_TIME, default 2). The "ids" column must agree between the tools on whole-text rows
-# (same count and FNV-1a hash of the ids), else the script fails.
+# Texts: zh = every string of corpora/llamafactory/alpaca_zh_demo.json (Chinese), en = the same
+# for alpaca_en_demo.json (English), mixed = every JSON string value of SHARED_DIR/corpora joined
+# by newlines, mixed-xN = that repeated to ~20 MB. Rows: one call over the whole text on 1 thread
+# (both tools: glm_tokenizer_encode / tiktoken encode_ordinary), then ~1 MiB chunks over 1 and 2
+# threads (bench_tokenizer threads / tiktoken encode_ordinary_batch). MB = 1e6 input bytes; best of
+# runs lasting >= MIN_TIME s each (env MIN_TIME, default 2). The "ids" column must agree between
+# the tools on whole-text rows (same count and FNV-1a hash of the ids), else the script fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,14 +23,14 @@ bench=$build/tests/tokenize/bench_tokenizer
 [ -d "$shared/corpora" ] || { echo "bench_tokenizer.sh: $shared/corpora not found" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 "$here/bench_tiktoken.py" prepare "$shared/corpora" "$tmp/corpus.txt" "$tmp/corpus20.txt"
+python3 "$here/bench_tiktoken.py" prepare "$shared/corpora" "$tmp/mixed.txt" "$tmp/mixed20.txt" "$tmp/zh.txt" "$tmp/en.txt"
 tok="$shared/glm4-tokenizer"
-for t in corpus corpus20; do
-  label=$t; [ $t = corpus20 ] && label=corpus-x$(( $(stat -c %s "$tmp/corpus20.txt") / $(stat -c %s "$tmp/corpus.txt") ))
+for t in zh en mixed mixed20; do
+  label=$t; [ $t = mixed20 ] && label=mixed-x$(( $(stat -c %s "$tmp/mixed20.txt") / $(stat -c %s "$tmp/mixed.txt") ))
   "$bench" --tokenizer "$tok" --text "$tmp/$t.txt" --label "$label" --threads "$threads" --min-time "$min_time" 2>/dev/null
   python3 "$here/bench_tiktoken.py" run "$tok" "$tmp/$t.txt" "$label" "$threads" "$min_time"
 done > "$tmp/results.txt"
-sizes="corpus $(stat -c %s "$tmp/corpus.txt") bytes, corpus-xN $(stat -c %s "$tmp/corpus20.txt") bytes"
+sizes="zh $(stat -c %s "$tmp/zh.txt") bytes, en $(stat -c %s "$tmp/en.txt") bytes, mixed $(stat -c %s "$tmp/mixed.txt") bytes, mixed-xN $(stat -c %s "$tmp/mixed20.txt") bytes"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; texts: $sizes"
 echo
 awk '
@@ -50,24 +51,26 @@ awk '
 
 # The whole `glmtune tokenize` command (read, parse, convert, render the chat template, encode,
 # pack, write shards) on the corpora folder copied 6 times (~24 MB of JSON), 1 and 2 threads.
-# MB/s = input bytes on disk / wall seconds of the command.
+# MB/s = input bytes on disk / wall seconds of the command; MB per CPU-second = the same bytes /
+# (user + sys) seconds, the throughput per busy core (on a shared machine the wall time also
+# counts waiting for a core). Best of 3 runs.
 glmtune=$build/tool/glmtune
 if [ -x "$glmtune" ]; then
   for i in 1 2 3 4 5 6; do mkdir -p "$tmp/in/$i" && cp -r "$shared/corpora/." "$tmp/in/$i/"; done
   in_bytes=$(find "$tmp/in" -type f -name '*.json*' ! -name dataset_info.json -printf '%s\n' | awk '{s += $1} END {print s}')
   echo
-  echo "| whole command: glmtune tokenize --seq-len 8192 (${in_bytes} bytes of JSON) | threads | seconds | MB/s | MB/s per thread |"
-  echo "|---|---|---|---|---|"
+  echo "| whole command: glmtune tokenize --seq-len 8192 (${in_bytes} bytes of JSON) | threads | seconds | MB/s | CPU seconds | MB per CPU-second |"
+  echo "|---|---|---|---|---|---|"
+  TIMEFORMAT='%R %U %S'
   for t in ${threads//,/ }; do
-    best=""
+    best=""; bcpu=""
     for rep in 1 2 3; do
       rm -rf "$tmp/out"
-      s=$(date +%s.%N)
-      "$glmtune" tokenize --quiet --threads "$t" --tokenizer "$tok" --seq-len 8192 -o "$tmp/out" "$tmp/in" 2>/dev/null
-      e=$(date +%s.%N)
-      secs=$(echo "$e - $s" | bc -l)
-      if [ -z "$best" ] || [ "$(echo "$secs < $best" | bc -l)" = 1 ]; then best=$secs; fi
+      read -r wall usr sys < <({ time "$glmtune" tokenize --quiet --threads "$t" --tokenizer "$tok" --seq-len 8192 -o "$tmp/out" "$tmp/in" >/dev/null 2>&1; } 2>&1)
+      cpu=$(echo "$usr + $sys" | bc -l)
+      if [ -z "$best" ] || [ "$(echo "$wall < $best" | bc -l)" = 1 ]; then best=$wall; fi
+      if [ -z "$bcpu" ] || [ "$(echo "$cpu < $bcpu" | bc -l)" = 1 ]; then bcpu=$cpu; fi
     done
-    awk -v b="$in_bytes" -v s="$best" -v t="$t" 'BEGIN { printf "| | %d | %.2f | %.1f | %.1f |\n", t, s, b / s / 1e6, b / s / 1e6 / t }'
+    awk -v b="$in_bytes" -v s="$best" -v c="$bcpu" -v t="$t" 'BEGIN { printf "| | %d | %.2f | %.1f | %.2f | %.1f |\n", t, s, b / s / 1e6, c, b / c / 1e6 }'
   done
 fi

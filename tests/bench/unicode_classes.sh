@@ -2,7 +2,7 @@
 # tests/bench/unicode_classes.sh: do PCRE2's \p{L} \p{N} \s agree with tiktoken's (Rust regex)?
 # usage: tests/bench/unicode_classes.sh [BUILD_DIR] [SHARED_DIR]
 # 1. Lists, per class, the code-point ranges where plain PCRE2 (this machine's libpcre2-8, UTF+UCP)
-#    and tiktoken disagree: the reason for the spelled-out classes in tokenize/bpe.c.
+#    and tiktoken disagree: the reason for the spelled-out classes in tokenize/bpe_split.c.
 # 2. Encodes every code point in several contexts with tiktoken and with glmtune (test_tokenizer
 #    given the probe file): must print "0 encode mismatches".
 set -euo pipefail

@@ -26,8 +26,10 @@ while IFS='|' read -r _ file _ _ _ recs _; do
     [[ "$n" =~ ^[0-9]+$ ]] || continue
     got=$(grep -A2 "corpora/$f\"" "$T/r1.json" | grep -o '"records_read": [0-9]*' | head -1 | grep -o '[0-9]*$')
     kept=$(grep -A3 "corpora/$f\"" "$T/r1.json" | grep -o '"records_kept": [0-9]*' | head -1 | grep -o '[0-9]*$')
+    # dropped on purpose (test_corpora.c says why): an empty turn, two tool results answering no call
+    want=$n; case "$f" in *missingturns*) want=$((n - 1));; *glaive_toolcall_zh*) want=$((n - 2));; esac
     check "$f: read ${got:-none} of $n records" test "${got:-x}" = "$n"
-    check "$f: kept ${kept:-none} of $n records" test "${kept:-x}" = "$n"
+    check "$f: kept ${kept:-none} of $want records" test "${kept:-x}" = "$want"
 done < <(grep '^| [a-z]*/' "$S/corpora/SOURCES.md")
 check "report has packing_efficiency" grep -q '"packing_efficiency"' "$T/r1.json"
 check "report has target_tokens" grep -q '"target_tokens"' "$T/r1.json"
@@ -62,14 +64,15 @@ $G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 --train-on last -o "$T/las
 $G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 -o "$T/all" "$S/corpora/axolotl/conversation.json" 2>/dev/null
 check "--train-on last trains fewer tokens" test "$(jget "$T/last/report.json" target_tokens)" -lt "$(jget "$T/all/report.json" target_tokens)"
 $G tokenize --quiet --tokenizer "$TOK" --seq-len 256 -o "$T/drop" "$S/corpora/axolotl" 2>/dev/null
-check "too long samples dropped and counted" grep -q '"too_long": 2' "$T/drop/report.json"
+check "too long samples dropped and counted" grep -q '"too_long": 1' "$T/drop/report.json"
+check "... and the empty turn" grep -q '"empty_turn": 1' "$T/drop/report.json"
 $G tokenize --quiet --tokenizer "$TOK" --seq-len 256 --truncate -o "$T/trunc" "$S/corpora/axolotl" 2>/dev/null
-check "--truncate keeps them" test "$(jget "$T/trunc/report.json" records_kept)" = 4
+check "--truncate keeps them" test "$(jget "$T/trunc/report.json" records_kept)" = 3
 $G inspect --json "$T/trunc" > "$T/trunc.jsonl"
-check "--truncate keeps the end-of-turn token" test "$(grep -c '151336\], *"targets"' "$T/trunc.jsonl")" = 4
+check "--truncate keeps the end-of-turn token" test "$(grep -c '151336\], *"targets"' "$T/trunc.jsonl")" = 3
 
 # 6. bad input: skipped and counted with locations; --strict fatal; nothing usable = failure
-printf '{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}\n{"messages": [oops\n{"messages":[{"role":"wizard","content":"x"}]}\n{"conversations":[{"from":"human","value":"\xff\xfe"}]}\n{"text": "no layout"}\n' > "$T/bad.jsonl"
+printf '{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}\n{"messages": [oops\n{"messages":[{"role":"wizard","content":"x"}]}\n{"conversations":[{"from":"human","value":"\xff\xfe"}]}\n{"note": "no layout"}\n' > "$T/bad.jsonl"
 $G tokenize --tokenizer "$TOK" --seq-len 512 -o "$T/b" "$T/bad.jsonl" 2>"$T/blog"
 check "lenient run succeeds with 1 kept" test "$(jget "$T/b/report.json" records_kept)" = 1
 check "bad JSON counted with file:line" grep -q "bad.jsonl:2" "$T/blog"

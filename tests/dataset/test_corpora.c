@@ -1,7 +1,8 @@
 /* Reads every file of ../shared/corpora through the reader and the format converter: each
- * record count must equal the "records" column of SOURCES.md, with no per-record problem; the
- * folder walk uses llamafactory/dataset_info.json as a mapping; --dataset selects entries;
- * glaive tool calls become metadata + JSON arguments; reasoning parts are dropped. */
+ * record count must equal the "records" column of SOURCES.md, with no per-record problem except
+ * the three records that break the chat's rules (checked by hand, listed below); the folder walk
+ * uses llamafactory/dataset_info.json as a mapping; --dataset selects entries; glaive tool calls
+ * become metadata + JSON arguments; reasoning parts are dropped. */
 #include <string.h>
 
 #include "common/status.h"
@@ -11,7 +12,7 @@
 #include "tests/check.h"
 
 typedef struct counts {
-    long long records, problems, convert_fail, notes_empty, notes_reasoning, tool_calls;
+    long long records, problems, convert_fail, empty_turn, role_order, notes_reasoning, tool_calls;
     long long with_tools;
 } counts;
 
@@ -36,12 +37,12 @@ static glm_status run(const char *const *inputs, size_t n, const char *filter, c
         const char *reason = NULL;
         if (glm_record_convert(&rec, GLM_FMT_AUTO, &conv, &reason) != GLM_OK) {
             c->convert_fail++;
+            c->empty_turn += reason && !strcmp(reason, "empty_turn");
+            c->role_order += reason && !strcmp(reason, "role_order");
             fprintf(stderr, "convert: %s: %s\n", reason, glm_errmsg());
         } else {
-            for (int k = 0; k < conv.n_notes; k++) {
-                if (!strcmp(conv.notes[k], "empty_turn")) c->notes_empty++;
+            for (int k = 0; k < conv.n_notes; k++)
                 if (!strcmp(conv.notes[k], "reasoning_dropped")) c->notes_reasoning++;
-            }
             json_t *m;
             size_t i;
             bool tools = false;
@@ -67,7 +68,7 @@ int main(void) {
     CHECK(f != NULL, "open %s", path);
     if (!f) return check_summary("test_corpora");
     char line[8192];
-    long long total = 0;
+    long long total = 0, dropped = 0;
     int nfiles = 0;
     /* Table rows: | folder/file | repo / path | commit | format | records | size | sha256 | */
     while (fgets(line, sizeof line, f)) {
@@ -98,20 +99,27 @@ int main(void) {
         CHECK(st == GLM_OK, "%s: %s", name, glm_errmsg());
         CHECK(c.records == expect, "%s: %lld records, SOURCES.md says %lld", name, c.records,
               expect);
-        CHECK(c.problems == 0 && c.convert_fail == 0, "%s: %lld problems, %lld failed conversions",
-              name, c.problems, c.convert_fail);
+        /* Records dropped on purpose: axolotl's missingturns fixture has an empty gpt turn (its
+         * purpose); glaive_toolcall_zh records 197 and 293 have the tool call written inside the
+         * gpt text ("AI 计算折扣: {...}") and an observation after it, so the observation answers no
+         * call (checked by reading both records). */
+        long long want_empty = strstr(name, "missingturns") ? 1 : 0;
+        long long want_order = strstr(name, "glaive_toolcall_zh") ? 2 : 0;
+        CHECK(c.problems == 0 && c.convert_fail == want_empty + want_order && c.empty_turn == want_empty &&
+              c.role_order == want_order, "%s: %lld problems, %lld failed conversions (empty_turn %lld, "
+              "role_order %lld)", name, c.problems, c.convert_fail, c.empty_turn, c.role_order);
         total += c.records;
-        printf("%-45s %6lld records  tool calls %5lld  with tools %4lld  empty_turn %lld  "
+        dropped += c.convert_fail;
+        printf("%-45s %6lld records  tool calls %5lld  with tools %4lld  empty_turn %lld  role_order %lld  "
                "reasoning_dropped %lld\n", name, c.records, c.tool_calls, c.with_tools,
-               c.notes_empty, c.notes_reasoning);
+               c.empty_turn, c.role_order, c.notes_reasoning);
         if (strstr(name, "glaive_toolcall_en")) {
             CHECK(c.tool_calls > 0, "glaive: tool calls found");
             CHECK(c.with_tools == 300 - 109, "glaive en: %lld records with tools (109 have none)",
                   c.with_tools);
         }
-        if (strstr(name, "glaive_toolcall_zh"))
-            CHECK(c.with_tools == 300 - 100, "glaive zh: %lld records with tools", c.with_tools);
-        if (strstr(name, "missingturns")) CHECK(c.notes_empty == 1, "empty turn noted");
+        if (strstr(name, "glaive_toolcall_zh")) /* the two role_order records both have tools */
+            CHECK(c.with_tools == 300 - 100 - 2, "glaive zh: %lld records with tools", c.with_tools);
         if (strstr(name, "reason_tool_use")) {
             CHECK(c.notes_reasoning > 0, "reasoning dropped");
             CHECK(c.tool_calls > 0, "reason_tool_use: tool_call parts");
@@ -158,7 +166,8 @@ int main(void) {
         glm_status st = run(in, 1, NULL, &c, NULL);
         CHECK(st == GLM_OK, "folder: %s", glm_errmsg());
         CHECK(c.records == total, "folder: %lld records, files sum to %lld", c.records, total);
-        CHECK(c.problems == 0 && c.convert_fail == 0, "folder: no problems");
+        CHECK(c.problems == 0 && c.convert_fail == dropped, "folder: %lld failed conversions, the files %lld",
+              c.convert_fail, dropped);
     }
     /* The registry as input: its 5 local entries (identity, alpaca en/zh, glaive en/zh). */
     {
@@ -174,8 +183,9 @@ int main(void) {
         st = run(in, 1, "glaive_toolcal_en_demo", &c, NULL);
         CHECK(st == GLM_ERR_ARG && strstr(glm_errmsg(), "glaive_toolcall_en_demo"),
               "unknown name lists close names: %s", glm_errmsg());
-        st = run(in, 1, "dpo_en_demo", &c, NULL);
-        CHECK(st == GLM_ERR_ARG, "dpo entry without a local file: %s", glm_errmsg());
+        st = run(in, 1, "dpo_en_demo", &c, NULL); /* a missing file is an error naming entry and path */
+        CHECK(st == GLM_ERR_IO && strstr(glm_errmsg(), "\"dpo_en_demo\"") && strstr(glm_errmsg(), "dpo_en_demo.json"),
+              "dpo entry without a local file: %s", glm_errmsg());
         snprintf(path, sizeof path, "%s/corpora", g_shared);
         st = run(in, 1, "alpaca_zh_demo", &c, NULL);
         CHECK(st == GLM_OK && c.records == 1000, "folder + --dataset: %lld (%s)", c.records,

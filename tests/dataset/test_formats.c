@@ -2,6 +2,7 @@
  * (naming source, line and record), dataset_info mappings, Python-style json.dumps. */
 #include <string.h>
 
+#include "common/pyjson.h"
 #include "common/status.h"
 #include "dataset/dataset_info.h"
 #include "dataset/formats.h"
@@ -10,7 +11,10 @@
 static glm_conversation g_conv;
 static const char *g_reason;
 
-/* Converts `json` as record 6 at line 7 of "mem.jsonl". Returns the status. */
+static glm_convert_opts g_opt; /* options for the next conversions (format set per call) */
+
+/* Converts `json` (read as Python's json.loads reads it) as record 6 at line 7 of "mem.jsonl".
+ * Returns the status. */
 static glm_status conv(const char *json, glm_format fmt, const void *mapping) {
     glm_record rec;
     memset(&rec, 0, sizeof rec);
@@ -19,13 +23,15 @@ static glm_status conv(const char *json, glm_format fmt, const void *mapping) {
     rec.index = 6;
     rec.mapping = mapping;
     json_error_t e;
-    rec.value = json_loads(json, 0, &e);
+    rec.value = glm_json_loadb_py(json, strlen(json), 0, &e);
     if (!rec.value) {
         fprintf(stderr, "bad test JSON: %s: %s\n", json, e.text);
         return GLM_ERR_INTERNAL;
     }
     glm_conversation_free(&g_conv);
-    glm_status st = glm_record_convert(&rec, fmt, &g_conv, &g_reason);
+    glm_convert_opts o = g_opt;
+    o.format = fmt;
+    glm_status st = glm_record_convert_ex(&rec, &o, &g_conv, &g_reason);
     json_decref(rec.value);
     return st;
 }
@@ -50,6 +56,12 @@ static bool has_note(const char *n) {
         glm_status st_ = conv(json, fmt, map);                                                 \
         CHECK(st_ == GLM_OK, "%s: %s", json, glm_errmsg());                                    \
         if (st_ == GLM_OK) CHECK(!strcmp(msgs(), want), "\n got  %s\n want %s", g_text, want); \
+    } while (0)
+
+#define EXPECT_OK(json, fmt, map)                                                              \
+    do {                                                                                       \
+        glm_status st_ = conv(json, fmt, map);                                                 \
+        CHECK(st_ == GLM_OK, "%s: %s", json, glm_errmsg());                                    \
     } while (0)
 
 #define EXPECT_FAIL(json, fmt, map, reason)                                                    \
@@ -126,9 +138,10 @@ int main(void) {
                 "\"think\"}, {\"type\": \"text\", \"value\": \"ok\"}, {\"type\": \"tool_call\", "
                 "\"value\": \"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": {\\\"k\\\": 1}}\"}]}]}",
                 GLM_FMT_AUTO, NULL,
-                "[{\"content\":\"ab\",\"role\":\"user\"},{\"content\":\"ok\",\"role\":\"assistant\"},"
-                "{\"content\":\"{\\\"k\\\": 1}\",\"metadata\":\"f\",\"role\":\"assistant\"}]");
+                "[{\"content\":\"ab\",\"loss\":false,\"role\":\"user\"},{\"content\":\"ok\",\"role\":"
+                "\"assistant\"},{\"content\":\"{\\\"k\\\": 1}\",\"metadata\":\"f\",\"role\":\"assistant\"}]");
     CHECK(has_note("reasoning_dropped"), "note reasoning_dropped");
+    CHECK(g_conv.loss_flag_turns == 1 && g_conv.loss_flag_off == 1, "loss_weight 0.0 counted as a flag");
 
     EXPECT_FAIL("{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}", GLM_FMT_AUTO, NULL,
                 "unknown_role");
@@ -154,13 +167,23 @@ int main(void) {
                 "[{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"function_call\", \"value\": "
                 "\"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": {\\\"a\\\": \\\"b\\\"}}\"}, "
                 "{\"from\": \"observation\", \"value\": \"{}\"}, {\"from\": \"gpt\", \"value\": "
-                "\"\"}]}",
+                "\"done\"}]}",
                 GLM_FMT_AUTO, NULL,
                 "[{\"content\":\"S\",\"role\":\"system\",\"tools\":[{\"function\":{\"name\":\"f\"},"
                 "\"type\":\"function\"}]},{\"content\":\"q\",\"role\":\"user\"},{\"content\":"
                 "\"{\\\"a\\\": \\\"b\\\"}\",\"metadata\":\"f\",\"role\":\"assistant\"},{\"content\":"
-                "\"{}\",\"role\":\"observation\"},{\"content\":\"\",\"role\":\"assistant\"}]");
-    CHECK(g_conv.format == GLM_FMT_SHAREGPT && has_note("empty_turn"), "sharegpt + empty_turn");
+                "\"{}\",\"role\":\"observation\"},{\"content\":\"done\",\"role\":\"assistant\"}]");
+    CHECK(g_conv.format == GLM_FMT_SHAREGPT, "sharegpt");
+    /* an empty turn ("" / [] / whitespace) drops the record, naming the turn */
+    EXPECT_FAIL("{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"gpt\", "
+                "\"value\": \"\"}]}", GLM_FMT_AUTO, NULL, "empty_turn");
+    CHECK(strstr(glm_errmsg(), "conversations[1] (gpt)"), "names the turn: %s", glm_errmsg());
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": []}, {\"role\": \"assistant\", "
+                "\"content\": \"a\"}]}", GLM_FMT_AUTO, NULL, "empty_turn");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \" \\n\\t\\u3000\"}]}", GLM_FMT_AUTO, NULL, "empty_turn");
+    EXPECT_FAIL("{\"instruction\": \"\", \"input\": \" \", \"output\": \"y\"}", GLM_FMT_AUTO, NULL, "empty_turn");
+    EXPECT_FAIL("{\"instruction\": \"x\", \"output\": \"\"}", GLM_FMT_AUTO, NULL, "empty_turn");
     EXPECT_MSGS("{\"conversations\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
                 "\"assistant\", \"content\": \"a\"}]}", GLM_FMT_SHAREGPT, NULL,
                 "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"a\",\"role\":\"assistant\"}]");
@@ -189,6 +212,146 @@ int main(void) {
     EXPECT_FAIL("{\"input_ids\": [1, -2]}", GLM_FMT_AUTO, NULL, "bad_input_ids");
     EXPECT_FAIL("{\"input_ids\": [1, 2], \"labels\": [1]}", GLM_FMT_AUTO, NULL, "bad_labels");
 
+    /* --- per-turn loss flags: "loss" (xtuner, ms-swift), "weight" (axolotl), "loss_weight"
+     * (LLaMA-Factory v1), on any role; a tool call inherits its turn's flag */
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"system\", \"content\": \"S\", \"loss\": true}, "
+                "{\"role\": \"user\", \"content\": \"q\", \"loss\": true}, {\"role\": \"assistant\", "
+                "\"content\": \"a\", \"loss\": false}, {\"role\": \"user\", \"content\": \"q2\"}, "
+                "{\"role\": \"assistant\", \"content\": \"a2\", \"loss\": null}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"S\",\"loss\":true,\"role\":\"system\"},{\"content\":\"q\",\"loss\":true,"
+                "\"role\":\"user\"},{\"content\":\"a\",\"loss\":false,\"role\":\"assistant\"},{\"content\":"
+                "\"q2\",\"role\":\"user\"},{\"content\":\"a2\",\"role\":\"assistant\"}]");
+    CHECK(g_conv.loss_flag_turns == 3 && g_conv.loss_flag_off == 1, "3 flagged turns, 1 off: %d %d",
+          g_conv.loss_flag_turns, g_conv.loss_flag_off);
+    EXPECT_MSGS("{\"conversations\": [{\"from\": \"human\", \"value\": \"q\", \"weight\": 0}, {\"from\": "
+                "\"gpt\", \"value\": \"a\", \"weight\": 1}, {\"from\": \"human\", \"value\": \"q2\", "
+                "\"weight\": 1.0}, {\"from\": \"gpt\", \"value\": \"a2\", \"weight\": 0.0}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\",\"loss\":false,\"role\":\"user\"},{\"content\":\"a\",\"loss\":true,"
+                "\"role\":\"assistant\"},{\"content\":\"q2\",\"loss\":true,\"role\":\"user\"},{\"content\":"
+                "\"a2\",\"loss\":false,\"role\":\"assistant\"}]");
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"calling\", \"loss\": false, \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+                "\"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", "
+                "\"content\": \"a\"}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"calling\",\"loss\":false,\"role\":"
+                "\"assistant\"},{\"content\":\"{}\",\"loss\":false,\"metadata\":\"f\",\"role\":\"assistant\"},"
+                "{\"content\":\"r\",\"role\":\"observation\"},{\"content\":\"a\",\"role\":\"assistant\"}]");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"a\", \"weight\": 0.5}]}", GLM_FMT_AUTO, NULL, "bad_loss_flag");
+    CHECK(strstr(glm_errmsg(), "messages[1].weight"), "names the turn and key: %s", glm_errmsg());
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"loss\": \"no\"}, {\"role\": "
+                "\"assistant\", \"content\": \"a\"}]}", GLM_FMT_AUTO, NULL, "bad_loss_flag");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"a\", \"loss\": true, \"weight\": 0}]}", GLM_FMT_AUTO, NULL, "bad_loss_flag");
+
+    /* --- role order: each case drops the record with role_order, naming the turn */
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"assistant\", "
+                "\"content\": \"a\"}, {\"role\": \"user\", \"content\": \"q\"}]}", GLM_FMT_AUTO, NULL, "role_order");
+    CHECK(strstr(glm_errmsg(), "messages[1] (assistant)"), "names the turn: %s", glm_errmsg());
+    EXPECT_FAIL("{\"conversations\": [{\"from\": \"gpt\", \"value\": \"a\"}]}", GLM_FMT_AUTO, NULL, "role_order");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"user\", "
+                "\"content\": \"q2\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}", GLM_FMT_AUTO, NULL,
+                "role_order");
+    CHECK(strstr(glm_errmsg(), "messages[1] (user)") && strstr(glm_errmsg(), "--merge-consecutive-turns"),
+          "names the turn and the option: %s", glm_errmsg());
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"a\"}, {\"role\": \"tool\", \"content\": \"r\"}]}", GLM_FMT_AUTO, NULL, "role_order");
+    CHECK(strstr(glm_errmsg(), "messages[2] (observation)"), "names the tool turn: %s", glm_errmsg());
+    EXPECT_FAIL("{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"observation\", "
+                "\"value\": \"r\"}]}", GLM_FMT_AUTO, NULL, "role_order");
+    /* two tool results after one call are fine; so are two assistant messages (text + call) */
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {}}}, {\"function\": "
+                "{\"name\": \"g\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r1\"}, "
+                "{\"role\": \"tool\", \"content\": \"r2\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}",
+                GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"{}\",\"metadata\":\"f\",\"role\":"
+                "\"assistant\"},{\"content\":\"{}\",\"metadata\":\"g\",\"role\":\"assistant\"},{\"content\":"
+                "\"r1\",\"role\":\"observation\"},{\"content\":\"r2\",\"role\":\"observation\"},{\"content\":"
+                "\"a\",\"role\":\"assistant\"}]");
+    g_opt.merge_consecutive_turns = true; /* --merge-consecutive-turns joins same-role neighbours */
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"user\", "
+                "\"content\": \"q2\", \"loss\": true}, {\"role\": \"assistant\", \"content\": \"a\"}, "
+                "{\"role\": \"assistant\", \"content\": \"b\"}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\\nq2\",\"loss\":true,\"role\":\"user\"},{\"content\":\"a\\nb\","
+                "\"role\":\"assistant\"}]");
+    CHECK(has_note("turns_merged"), "note turns_merged");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", "
+                "\"content\": \"q\"}]}", GLM_FMT_AUTO, NULL, "role_order"); /* merging does not fix this */
+    g_opt.merge_consecutive_turns = false;
+
+    /* --- reasoning: reasoning_content and reasoning parts, dropped (counted) or kept as content */
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"A\", \"reasoning_content\": \"R\"}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"A\",\"role\":\"assistant\"}]");
+    CHECK(has_note("reasoning_dropped") && !has_note("reasoning_kept"), "reasoning dropped");
+    g_opt.keep_reasoning = true;
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"A\", \"reasoning_content\": \"R\"}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"<think>\\nR\\n</think>\\n\\nA\","
+                "\"role\":\"assistant\"}]");
+    CHECK(has_note("reasoning_kept") && !has_note("reasoning_dropped"), "reasoning kept");
+    EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": [{\"type\": \"reasoning\", \"value\": \"R1\"}, {\"type\": \"text\", \"value\": "
+                "\"A\"}]}]}", GLM_FMT_AUTO, NULL,
+                "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"<think>\\nR1\\n</think>\\n\\nA\","
+                "\"role\":\"assistant\"}]");
+    g_opt.keep_reasoning = false;
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"reasoning_content\": \"R\"}, "
+                "{\"role\": \"assistant\", \"content\": \"a\"}]}", GLM_FMT_AUTO, NULL, "bad_content");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                "\"content\": \"\", \"reasoning_content\": \"R\"}]}", GLM_FMT_AUTO, NULL, "empty_turn");
+
+    /* --- pretraining text */
+    CHECK(conv("{\"text\": \"Hello world\"}", GLM_FMT_AUTO, NULL) == GLM_OK && g_conv.format == GLM_FMT_TEXT &&
+          !strcmp(json_string_value(g_conv.text), "Hello world") && !g_conv.messages, "text detected: %s", glm_errmsg());
+    EXPECT_FAIL("{\"text\": \"x\", \"url\": \"u\"}", GLM_FMT_AUTO, NULL, "unsupported_layout");
+    CHECK(strstr(glm_errmsg(), "--format text"), "hint --format text: %s", glm_errmsg());
+    CHECK(conv("{\"text\": \"x\", \"url\": \"u\"}", GLM_FMT_TEXT, NULL) == GLM_OK && g_conv.format == GLM_FMT_TEXT,
+          "--format text");
+    g_opt.text_column = "content";
+    CHECK(conv("{\"content\": \"body\", \"id\": 3}", GLM_FMT_AUTO, NULL) == GLM_OK &&
+          g_conv.format == GLM_FMT_TEXT && !strcmp(json_string_value(g_conv.text), "body"), "--text-column");
+    g_opt.text_column = NULL;
+    EXPECT_FAIL("{\"text\": \" \\n\"}", GLM_FMT_AUTO, NULL, "empty_text");
+    EXPECT_FAIL("{\"text\": 12}", GLM_FMT_AUTO, NULL, "bad_content");
+    EXPECT_FAIL("{\"body\": \"x\"}", GLM_FMT_TEXT, NULL, "no_text");
+
+    /* --- numbers stay as written: one integer above 2^63 does not turn the others into floats.
+     * Expected text: CPython 3.11, json.dumps(json.loads(s), ensure_ascii=False) */
+    EXPECT_OK("{\"tools\": [{\"name\": \"f\", \"parameters\": {\"maximum\": 18446744073709551616, "
+                "\"minimum\": 5}}], \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
+                "\"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 5, "
+                "\"big\": 18446744073709551616, \"neg\": -18446744073709551617, \"f\": 1.5, \"e\": 1E5, \"tiny\": "
+                "2.5e-5, \"inf\": 1e400, \"max\": 9223372036854775807}}}]}]}", GLM_FMT_AUTO, NULL);
+    {
+        json_t *call = json_array_get(g_conv.messages, 2);
+        const char *args = json_string_value(json_object_get(call, "content"));
+        CHECK(args && !strcmp(args, "{\"x\": 5, \"big\": 18446744073709551616, \"neg\": -18446744073709551617, "
+                                    "\"f\": 1.5, \"e\": 100000.0, \"tiny\": 2.5e-05, \"inf\": Infinity, "
+                                    "\"max\": 9223372036854775807}"),
+              "arguments as Python writes them: %s", args ? args : "(none)");
+        json_t *tools = json_object_get(json_array_get(g_conv.messages, 0), "tools");
+        char *t = glm_tojson(tools, -1);
+        CHECK(t && strstr(t, "\"maximum\": 18446744073709551616, \"minimum\": 5"), "tools: %s", t ? t : "-");
+        free(t);
+    }
+    /* the same inside a tool call given as JSON text (ShareGPT function_call, glaive tools string) */
+    EXPECT_OK("{\"tools\": \"[{\\\"name\\\": \\\"f\\\", \\\"n\\\": 18446744073709551616}]\", \"conversations\": "
+                "[{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"function_call\", \"value\": "
+                "\"{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": {\\\"id\\\": 18446744073709551616, \\\"k\\\": 7}}\"}]}",
+                GLM_FMT_AUTO, NULL);
+    {
+        const char *args = json_string_value(json_object_get(json_array_get(g_conv.messages, 2), "content"));
+        CHECK(args && !strcmp(args, "{\"id\": 18446744073709551616, \"k\": 7}"), "function_call: %s", args ? args : "-");
+        char *t = glm_tojson(json_object_get(json_array_get(g_conv.messages, 0), "tools"), -1);
+        CHECK(t && strstr(t, "\"n\": 18446744073709551616"), "tools string: %s", t ? t : "-");
+        free(t);
+    }
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": 18446744073709551616}]}", GLM_FMT_AUTO, NULL,
+                "bad_content");
+    CHECK(strstr(glm_errmsg(), "an integer"), "a big integer is an integer, not text: %s", glm_errmsg());
+
     /* --- dataset_info mappings */
     json_t *root = json_loads(
         "{\"chat\": {\"file_name\": \"c.json\", \"formatting\": \"sharegpt\", \"columns\": "
@@ -196,7 +359,9 @@ int main(void) {
         "\"content_tag\": \"c\", \"user_tag\": \"me\", \"assistant_tag\": \"bot\"}}, "
         "\"qa\": {\"file_name\": \"q.json\", \"columns\": {\"prompt\": \"question\", "
         "\"response\": \"answer\", \"system\": \"sp\"}}, "
-        "\"oa\": {\"file_name\": \"o.json\", \"formatting\": \"openai\"}}", 0, NULL);
+        "\"oa\": {\"file_name\": \"o.json\", \"formatting\": \"openai\"}, "
+        "\"pt\": {\"file_name\": \"c4_demo.jsonl\", \"columns\": {\"prompt\": \"text\"}}, "
+        "\"few\": {\"file_name\": \"c.json\", \"num_samples\": 3}}", 0, NULL);
     CHECK(glm_dsinfo_looks_like(root), "registry detected");
     glm_dsinfo *info = NULL;
     CHECK(glm_dsinfo_from_json(root, "/tmp/dataset_info.json", &info) == GLM_OK, "%s",
@@ -213,12 +378,20 @@ int main(void) {
         EXPECT_MSGS("{\"question\": \"Q\", \"answer\": \"A\", \"sp\": \"S\"}", GLM_FMT_AUTO, qa,
                     "[{\"content\":\"S\",\"role\":\"system\"},{\"content\":\"Q\",\"role\":\"user\"},"
                     "{\"content\":\"A\",\"role\":\"assistant\"}]");
-        EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
+        EXPECT_MSGS("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                    "\"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": "
                     "\"tool\", \"content\": \"r\"}]}", GLM_FMT_AUTO, oa,
-                    "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"r\",\"role\":"
-                    "\"observation\"}]");
+                    "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"{}\",\"metadata\":\"f\","
+                    "\"role\":\"assistant\"},{\"content\":\"r\",\"role\":\"observation\"}]");
+        EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
+                    "\"tool\", \"content\": \"r\"}]}", GLM_FMT_AUTO, oa, "role_order");
         EXPECT_FAIL("{\"msgs\": [{\"r\": \"them\", \"c\": \"q\"}]}", GLM_FMT_AUTO, chat,
                     "unknown_role");
+        /* LLaMA-Factory's pt entries ({"columns": {"prompt": "text"}}): the text layout */
+        const glm_dsinfo_entry *pt = glm_dsinfo_find_name(info, "pt");
+        CHECK(pt && pt->text_column && !strcmp(pt->text_column, "text") && !qa->text_column, "pt entry");
+        CHECK(conv("{\"text\": \"T\"}", GLM_FMT_AUTO, pt) == GLM_OK && g_conv.format == GLM_FMT_TEXT, "pt entry: text");
+        CHECK(glm_dsinfo_find_name(info, "few")->num_samples == 3 && pt->num_samples == -1, "num_samples read");
         EXPECT_FAIL("{\"conversations\": []}", GLM_FMT_AUTO, chat, "no_messages");
         glm_dsinfo_free(info);
     }

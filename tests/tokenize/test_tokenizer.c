@@ -1,6 +1,8 @@
 /* tests/tokenize/test_tokenizer.c: the GLM-4 tiktoken tokenizer against tiktoken's output
  * (../shared/fixtures/tokenizer_golden.jsonl), round trips, a 1 MB single-piece run (no
- * quadratic blow-up), a reference merge for long pieces, invalid input, concurrent use.
+ * quadratic blow-up), a reference merge for long pieces, the backtracking encoder against the merge
+ * loop (every token, random concatenations of tokens), the hand-written split paths against PCRE2,
+ * invalid input, concurrent use.
  * usage: test_tokenizer [golden.jsonl]   (default $GLM_SHARED/fixtures/tokenizer_golden.jsonl) */
 #include <jansson.h>
 #include <pthread.h>
@@ -249,6 +251,68 @@ int main(int argc, char **argv) {
         glm_vec_free(r);
         free(t);
     }
+    /* --- the backtracking encoder (bpe_backtrack.c) against the merge loop (bpe.c): the bytes of
+     * every token up to 255 bytes (reachable ones merge back to themselves, the others to what the
+     * loop says), then random concatenations of tokens: any tokens, CJK-heavy ones, repeats of
+     * one token, and random bytes */
+    if (bpe) {
+        size_t checked = 0, differ = 0;
+        glm_u32vec a = {0}, r = {0};
+        uint32_t nr = glm_bpe_n_ranks(bpe);
+        GLM_VEC(uint32_t) cjk = {0};
+        for (uint32_t id = 0; id < nr; id++) {
+            const char *tb;
+            size_t tl;
+            if (!glm_bpe_token(bpe, id, &tb, &tl) || tl > 255) continue;
+            for (size_t i = 0; i + 2 < tl; i++)
+                if ((uint8_t)tb[i] >= 0xE3 && (uint8_t)tb[i] <= 0xE9) {
+                    glm_vec_push(cjk, id);
+                    break;
+                }
+            a.n = r.n = 0;
+            st = glm_bpe_merge(bpe, tb, tl, 1, &a);
+            CHECK(st == GLM_OK, "backtracking on token %u: %s", id, glm_errmsg());
+            glm_bpe_merge(bpe, tb, tl, 0, &r);
+            checked++;
+            if ((a.n != r.n || memcmp(a.v, r.v, a.n * 4)) && differ++ < 5)
+                fprintf(stderr, "token %u: backtracking gives %zu ids, the merge loop %zu\n", id, a.n, r.n);
+        }
+        char buf[256];
+        for (int k = 0; k < 60000; k++) {
+            size_t len = 0;
+            int kind = k % 4;
+            uint32_t rep = rnd() % nr;
+            while (len < 255) {
+                const char *tb = NULL;
+                size_t tl = 0;
+                if (kind == 3) {
+                    buf[len++] = (char)(rnd() % 256);
+                    if (rnd() % 16 == 0) break;
+                    continue;
+                }
+                uint32_t id = kind == 0 ? rnd() % nr : kind == 1 ? cjk.v[rnd() % cjk.n] : rep;
+                if (!glm_bpe_token(bpe, id, &tb, &tl) || len + tl > 255) break;
+                memcpy(buf + len, tb, tl);
+                len += tl;
+                if (rnd() % 8 == 0) break;
+            }
+            if (len == 0) continue;
+            a.n = r.n = 0;
+            st = glm_bpe_merge(bpe, buf, len, 1, &a);
+            CHECK(st == GLM_OK, "backtracking: %s", glm_errmsg());
+            glm_bpe_merge(bpe, buf, len, 0, &r);
+            checked++;
+            if ((a.n != r.n || memcmp(a.v, r.v, a.n * 4)) && differ++ < 5)
+                fprintf(stderr, "random case %d (kind %d, %zu bytes): backtracking gives %zu ids, the merge "
+                        "loop %zu\n", k, kind, len, a.n, r.n);
+        }
+        CHECK(differ == 0, "the backtracking encoder differs from the merge loop in %zu of %zu cases", differ,
+              checked);
+        printf("backtracking encoder = merge loop on %zu token and random cases\n", checked);
+        glm_vec_free(a);
+        glm_vec_free(r);
+        glm_vec_free(cjk);
+    }
     /* --- the ASCII fast path against PCRE2 at every position of random ASCII texts */
     if (bpe) {
         static const char alpha[] = " \t\n\r\v\f'sStTlLrReEvVdDmMx09,.!-\x01\x1f";
@@ -267,6 +331,41 @@ int main(int argc, char **argv) {
         printf("ASCII fast path = PCRE2 at %zu random positions\n", checked);
     }
 
+    /* --- the BMP fast path (and both paths together) against PCRE2 at every position of random
+     * texts drawn from letters, digits, spaces and punctuation of many scripts: CJK ideographs
+     * and punctuation, fullwidth forms, kana (U+30FC is a letter), Hangul, Cyrillic, Greek,
+     * Latin-1, Arabic-Indic digits, Roman numeral U+2160 (a number), combining marks (neither
+     * letter nor number), the Unicode spaces and U+180E, emoji (4 bytes: left to PCRE2), the
+     * contraction apostrophe and U+017F (folds with s), CR LF */
+    if (bpe) {
+        static const uint32_t cps[] = {
+            0x4E00, 0x4E2D, 0x6587, 0x9FA5, 0x3001, 0x3002, 0xFF0C, 0xFF1A, 0x201C, 0x201D, 0xFF08,
+            0x300A, 0x3005, 0x3007, 0xFF21, 0xFF41, 0xFF11, 0x3042, 0x30AB, 0x30FC, 0xAC00, 0x0416,
+            0x03B1, 0x00E9, 0x00B7, 0x0663, 0x2160, 0x0301, 0x3000, 0x00A0, 0x2003, 0x0085, 0x180E,
+            0x2028, 0x1F600, 0x20000, 0x017F, '\'', 's', 'T', 'a', '7', ' ', ' ', '\n', '\r', '\t',
+            ',', '-', '!'};
+        size_t checked = 0, differ[2] = {0, 0};
+        char t[128];
+        for (int k = 0; k < 30000; k++) {
+            size_t len = 0, nch = 1 + rnd() % 20;
+            for (size_t i = 0; i < nch; i++) len += put_utf8(t + len, cps[rnd() % (sizeof cps / sizeof *cps)]);
+            for (size_t p = 0; p < len; p++) {
+                if (((uint8_t)t[p] & 0xC0) == 0x80) continue; /* pieces start on characters */
+                size_t r = glm_bpe_piece_len(bpe, t, len, p, 0);
+                for (int m = 0; m < 2; m++) {
+                    size_t f = glm_bpe_piece_len(bpe, t, len, p, m == 0 ? 2 : 3);
+                    if (f != r && differ[m]++ < 5)
+                        fprintf(stderr, "%s path %zu vs PCRE2 %zu at %zu of a %zu-byte text\n",
+                                m == 0 ? "BMP" : "combined", f, r, p, len);
+                }
+                checked++;
+            }
+        }
+        CHECK(differ[0] == 0 && differ[1] == 0, "BMP fast path differs from PCRE2 at %zu (combined: %zu) of %zu "
+              "positions", differ[0], differ[1], checked);
+        printf("BMP fast path = PCRE2 at %zu random positions\n", checked);
+    }
+
     /* --- classes where PCRE2 10.42's tables differ from tiktoken's (Unicode 16); expected splits
      * from tiktoken 0.14 (tests/bench/unicode_classes.sh lists all differing code points) */
     static const struct { const char *text; size_t first; } cls_cases[] = {
@@ -282,8 +381,11 @@ int main(int argc, char **argv) {
         {"  \xc2\xa0x", 2},               /* U+00A0 no-break space */
     };
     for (size_t k = 0; bpe && k < sizeof cls_cases / sizeof *cls_cases; k++) {
-        size_t got = glm_bpe_piece_len(bpe, cls_cases[k].text, strlen(cls_cases[k].text), 0, 1);
-        CHECK(got == cls_cases[k].first, "class case %zu: first piece %zu bytes, want %zu", k, got, cls_cases[k].first);
+        for (int m = 0; m <= 3; m++) {
+            size_t got = glm_bpe_piece_len(bpe, cls_cases[k].text, strlen(cls_cases[k].text), 0, m);
+            CHECK(got == cls_cases[k].first, "class case %zu (path %d): first piece %zu bytes, want %zu", k, m,
+                  got, cls_cases[k].first);
+        }
     }
     glm_bpe_free(own);
 

@@ -1,0 +1,200 @@
+/* tool/tokenize_config.c: the data keys of a LLaMA-Factory YAML for `glmtune tokenize --config`
+ * (see tokenize_config.h). Parsed with libyaml, as lora/options.c parses it for training. */
+#include "tool/tokenize_config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "common/log.h"
+#include "lora/options.h"
+
+/* The keys read here, for "did you mean". */
+static const char *const k_keys[] = {"model_name_or_path", "dataset", "dataset_dir", "cutoff_len",
+                                     "max_samples", "val_size", "train_on_prompt", "mask_history",
+                                     "stage", "seed", "tokenized_path", "preprocessing_num_workers",
+                                     "template", "mix_strategy"};
+#define N_KEYS (sizeof k_keys / sizeof *k_keys)
+
+void tok_config_free(tok_config *c) {
+    free(c->model);
+    free(c->dataset);
+    free(c->dataset_dir);
+    free(c->stage);
+    free(c->tokenized_path);
+    memset(c, 0, sizeof *c);
+}
+
+static bool is_null(const char *v) { return !*v || !strcmp(v, "null") || !strcmp(v, "~") || !strcmp(v, "None"); }
+
+static glm_status get_int(const char *path, int line, const char *key, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || end == v || x < 0)
+        return glm_err(GLM_ERR_FORMAT, "%s:%d: %s: expected a whole number >= 0, got \"%s\"", path, line, key, v);
+    *out = x;
+    return GLM_OK;
+}
+
+static glm_status get_bool(const char *path, int line, const char *key, const char *v, int *out) {
+    static const char *t[] = {"true", "True", "yes", "on", "1"}, *f[] = {"false", "False", "no", "off", "0"};
+    for (int i = 0; i < 5; i++) {
+        if (!strcmp(v, t[i])) return *out = 1, GLM_OK;
+        if (!strcmp(v, f[i])) return *out = 0, GLM_OK;
+    }
+    return glm_err(GLM_ERR_FORMAT, "%s:%d: %s: expected true or false, got \"%s\"", path, line, key, v);
+}
+
+static glm_status get_str(const char *v, char **out) {
+    free(*out);
+    *out = is_null(v) ? NULL : strdup(v);
+    if (!is_null(v) && !*out) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    return GLM_OK;
+}
+
+/* The closest key among the ones read here and the training options. */
+static const char *closest_key(const char *key) {
+    const char *best = NULL;
+    size_t bd = (size_t)-1;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        size_t d = glm_edit_distance(key, k_keys[i]);
+        if (d < bd) bd = d, best = k_keys[i];
+    }
+    size_t n;
+    const glm_opt_def *t = glm_opts_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        const char *c[2] = {t[i].key, t[i].alias};
+        for (int k = 0; k < 2; k++) {
+            if (!c[k]) continue;
+            size_t d = glm_edit_distance(key, c[k]);
+            if (d < bd) bd = d, best = c[k];
+        }
+    }
+    return bd <= strlen(key) / 2 + 1 ? best : NULL;
+}
+
+/* One key: value pair (value as text; lists joined by commas). */
+static glm_status set_key(tok_config *c, const char *path, int line, const char *key, const char *v) {
+    if (!strcmp(key, "model_name_or_path")) return get_str(v, &c->model);
+    if (!strcmp(key, "dataset")) return get_str(v, &c->dataset);
+    if (!strcmp(key, "dataset_dir")) return get_str(v, &c->dataset_dir);
+    if (!strcmp(key, "tokenized_path")) return get_str(v, &c->tokenized_path);
+    if (!strcmp(key, "cutoff_len")) return is_null(v) ? GLM_OK : get_int(path, line, key, v, &c->cutoff_len);
+    if (!strcmp(key, "max_samples")) return is_null(v) ? GLM_OK : get_int(path, line, key, v, &c->max_samples);
+    if (!strcmp(key, "seed")) return is_null(v) ? GLM_OK : get_int(path, line, key, v, &c->seed);
+    if (!strcmp(key, "preprocessing_num_workers"))
+        return is_null(v) ? GLM_OK : get_int(path, line, key, v, &c->workers);
+    if (!strcmp(key, "train_on_prompt")) return get_bool(path, line, key, v, &c->train_on_prompt);
+    if (!strcmp(key, "mask_history")) return get_bool(path, line, key, v, &c->mask_history);
+    if (!strcmp(key, "val_size")) {
+        char *end;
+        double x = strtod(v, &end);
+        if (is_null(v)) return GLM_OK;
+        if (*end || end == v || x < 0 || (x >= 1 && x != (double)(int64_t)x))
+            return glm_err(GLM_ERR_FORMAT, "%s:%d: val_size: expected a count (e.g. 200) or a fraction in "
+                           "(0, 1), got \"%s\"", path, line, v);
+        c->val_size = x;
+        return GLM_OK;
+    }
+    if (!strcmp(key, "stage")) {
+        char where[600];
+        snprintf(where, sizeof where, "%s:%d", path, line);
+        GLM_TRY(glm_stage_check(v, where));
+        return get_str(v, &c->stage);
+    }
+    if (!strcmp(key, "mix_strategy")) {
+        if (is_null(v) || !strcmp(v, "concat")) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: mix_strategy: %s is not supported: glmtune concatenates "
+                       "the datasets (concat) and the training loader shuffles them; hint: drop the key, "
+                       "or use num_samples in dataset_info.json to weight a dataset", path, line, v);
+    }
+    if (!strcmp(key, "template")) {
+        if (!is_null(v))
+            glm_log_info("%s:%d: template: %s is not used: glmtune renders the chat format of the model's "
+                         "own tokenizer_config.json (chat_template)", path, line, v);
+        return GLM_OK;
+    }
+    if (glm_opts_known_key(key)) return GLM_OK; /* a training key: glmtune train reads it */
+    const char *near = closest_key(key);
+    return glm_err(GLM_ERR_ARG, "%s:%d: unknown key '%s'%s%s%s", path, line, key,
+                   near ? "; hint: did you mean '" : "; hint: see glmtune tokenize --help and glmtune "
+                                                       "train --help for the keys",
+                   near ? near : "", near ? "'?" : "");
+}
+
+glm_status tok_config_load(const char *path, tok_config *c) {
+    memset(c, 0, sizeof *c);
+    c->cutoff_len = c->max_samples = c->seed = c->workers = -1;
+    c->val_size = -1;
+    c->train_on_prompt = c->mask_history = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return glm_err(GLM_ERR_IO, "%s: cannot open the config: %s; hint: check the path", path, strerror(errno));
+    yaml_parser_t p;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&p)) {
+        fclose(f);
+        return glm_err(GLM_ERR_NOMEM, "out of memory (YAML parser)");
+    }
+    yaml_parser_set_input_file(&p, f);
+    glm_status st = GLM_OK;
+    if (!yaml_parser_load(&p, &doc)) {
+        st = glm_err(GLM_ERR_FORMAT, "%s:%zu:%zu: bad YAML: %s", path, p.problem_mark.line + 1,
+                     p.problem_mark.column + 1, p.problem ? p.problem : "parse error");
+        yaml_parser_delete(&p);
+        fclose(f);
+        return st;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && root->type != YAML_MAPPING_NODE)
+        st = glm_err(GLM_ERR_FORMAT, "%s: the config must be a mapping of key: value lines", path);
+    for (yaml_node_pair_t *pr = root && st == GLM_OK ? root->data.mapping.pairs.start : NULL;
+         pr && st == GLM_OK && pr < root->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
+        int line = (int)k->start_mark.line + 1;
+        if (k->type != YAML_SCALAR_NODE) {
+            st = glm_err(GLM_ERR_FORMAT, "%s:%d: keys must be plain names", path, line);
+            break;
+        }
+        const char *key = (const char *)k->data.scalar.value;
+        char *val = NULL;
+        if (v->type == YAML_SCALAR_NODE) {
+            val = strdup((const char *)v->data.scalar.value);
+        } else if (v->type == YAML_SEQUENCE_NODE) { /* dataset: [a, b] */
+            size_t cap = 1;
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                yaml_node_t *e = yaml_document_get_node(&doc, *it);
+                if (e->type != YAML_SCALAR_NODE) {
+                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: list items must be plain values", path, line, key);
+                    break;
+                }
+                cap += e->data.scalar.length + 1;
+            }
+            if (st != GLM_OK) break;
+            if ((val = calloc(cap, 1)))
+                for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                    if (*val) strcat(val, ",");
+                    strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
+                }
+        } else if (glm_opts_known_key(key)) { /* a mapping for training (lr_scheduler_kwargs, ...) */
+            continue;
+        } else {
+            st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value here", path, line, key);
+            break;
+        }
+        if (!val) {
+            st = glm_err(GLM_ERR_NOMEM, "out of memory");
+            break;
+        }
+        st = set_key(c, path, line, key, val);
+        free(val);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&p);
+    fclose(f);
+    if (st != GLM_OK) tok_config_free(c);
+    return st;
+}
