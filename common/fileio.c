@@ -478,3 +478,10 @@ bool glm_is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
+
+char *glm_path_strip_slash(char *p) {
+    if (!p) return p;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    return p;
+}

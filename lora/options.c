@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
 #include "lora/plan.h"
 
@@ -1177,6 +1178,13 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
 /* ------------------------------------------------------------------ validate, print, JSON */
 
 glm_status glm_opts_validate(glm_train_opts *o) {
+    /* paths name what they name: "runs/a/" is the directory runs/a (checkpoints, resume checks) */
+    char **paths[] = {&o->model, &o->data, &o->output_dir, &o->eval_data, &o->init_adapter, &o->resume_from_checkpoint};
+    static const char *const names[] = {"model", "data", "output-dir", "eval-data", "init-adapter", "resume-from-checkpoint"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        if (*paths[i] && !**paths[i]) return glm_err(GLM_ERR_ARG, "--%s is empty; hint: give a path", names[i]);
+        glm_path_strip_slash(*paths[i]);
+    }
     if (!o->model) return glm_err(GLM_ERR_ARG, "--model is required (the base checkpoint directory)");
     if (!o->data && !(o->dry_run && o->seq_len > 0))
         return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)%s",

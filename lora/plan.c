@@ -160,8 +160,8 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
                 double fx = fixed_bytes(c, li, N, (double)mc, (double)lc, 1, pass, e) + p->loss_head;
                 double left = o->budget - persistent - fx - k * mk;
                 if (left < 0) continue;
-                int s = ms > 0 ? (int)floor(left / ms) : L - k;
-                if (s > L - k) s = L - k;
+                double sd = ms > 0 ? floor(left / ms) : (double)(L - k);
+                int s = sd > L - k ? L - k : (int)sd; /* compared in double: a huge budget must not overflow */
                 int fl = L - k - s;
                 if ((fl > 0) != pass) continue;
                 double cost = s * f_sel + fl * f_full;
@@ -219,11 +219,18 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
     if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
     if (!p->fits) {
         fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
-        if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
-            fprintf(f, "Try --gradient-checkpointing auto (or full); ");
-        fprintf(f, "a shorter --seq-len (T = %d now) or a smaller --per-device-train-batch-size (%d now) shrinks every "
-                   "activation; the layer inputs alone take %.2f GiB.\n",
-                p->T, p->B, p->checkpoints / G);
+        if (p->weights + p->lora + p->gathered >= p->budget) {
+            /* no activation setting helps: the model itself is too big for this memory */
+            fprintf(f, "The weights alone take %.2f GiB: a card with more memory, or several GPUs with the frozen base "
+                       "sharded over them (--gpus N --shard-base).\n",
+                    (p->weights + p->lora + p->gathered) / G);
+        } else {
+            if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
+                fprintf(f, "Try --gradient-checkpointing auto (or full); ");
+            fprintf(f, "shorter rows (T = %d now: re-tokenize with a smaller --seq-len) or fewer rows per micro-batch "
+                       "(%d now) shrink every activation; the layer inputs alone take %.2f GiB.\n",
+                    p->T, p->B, p->checkpoints / G);
+        }
     }
     (void)c;
 }

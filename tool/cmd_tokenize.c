@@ -545,7 +545,13 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
     if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
         s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
     if (s == GLM_OK && !o->encode && !o->decode) {
-        if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR%s",
+        if (o->out && *o->out) { /* "shards/" names the directory "shards" (its temp name, renames and messages) */
+            static char outbuf[4096];
+            snprintf(outbuf, sizeof outbuf, "%s", o->out);
+            o->out = glm_path_strip_slash(outbuf);
+        }
+        if (o->out && !*o->out) s = glm_err(GLM_ERR_ARG, "tokenize: -o \"\" is empty; hint: -o OUTDIR");
+        else if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR%s",
                                  o->config_path ? " (or tokenized_path in the config)" : "");
         else if (o->n_inputs == 0) s = glm_err(GLM_ERR_ARG, "tokenize: no input files; hint: glmtune tokenize --tokenizer DIR -o OUT data/*.jsonl");
         else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");

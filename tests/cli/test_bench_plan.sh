@@ -22,7 +22,7 @@ check "... the weights (17.67 GiB of bf16)" has "$T/p8" "weights 17.67"
 $G train --dry-run --quiet --model "$CFG" --seq-len 65536 --device cuda --max-gpu-memory 22 >"$T/p64" 2>&1; rc=$?
 check "dry run 64k in 22 GiB: exit 1 ($rc)" test $rc = 1
 check "... says it does not fit" has "$T/p64" "does NOT fit"
-check "... and what to change" has "$T/p64" "shorter --seq-len"
+check "... and what to change" has "$T/p64" "shorter rows"
 # --shard-base over 4 ranks of 24 GB: each holds a quarter of the base; 32k fits (it does not unsharded)
 $G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --shard-base --gpus 4 >"$T/s32" 2>&1; rc=$?
 check "--shard-base --gpus 4, 32k in 22 GiB: exit 0 ($rc)" test $rc = 0
@@ -37,6 +37,13 @@ check "... 1/2 of the base" has "$T/s8" "this rank holds 1/2 of every base matri
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 --gpus 0,x >"$T/ug" 2>&1; rc=$?
 check "--gpus 0,x: exit 2 ($rc)" test $rc = 2
 check "... says what --gpus takes" has "$T/ug" "list of device ids"
+# the weights alone too big: the hint says so (not "shorter rows"); an absurd budget stays sane
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 0.5 >"$T/p05" 2>&1; rc=$?
+check "0.5 GiB: exit 1 ($rc)" test $rc = 1
+check "... the weights alone take" has "$T/p05" "weights alone take"
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 1e9 >"$T/pbig" 2>&1; rc=$?
+check "1e9 GiB: exit 0 ($rc)" test $rc = 0
+check "... keeps every layer, no negative numbers" bash -c "grep -q 'layers 0-39: keep all' '$T/pbig' && ! grep -q -- ' -[0-9]' '$T/pbig'"
 # an H200-sized budget keeps every activation at 8k; full checkpointing asked for is honoured
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 >"$T/p137" 2>&1
 check "137 GiB at 8k: keep all" has "$T/p137" "layers 0-39: keep all activations"

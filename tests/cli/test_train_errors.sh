@@ -143,6 +143,22 @@ $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps $((latest 
     --resume-from-checkpoint 2>"$T/e11"; rc=$?
 check "resume after the kill (exit $rc)" test $rc = 0 -a -d "$T/kill/checkpoint-$((latest + 1))"
 
+# directories given with a trailing slash (as the README writes -o shards/): the same as without
+$G tokenize --quiet --seq-len 128 -o "$T/slash/" "$T/data.jsonl" 2>"$T/sl1"; rc=$?
+check "tokenize -o dir/: exit 0 ($rc)" test $rc = 0 -a -f "$T/slash/manifest.json"
+$G train $TR --model "$FIX/" --data "$T/slash/" --output-dir "$T/slrun/" --max-steps 2 --save-steps 1 2>"$T/sl2"; rc=$?
+check "train with dir/ paths: exit 0 ($rc)" test $rc = 0 -a -d "$T/slrun/checkpoint-2"
+check "... no doubled slash in the messages" bash -c "! grep -q '//' '$T/sl2'"
+$G train $TR --model "$FIX" --data "$T/slash" --output-dir "$T/slrun" --max-steps 3 --save-steps 1 \
+    --resume-from-checkpoint 2>"$T/sl3"; rc=$?
+check "resume without the slashes: exit 0, the paths not reported as changed ($rc)" \
+    bash -c "test $rc = 0 && ! grep -q 'resuming with model\|resuming with data' '$T/sl3'"
+$G export-adapter --checkpoint "$T/slrun/" -o "$T/sladapter/" 2>"$T/sl4"; rc=$?
+check "export-adapter -o dir/: exit 0 ($rc)" test $rc = 0 -a -f "$T/sladapter/adapter_model.safetensors"
+$G tokenize --quiet --seq-len 128 -o "" "$T/data.jsonl" 2>"$T/sl5"; rc=$?
+check "tokenize -o '': exit 2 ($rc)" test $rc = 2
+check "... says it is empty" has "$T/sl5" "is empty"
+
 echo "test_train_errors: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
 [ $fail = 0 ]
