@@ -167,15 +167,21 @@ glm_status glm_dsinfo_from_json(const json_t *root, const char *path, glm_dsinfo
     if (!d) return glm_err(GLM_ERR_NOMEM, "out of memory");
     char rp[PATH_MAX];
     d->path = strdup(realpath(path, rp) ? rp : path);
-    d->dir = d->path ? strdup(d->path) : NULL;
+    /* file_name is relative to the folder the registry was found in (LLaMA-Factory's
+     * dataset_dir), which for a symlinked dataset_info.json is not the link target's folder. */
+    char *given_dir = strdup(path);
+    if (given_dir) {
+        char *slash = strrchr(given_dir, '/');
+        if (slash) *(slash == given_dir ? slash + 1 : slash) = 0;
+        else strcpy(given_dir, ".");
+        d->dir = strdup(realpath(given_dir, rp) ? rp : given_dir);
+        free(given_dir);
+    }
     d->entries = calloc(json_object_size(root), sizeof *d->entries);
     if (!d->path || !d->dir || !d->entries) {
         glm_dsinfo_free(d);
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
-    char *slash = strrchr(d->dir, '/');
-    if (slash) *(slash == d->dir ? slash + 1 : slash) = 0;
-    else strcpy(d->dir, ".");
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)root, k, v) {

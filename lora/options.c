@@ -875,6 +875,9 @@ static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const
     if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CONFIG)
         return glm_err(GLM_ERR_ARG, "%s: %s is set twice in the config (keys %s / %s)", where, d->key, d->key,
                        d->alias ? d->alias : key);
+    if (src == GLM_SRC_CLI && !*val) /* "--max-steps=" or "--max-steps ''": a value was meant */
+        return glm_err(GLM_ERR_ARG, "%s: the value is empty; hint: give a value (--%s VALUE) or leave "
+                       "the option out for its default", where, d->name);
     bool b;
     if (d->type == GLM_OPT_STRING && d->optional_value && (parse_bool(val, &b) || is_null(val))) {
         char *v = parse_bool(val, &b) && b ? strdup("latest") : NULL;

@@ -882,8 +882,9 @@ static int tokenize_main(tok_opts *op) {
     if (s == GLM_OK && o.val_size > 0 && o.val_size < 1 && pval.rows == 0)
         glm_log_warn("--val-size %g selected no sample out of %lld (a fraction is drawn per sample); hint: give a "
                      "count, e.g. --val-size 1", o.val_size, (long long)rep.records_kept);
-    if (s == GLM_OK && glm_reader_n_sources(rd) > rep.n_src)
-        glm_log_warn("%zu input file(s) or archive member(s) held no record (empty)", glm_reader_n_sources(rd) - rep.n_src);
+    if (s == GLM_OK && glm_reader_n_empty(rd) > 20)
+        glm_log_warn("%zu input files or archive members held no record (empty); the first 20 are "
+                     "named above", glm_reader_n_empty(rd));
     for (size_t i = 0; s == GLM_OK && i < glm_reader_n_datasets(rd); i++) {
         glm_reader_dataset ds;
         glm_reader_dataset_info(rd, i, &ds);

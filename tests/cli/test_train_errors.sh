@@ -62,6 +62,9 @@ check "... with the reason" has "$T/e6b" "diverge"
 $G train $TR --model "$FIX" --output-dir "$T/r" --lerning-rate 1e-3 2>"$T/e7"; rc=$?
 check "unknown flag: exit 2 ($rc)" test $rc = 2
 check "... suggests the closest" has "$T/e7" "learning-rate"
+$G train $TR --model "$FIX" --output-dir "$T/r" --max-steps= 2>"$T/e7b"; rc=$?
+check "--max-steps= (empty): exit 2 ($rc)" test $rc = 2
+check "... says the value is empty" has "$T/e7b" "max-steps: the value is empty"
 
 # non-finite losses: skipped, and N in a row abort
 $G train $TR --model "$FIX" --output-dir "$T/nan" --learning-rate 1e30 --lr-scheduler-type constant \
