@@ -98,6 +98,14 @@ struct glm_backend {
      * fp32 LoRA weights that the LoRA GEMMs read. */
     glm_status (*cast)(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
 
+    /* Strided 2-D copy with conversion: dst[r * ldd + c] = src[r * lds + c] converted from dtype ds
+     * to dd, r < rows, c < cols (strides in elements of each buffer's dtype; f32 -> bf16 rounds to
+     * nearest even, the rest is exact). Regions must not overlap. CPU: f32 -> f32 only
+     * (GLM_ERR_UNSUPPORTED otherwise). Used to pack K|V column blocks for the context-parallel ring
+     * and to store its f32 accumulators into act buffers. */
+    glm_status (*cast_2d)(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
+                          int64_t lds, int64_t rows, int64_t cols);
+
     /* dst[i] = mean + std * z_i, i < n, z_i ~ N(0,1) from a counter-based generator of
      * (seed, stream, i) (Box-Muller on two glm_dropout_u01-style hashes), rounded once to dtype
      * dt; the same numbers on every backend up to the rounding of log/cos. For benchmark and test
@@ -170,6 +178,49 @@ struct glm_backend {
                                 const void *v, int64_t ldv, const int32_t *doc,
                                 int B, int T, int H, int Hkv, int Dh);
 
+    /* ---- attention blocks, for context-parallel rings (lora/ring_attention.c) ---------------
+     * A packed row's tokens are split over ranks; each rank computes its queries against one block
+     * of keys at a time. Both ops take one block of queries, the row's tokens [q0, q0 + Tq), and one
+     * block of keys, tokens [k0, k0 + Tk) of the same row (global token indices within the row, not
+     * RoPE positions), with their document ids q_doc [Tq] and k_doc [Tk] (int32, backend memory; as
+     * attention_fwd's doc). The mask is attention_fwd's in global indices: query i may attend key j
+     * iff k0 + j <= q0 + i and k_doc[j] == q_doc[i]. One row per call; heads as attention_fwd (q
+     * head h uses KV group h / (H / Hkv), scores (q . k) / sqrt(Dh)); q, k, v, out, dout are act
+     * with row strides (elements); lse holds head h of query i at lse[h * ldl + i] (f32).
+     * Accumulators are f32 on every backend, so the merges and sums across blocks do not round
+     * to bf16 in between. CPU: dot products, softmax sums and merges in double, the accumulators
+     * rounded to f32 once per call. CUDA: not implemented yet (GLM_ERR_UNSUPPORTED, "context
+     * parallel attention on CUDA: not yet"). Zero-sized calls (Tq or Tk 0) do nothing and succeed
+     * where the op is implemented (a cheap probe). */
+
+    /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
+     * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
+     * (o_b, lse_b) over its allowed keys, lse' = log(exp(lse) + exp(lse_b)) and
+     * o' = o exp(lse - lse') + o_b exp(lse_b - lse'). o [Tq, H*Dh] f32 (row stride ldo) and lse are
+     * the running result; init != 0 OVERWRITES them with the block's result instead (queries with
+     * no allowed key in the block get o = 0, lse = -inf); a query with no allowed key in a merged
+     * block keeps its o and lse. After every key block of a row has been merged, in any order,
+     * o and lse are attention_fwd's out and lse (up to the f32 rounding of o between merges).
+     * Errors: GLM_ERR_ARG (heads), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+    glm_status (*attention_block_fwd)(const glm_backend *be, float *o, int64_t ldo, float *lse, int64_t ldl,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                      int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
+                                      int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init);
+    /* Backward of one block, with the FINAL out [Tq, H*Dh] (act, row stride ldo, the same as dout's)
+     * and lse of the queries (over all their keys, as merged by attention_block_fwd): over the
+     * block's allowed pairs P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D);
+     * ACCUMULATES dq += dS k / sqrt(Dh) into f32 dq [Tq, H*Dh] (row stride lddq), and
+     * dk += dS^T q / sqrt(Dh), dv += P^T dout (summed over the heads of each group) into f32
+     * dk, dv [Tk, Hkv*Dh] (row strides lddk, lddv). Summed over every key block of a query (dq)
+     * and every query block of a key (dk, dv), the results are attention_bwd's.
+     * Errors: GLM_ERR_ARG (heads), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+    glm_status (*attention_block_bwd)(const glm_backend *be, float *dq, int64_t lddq, float *dk, int64_t lddk,
+                                      float *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                      const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
+                                      int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                      const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
+                                      int Dh);
+
     /* Fused cross-entropy over a chunk of n rows of logits [n, V] (act): for each row with
      * labels[i] >= 0 (int32, backend memory), lse = log sum_v exp(logits[i,v]) (double on CPU),
      * loss_i = lse - logits[i, labels[i]]; *loss_sum (host) receives sum_i loss_i (double,
@@ -233,11 +284,31 @@ struct glm_backend {
     /* Sum of n host doubles across the ranks, in place, blocking (for the loss sums, target
      * counts and the decisions every rank must take alike: skip a step, stop the run). */
     glm_status (*all_reduce_host)(const glm_backend *be, double *x, int n);
-    /* Point to point, for rings (context parallel, issue 8): sends `bytes` bytes of backend memory
+    /* Point to point, for rings (context parallel, lora/ring_attention.c): sends `bytes` bytes of backend memory
      * at send to rank `dst` and receives `bytes` bytes from rank `src` into recv, complete on
      * return (CPU: MPI_Sendrecv; CUDA: ncclSend/ncclRecv in one group). send and recv must not
      * overlap. Errors: GLM_ERR_ARG for a rank outside [0, world). */
     glm_status (*sendrecv)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes);
+    /* sendrecv, non-blocking: starts it and returns at once with *req (as all_reduce_start): send
+     * must not be written, nor recv read, until comm_wait(req) or comm_sync. CUDA: queued on the
+     * communication stream after the compute queued so far. Messages between two ranks are matched
+     * in the order they were started (there are no tags): ranks must start their sendrecvs in the
+     * same order. Errors: as sendrecv. */
+    glm_status (*sendrecv_start)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
+                                 int *req);
+    /* Sub-communicators (context parallel x data parallel): splits be's ranks into groups by color
+     * (the ranks passing the same color form one group, ordered by key, ties by rank) and returns
+     * in *out a backend for this rank's group, whose rank and world are the group's and whose
+     * communication ops (all of this section) run over the group only. Its compute ops, memory and
+     * device are be's: buffers from be->alloc serve both. CPU: MPI_Comm_split; CUDA: ncclCommSplit
+     * with its own communication stream and requests (compiled, not yet run). A collective over
+     * be: every rank calls it, in the same order as the other collectives. World 1: a backend of
+     * world 1. Free it with comm_free before be is closed. Errors: GLM_ERR_ARG (color < 0),
+     * GLM_ERR_INTERNAL naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
+     * in this build while world > 1). */
+    glm_status (*comm_split)(const glm_backend *be, int color, int key, const glm_backend **out);
+    /* Frees a backend from comm_split (NULL: no-op); collective over its group. */
+    void (*comm_free)(const glm_backend *sub);
     /* Seconds a collective may wait for the other ranks before it fails (default 1800, as
      * transformers' ddp_timeout); <= 0 restores the default. */
     void (*set_comm_timeout)(const glm_backend *be, double seconds);

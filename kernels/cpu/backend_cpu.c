@@ -11,6 +11,18 @@
 
 #include "kernels/backend.h"
 
+/* attention_block.c */
+glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t ldo, float *lse, int64_t ldl,
+                                       const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                       int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
+                                       int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init);
+glm_status glm_cpu_attention_block_bwd(const glm_backend *be, float *dq, int64_t lddq, float *dk, int64_t lddk,
+                                       float *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                       const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
+                                       int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                       const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
+                                       int Dh);
+
 size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : 4; }
 
 void glm_rope_inv_freq(double base, int rot, float *inv_freq) {
@@ -417,6 +429,20 @@ static glm_status cpu_cast(const glm_backend *be, void *dst, glm_dtype dd, const
     return GLM_OK;
 }
 
+/* f32 -> f32 only (the CPU backend has no bf16 buffers) */
+static glm_status cpu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
+                              int64_t lds, int64_t rows, int64_t cols) {
+    GLM_TRY(need_f32(dd, "cast_2d"));
+    GLM_TRY(need_f32(ds, "cast_2d"));
+    if (rows < 0 || cols < 0 || (rows > 1 && (ldd < cols || lds < cols)))
+        return glm_err(GLM_ERR_ARG, "cast_2d: %lld x %lld with row strides %lld (dst) and %lld (src)", (long long)rows,
+                       (long long)cols, (long long)ldd, (long long)lds);
+    float *d = dst;
+    const float *s = src;
+    for (int64_t r = 0; r < rows; r++) memmove(d + r * ldd, s + r * lds, (size_t)cols * sizeof(float));
+    return GLM_OK;
+}
+
 static glm_status cpu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std,
                                   uint64_t seed, uint64_t stream) {
     GLM_TRY(need_f32(dt, "fill_normal"));
@@ -499,11 +525,14 @@ static glm_backend cpu_backend = {
     .swiglu_bwd = cpu_swiglu_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
+    .attention_block_fwd = glm_cpu_attention_block_fwd,
+    .attention_block_bwd = glm_cpu_attention_block_bwd,
     .cross_entropy = cpu_cross_entropy,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .sync = cpu_sync, /* the communication ops: glm_cpu_comm_ops (comm_mpi.c) */
     .cast = cpu_cast,
+    .cast_2d = cpu_cast_2d,
     .fill_normal = cpu_fill_normal,
     .mem_info = cpu_mem_info,
     .mem_reset_peak = cpu_mem_reset_peak,

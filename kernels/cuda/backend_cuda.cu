@@ -384,6 +384,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->axpy = cu_axpy;
         b->dropout = cu_dropout;
         b->cast = cu_cast;
+        b->cast_2d = cu_cast_2d;
         b->fill_normal = cu_fill_normal;
         b->embedding = cu_embedding;
         b->rmsnorm_fwd = cu_rmsnorm_fwd;
@@ -393,6 +394,8 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->swiglu_bwd = cu_swiglu_bwd;
         b->attention_fwd = cu_attention_fwd;
         b->attention_bwd = cu_attention_bwd;
+        b->attention_block_fwd = cu_attention_block_fwd;
+        b->attention_block_bwd = cu_attention_block_bwd;
         b->cross_entropy = cu_cross_entropy;
         b->adamw = cu_adamw;
         b->sumsq = cu_sumsq;
