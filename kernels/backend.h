@@ -30,9 +30,10 @@
 
 #include "common/status.h"
 
-typedef enum { GLM_DT_F32 = 0, GLM_DT_BF16 = 1 } glm_dtype;
+/* GLM_DT_F64 exists only as the CPU backend's acc_dtype (the context-parallel ring's accumulators). */
+typedef enum { GLM_DT_F32 = 0, GLM_DT_BF16 = 1, GLM_DT_F64 = 2 } glm_dtype;
 
-/* Bytes per element of a backend dtype (4 or 2). */
+/* Bytes per element of a backend dtype (4, 2 or 8). */
 size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
@@ -41,6 +42,9 @@ struct glm_backend {
     const char *name;       /* "cpu", "cuda" */
     glm_dtype weight_dtype; /* base (frozen) weights */
     glm_dtype act_dtype;    /* activations and activation gradients */
+    glm_dtype acc_dtype;    /* accumulators carried across calls of the block attention ops (context-parallel
+                               ring): CPU GLM_DT_F64 (its double accumulation, rounded once at the end), CUDA
+                               GLM_DT_F32 */
     int rank, world;        /* data-parallel rank and world size (cpu: 0 and 1) */
     void *impl;             /* backend private state */
 
@@ -99,10 +103,10 @@ struct glm_backend {
     glm_status (*cast)(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
 
     /* Strided 2-D copy with conversion: dst[r * ldd + c] = src[r * lds + c] converted from dtype ds
-     * to dd, r < rows, c < cols (strides in elements of each buffer's dtype; f32 -> bf16 rounds to
-     * nearest even, the rest is exact). Regions must not overlap. CPU: f32 -> f32 only
-     * (GLM_ERR_UNSUPPORTED otherwise). Used to pack K|V column blocks for the context-parallel ring
-     * and to store its f32 accumulators into act buffers. */
+     * to dd, r < rows, c < cols (strides in elements of each buffer's dtype; narrowing rounds to
+     * nearest even, widening is exact). Regions must not overlap. CPU: f32 -> f32, f64 -> f32, f32 ->
+     * f64; CUDA: f32 and bf16 either way (GLM_ERR_UNSUPPORTED otherwise). Used to pack K|V column
+     * blocks for the context-parallel ring and to store its accumulators into act / f32 buffers. */
     glm_status (*cast_2d)(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
                           int64_t lds, int64_t rows, int64_t cols);
 
@@ -186,36 +190,37 @@ struct glm_backend {
      * attention_fwd's doc). The mask is attention_fwd's in global indices: query i may attend key j
      * iff k0 + j <= q0 + i and k_doc[j] == q_doc[i]. One row per call; heads as attention_fwd (q
      * head h uses KV group h / (H / Hkv), scores (q . k) / sqrt(Dh)); q, k, v, out, dout are act
-     * with row strides (elements); lse holds head h of query i at lse[h * ldl + i] (f32).
-     * Accumulators are f32 on every backend, so the merges and sums across blocks do not round
-     * to bf16 in between. CPU: dot products, softmax sums and merges in double, the accumulators
-     * rounded to f32 once per call. CUDA: not implemented yet (GLM_ERR_UNSUPPORTED, "context
-     * parallel attention on CUDA: not yet"). Zero-sized calls (Tq or Tk 0) do nothing and succeed
-     * where the op is implemented (a cheap probe). */
+     * with row strides (elements); an lse buffer holds head h of query i at [h * ldl + i].
+     * The accumulators carried from call to call ("acc") have type be->acc_dtype: on the CPU double,
+     * so that the blocks' partial results are merged and summed in double and rounded to f32 once,
+     * by cast_2d at the end, as the whole-row ops round (exact up to the order of the double
+     * sums); on CUDA f32 (not implemented yet: GLM_ERR_UNSUPPORTED, "context parallel attention
+     * on CUDA: not yet"). Zero-sized calls (Tq or Tk 0) do nothing and succeed where the op is
+     * implemented (a cheap probe). */
 
     /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
      * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
      * (o_b, lse_b) over its allowed keys, lse' = log(exp(lse) + exp(lse_b)) and
-     * o' = o exp(lse - lse') + o_b exp(lse_b - lse'). o [Tq, H*Dh] f32 (row stride ldo) and lse are
-     * the running result; init != 0 OVERWRITES them with the block's result instead (queries with
-     * no allowed key in the block get o = 0, lse = -inf); a query with no allowed key in a merged
-     * block keeps its o and lse. After every key block of a row has been merged, in any order,
-     * o and lse are attention_fwd's out and lse (up to the f32 rounding of o between merges).
-     * Errors: GLM_ERR_ARG (heads), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
-    glm_status (*attention_block_fwd)(const glm_backend *be, float *o, int64_t ldo, float *lse, int64_t ldl,
+     * o' = o exp(lse - lse') + o_b exp(lse_b - lse'). o [Tq, H*Dh] acc (row stride ldo) and lse
+     * [H, ...] acc are the running result; init != 0 OVERWRITES them with the block's result
+     * instead (queries with no allowed key in the block get o = 0, lse = -inf); a query with no
+     * allowed key in a merged block keeps its o and lse. After every key block of a row has been
+     * merged, in any order, o and lse are attention_fwd's out and lse before its rounding to act /
+     * f32. Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+    glm_status (*attention_block_fwd)(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
                                       const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
                                       int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
                                       int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init);
     /* Backward of one block, with the FINAL out [Tq, H*Dh] (act, row stride ldo, the same as dout's)
-     * and lse of the queries (over all their keys, as merged by attention_block_fwd): over the
-     * block's allowed pairs P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D);
-     * ACCUMULATES dq += dS k / sqrt(Dh) into f32 dq [Tq, H*Dh] (row stride lddq), and
-     * dk += dS^T q / sqrt(Dh), dv += P^T dout (summed over the heads of each group) into f32
-     * dk, dv [Tk, Hkv*Dh] (row strides lddk, lddv). Summed over every key block of a query (dq)
-     * and every query block of a key (dk, dv), the results are attention_bwd's.
-     * Errors: GLM_ERR_ARG (heads), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
-    glm_status (*attention_block_bwd)(const glm_backend *be, float *dq, int64_t lddq, float *dk, int64_t lddk,
-                                      float *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+     * and lse (f32, over all the queries' keys, as attention_fwd keeps it): over the block's
+     * allowed pairs P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D); ACCUMULATES
+     * dq += dS k / sqrt(Dh) into dq [Tq, H*Dh] acc (row stride lddq), and dk += dS^T q / sqrt(Dh),
+     * dv += P^T dout (summed over the heads of each group) into dk, dv [Tk, Hkv*Dh] acc (row strides
+     * lddk, lddv). Summed over every key block of a query (dq) and every query block of a key (dk,
+     * dv), the results are attention_bwd's before its rounding to act.
+     * Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+    glm_status (*attention_block_bwd)(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
+                                      void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
                                       const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
                                       int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
                                       const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,

@@ -72,6 +72,17 @@ typedef struct glm_model {
      * 0: every rank holds the whole base. */
     int shard_world;
     struct glm_gather *gather; /* the gather slots (model_step.c; NULL unless sharded) */
+    /* Context parallel (--context-parallel, lora/ring_attention.h): cp > 1 splits every row of a
+     * batch over the cp ranks of cp_comm (a comm_split group; cp_comm->world == cp, its rank is
+     * this rank's place). glm_model_step then takes whole rows (every rank of the group the same
+     * batch: ids, targets, pos and doc of all T tokens, as the loader gives them), computes this
+     * rank's 2 chunks of each row (attention as a ring over the group, every other op on the local
+     * tokens), and returns this rank's share of the loss sum and target count and ACCUMULATES its
+     * share of the LoRA gradients: summed over the group (the trainer all-reduces over the world),
+     * they are those of the unsplit rows. Every rank of the group must run the same steps.
+     * glm_model_logits refuses it. 0 or 1: off. */
+    int cp;
+    const glm_backend *cp_comm;
 } glm_model;
 
 /* Loads config.json (glm_config_load with rope_theta_override, see lora/config.h) and the weights

@@ -184,7 +184,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
     int eb = cpu ? 4 : 2;
     int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1;
-    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0};
+    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0, 0, 0, 0};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);

@@ -3,7 +3,8 @@
  * kernels/backend.h): one block of queries against one block of keys of the same packed row, with
  * global token indices (q0, k0) and document ids for the mask, and the online-softmax merge of
  * the forward's partial results. Same arithmetic as cpu_attention_fwd / _bwd (backend_cpu.c): dot
- * products, softmax sums and merges in double; results rounded to f32 once per call. */
+ * products, softmax sums and merges in double, and the accumulators are double too (the CPU
+ * backend's acc_dtype), so the ring rounds to f32 once, at its end, as the whole-row ops do. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@ static int last_key(int64_t q0, int64_t k0, int i, int Tk) {
     return lim >= Tk ? Tk - 1 : (int)lim;
 }
 
-glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t ldo, float *lse, int64_t ldl,
+glm_status glm_cpu_attention_block_fwd(const glm_backend *be, void *o_, int64_t ldo, void *lse_, int64_t ldl,
                                        const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
                                        int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
                                        int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init) {
@@ -34,6 +35,7 @@ glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t 
     GLM_TRY(check_block(Tq, Tk, H, Hkv, Dh, "attention_block_fwd"));
     if (Tq == 0) return GLM_OK;
     const float *Q = q, *K = k, *Vv = v;
+    double *o = o_, *lse = lse_;
     double scale = 1.0 / sqrt((double)Dh);
     double *s = malloc((size_t)(Tk > 0 ? Tk : 1) * sizeof(double));
     double *acc = malloc((size_t)Dh * sizeof(double));
@@ -47,8 +49,8 @@ glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t 
         int g = h / rep;
         for (int i = 0; i < Tq; i++) {
             const float *qi = Q + (int64_t)i * ldq + (int64_t)h * Dh;
-            float *oi = o + (int64_t)i * ldo + (int64_t)h * Dh;
-            float *li = lse + (int64_t)h * ldl + i;
+            double *oi = o + (int64_t)i * ldo + (int64_t)h * Dh;
+            double *li = lse + (int64_t)h * ldl + i;
             int jmax = last_key(q0, k0, i, Tk);
             double mx = -INFINITY;
             for (int j = 0; j <= jmax; j++) {
@@ -61,7 +63,7 @@ glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t 
             }
             if (mx == -INFINITY) { /* no allowed key in this block */
                 if (init) {
-                    for (int c = 0; c < Dh; c++) oi[c] = 0.0f;
+                    for (int c = 0; c < Dh; c++) oi[c] = 0.0;
                     *li = -INFINITY;
                 }
                 continue;
@@ -75,18 +77,18 @@ glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t 
                 const float *vj = Vv + (int64_t)j * ldv + (int64_t)g * Dh;
                 for (int c = 0; c < Dh; c++) acc[c] += e * vj[c];
             }
-            double lb = mx + log(sum), lo = init ? -INFINITY : (double)*li;
+            double lb = mx + log(sum), lo = init ? -INFINITY : *li;
             if (lo == -INFINITY) { /* the first allowed keys of this query: the block's result */
-                for (int c = 0; c < Dh; c++) oi[c] = (float)(acc[c] / sum);
-                *li = (float)lb;
+                for (int c = 0; c < Dh; c++) oi[c] = acc[c] / sum;
+                *li = lb;
                 continue;
             }
             /* online-softmax merge of (o, lo) with (acc / sum, lb) */
             double m = lo > lb ? lo : lb;
             double ln = m + log(exp(lo - m) + exp(lb - m));
             double wo = exp(lo - ln), wb = exp(lb - ln) / sum;
-            for (int c = 0; c < Dh; c++) oi[c] = (float)((double)oi[c] * wo + acc[c] * wb);
-            *li = (float)ln;
+            for (int c = 0; c < Dh; c++) oi[c] = oi[c] * wo + acc[c] * wb;
+            *li = ln;
         }
     }
     free(s);
@@ -94,8 +96,8 @@ glm_status glm_cpu_attention_block_fwd(const glm_backend *be, float *o, int64_t 
     return GLM_OK;
 }
 
-glm_status glm_cpu_attention_block_bwd(const glm_backend *be, float *dq, int64_t lddq, float *dk, int64_t lddk,
-                                       float *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq_, int64_t lddq, void *dk_, int64_t lddk,
+                                       void *dv_, int64_t lddv, const void *dout, int64_t ldo, const void *out,
                                        const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
                                        int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
                                        const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
@@ -104,19 +106,11 @@ glm_status glm_cpu_attention_block_bwd(const glm_backend *be, float *dq, int64_t
     GLM_TRY(check_block(Tq, Tk, H, Hkv, Dh, "attention_block_bwd"));
     if (Tq == 0 || Tk == 0) return GLM_OK;
     const float *Q = q, *K = k, *Vv = v, *DO = dout, *O = out;
+    double *dq = dq_, *dk = dk_, *dv = dv_;
     double scale = 1.0 / sqrt((double)Dh);
     int rep = H / Hkv;
-    /* dk, dv of the block accumulate over its queries and heads in double, added to f32 once */
-    double *adk = calloc((size_t)Tk * Hkv * Dh, sizeof(double));
-    double *adv = calloc((size_t)Tk * Hkv * Dh, sizeof(double));
     double *adq = malloc((size_t)Dh * sizeof(double));
-    if (!adk || !adv || !adq) {
-        free(adk);
-        free(adv);
-        free(adq);
-        return glm_err(GLM_ERR_NOMEM, "attention_block_bwd: out of memory");
-    }
-    int touched = 0;
+    if (!adq) return glm_err(GLM_ERR_NOMEM, "attention_block_bwd: out of memory");
     for (int h = 0; h < H; h++) {
         int g = h / rep;
         for (int i = 0; i < Tq; i++) {
@@ -142,7 +136,7 @@ glm_status glm_cpu_attention_block_bwd(const glm_backend *be, float *dq, int64_t
                 }
                 double P = exp(sdot * scale - L);
                 double dS = P * (dp - Di) * scale;
-                double *akj = adk + ((int64_t)j * Hkv + g) * Dh, *avj = adv + ((int64_t)j * Hkv + g) * Dh;
+                double *akj = dk + (int64_t)j * lddk + (int64_t)g * Dh, *avj = dv + (int64_t)j * lddv + (int64_t)g * Dh;
                 for (int c = 0; c < Dh; c++) {
                     adq[c] += dS * kj[c];
                     akj[c] += dS * qi[c];
@@ -151,20 +145,10 @@ glm_status glm_cpu_attention_block_bwd(const glm_backend *be, float *dq, int64_t
                 any = 1;
             }
             if (!any) continue;
-            touched = 1;
-            float *dqi = dq + (int64_t)i * lddq + (int64_t)h * Dh;
-            for (int c = 0; c < Dh; c++) dqi[c] = (float)((double)dqi[c] + adq[c]);
+            double *dqi = dq + (int64_t)i * lddq + (int64_t)h * Dh;
+            for (int c = 0; c < Dh; c++) dqi[c] += adq[c];
         }
     }
-    if (touched)
-        for (int j = 0; j < Tk; j++)
-            for (int c = 0; c < Hkv * Dh; c++) {
-                float *kk = dk + (int64_t)j * lddk + c, *vv = dv + (int64_t)j * lddv + c;
-                *kk = (float)((double)*kk + adk[(int64_t)j * Hkv * Dh + c]);
-                *vv = (float)((double)*vv + adv[(int64_t)j * Hkv * Dh + c]);
-            }
-    free(adk);
-    free(adv);
     free(adq);
     return GLM_OK;
 }

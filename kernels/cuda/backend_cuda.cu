@@ -368,6 +368,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->name = "cuda";
         b->weight_dtype = GLM_DT_BF16;
         b->act_dtype = GLM_DT_BF16;
+        b->acc_dtype = GLM_DT_F32;
         b->rank = rank;
         b->world = world;
         b->impl = I;

@@ -122,6 +122,8 @@ __global__ void k_cast_2d(D *d, int64_t ldd, const S *s, int64_t lds, int64_t ro
 glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
                       int64_t lds, int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return GLM_OK;
+    if (dd == GLM_DT_F64 || ds == GLM_DT_F64)
+        return glm_err(GLM_ERR_UNSUPPORTED, "cuda backend: cast_2d: f64 buffers exist only on the CPU backend");
     if (rows > 1 && (ldd < cols || lds < cols))
         return glm_err(GLM_ERR_ARG, "cast_2d: %lld x %lld with row strides %lld (dst) and %lld (src)", (long long)rows,
                        (long long)cols, (long long)ldd, (long long)lds);

@@ -8,9 +8,10 @@
  * accumulators bit-identical, zero-sized calls succeed (the trainer's probe), bad heads are
  * errors, and cast_2d copies strided rows.
  *
- * Tolerance 1e-6 (norm-relative): the whole-row op rounds each output to f32 once from double;
- * the blocks round the f32 accumulators once per merge or sum (at most 6 times here), each
- * ~6e-8 relative, so the difference stays a few 1e-7; a masking, offset or merge bug gives O(1). */
+ * The CPU accumulators are double (its acc_dtype): merged and summed in double and rounded to f32
+ * once, the blocks' results equal the whole-row ops' up to the order of the double sums, i.e.
+ * bit-identical in almost every element. Tolerance 1e-7 (norm-relative; f32 carries 6e-8 per
+ * rounding): a masking, offset or merge bug gives O(1). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +20,20 @@
 #include "kernels/backend.h"
 #include "tests/check.h"
 
-static const double TOL = 1e-6;
+static const double TOL = 1e-7;
 static glm_rng rng;
 
 static float *randv(int64_t n) {
     float *x = malloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) x[i] = (float)(glm_rng_normal(&rng) * 0.8 + 0.01);
     return x;
+}
+
+/* a double accumulator rounded to f32, as the ring's cast_2d does */
+static float *to_f32(const double *a, int64_t n) {
+    float *f = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)a[i];
+    return f;
 }
 
 static double rel(const float *a, const float *b, int64_t n, int64_t ld, int64_t cols) {
@@ -57,7 +65,7 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
           "%s: attention_bwd", what);
 
     /* forward: every query block merges every key block, in a shuffled order */
-    float *o = malloc(sizeof(float) * (size_t)(T * qd)), *l = malloc(sizeof(float) * (size_t)(H * T));
+    double *o = malloc(sizeof(double) * (size_t)(T * qd)), *l = malloc(sizeof(double) * (size_t)(H * T));
     int order[64];
     glm_status st = GLM_OK;
     for (int a = 0; a + 1 < nq; a++) {
@@ -76,13 +84,14 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
         }
     }
     CHECK(st == GLM_OK, "%s: attention_block_fwd: %s", what, glm_errmsg());
-    double eo = rel(o, out, T, qd, qd), el = rel(l, lse, H, T, T);
+    float *of = to_f32(o, T * qd), *lf = to_f32(l, H * T);
+    double eo = rel(of, out, T, qd, qd), el = rel(lf, lse, H, T, T);
     CHECK(eo < TOL, "%s: merged blocks vs attention_fwd out: rel err %.3g", what, eo);
     CHECK(el < TOL, "%s: merged blocks vs attention_fwd lse: rel err %.3g", what, el);
 
     /* backward: f32 accumulators, every (query block, key block) pair */
-    float *bq = calloc((size_t)(T * qd), sizeof(float)), *bk = calloc((size_t)(T * kd), sizeof(float)),
-          *bv = calloc((size_t)(T * kd), sizeof(float));
+    double *bq = calloc((size_t)(T * qd), sizeof(double)), *bk = calloc((size_t)(T * kd), sizeof(double)),
+           *bv = calloc((size_t)(T * kd), sizeof(double));
     for (int a = 0; a + 1 < nq && !st; a++)
         for (int b = 0; b + 1 < nk && !st; b++) {
             int q0 = qcut[a], Tq = qcut[a + 1] - q0, k0 = kcut[b], Tk = kcut[b + 1] - k0;
@@ -98,11 +107,13 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
     be->cast_2d(be, rq, GLM_DT_F32, qd, dq, GLM_DT_F32, ld, T, qd);
     be->cast_2d(be, rk, GLM_DT_F32, kd, dk, GLM_DT_F32, ld, T, kd);
     be->cast_2d(be, rv, GLM_DT_F32, kd, dv, GLM_DT_F32, ld, T, kd);
-    double e1 = rel(bq, rq, T, qd, qd), e2 = rel(bk, rk, T, kd, kd), e3 = rel(bv, rv, T, kd, kd);
+    float *bqf = to_f32(bq, T * qd), *bkf = to_f32(bk, T * kd), *bvf = to_f32(bv, T * kd);
+    double e1 = rel(bqf, rq, T, qd, qd), e2 = rel(bkf, rk, T, kd, kd), e3 = rel(bvf, rv, T, kd, kd);
+    if (getenv("GLM_TEST_VERBOSE")) printf("%s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, eo, el, e1, e2, e3);
     CHECK(e1 < TOL && e2 < TOL && e3 < TOL, "%s: summed block backwards vs attention_bwd: dq %.3g, dk %.3g, dv %.3g", what,
           e1, e2, e3);
     free(qkv), free(dout), free(doc), free(out), free(lse), free(dq), free(o), free(l), free(bq), free(bk), free(bv);
-    free(rq), free(rk), free(rv);
+    free(rq), free(rk), free(rv), free(of), free(lf), free(bqf), free(bkf), free(bvf);
 }
 
 /* A block whose keys all lie after its queries, or in other documents, changes nothing. */
@@ -111,36 +122,37 @@ static void check_masked(void) {
     int H = 2, Hkv = 1, Dh = 4, T = 8;
     int64_t qd = H * Dh, kd = Hkv * Dh;
     float *q = randv(T * qd), *k = randv(T * kd), *v = randv(T * kd), *dout = randv(T * qd);
-    float *o = randv(T * qd), *l = randv(H * T), *o0 = malloc(sizeof(float) * (size_t)(T * qd)),
-          *l0 = malloc(sizeof(float) * (size_t)(H * T));
-    memcpy(o0, o, sizeof(float) * (size_t)(T * qd));
-    memcpy(l0, l, sizeof(float) * (size_t)(H * T));
+    float *of = randv(T * qd), *lf = randv(H * T);
+    double *o = malloc(sizeof(double) * (size_t)(T * qd)), *l = malloc(sizeof(double) * (size_t)(H * T)),
+           *o0 = malloc(sizeof(double) * (size_t)(T * qd)), *l0 = malloc(sizeof(double) * (size_t)(H * T));
+    for (int i = 0; i < T * qd; i++) o[i] = o0[i] = of[i];
+    for (int i = 0; i < H * T; i++) l[i] = l0[i] = lf[i];
     int32_t da[8] = {0, 0, 0, 0, 0, 0, 0, 0}, db[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     /* keys [8, 16) after queries [0, 8); then keys of another document */
     CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T, H, Hkv, Dh, 0) == GLM_OK &&
               be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, db, da, 8, 0, T, T, H, Hkv, Dh, 0) == GLM_OK,
           "masked blocks");
-    CHECK(!memcmp(o, o0, sizeof(float) * (size_t)(T * qd)) && !memcmp(l, l0, sizeof(float) * (size_t)(H * T)),
+    CHECK(!memcmp(o, o0, sizeof(double) * (size_t)(T * qd)) && !memcmp(l, l0, sizeof(double) * (size_t)(H * T)),
           "a block without allowed pairs leaves o and lse bit-identical");
     /* init with a masked block: o = 0, lse = -inf; then a real block gives its own result */
     CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T, H, Hkv, Dh, 1) == GLM_OK &&
-              o[3] == 0.0f && l[5] == -INFINITY,
+              o[3] == 0.0 && l[5] == -INFINITY,
           "init with a masked block: o = 0, lse = -inf");
-    float *dq = calloc((size_t)(T * qd), sizeof(float)), *dk = calloc((size_t)(T * kd), sizeof(float)),
-          *dv = calloc((size_t)(T * kd), sizeof(float));
-    CHECK(be->attention_block_bwd(be, dq, qd, dk, kd, dv, kd, dout, qd, o0, l0, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T,
+    double *dq = calloc((size_t)(T * qd), sizeof(double)), *dk = calloc((size_t)(T * kd), sizeof(double)),
+           *dv = calloc((size_t)(T * kd), sizeof(double));
+    CHECK(be->attention_block_bwd(be, dq, qd, dk, kd, dv, kd, dout, qd, of, lf, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T,
                                   H, Hkv, Dh) == GLM_OK,
           "masked backward");
     int zero = 1;
-    for (int i = 0; i < T * qd; i++) zero &= dq[i] == 0.0f;
-    for (int i = 0; i < T * kd; i++) zero &= dk[i] == 0.0f && dv[i] == 0.0f;
+    for (int i = 0; i < T * qd; i++) zero &= dq[i] == 0.0;
+    for (int i = 0; i < T * kd; i++) zero &= dk[i] == 0.0 && dv[i] == 0.0;
     CHECK(zero, "a masked block adds nothing to dq, dk, dv");
     /* the trainer's probe, and argument errors */
     CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 0, 0, 0, H, Hkv, Dh, 1) == GLM_OK,
           "zero-sized forward succeeds");
     CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 0, T, T, 3, 2, Dh, 1) == GLM_ERR_ARG,
           "H not a multiple of Hkv: GLM_ERR_ARG");
-    free(q), free(k), free(v), free(dout), free(o), free(l), free(o0), free(l0), free(dq), free(dk), free(dv);
+    free(q), free(k), free(v), free(dout), free(o), free(l), free(o0), free(l0), free(of), free(lf), free(dq), free(dk), free(dv);
 }
 
 static void check_cast_2d(void) {
@@ -153,6 +165,12 @@ static void check_cast_2d(void) {
         for (int c = 0; c < 3; c++) ok &= dst[r * 3 + c] == src[r * 6 + 2 + c];
     CHECK(ok, "cast_2d copies the strided column block");
     CHECK(be->cast_2d(be, dst, GLM_DT_BF16, 3, src, GLM_DT_F32, 6, 4, 3) == GLM_ERR_UNSUPPORTED, "cast_2d to bf16 on the CPU");
+    double acc[4] = {1.0 + 1e-12, -2.5, 1e-40, 3.0};
+    float f[4];
+    CHECK(be->acc_dtype == GLM_DT_F64 && glm_dtype_size(GLM_DT_F64) == 8, "the CPU accumulates in double");
+    CHECK(be->cast_2d(be, f, GLM_DT_F32, 2, acc, GLM_DT_F64, 2, 2, 2) == GLM_OK && f[0] == 1.0f && f[1] == -2.5f &&
+              f[3] == 3.0f,
+          "cast_2d f64 -> f32 rounds once");
 }
 
 int main(void) {

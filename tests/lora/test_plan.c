@@ -12,7 +12,7 @@
 static const double GiB = 1073741824.0;
 
 static glm_plan plan(const glm_config *c, const glm_lora_info *li, int T, glm_ckpt_mode mode, double budget_gib) {
-    glm_plan_opts o = {mode, budget_gib * GiB, 0, 0, 2, 2, 1, 1, 0};
+    glm_plan_opts o = {mode, budget_gib * GiB, 0, 0, 2, 2, 1, 1, 0, 0, 0, 0};
     glm_plan p;
     glm_plan_make(c, li, 1, T, 1, &o, &p);
     return p;
