@@ -99,6 +99,7 @@ static glm_status check_data(const glm_loader *l, const char *what, const glm_mo
                 return glm_err(GLM_ERR_MISMATCH, "%s: token id %u at token %llu is outside the model's vocabulary (%d); "
                                "hint: the shards were made for another model", sh->path, sh->ids[i],
                                (unsigned long long)i, c->V);
+        glm_shard_release(sh, 0, sh->map.size); /* the scan mapped every page: back to the page cache */
     }
     /* tokenizer fingerprint: the model directory's tokenizer, when it has one */
     char *tm = glm_path_join(model_dir, "tokenizer.model");
