@@ -10,6 +10,7 @@
  *   - --nproc 2 --context-parallel 2, --nproc 3 --context-parallel 3 (one group), and --nproc 4
  *     --context-parallel 2 (2 data-parallel groups of 2, accumulation 2): step 1's loss and every
  *     LoRA gradient (--dump-grads, before clipping), step 2's loss and the adapters after 2 steps;
+ *   - the evaluation after step 2 (forward-only ring) and --shard-base beside context parallel;
  *   - only rank 0 writes metrics; the log says how the rows are split;
  *   - usage errors: a --context-parallel that does not divide --nproc / --gpus / the world.
  * Tolerances. The loss: 1e-6 relative (the issue's bar; measured ~1e-9). The gradients: 3e-6 per
@@ -81,6 +82,15 @@ static void check_rows(const char *shards) {
     glm_loader_close(&l);
 }
 
+static double eval_at(json_t *m, int step) {
+    for (size_t i = 0; i < json_array_size(m); i++) {
+        json_t *j = json_array_get(m, i);
+        if (json_integer_value(json_object_get(j, "step")) == step && json_object_get(j, "eval_loss"))
+            return json_number_value(json_object_get(j, "eval_loss"));
+    }
+    return NAN;
+}
+
 static void compare(const char *what, const char *ref, const char *run_) {
     char *gr = path(ref), *gd = path(run_), *fr, *fd, *er, *ed, *ar, *ad;
     asprintf(&fr, "%s.grads", gr);
@@ -95,7 +105,10 @@ static void compare(const char *what, const char *ref, const char *run_) {
         CHECK(check_close(b, a, TOL_LOSS, 0), "%s: step %d loss %.12g vs %.12g", what, s, b, a);
         if (getenv("GLM_TEST_VERBOSE")) printf("%s: step %d loss rel %.3g\n", what, s, fabs(b - a) / fabs(a));
     }
-    CHECK(json_array_size(md) == 2, "%s: %zu metrics lines for 2 steps (only rank 0 writes)", what, json_array_size(md));
+    double ea = eval_at(mr, 2), eb = eval_at(md, 2);
+    CHECK(check_close(eb, ea, TOL_LOSS, 0), "%s: eval loss after step 2 %.12g vs %.12g", what, eb, ea);
+    CHECK(json_array_size(md) == 3, "%s: %zu metrics lines for 2 steps and an evaluation (only rank 0 writes)", what,
+          json_array_size(md));
     json_decref(mr);
     json_decref(md);
     asprintf(&er, "%s-adapter", gr);
@@ -135,7 +148,8 @@ int main(void) {
     check_rows(shards);
     asprintf(&common, "--model %s --init-adapter %s/adapter_init --data %s --lora-target all --lora-rank 4 --lora-alpha 8 "
                       "--lora-dropout 0 --learning-rate 1e-3 --weight-decay 0.01 --lr-scheduler-type constant "
-                      "--logging-steps 1 --seed 5 --device cpu --per-device-train-batch-size 1 --max-steps 2", fix, fix, shards);
+                      "--logging-steps 1 --seed 5 --device cpu --per-device-train-batch-size 1 --max-steps 2 --eval-data %s --eval-steps 2",
+             fix, fix, shards, shards);
     struct {
         const char *name, *flags;
     } runs[] = {
@@ -143,6 +157,7 @@ int main(void) {
         {"cp2", "--nproc 2 --context-parallel 2 --gradient-accumulation-steps 4"},
         {"cp3", "--nproc 3 --context-parallel 3 --gradient-accumulation-steps 4 --gradient-checkpointing full"},
         {"cp2dp2", "--nproc 4 --context-parallel 2 --gradient-accumulation-steps 2"},
+        {"cp2shard", "--nproc 2 --context-parallel 2 --shard-base --gradient-accumulation-steps 4"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         int rc = run("%s train %s %s --output-dir %s/%s --dump-grads %s/%s.grads", G, common, runs[i].flags, tmp, runs[i].name,
@@ -156,6 +171,7 @@ int main(void) {
     compare("--nproc 2 --context-parallel 2", "ref", "cp2");
     compare("--nproc 3 --context-parallel 3, full recomputation", "ref", "cp3");
     compare("--nproc 4 --context-parallel 2 (2 data-parallel groups)", "ref", "cp2dp2");
+    compare("--nproc 2 --context-parallel 2 --shard-base", "ref", "cp2shard");
 
     /* usage errors: exit 2, the option and a hint named */
     CHECK(run("%s train %s --nproc 4 --context-parallel 3 --output-dir %s/e1", G, common, tmp) == 2 * 256 &&
