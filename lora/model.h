@@ -141,8 +141,11 @@ const glm_plan *glm_model_current_plan(const glm_model *m);
  * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, element) so the recomputation and
  * the backward reproduce them; the dropout applies to every call with lora->dropout > 0, backward
  * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and
- * skips such steps). Errors: GLM_ERR_ARG (bad batch: id >= V, a target at the first token of a row
- * or of a document, B or T <= 0), backend errors. */
+ * skips such steps). With context parallel (m->cp > 1) the batch is whole rows, the attention a
+ * ring over m->cp_comm (a collective: every rank of the group makes the same calls) and the sums
+ * and gradients this rank's share of them (see glm_model.cp). Errors: GLM_ERR_ARG (bad batch: id
+ * >= V, a target at the first token of a row or of a document, B or T <= 0; context parallel
+ * without its group communicator), backend and communication errors. */
 glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,
                           int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets);
 

@@ -301,8 +301,8 @@ static glm_status gather_make(glm_model *m); /* below: the sharded base's gather
  * buffer when dropout is on), else a new one from a new plan. */
 static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout) {
     struct glm_ws *w = m->ws;
-    if (w && w->T == T && w->cp == (m->cp > 1 ? m->cp : 0) && B <= w->B_cap && (!backward || w->backward) && (w->mode == mode || !backward) &&
-        (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
+    if (w && w->T == T && w->cp == (m->cp > 1 ? m->cp : 0) && (w->cp == 0 || w->ring.comm == m->cp_comm) && B <= w->B_cap &&
+        (!backward || w->backward) && (w->mode == mode || !backward) && (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
         w->loss_over == m->loss_chunk)
         return GLM_OK;
     glm_ws_free(m->ws);
@@ -313,7 +313,16 @@ static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int back
     return oom_context(st, m, &p);
 }
 
+/* Context parallel needs the group's communicator, of cp ranks. */
+static glm_status check_cp(const glm_model *m) {
+    if (m->cp > 1 && (!m->cp_comm || m->cp_comm->world != m->cp))
+        return glm_err(GLM_ERR_ARG, "model step: context parallel over %d ranks needs their group communicator (cp_comm "
+                       "of %d ranks)", m->cp, m->cp_comm ? m->cp_comm->world : 0);
+    return GLM_OK;
+}
+
 glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
+    GLM_TRY(check_cp(m));
     GLM_TRY(gather_make(m));
     GLM_TRY(ensure_ws(m, lora, B, T, backward && lora, mode, lora && lora->dropout > 0));
     if (out) *out = m->ws->plan;
@@ -862,9 +871,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         return glm_err(GLM_ERR_MISMATCH, "model step: the LoRA adapter was built for another model");
     if (!lora) backward = 0;
     const int cp = m->cp > 1;
-    if (cp && (!m->cp_comm || m->cp_comm->world != m->cp))
-        return glm_err(GLM_ERR_ARG, "model step: context parallel over %d ranks needs their group communicator (cp_comm "
-                       "of %d ranks)", m->cp, m->cp_comm ? m->cp_comm->world : 0);
+    GLM_TRY(check_cp(m));
     if (cp && logits_out)
         return glm_err(GLM_ERR_UNSUPPORTED, "model logits with context parallel: each rank holds only its chunks of a row; "
                        "hint: compute logits without --context-parallel");

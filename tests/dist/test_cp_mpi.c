@@ -123,7 +123,6 @@ static rows make_rows(int B, int T, const int (*lens)[8], uint64_t seed) {
 
 static void free_rows(rows *r) { free(r->ids), free(r->tg), free(r->pos), free(r->doc); }
 
-/* One case: the global batch `all` (dp groups x B rows); group g takes rows g*B.. . */
 /* Norm-relative difference of two nets' gradients: over all tensors, and the worst tensor. */
 static double grad_diff(const net *a, const net *b, double *worst, int *zero) {
     double num = 0, den = 0;
@@ -140,11 +139,11 @@ static double grad_diff(const net *a, const net *b, double *worst, int *zero) {
         if (zero) *zero += y == 0;
         double e = y > 0 ? sqrt(x / y) : sqrt(x);
         if (e > *worst) *worst = e;
-        if (zero && getenv("GLM_TEST_PER")) printf("   %-70s %.2e (norm %.3g)\n", a->p[i].name, e, sqrt(y));
     }
     return sqrt(num / den);
 }
 
+/* One case: the global batch `all` (dp groups x B rows); group g takes rows g*B.. . */
 static void run_case(const char *what, const glm_backend *be, net *cp, net *ref, net *ref2, const rows *all, int B, int dp_rank,
                      int ckpt, float p_drop) {
     cp->lora->dropout = ref->lora->dropout = ref2->lora->dropout = p_drop;
