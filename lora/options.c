@@ -124,6 +124,11 @@ static const glm_opt_def k_opts[] = {
     {"shard-base", "shard_base", NULL, GLM_OPT_BOOL, "false", "",
      "hold 1/N of every frozen base weight on each of the N ranks and all-gather a layer's weights just before it "
      "runs (the next layer prefetched): the 9B model on 24 GB cards (ZeRO-3 for the frozen base)", OFF(shard_base), false},
+    {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
+     "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
+     "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
+     "(--gpus 8 --context-parallel 4: 2 groups of 4). So far on the CPU backend only (--device cpu --nproc N); "
+     "CUDA: not yet", OFF(context_parallel), false},
     {"comm-timeout", "comm_timeout", "ddp_timeout", GLM_OPT_FLOAT, "1800", "seconds",
      "how long a collective (all-reduce, all-gather) may wait for the other ranks before the run stops with an "
      "error naming the rank and the call (transformers' ddp_timeout)", OFF(comm_timeout), false},
@@ -1257,6 +1262,11 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(!(o->nproc > 0 && strcmp(o->device, "cuda") == 0), "--nproc starts CPU ranks; hint: --gpus N with --device cuda");
     NEED(!(o->gpus && strcmp(o->device, "cpu") == 0), "--gpus starts GPU workers; hint: --device cpu --nproc N for CPU ranks");
     NEED(o->comm_timeout > 0 && isfinite(o->comm_timeout), "--comm-timeout (ddp_timeout) must be > 0 seconds");
+    NEED(o->context_parallel >= 1 && o->context_parallel <= 4096, "--context-parallel must be between 1 and 4096 ranks "
+         "(got %lld; 1: off)", (long long)o->context_parallel);
+    NEED(!(o->context_parallel > 1 && o->nproc > 0 && o->nproc % o->context_parallel),
+         "--context-parallel %lld does not divide the %lld ranks of --nproc; hint: --nproc %lld (or a multiple of it)",
+         (long long)o->context_parallel, (long long)o->nproc, (long long)o->context_parallel);
     if (o->gpus) {
         const char *p = o->gpus;
         int ok = *p != 0;
