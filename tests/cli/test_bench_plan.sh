@@ -23,7 +23,7 @@ check "... the weights (17.67 GiB of bf16)" has "$T/p8" "weights 17.67"
 $G train --dry-run --quiet --model "$CFG" --seq-len 65536 --device cuda --max-gpu-memory 22 >"$T/p64" 2>&1; rc=$?
 check "dry run 64k in 22 GiB: exit 1 ($rc)" test $rc = 1
 check "... says it does not fit" has "$T/p64" "does NOT fit"
-check "... and what to change" has "$T/p64" "shorter rows"
+check "... and what to change" has "$T/p64" "shorter --seq-len"
 # --shard-base over 4 ranks of 24 GB: each holds a quarter of the base; 32k fits (it does not unsharded)
 $G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --shard-base --gpus 4 >"$T/s32" 2>&1; rc=$?
 check "--shard-base --gpus 4, 32k in 22 GiB: exit 0 ($rc)" test $rc = 0
