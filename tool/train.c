@@ -352,7 +352,19 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                            ts->min_lr, ts->min_lr_rate));
     if (ts->loraplus_lr_ratio > 0)
         glm_log_info("LoRA+: the lora_B weights learn at %g x the learning rate", ts->loraplus_lr_ratio);
-    GLM_TRY(batch_alloc(&rs->bb, (int)ts->per_device_train_batch_size, (int)rs->data.T));
+    /* a micro-batch larger than the data never fills: the buffers and the memory plan are for the rows a
+     * group can get (each step then takes the whole epoch, as the Trainer's last, short batch does) */
+    uint64_t group_rows = (rs->data.n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
+    int B_eff = (int)ts->per_device_train_batch_size;
+    if ((uint64_t)B_eff > group_rows) {
+        B_eff = (int)group_rows;
+        glm_log_warn("--per-device-train-batch-size %lld is more than the %llu row(s) %s: every step takes all of "
+                     "them (one epoch per step); hint: a smaller batch, or more data",
+                     (long long)ts->per_device_train_batch_size, (unsigned long long)group_rows,
+                     rs->dp > 1 ? "each data-parallel group gets" : "in the data");
+    }
+    if (global_rows > rs->data.n_rows) global_rows = rs->data.n_rows;
+    GLM_TRY(batch_alloc(&rs->bb, B_eff, (int)rs->data.T));
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
@@ -389,7 +401,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->model->max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0;
     rs->model->optimizer = 1;
     glm_plan plan;
-    GLM_TRY(glm_model_prepare(rs->model, rs->lora, (int)ts->per_device_train_batch_size, (int)rs->data.T, 1,
+    GLM_TRY(glm_model_prepare(rs->model, rs->lora, rs->bb.B, (int)rs->data.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
     if (!ts->quiet && be->rank == 0) glm_plan_print(&plan, &rs->model->cfg, stderr);
     return GLM_OK;
@@ -605,6 +617,7 @@ glm_status train_run(const train_settings *ts) {
     if (s == GLM_OK) be->comm_wait_ms(be, 1);
     while (s == GLM_OK && rs.step < rs.total_steps) {
         double t_step = glm_now();
+        be->comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
         uint32_t got;
         /* the global batch: the loader's position is global and the same on every rank */
         if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;

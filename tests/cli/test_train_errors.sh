@@ -65,6 +65,12 @@ check "... suggests the closest" has "$T/e7" "learning-rate"
 $G train $TR --model "$FIX" --output-dir "$T/r" --max-steps= 2>"$T/e7b"; rc=$?
 check "--max-steps= (empty): exit 2 ($rc)" test $rc = 2
 check "... says the value is empty" has "$T/e7b" "max-steps: the value is empty"
+# a micro-batch larger than the data (14 rows): one epoch per step, said once, planned for 14 rows
+$G train --device cpu --data "$T/shards" --lora-rank 4 --model "$FIX" --output-dir "$T/big" --per-device-train-batch-size 64 --max-steps 1 2>"$T/e7c"; rc=$?
+check "micro-batch > rows: trains ($rc)" test $rc = 0
+check "... warns that every step takes all rows" has "$T/e7c" "more than the 14 row(s) in the data"
+check "... the log and plan say 14 rows" has "$T/e7c" "14 rows each"
+check "... the memory plan is for 14 rows" has "$T/e7c" "memory plan: 14 x 128"
 
 # non-finite losses: skipped, and N in a row abort
 $G train $TR --model "$FIX" --output-dir "$T/nan" --learning-rate 1e30 --lr-scheduler-type constant \
