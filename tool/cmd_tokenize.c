@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
@@ -517,8 +519,17 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
 #undef VAL
     }
     if (s == GLM_OK && o->config_path) s = apply_config(o, tok_set, out_set, dataset_set, dir_set);
-    if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir))
+    if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir)) {
+        struct stat sb;
+        if (!o->dataset_dir && stat("data", &sb) != 0) { /* LLaMA-Factory's default folder is not here */
+            char cwd[PATH_MAX];
+            s = glm_err(GLM_ERR_ARG, "datasets %s are looked up in dataset_dir, by default \"data\" in the current "
+                        "folder (%s), which does not exist; hint: --dataset-dir DIR, the folder that holds "
+                        "dataset_info.json (LLaMA-Factory's own is LLaMA-Factory/data), or dataset_dir: in the config",
+                        o->dataset, getcwd(cwd, sizeof cwd) ? cwd : ".");
+        }
         o->inputs[o->n_inputs++] = o->dataset_dir ? o->dataset_dir : "data"; /* LLaMA-Factory's default */
+    }
     else if (s == GLM_OK && o->dataset && o->dataset_dir) { /* the registry's folder too */
         bool have = false;
         for (int i = 0; i < o->n_inputs; i++) have |= !strcmp(o->inputs[i], o->dataset_dir);
