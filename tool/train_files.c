@@ -19,9 +19,15 @@
 #include "lora/plan.h"
 
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
- * would mix with the new ones), unless --overwrite-output-dir clears them. */
+ * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
+ * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
 glm_status train_check_output_dir(const train_settings *ts) {
-    if (ts->resume) return GLM_OK;
+    if (ts->resume) { /* the checkpoint must exist: said now, before the model loads */
+        char *path = NULL;
+        glm_status s = train_resume_path(ts, &path);
+        free(path);
+        return s;
+    }
     char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
     int64_t step = -1;
     glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
@@ -66,6 +72,10 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
             return GLM_OK;
         }
     }
+    if (!glm_is_dir(dir))
+        return glm_err(GLM_ERR_IO, "--resume-from-checkpoint: %s does not exist%s; hint: give a checkpoint-N directory "
+                       "or the output directory of the run to continue, or start afresh without "
+                       "--resume-from-checkpoint", dir, dir == ts->output_dir ? " (the output directory)" : "");
     GLM_TRY(glm_ckpt_latest(dir, path, &step));
     if (!*path)
         return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "

@@ -11,7 +11,8 @@
 
 /* A fresh run (no ts->resume) refuses an output directory that holds an earlier run (checkpoints,
  * metrics.jsonl, trainer_state.json), with a hint, unless ts->overwrite_output_dir, which removes
- * them. Errors: GLM_ERR_ARG (an earlier run there), GLM_ERR_IO. */
+ * them. A resumed run only checks that its checkpoint exists (train_resume_path). Errors:
+ * GLM_ERR_ARG (an earlier run there, no checkpoint to resume), GLM_ERR_IO. */
 glm_status train_check_output_dir(const train_settings *ts);
 
 /* Resolves --resume-from-checkpoint: "" / "latest" / "true" -> the newest complete checkpoint of

@@ -89,6 +89,10 @@ $G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 6 --save-steps 2 --
 check "resume skips the corrupt checkpoint (exit $rc)" test $rc = 0
 check "... saying so" has "$T/e10" "checkpoint-4"
 check "... and resumes from checkpoint-2" has "$T/e10" "resuming from .*checkpoint-2"
+$G train $TR --model "$FIX" --output-dir "$T/nores" --max-steps 1 --resume-from-checkpoint "$T/nope/checkpoint-9" 2>"$T/e10b"; rc=$?
+check "resume from a path that does not exist: exit != 0 ($rc)" test $rc != 0
+check "... says it does not exist" has "$T/e10b" "nope/checkpoint-9 does not exist"
+check "... and creates no output directory" test ! -e "$T/nores"
 
 cat > "$T/big.json" <<'JSON'
 {"model_type": "chatglm", "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4, "multi_query_group_num": 2,
