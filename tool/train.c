@@ -221,6 +221,7 @@ typedef struct {
     int cp, dp, dp_rank; /* context parallel: ranks per row (1: off), data-parallel groups, this rank's group */
     const glm_backend *cp_comm; /* the group's communicator (comm_split; NULL without context parallel) */
     int n_buckets_started; /* layers whose gradient all-reduce the backward started this step */
+    int out_lock;          /* rank 0: the output directory's lock (train_lock_output_dir), or -1 */
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
@@ -375,7 +376,10 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
     if (!rs->settings) rs->settings = json_object();
     rs->history = json_array();
-    if (be->rank == 0) GLM_TRY(glm_mkdir_p(ts->output_dir));
+    if (be->rank == 0) {
+        GLM_TRY(glm_mkdir_p(ts->output_dir));
+        GLM_TRY(train_lock_output_dir(ts->output_dir, &rs->out_lock)); /* a fresh directory: locked once made */
+    }
     glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
                  rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
@@ -419,6 +423,7 @@ static void teardown(run_state *rs) {
     json_decref(rs->history);
     json_decref(rs->settings);
     free(rs->base_path);
+    if (rs->out_lock >= 0) close(rs->out_lock);
 }
 
 /* One logging window: the optimizer steps since the last log (transformers' Trainer logs
@@ -549,6 +554,7 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
 glm_status train_run(const train_settings *ts) {
     run_state rs;
     memset(&rs, 0, sizeof rs);
+    rs.out_lock = -1;
     glm_status s = dist_detect(&rs.dist);
     if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs.dist, &rs.be);
     if (s != GLM_OK) return s;
@@ -582,7 +588,9 @@ glm_status train_run(const train_settings *ts) {
         }
         if (rank > 0) glm_log_level = 0; /* the other ranks are quiet: only errors, prefixed "rank R: " */
     }
-    s = agree(be, rank == 0 ? train_check_output_dir(ts) : GLM_OK); /* rank 0 clears the directory, the others wait */
+    /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
+    if (rank == 0) s = train_lock_output_dir(ts->output_dir, &rs.out_lock);
+    s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
     if (s == GLM_OK) s = agree(be, setup(&rs, ts));
     glm_metrics mx;
     bool mx_open = false;

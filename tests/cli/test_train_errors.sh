@@ -106,6 +106,15 @@ check "... with the ways out" has "$T/e12" "overwrite-output-dir"
 $G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 2 --overwrite-output-dir 2>/dev/null; rc=$?
 check "--overwrite-output-dir starts afresh (exit $rc)" test $rc = 0 -a ! -d "$T/ck/checkpoint-6" -a -d "$T/ck/checkpoint-2"
 check "... with only the new metrics" test "$(grep -c '"loss"' "$T/ck/metrics.jsonl")" = 2
+# a second run into a directory that a running one uses stops before touching it (the lock)
+$G train $TR --model "$FIX" --output-dir "$T/busy" --max-steps 100000000 --save-steps 100000000 2>/dev/null & busy=$!
+for _ in $(seq 1 100); do [ -d "$T/busy" ] && break; sleep 0.1; done
+sleep 0.5
+$G train $TR --model "$FIX" --output-dir "$T/busy" --max-steps 1 --overwrite-output-dir 2>"$T/e9b"; rc=$?
+kill $busy 2>/dev/null; wait $busy 2>/dev/null
+check "a second run into a busy directory: exit 2 ($rc)" test $rc = 2
+check "... says another run uses it" has "$T/e9b" "in use by another glmtune train"
+
 # --data may name the manifest
 $G train $TR --model "$FIX" --data "$T/shards/manifest.json" --output-dir "$T/man" --max-steps 1 2>/dev/null
 check "--data DIR/manifest.json" test -d "$T/man/checkpoint-1"
