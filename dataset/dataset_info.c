@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "common/strdist.h"
 
 static const char *const HUB_KEYS[] = {"file_name", "hf_hub_url", "ms_hub_url", "om_hub_url",
                                        "script_url", "cloud_file_name"};
@@ -225,27 +226,6 @@ const glm_dsinfo_entry *glm_dsinfo_find_name(const glm_dsinfo *d, const char *na
     return NULL;
 }
 
-/* Levenshtein distance, capped inputs (names are short). */
-static int edit_distance(const char *a, const char *b) {
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 200 || m > 200) return 1000;
-    int row[201];
-    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= n; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= m; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[m];
-}
-
 void glm_dsinfo_close_names(glm_dsinfo *const *infos, size_t n, const char *name, char *buf,
                             size_t bufsize, int max) {
     size_t used = 0;
@@ -256,7 +236,7 @@ void glm_dsinfo_close_names(glm_dsinfo *const *infos, size_t n, const char *name
     for (size_t i = 0; i < n && found < max; i++)
         for (size_t j = 0; j < infos[i]->n && found < max; j++) {
             const char *c = infos[i]->entries[j].name;
-            if (edit_distance(name, c) <= lim || strstr(c, name) || strstr(name, c)) {
+            if (glm_edit_distance(name, c) <= (size_t)lim || strstr(c, name) || strstr(name, c)) {
                 int w = snprintf(buf + used, bufsize - used, "%s%s", found ? ", " : "", c);
                 if (w < 0 || (size_t)w >= bufsize - used) return;
                 used += (size_t)w;

@@ -12,6 +12,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/strdist.h"
 #include "lora/plan.h"
 
 #define OFF(f) offsetof(glm_train_opts, f)
@@ -554,29 +555,6 @@ static const char *type_name(glm_opt_type t) {
     case GLM_OPT_LIST: return "list";
     }
     return "?";
-}
-
-size_t glm_edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    size_t *row = malloc((lb + 1) * sizeof(size_t));
-    if (!row) return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            size_t best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    size_t d = row[lb];
-    free(row);
-    return d;
 }
 
 /* A known name close to `s` (edit distance at most 2, or a third of the name; or a known name

@@ -152,7 +152,5 @@ glm_status glm_stage_check(const char *stage, const char *where);
  * can tell a training key from a typo in the same file. */
 bool glm_opts_known_key(const char *key);
 
-/* Levenshtein distance between a and b (for suggestions). */
-size_t glm_edit_distance(const char *a, const char *b);
 
 #endif

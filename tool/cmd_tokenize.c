@@ -22,6 +22,7 @@
 
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/strdist.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/progress.h"
@@ -416,6 +417,29 @@ static glm_status parse_train_on(const char *v, int *out) {
     return s;
 }
 
+/* "unknown option --seqlen; hint: did you mean --seq-len?": the candidates are the flags that
+ * --help names, so the two cannot drift apart. */
+static glm_status unknown_option(const char *a) {
+    const char *cands[128];
+    char names[128][40];
+    size_t n = 0;
+    for (const char *p = HELP; (p = strstr(p, "--")) && n < 128; p += 2) {
+        size_t k = 2;
+        while ((p[k] >= 'a' && p[k] <= 'z') || (p[k] == '-' && p[k + 1] != '-')) k++;
+        if (k <= 2 || k >= sizeof names[0]) continue;
+        snprintf(names[n], sizeof names[n], "%.*s", (int)k, p);
+        cands[n] = names[n];
+        n++;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(a, "="), a);
+    const char *near = glm_closest_name(name, cands, n);
+    if (near)
+        return glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: did you mean %s? (glmtune tokenize --help)", a,
+                       near);
+    return glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
+}
+
 /* A flag that may carry true/false (--mask-history, --mask-history=false, --mask-history true),
  * as LLaMA-Factory's command line spells booleans. 1/0 = given as true/false, -1 = not it. */
 static int bool_flag(int argc, char **argv, int *i, const char *name) {
@@ -514,7 +538,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) o->quiet = true;
         else if (cli_flag(a, "--encode")) o->encode = true;
         else if (cli_flag(a, "--decode")) o->decode = true;
-        else if (a[0] == '-' && a[1]) s = glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
+        else if (a[0] == '-' && a[1]) s = unknown_option(a);
         else o->inputs[o->n_inputs++] = a;
 #undef VAL
     }
