@@ -29,7 +29,7 @@
 #include "dataset/loader.h"
 #include "kernels/backend.h"
 #include "tests/check.h"
-#include "tests/dist/train_util.h"
+#include "tests/train_util.h"
 
 static const double TOL_LOSS = 1e-6, TOL_GRAD = 3e-6, TOL_ADAPTER = 1e-5;
 

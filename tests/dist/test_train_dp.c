@@ -22,7 +22,7 @@
 #include "common/fileio.h"
 #include "lora/safetensors.h"
 #include "tests/check.h"
-#include "tests/dist/train_util.h"
+#include "tests/train_util.h"
 
 /* The golden rows (both documents of both rows), written twice, as pre-tokenized JSONL. */
 static void write_rows(const char *fix, const char *jsonl) {

@@ -1,8 +1,8 @@
-/* tests/dist/train_util.h: helpers of the end-to-end training tests over MPI (test_train_dp.c,
- * test_train_cp.c): run a command with its output kept in tmp/cmd.log (printed when it fails),
+/* tests/train_util.h: helpers of the end-to-end training tests (tests/cli/test_train_golden.c,
+ * tests/dist/test_train_dp.c, test_train_cp.c): run a command with its output kept in tmp/cmd.log (printed when it fails),
  * read metrics.jsonl, compare two safetensors files tensor by tensor. */
-#ifndef GLM_TESTS_DIST_TRAIN_UTIL_H
-#define GLM_TESTS_DIST_TRAIN_UTIL_H
+#ifndef GLM_TESTS_TRAIN_UTIL_H
+#define GLM_TESTS_TRAIN_UTIL_H
 
 #include <jansson.h>
 #include <math.h>
