@@ -194,9 +194,9 @@ struct glm_backend {
      * The accumulators carried from call to call ("acc") have type be->acc_dtype: on the CPU double,
      * so that the blocks' partial results are merged and summed in double and rounded to f32 once,
      * by cast_2d at the end, as the whole-row ops round (exact up to the order of the double
-     * sums); on CUDA f32 (not implemented yet: GLM_ERR_UNSUPPORTED, "context parallel attention
-     * on CUDA: not yet"). Zero-sized calls (Tq or Tk 0) do nothing and succeed where the op is
-     * implemented (a cheap probe). */
+     * sums); on CUDA f32 (the whole-row kernels' tiles with the global offsets; document ids
+     * non-decreasing along the row, as the model step checks). Zero-sized calls (Tq or Tk 0) do
+     * nothing and succeed (a cheap probe). */
 
     /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
      * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
@@ -206,7 +206,8 @@ struct glm_backend {
      * instead (queries with no allowed key in the block get o = 0, lse = -inf); a query with no
      * allowed key in a merged block keeps its o and lse. After every key block of a row has been
      * merged, in any order, o and lse are attention_fwd's out and lse before its rounding to act /
-     * f32. Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+     * f32. Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA: head dim
+     * over 128 or not a multiple of 8, misaligned buffers). */
     glm_status (*attention_block_fwd)(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
                                       const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
                                       int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
@@ -218,7 +219,7 @@ struct glm_backend {
      * dv += P^T dout (summed over the heads of each group) into dk, dv [Tk, Hkv*Dh] acc (row strides
      * lddk, lddv). Summed over every key block of a query (dq) and every query block of a key (dk,
      * dv), the results are attention_bwd's before its rounding to act.
-     * Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+     * Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA: as the forward). */
     glm_status (*attention_block_bwd)(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
                                       void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
                                       const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,

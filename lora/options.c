@@ -128,8 +128,8 @@ static const glm_opt_def k_opts[] = {
     {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
      "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
      "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
-     "(--gpus 8 --context-parallel 4: 2 groups of 4). So far on the CPU backend only (--device cpu --nproc N); "
-     "CUDA: not yet", OFF(context_parallel), false},
+     "(--gpus 8 --context-parallel 4: 2 groups of 4). Checked on the CPU backend (--device cpu --nproc N); "
+     "on CUDA the ring's kernels are tested in one process, the NCCL ring has not run on several GPUs yet", OFF(context_parallel), false},
     {"comm-timeout", "comm_timeout", "ddp_timeout", GLM_OPT_FLOAT, "1800", "seconds",
      "how long a collective (all-reduce, all-gather) may wait for the other ranks before the run stops with an "
      "error naming the rank and the call (transformers' ddp_timeout)", OFF(comm_timeout), false},

@@ -100,7 +100,7 @@ glm_status glm_ring_attention_bwd(const glm_ring *R, void *dq, int64_t ldq, void
                                   const void *k, const void *v);
 
 /* Whether the backend computes the ring's block attention (a zero-sized probe call): GLM_OK, or
- * its error (CUDA: GLM_ERR_UNSUPPORTED, "context parallel attention on CUDA: not yet"). */
+ * its error (a backend without the block ops says so). */
 glm_status glm_ring_supported(const glm_backend *be);
 
 #endif

@@ -24,7 +24,14 @@
  * Backward: D = rowsum(dO * O) (fp32), then two kernels without atomics, so results are
  * deterministic: dQ per query tile (recomputes S and dP), and dK, dV per key tile summed over the
  * H / Hkv query heads of its KV group (recomputes S and dP too: 7 tile products in all, against
- * FlashAttention-2's 5 with atomic dQ updates). */
+ * FlashAttention-2's 5 with atomic dQ updates).
+ *
+ * Ring blocks (context parallel, attention_block_fwd / _bwd): the same three kernels with the
+ * template flag BLK: a query block against a key block of the same row, global offsets in the
+ * causal test, each block's own document ids (tile ranges by binary search: ids are
+ * non-decreasing), and f32 accumulators: the forward merges its (o, lse) into the running ones by
+ * the online-softmax rule, the backward adds into dq, dk, dv. Each accumulator element is owned by
+ * one thread of one launch, so the read-modify-writes need no atomics. */
 #include <math.h>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -276,16 +283,103 @@ __global__ void __launch_bounds__(DOC_THREADS) k_doc_bounds(int32_t *dstart, int
     }
 }
 
+/* ---- one block of a context-parallel ring ------------------------------------------------- */
+
+/* What the kernels need to run on one block of the ring (attention_block_fwd / _bwd) instead of a
+ * whole row (template flag BLK): the key block's document ids and length, delta = q0 - k0 of the
+ * global indices (query i of the block may see key j iff j <= i + delta and kdoc[j] == qdoc[i]),
+ * and the f32 accumulators: fo (forward: the running output; backward: dq) [Tq, ldfo], flse (the
+ * forward's running lse, the backward's final lse; head h of query i at h * ldl + i), fdk, fdv
+ * [Tk, ldfdk / ldfdv]. Document ids are non-decreasing in both blocks (contiguous runs with
+ * increasing ids, as the packer writes them and the model step checks), so the keys a query tile
+ * may see and the queries a key tile may be seen by are index ranges found by binary search. */
+struct BlockArgs {
+    const int32_t *kdoc;
+    int Tk, delta, init;
+    float *fo, *flse, *fdk, *fdv;
+    int64_t ldfo, ldl, ldfdk, ldfdv;
+};
+
+/* First index of a[0, n) (non-decreasing) with a[idx] >= x (upper: > x); n when none. */
+__device__ __forceinline__ int lower_idx(const int32_t *a, int n, int x, bool upper) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (a[mid] < x || (upper && a[mid] == x)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The keys [*lo, *hi] (none when hi < lo) that queries [qa, qb] of a block may see. */
+__device__ __forceinline__ void block_keys(const BlockArgs &ba, const int32_t *qdoc, int qa, int qb, int *lo, int *hi) {
+    *lo = lower_idx(ba.kdoc, ba.Tk, qdoc[qa], false);
+    *hi = min(min(ba.Tk - 1, qb + ba.delta), lower_idx(ba.kdoc, ba.Tk, qdoc[qb], true) - 1);
+}
+
+/* The queries [*lo, *hi] of a block (Tq of them) that may see keys [ka, kb]. */
+__device__ __forceinline__ void block_queries(const BlockArgs &ba, const int32_t *qdoc, int Tq, int ka, int kb, int *lo,
+                                              int *hi) {
+    *lo = max(max(0, ka - ba.delta), lower_idx(qdoc, Tq, ba.kdoc[ka], false));
+    *hi = lower_idx(qdoc, Tq, ba.kdoc[kb], true) - 1;
+}
+
 /* ---- forward ------------------------------------------------------------------------------ */
+
+/* The forward's end on a block: the block's own result (o / l, lse_b = (m + log2 l) ln 2) merged
+ * into the running f32 output and lse (or written over them with ba.init); rows that saw no key
+ * keep theirs (init: o = 0, lse = -inf). The 4 threads of a quad hold one row's columns; all read
+ * the old lse before one of them writes the new one. */
+template <int MT, int ND>
+__device__ __forceinline__ void block_fwd_merge(const BlockArgs &ba, float (&o)[MT][ND][4], const float (&m)[MT][2],
+                                                const float (&l)[MT][2], const int (&ri)[MT][2], int Tq, int h, int Dh,
+                                                int tig) {
+    float *fo = ba.fo + (int64_t)h * Dh, *fl = ba.flse + (int64_t)h * ba.ldl;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float lt = l[mt][hf];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const int i = ri[mt][hf];
+            const float lold = i < Tq && !ba.init ? fl[i] : -INFINITY;
+            __syncwarp();
+            if (i >= Tq || (lt <= 0.0f && !ba.init)) continue;
+            const float lb = lt > 0.0f ? (m[mt][hf] + log2f(lt)) * LN2 : -INFINITY;
+            float ln = lb, wa = 0.0f, wb = lt > 0.0f ? 1.0f / lt : 0.0f;
+            if (!ba.init && lold != -INFINITY) {
+                const float mx = fmaxf(lold, lb);
+                ln = mx + log1pf(expf(fminf(lold, lb) - mx));
+                wa = expf(lold - ln);
+                wb = expf(lb - ln) / lt;
+            }
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const int c = n * 8 + 2 * tig;
+                if (c >= Dh) continue;
+                float2 *p = (float2 *)(fo + (int64_t)i * ba.ldfo + c), r;
+                r.x = o[mt][n][2 * hf] * wb;
+                r.y = o[mt][n][2 * hf + 1] * wb;
+                if (wa != 0.0f) {
+                    const float2 old = *p;
+                    r.x += old.x * wa;
+                    r.y += old.y * wa;
+                }
+                *p = r;
+            }
+            if (tig == 0) fl[i] = ln;
+        }
+}
 
 /* The forward: grid (ceil(T / BM), H, B), NW warps; block x handles query tile nqt - 1 - x
  * (longest first). Each warp owns MT m-tiles (16 MT query rows), Q read from shared memory at each
  * k-step; BM = 16 MT NW query rows per block, BN keys per tile. */
-template <int DHP, int NW, int MT, int BN>
+template <int DHP, int NW, int MT, int BN, bool BLK>
 __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, float *lse, const bf16 *q, int64_t ldq,
                                                       const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv,
                                                       const int32_t *doc, const int32_t *dstart, int T, int H, int Hkv, int Dh,
-                                                      float sl2) {
+                                                      float sl2, BlockArgs ba) {
     constexpr int BM = 16 * MT * NW, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *Ks = Qs + BM * SR, *Vs = Ks + 2 * BN * SR;
@@ -295,13 +389,22 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
     const int64_t rb = (int64_t)b * T;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
     const bf16 *qg = q + rb * ldq + (int64_t)h * Dh, *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
-    const int32_t *docb = doc + rb;
-    const int kstart = dstart[rb + q0];
-    const bool one_doc = dstart[rb + qlast] <= q0;
-    const int kt0 = kstart / BN, kt1 = qlast / BN;
+    const int32_t *docb = doc + rb, *kdoc = BLK ? ba.kdoc : docb;
+    const int Tk = BLK ? ba.Tk : T, delta = BLK ? ba.delta : 0;
+    int kstart, klim;
+    bool one_doc;
+    if constexpr (BLK) {
+        block_keys(ba, docb, q0, qlast, &kstart, &klim);
+        one_doc = docb[q0] == docb[qlast];
+    } else {
+        kstart = dstart[rb + q0];
+        klim = qlast;
+        one_doc = dstart[rb + qlast] <= q0;
+    }
+    const int kt0 = kstart / BN, kt1 = klim < kstart ? kt0 - 1 : klim / BN;
 
     load_rows<BM, DHP, NT>(Qs, qg, ldq, q0, T, Dh);
-    load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, 0, kg, ldk, vg, ldv, docb, kt0 * BN, T, Dh);
+    load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, 0, kg, ldk, vg, ldv, kdoc, kt0 * BN, Tk, Dh);
     cp_commit();
 
     const int r0 = warp * 16 * MT; /* the warp's first row within the tile */
@@ -325,7 +428,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
     for (int kt = kt0; kt <= kt1; kt++) {
         const int buf = (kt - kt0) & 1;
         if (kt < kt1) {
-            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, docb, (kt + 1) * BN, T, Dh);
+            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, kdoc, (kt + 1) * BN, Tk, Dh);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -341,7 +444,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
             for (int n = 0; n < NTN; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
         gemm_sAm_sB<KD, NTN, MT>(s, Qs, r0, Kb, SR, lane);
         const int k0 = kt * BN;
-        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        const bool full = BLK ? one_doc && dk[0] == docb[q0] && dk[BN - 1] == docb[q0] && k0 + BN - 1 <= q0 + delta
+                              : one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
         uint32_t pa[MT][BN / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -353,7 +457,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
                     float x = s[mt][nt][e] * sl2;
                     if (!full) {
                         const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl, hf = e >> 1;
-                        if (!(j <= ri[mt][hf] && dk[jl] == rd[mt][hf])) x = -INFINITY;
+                        if (!(j <= ri[mt][hf] + delta && dk[jl] == rd[mt][hf])) x = -INFINITY;
                     }
                     s[mt][nt][e] = x;
                     mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -388,6 +492,11 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
         }
         gemm_rAm_sBt<BN / 16, ND, MT>(o, pa, Vb, SR, lane);
         __syncthreads(); /* this buffer is refilled two iterations on */
+    }
+    cp_wait<0>(); /* a block with no visible key issued its first loads only */
+    if constexpr (BLK) {
+        block_fwd_merge<MT, ND>(ba, o, m, l, ri, T, h, Dh, tig);
+        return;
     }
     bf16 *og = out + rb * ldo + (int64_t)h * Dh;
     float *lr = lse + ((int64_t)b * H + h) * T;
@@ -437,11 +546,11 @@ __global__ void k_attn_D(float *D, const bf16 *dout, const bf16 *out, int64_t ld
 /* dQ: grid (ceil(T / BM), H, B); dq = scale * sum_j P_ij (dP_ij - D_i) k_j over the visible keys.
  * MT m-tiles (16 MT query rows) per warp, Q and dO read from shared memory at each k-step (as
  * the forward): BM = 16 MT NW query rows per block, BN keys per tile. */
-template <int DHP, int NW, int MT, int BN>
+template <int DHP, int NW, int MT, int BN, bool BLK>
 __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, const bf16 *dout, int64_t ldo, const float *lse,
                                                      const float *Dv, const bf16 *q, int64_t ldq, const bf16 *k, int64_t ldk,
                                                      const bf16 *v, int64_t ldv, const int32_t *doc, const int32_t *dstart,
-                                                     int T, int H, int Hkv, int Dh, float sl2, float scale) {
+                                                     int T, int H, int Hkv, int Dh, float sl2, float scale, BlockArgs ba) {
     constexpr int BM = 16 * MT * NW, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTN = BN / 8, ND = DHP / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *dOs = Qs + BM * SR, *Ks = dOs + BM * SR, *Vs = Ks + 2 * BN * SR;
@@ -451,18 +560,28 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
     const int64_t rb = (int64_t)b * T;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
     const bf16 *kg = k + rb * ldk + (int64_t)g * Dh, *vg = v + rb * ldv + (int64_t)g * Dh;
-    const int32_t *docb = doc + rb;
-    const int kstart = dstart[rb + q0];
-    const bool one_doc = dstart[rb + qlast] <= q0;
-    const int kt0 = kstart / BN, kt1 = qlast / BN;
+    const int32_t *docb = doc + rb, *kdoc = BLK ? ba.kdoc : docb;
+    const int Tk = BLK ? ba.Tk : T, delta = BLK ? ba.delta : 0;
+    int kstart, klim;
+    bool one_doc;
+    if constexpr (BLK) {
+        block_keys(ba, docb, q0, qlast, &kstart, &klim);
+        if (klim < kstart) return; /* no key of this block is visible: dq gets nothing */
+        one_doc = docb[q0] == docb[qlast];
+    } else {
+        kstart = dstart[rb + q0];
+        klim = qlast;
+        one_doc = dstart[rb + qlast] <= q0;
+    }
+    const int kt0 = kstart / BN, kt1 = klim / BN;
 
     load_rows<BM, DHP, NT>(Qs, q + rb * ldq + (int64_t)h * Dh, ldq, q0, T, Dh);
     load_rows<BM, DHP, NT>(dOs, dout + rb * ldo + (int64_t)h * Dh, ldo, q0, T, Dh);
-    load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, 0, kg, ldk, vg, ldv, docb, kt0 * BN, T, Dh);
+    load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, 0, kg, ldk, vg, ldv, kdoc, kt0 * BN, Tk, Dh);
     cp_commit();
 
     const int r0 = warp * 16 * MT;
-    const float *lr = lse + ((int64_t)b * H + h) * T, *Dr = Dv + ((int64_t)b * H + h) * T;
+    const float *lr = BLK ? lse + (int64_t)h * ba.ldl : lse + ((int64_t)b * H + h) * T, *Dr = Dv + ((int64_t)b * H + h) * T;
     int ri[MT][2], rd[MT][2];
     float L[MT][2], Dd[MT][2];
 #pragma unroll
@@ -484,7 +603,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
     for (int kt = kt0; kt <= kt1; kt++) {
         const int buf = (kt - kt0) & 1;
         if (kt < kt1) {
-            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, docb, (kt + 1) * BN, T, Dh);
+            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, kdoc, (kt + 1) * BN, Tk, Dh);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -503,7 +622,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
         gemm_sAm_sB<KD, NTN, MT>(s, Qs, r0, Kb, SR, lane);
         gemm_sAm_sB<KD, NTN, MT>(dp, dOs, r0, Vb, SR, lane);
         const int k0 = kt * BN;
-        const bool full = one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        const bool full = BLK ? one_doc && dk[0] == docb[q0] && dk[BN - 1] == docb[q0] && k0 + BN - 1 <= q0 + delta
+                              : one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
         uint32_t da[MT][BN / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -515,7 +635,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
                     bool ok = true;
                     if (!full) {
                         const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
-                        ok = j <= ri[mt][hf] && dk[jl] == rd[mt][hf];
+                        ok = j <= ri[mt][hf] + delta && dk[jl] == rd[mt][hf];
                     }
                     const float p = ok ? exp2f(s[mt][nt][e] * sl2 - L[mt][hf]) : 0.0f;
                     s[mt][nt][e] = p * (dp[mt][nt][e] - Dd[mt][hf]);
@@ -525,6 +645,26 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
         }
         gemm_rAm_sBt<BN / 16, ND, MT>(acc, da, Kb, SR, lane);
         __syncthreads();
+    }
+    if constexpr (BLK) { /* dq += scale acc into the f32 accumulator */
+        float *fo = ba.fo + (int64_t)h * Dh;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = ri[mt][hf];
+                if (i >= T) continue;
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const int c = n * 8 + 2 * tig;
+                    if (c >= Dh) continue;
+                    float2 *p = (float2 *)(fo + (int64_t)i * ba.ldfo + c), r = *p;
+                    r.x += acc[mt][n][2 * hf] * scale;
+                    r.y += acc[mt][n][2 * hf + 1] * scale;
+                    *p = r;
+                }
+            }
+        return;
     }
     bf16 *og = dq + rb * lddq + (int64_t)h * Dh;
 #pragma unroll
@@ -547,26 +687,39 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
  * (query head of the group, query tile of BM rows): S^T = K Q^T, P^T, dP^T = V dO^T,
  * dV += P^T dO, dS^T = P^T (dP^T - D), dK += dS^T Q; dk = scale dK. The Q / dO tiles go through
  * an ST-stage cp.async pipeline (loads issued ST - 1 tiles ahead). */
-template <int DHP, int NW, int BM, int ST>
+template <int DHP, int NW, int BM, int ST, bool BLK>
 __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf16 *dv, int64_t lddv, const bf16 *dout,
                                                     int64_t ldo, const float *lse, const float *Dv, const bf16 *q, int64_t ldq,
                                                     const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv, const int32_t *doc,
                                                     const int32_t *dstart, const int32_t *dend, int T, int H, int Hkv, int Dh,
-                                                    float sl2, float scale) {
+                                                    float sl2, float scale, BlockArgs ba) {
     constexpr int BN = 16 * NW, SR = DHP + 8, NT = NW * 32, KD = DHP / 16, NTM = BM / 8, ND = DHP / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + BN * SR, *Qs = Vs + BN * SR, *dOs = Qs + ST * BM * SR;
     float *Ls = (float *)(dOs + ST * BM * SR), *Ds = Ls + ST * BM;
     int *dqs = (int *)(Ds + ST * BM);
     const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, rep = H / Hkv;
-    const int k0 = kt * BN, klast = min(k0 + BN, T) - 1;
+    const int Tk = BLK ? ba.Tk : T, delta = BLK ? ba.delta : 0;
+    const int k0 = kt * BN, klast = min(k0 + BN, Tk) - 1;
     const int64_t rb = (int64_t)b * T;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int32_t *docb = doc + rb;
-    const int qend = dend[rb + klast], qt0 = k0 / BM, nq = (qend - 1) / BM - qt0 + 1, total = rep * nq;
+    const int32_t *docb = doc + rb, *kdoc = BLK ? ba.kdoc : docb;
+    int qt0, nq;
+    if constexpr (BLK) {
+        int qlo, qhi;
+        block_queries(ba, docb, T, k0, klast, &qlo, &qhi);
+        if (qhi < qlo) return; /* no query of this block sees these keys: dk, dv get nothing */
+        qt0 = qlo / BM;
+        nq = qhi / BM - qt0 + 1;
+    } else {
+        qt0 = k0 / BM;
+        nq = (dend[rb + klast] - 1) / BM - qt0 + 1;
+    }
+    const int total = rep * nq;
+    const int64_t lstride = BLK ? ba.ldl : T;
 
-    load_rows<BN, DHP, NT>(Ks, k + rb * ldk + (int64_t)g * Dh, ldk, k0, T, Dh);
-    load_rows<BN, DHP, NT>(Vs, v + rb * ldv + (int64_t)g * Dh, ldv, k0, T, Dh);
+    load_rows<BN, DHP, NT>(Ks, k + rb * ldk + (int64_t)g * Dh, ldk, k0, Tk, Dh);
+    load_rows<BN, DHP, NT>(Vs, v + rb * ldv + (int64_t)g * Dh, ldv, k0, Tk, Dh);
     auto load_q = [&](int it, int buf) {
         const int hh = g * rep + it / nq, qs = (qt0 + it % nq) * BM;
         load_rows<BM, DHP, NT>(Qs + buf * BM * SR, q + rb * ldq + (int64_t)hh * Dh, ldq, qs, T, Dh);
@@ -575,7 +728,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
             const int i = qs + r;
             const int64_t li = ((int64_t)b * H + hh) * T + i;
             const bool ok = i < T;
-            Ls[buf * BM + r] = ok ? lse[li] * LOG2E : 0.0f;
+            Ls[buf * BM + r] = ok ? lse[((int64_t)b * H + hh) * lstride + i] * LOG2E : 0.0f;
             Ds[buf * BM + r] = ok ? Dv[li] : 0.0f;
             dqs[buf * BM + r] = ok ? docb[i] : -2;
         }
@@ -587,7 +740,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
     }
 
     const int j_lo = k0 + warp * 16 + gid, j_hi = j_lo + 8;
-    const int dj_lo = j_lo < T ? docb[j_lo] : -1, dj_hi = j_hi < T ? docb[j_hi] : -1;
+    const int dj_lo = j_lo < Tk ? kdoc[j_lo] : -1, dj_hi = j_hi < Tk ? kdoc[j_hi] : -1;
+    const int kd0 = kdoc[k0], kdl = kdoc[klast];
     float adk[ND][4], adv[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -614,14 +768,16 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
             for (int e = 0; e < 4; e++) st_[n][e] = dpt[n][e] = 0.0f;
         gemm_sA_sB<KD, NTM>(st_, Ks, warp * 16, Qb, SR, lane);
         gemm_sA_sB<KD, NTM>(dpt, Vs, warp * 16, dOb, SR, lane);
-        const bool full = q0 + BM <= T && klast <= q0 && dstart[rb + qlast] <= k0;
+        const bool full = BLK ? q0 + BM <= T && klast == k0 + BN - 1 && klast <= q0 + delta && dqb[0] == kd0 &&
+                                    dqb[BM - 1] == kd0 && kdl == kd0
+                              : q0 + BM <= T && klast <= q0 && dstart[rb + qlast] <= k0;
 #pragma unroll
         for (int nt = 0; nt < NTM; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int il = nt * 8 + 2 * tig + (e & 1), i = q0 + il;
                 bool ok = true;
-                if (!full) ok = e < 2 ? (j_lo <= i && dqb[il] == dj_lo) : (j_hi <= i && dqb[il] == dj_hi);
+                if (!full) ok = e < 2 ? (j_lo <= i + delta && dqb[il] == dj_lo) : (j_hi <= i + delta && dqb[il] == dj_hi);
                 const float p = ok ? exp2f(st_[nt][e] * sl2 - Lb[il]) : 0.0f;
                 st_[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - Db[il]);
@@ -635,6 +791,28 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
         gemm_rA_sBt<BM / 16, ND>(adv, pa, dOb, SR, lane);
         gemm_rA_sBt<BM / 16, ND>(adk, da, Qb, SR, lane);
         __syncthreads();
+    }
+    if constexpr (BLK) { /* dk += scale dK, dv += dV into the f32 accumulators */
+        float *fk = ba.fdk + (int64_t)g * Dh, *fv = ba.fdv + (int64_t)g * Dh;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            const int c = n * 8 + 2 * tig;
+            if (c >= Dh) continue;
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int j = hf ? j_hi : j_lo;
+                if (j >= Tk) continue;
+                float2 *pk = (float2 *)(fk + (int64_t)j * ba.ldfdk + c), *pv = (float2 *)(fv + (int64_t)j * ba.ldfdv + c);
+                float2 rk = *pk, rv = *pv;
+                rk.x += adk[n][2 * hf] * scale;
+                rk.y += adk[n][2 * hf + 1] * scale;
+                rv.x += adv[n][2 * hf];
+                rv.y += adv[n][2 * hf + 1];
+                *pk = rk;
+                *pv = rv;
+            }
+        }
+        return;
     }
     bf16 *kgo = dk + rb * lddk + (int64_t)g * Dh, *vgo = dv + rb * lddv + (int64_t)g * Dh;
 #pragma unroll
@@ -681,12 +859,17 @@ static cudaError_t smem_attr(K kern, size_t bytes) {
     return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+template <int DHP, bool BLK>
+static cudaError_t set_smem_1() {
+    cudaError_t e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, FWD_MT, FWD_BN, BLK>, smem_fwd<DHP>());
+    if (!e) e = smem_attr(k_fa_dq_mt<DHP, NWARPS, DQ_MT, DQ_BN, BLK>, smem_dq<DHP>());
+    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, DKDV_BM, DKDV_ST, BLK>, smem_dkdv<DHP>());
+    return e;
+}
 template <int DHP>
 static cudaError_t set_smem() {
-    cudaError_t e = smem_attr(k_fa_fwd_mt<DHP, NWARPS, FWD_MT, FWD_BN>, smem_fwd<DHP>());
-    if (!e) e = smem_attr(k_fa_dq_mt<DHP, NWARPS, DQ_MT, DQ_BN>, smem_dq<DHP>());
-    if (!e) e = smem_attr(k_fa_dkdv<DHP, NWARPS, DKDV_BM, DKDV_ST>, smem_dkdv<DHP>());
-    return e;
+    cudaError_t e = set_smem_1<DHP, false>();
+    return e ? e : set_smem_1<DHP, true>();
 }
 
 glm_status attention_init(cuda_impl *I) {
@@ -727,6 +910,35 @@ static glm_status doc_bounds(const glm_backend *be, const int32_t *doc, int B, i
     return GLM_OK;
 }
 
+/* The launches, shared by whole rows (BLK false) and ring blocks (BLK true; ba as in BlockArgs). */
+template <bool BLK>
+static void launch_fwd(cuda_impl *I, dim3 grid, int Dh, bf16 *out, int64_t ldo, float *lse, const bf16 *q, int64_t ldq,
+                       const bf16 *k, int64_t ldk, const bf16 *v, int64_t ldv, const int32_t *doc, const int32_t *ds, int T,
+                       int H, int Hkv, float sl2, BlockArgs ba) {
+#define ARGS out, ldo, lse, q, ldq, k, ldk, v, ldv, doc, ds, T, H, Hkv, Dh, sl2, ba
+    if (Dh <= 64) k_fa_fwd_mt<64, NWARPS, FWD_MT, FWD_BN, BLK><<<grid, NWARPS * 32, smem_fwd<64>(), I->s>>>(ARGS);
+    else k_fa_fwd_mt<128, NWARPS, FWD_MT, FWD_BN, BLK><<<grid, NWARPS * 32, smem_fwd<128>(), I->s>>>(ARGS);
+#undef ARGS
+}
+
+/* dq first, then dk and dv (dq, dk, dv have the row strides of q, k, v: they may be column blocks
+ * of one buffer). */
+template <bool BLK>
+static void launch_bwd(cuda_impl *I, dim3 gq, dim3 gk, int Dh, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, int64_t ldo,
+                       const float *lse, const float *Dp, const bf16 *q, int64_t ldq, const bf16 *k, int64_t ldk,
+                       const bf16 *v, int64_t ldv, const int32_t *doc, const int32_t *ds, const int32_t *de, int T, int H,
+                       int Hkv, float sl2, float scale, BlockArgs ba) {
+#define QARGS dq, ldq, dout, ldo, lse, Dp, q, ldq, k, ldk, v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale, ba
+#define KARGS dk, ldk, dv, ldv, dout, ldo, lse, Dp, q, ldq, k, ldk, v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale, ba
+    if (Dh <= 64) k_fa_dq_mt<64, NWARPS, DQ_MT, DQ_BN, BLK><<<gq, NWARPS * 32, smem_dq<64>(), I->s>>>(QARGS);
+    else k_fa_dq_mt<128, NWARPS, DQ_MT, DQ_BN, BLK><<<gq, NWARPS * 32, smem_dq<128>(), I->s>>>(QARGS);
+    if (gk.x == 0) return;
+    if (Dh <= 64) k_fa_dkdv<64, NWARPS, DKDV_BM, DKDV_ST, BLK><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(KARGS);
+    else k_fa_dkdv<128, NWARPS, DKDV_BM, DKDV_ST, BLK><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(KARGS);
+#undef QARGS
+#undef KARGS
+}
+
 glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse, const void *q, int64_t ldq,
                             const void *k, int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H,
                             int Hkv, int Dh) {
@@ -738,10 +950,8 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     const float sl2 = (float)(1.0 / sqrt((double)Dh)) * LOG2E;
     dim3 grid((unsigned)((T + 16 * FWD_MT * NWARPS - 1) / (16 * FWD_MT * NWARPS)), (unsigned)H, (unsigned)B);
-#define ARGS (bf16 *)out, ldo, lse, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2
-    if (Dh <= 64) k_fa_fwd_mt<64, NWARPS, FWD_MT, FWD_BN><<<grid, NWARPS * 32, smem_fwd<64>(), I->s>>>(ARGS);
-    else k_fa_fwd_mt<128, NWARPS, FWD_MT, FWD_BN><<<grid, NWARPS * 32, smem_fwd<128>(), I->s>>>(ARGS);
-#undef ARGS
+    launch_fwd<false>(I, grid, Dh, (bf16 *)out, ldo, lse, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv,
+                      doc, ds, T, H, Hkv, sl2, BlockArgs{});
     LAUNCHED("attention_fwd");
     return GLM_OK;
 }
@@ -764,41 +974,76 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     /* dq, dk, dv have the row strides of q, k, v (they may be column blocks of one buffer) */
     dim3 gq((unsigned)((T + 16 * DQ_MT * NWARPS - 1) / (16 * DQ_MT * NWARPS)), (unsigned)H, (unsigned)B);
     dim3 gk((unsigned)((T + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, (unsigned)B);
-#define QARGS                                                                                                          \
-    (bf16 *)dq, ldq, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq, (const bf16 *)k, ldk,       \
-        (const bf16 *)v, ldv, doc, ds, T, H, Hkv, Dh, sl2, scale
-#define KARGS                                                                                                          \
-    (bf16 *)dk, ldk, (bf16 *)dv, ldv, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,            \
-        (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, Dh, sl2, scale
-    if (Dh <= 64) k_fa_dq_mt<64, NWARPS, DQ_MT, DQ_BN><<<gq, NWARPS * 32, smem_dq<64>(), I->s>>>(QARGS);
-    else k_fa_dq_mt<128, NWARPS, DQ_MT, DQ_BN><<<gq, NWARPS * 32, smem_dq<128>(), I->s>>>(QARGS);
-    LAUNCHED("attention_bwd (dq)");
-    if (Dh <= 64) k_fa_dkdv<64, NWARPS, DKDV_BM, DKDV_ST><<<gk, NWARPS * 32, smem_dkdv<64>(), I->s>>>(KARGS);
-    else k_fa_dkdv<128, NWARPS, DKDV_BM, DKDV_ST><<<gk, NWARPS * 32, smem_dkdv<128>(), I->s>>>(KARGS);
-#undef QARGS
-#undef KARGS
+    launch_bwd<false>(I, gq, gk, Dh, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, ldo, lse, (const float *)Dp,
+                      (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv, doc, ds, de, T, H, Hkv, sl2, scale,
+                      BlockArgs{});
     LAUNCHED("attention_bwd (dk, dv)");
     return GLM_OK;
 }
 
 /* ---- attention blocks for the context-parallel ring (kernels/backend.h) ------------------------
- * Not implemented on CUDA yet: the tiles above would serve, with the global offsets q0/k0 in the
- * causal test, separate q/k document arrays, and f32 accumulators merged by lse; until then the ring
- * runs on the CPU backend only and these say so. A zero-sized call (the trainer's probe) fails too. */
+ * The same kernels with BLK: the global offsets in the causal test, the key block's own document
+ * ids, f32 accumulators (this backend's acc_dtype) merged by lse (forward) or added to (backward).
+ * One row per call. */
+static glm_status check_block(int Tq, int Tk, int H, int Hkv, int Dh, const char *op) {
+    if (Tq < 0 || Tk < 0) return glm_err(GLM_ERR_ARG, "%s: negative block size (Tq=%d, Tk=%d)", op, Tq, Tk);
+    return check_attn(1, Tq > 0 ? Tq : 1, H, Hkv, Dh, NULL, 0, NULL, 0);
+}
+
+static glm_status block_delta(int64_t q0, int64_t k0, int *delta) {
+    if (q0 - k0 > INT_MAX / 2 || k0 - q0 > INT_MAX / 2)
+        return glm_err(GLM_ERR_ARG, "attention block: offsets q0=%lld, k0=%lld too far apart", (long long)q0, (long long)k0);
+    *delta = (int)(q0 - k0);
+    return GLM_OK;
+}
+
 glm_status cu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl, const void *q,
                                   int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
                                   const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,
                                   int H, int Hkv, int Dh, int init) {
-    return glm_err(GLM_ERR_UNSUPPORTED, "context parallel attention on CUDA: not yet (the ring's block attention runs on "
-                   "the CPU backend only); hint: drop --context-parallel, or --device cpu");
+    GLM_TRY(check_block(Tq, Tk, H, Hkv, Dh, "attention_block_fwd"));
+    if (Tq == 0 || (Tk == 0 && !init)) return GLM_OK;
+    const void *ptrs[] = {o, q, k, v};
+    const int64_t lds[] = {ldq, ldk, ldv};
+    GLM_TRY(check_attn(1, Tq, H, Hkv, Dh, ptrs, 4, lds, 3));
+    BlockArgs ba{};
+    GLM_TRY(block_delta(q0, k0, &ba.delta));
+    ba.kdoc = k_doc, ba.Tk = Tk, ba.init = init, ba.fo = (float *)o, ba.flse = (float *)lse, ba.ldfo = ldo, ba.ldl = ldl;
+    const float sl2 = (float)(1.0 / sqrt((double)Dh)) * LOG2E;
+    dim3 grid((unsigned)((Tq + 16 * FWD_MT * NWARPS - 1) / (16 * FWD_MT * NWARPS)), (unsigned)H, 1);
+    launch_fwd<true>(IMPL(be), grid, Dh, NULL, 0, NULL, (const bf16 *)q, ldq, (const bf16 *)k, ldk, (const bf16 *)v, ldv,
+                     q_doc, NULL, Tq, H, Hkv, sl2, ba);
+    LAUNCHED("attention_block_fwd");
+    return GLM_OK;
 }
+
 glm_status cu_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
                                   int64_t lddv, const void *dout, int64_t ldo, const void *out, const float *lse,
                                   int64_t ldl, const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
                                   int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq,
                                   int Tk, int H, int Hkv, int Dh) {
-    return glm_err(GLM_ERR_UNSUPPORTED, "context parallel attention on CUDA: not yet (the ring's block attention runs on "
-                   "the CPU backend only); hint: drop --context-parallel, or --device cpu");
+    GLM_TRY(check_block(Tq, Tk, H, Hkv, Dh, "attention_block_bwd"));
+    if (Tq == 0 || Tk == 0) return GLM_OK;
+    const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
+    const int64_t lds[] = {ldo, ldq, ldk, ldv};
+    GLM_TRY(check_attn(1, Tq, H, Hkv, Dh, ptrs, 8, lds, 4));
+    cuda_impl *I = IMPL(be);
+    BlockArgs ba{};
+    GLM_TRY(block_delta(q0, k0, &ba.delta));
+    ba.kdoc = k_doc, ba.Tk = Tk, ba.fo = (float *)dq, ba.fdk = (float *)dk, ba.fdv = (float *)dv, ba.ldfo = lddq;
+    ba.ldfdk = lddk, ba.ldfdv = lddv, ba.ldl = ldl;
+    const float scale = (float)(1.0 / sqrt((double)Dh)), sl2 = scale * LOG2E;
+    const int64_t rows = (int64_t)H * Tq;
+    void *Dp;
+    GLM_TRY(scratch(I, SCR_ATTN_D, (size_t)rows * 4, &Dp));
+    k_attn_D<<<grid_for(rows * 32, 256), 256, 0, I->s>>>((float *)Dp, (const bf16 *)dout, (const bf16 *)out, ldo, 1, Tq, H, Dh);
+    LAUNCHED("attention_block_bwd (D)");
+    dim3 gq((unsigned)((Tq + 16 * DQ_MT * NWARPS - 1) / (16 * DQ_MT * NWARPS)), (unsigned)H, 1);
+    dim3 gk((unsigned)((Tk + 16 * NWARPS - 1) / (16 * NWARPS)), (unsigned)Hkv, 1);
+    launch_bwd<true>(I, gq, gk, Dh, NULL, NULL, NULL, (const bf16 *)dout, ldo, lse, (const float *)Dp, (const bf16 *)q, ldq,
+                     (const bf16 *)k, ldk, (const bf16 *)v, ldv, q_doc, NULL, NULL, Tq, H, Hkv, sl2, scale, ba);
+    LAUNCHED("attention_block_bwd");
+    return GLM_OK;
 }
 
 }  // namespace glmcu

@@ -118,7 +118,7 @@ __global__ void k_cast_2d(D *d, int64_t ldd, const S *s, int64_t lds, int64_t ro
     }
 }
 
-/* Compiled, not yet run on a GPU (issue 8: the context-parallel ring is CPU-only so far). */
+/* The context-parallel ring's K|V packing and accumulator stores (tests/gpu/test_cuda_ops.c: cast_2d). */
 glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
                       int64_t lds, int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return GLM_OK;

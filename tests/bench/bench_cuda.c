@@ -101,6 +101,42 @@ static void bench_gemm(void) {
     }
 }
 
+/* The context-parallel ring's per-block kernels (attention_block_fwd / _bwd) on the two kinds of
+ * block a ring step has: a query chunk of S tokens against the key chunk just before it (all S^2
+ * pairs visible) and against itself (the causal diagonal, S^2 / 2 pairs); f32 accumulators, one
+ * document. */
+static void bench_attention_block(int Hh, int Hkv, int Dh, int64_t ld) {
+    const int S = 8192;
+    void *qkv = rnd(H, 2 * (int64_t)S * ld, 1, 14), *o = rnd(H, (int64_t)S * QD, 1, 15), *dO = rnd(H, (int64_t)S * QD, 1, 16);
+    float *fo, *fl, *fdq, *fdk, *fdv;
+    int32_t *doc;
+    g->alloc(g, (size_t)S * QD * 4, "o acc", (void **)&fo);
+    g->alloc(g, (size_t)Hh * S * 4, "lse acc", (void **)&fl);
+    g->alloc(g, (size_t)S * QD * 4, "dq acc", (void **)&fdq);
+    g->alloc(g, (size_t)S * Hkv * Dh * 4, "dk acc", (void **)&fdk);
+    g->alloc(g, (size_t)S * Hkv * Dh * 4, "dv acc", (void **)&fdv);
+    g->alloc(g, (size_t)2 * S * 4, "doc", (void **)&doc);
+    g->zero(g, doc, (size_t)2 * S * 4);
+    uint16_t *q = (uint16_t *)qkv + (int64_t)S * ld; /* queries: the second chunk */
+    for (int diag = 0; diag < 2; diag++) {
+        uint16_t *k = (uint16_t *)qkv + (diag ? (int64_t)S * ld : 0) + QD, *v = k + Hkv * Dh;
+        const int64_t k0 = diag ? S : 0;
+        double fw, bw;
+        g->attention_block_fwd(g, fo, QD, fl, S, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, doc, S, 0, S, S, Hh, Hkv, Dh, 1);
+        TIME(fw, g->attention_block_fwd(g, fo, QD, fl, S, q, ld, k, ld, v, ld, doc, doc, S, k0, S, S, Hh, Hkv, Dh, 0));
+        TIME(bw, g->attention_block_bwd(g, fdq, QD, fdk, Hkv * Dh, fdv, Hkv * Dh, dO, QD, o, fl, S, q, ld, k, ld, v, ld, doc,
+                                        doc, S, k0, S, S, Hh, Hkv, Dh));
+        double pairs = diag ? (double)S * S / 2 : (double)S * S, f = 4.0 * pairs * Hh * Dh;
+        char w[96];
+        snprintf(w, sizeof w, "ring block fwd %dx%d %s", S, S, diag ? "(diagonal)" : "(keys before)");
+        row_flops("attention", w, fw, f, ATTN_CEIL);
+        snprintf(w, sizeof w, "ring block bwd %dx%d %s", S, S, diag ? "(diagonal)" : "(keys before)");
+        row_flops("attention", w, bw, 2 * f, ATTN_CEIL);
+    }
+    g->free(g, qkv), g->free(g, o), g->free(g, dO), g->free(g, fo), g->free(g, fl), g->free(g, fdq), g->free(g, fdk),
+        g->free(g, fdv), g->free(g, doc);
+}
+
 static void bench_attention(void) {
     const int Hh = 32, Hkv = 4, Dh = 128;
     int64_t ld = (Hh + 2 * Hkv) * Dh;
@@ -134,6 +170,7 @@ static void bench_attention(void) {
         free(hd);
         g->free(g, qkv), g->free(g, o), g->free(g, dO), g->free(g, d), g->free(g, lse), g->free(g, doc);
     }
+    bench_attention_block(Hh, Hkv, Dh, ld);
 }
 
 static void bench_norm(void) {

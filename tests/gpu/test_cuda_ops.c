@@ -571,6 +571,92 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
 }
 
 /* cast f32 <-> bf16 and fill_normal against the CPU op (the same counter-based generator) */
+/* The context-parallel ring simulated in one process: a row of T tokens in 2 N chunks of S,
+ * "rank" r holding chunks r and 2N-1-r (the zigzag layout), every rank's query chunks against
+ * every rank's key chunks in ring order (step s: the keys of rank (r - s) mod N), through
+ * attention_block_fwd (merged into f32 o and lse, init on the first block) and
+ * attention_block_bwd (added into f32 dq, dk, dv). Pairs with no visible key (keys after the
+ * queries, other documents) are called too: the kernels must leave those accumulators alone.
+ * Compared with the CPU's whole-row attention_fwd / _bwd. */
+static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_doc) {
+    char shape[64];
+    const int T = 2 * N * S;
+    snprintf(shape, sizeof shape, "ring N%d S%d H%d Hkv%d Dh%d", N, S, H, Hkv, Dh);
+    int64_t qd = (int64_t)H * Dh, kd = (int64_t)Hkv * Dh, ld = qd + 2 * kd;
+    float *qkv = randn(T * ld, 1.0f), *dout = randn(T * qd, 1.0f);
+    int32_t *doc = make_docs(1, T, mean_doc);
+    float *cqkv = cbuf(qkv, T * ld), *co = cbuf(dout, T * qd), *clse = cbuf(qkv, (int64_t)H * T), *cdo = cbuf(dout, T * qd),
+          *cd = cbuf(qkv, T * ld);
+    int32_t *cdoc = ibuf(cpu, doc, T), *gdoc = ibuf(gpu, doc, T);
+    OK(cpu->attention_fwd(cpu, co, qd, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld, cdoc, 1, T, H, Hkv, Dh));
+    uint16_t *gqkv = gbuf(GLM_DT_BF16, qkv, T * ld);
+    float *fo = gpoison(GLM_DT_F32, T * qd), *fl = gpoison(GLM_DT_F32, (int64_t)H * T);
+    CHECK(gpu->acc_dtype == GLM_DT_F32, "CUDA acc_dtype is f32");
+    OK(gpu->attention_block_fwd(gpu, NULL, qd, NULL, T, NULL, ld, NULL, ld, NULL, ld, NULL, NULL, 0, 0, 0, 0, H, Hkv, Dh, 1));
+    double t0 = now();
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < 2; c++) {
+            const int qc = c ? 2 * N - 1 - r : r, q0 = qc * S;
+            for (int st = 0; st < N; st++) {
+                const int src = ((r - st) % N + N) % N;
+                for (int kc2 = 0; kc2 < 2; kc2++) {
+                    const int kc = kc2 ? 2 * N - 1 - src : src, k0 = kc * S;
+                    OK(gpu->attention_block_fwd(gpu, fo + (int64_t)q0 * qd, qd, fl + q0, T, gqkv + (int64_t)q0 * ld, ld,
+                                                gqkv + (int64_t)k0 * ld + qd, ld, gqkv + (int64_t)k0 * ld + qd + kd, ld,
+                                                gdoc + q0, gdoc + k0, q0, k0, S, S, H, Hkv, Dh, st == 0 && kc2 == 0));
+                }
+            }
+        }
+    OK(gpu->sync(gpu));
+    double ms = (now() - t0) * 1e3;
+    cmp("attention_block_fwd o (ring)", shape, GLM_DT_F32, fo, co, T * qd, TOL_BF16, ms);
+    cmp("attention_block_fwd lse (ring)", shape, GLM_DT_F32, fl, clse, (int64_t)H * T, TOL_F32, 0);
+    /* backward from the CPU's forward (out rounded to bf16, its lse), as test_attention does */
+    for (int64_t i = 0; i < T * qd; i++) co[i] = bf16_round(co[i]);
+    OK(cpu->attention_bwd(cpu, cd, cd + qd, cd + qd + kd, cdo, qd, co, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld,
+                          cdoc, 1, T, H, Hkv, Dh));
+    void *go = gbuf(GLM_DT_BF16, co, T * qd), *gdo = gbuf(GLM_DT_BF16, dout, T * qd);
+    float *glse = gbuf(GLM_DT_F32, clse, (int64_t)H * T), *fdq = gbuf(GLM_DT_F32, NULL, T * qd),
+          *fdk = gbuf(GLM_DT_F32, NULL, T * kd), *fdv = gbuf(GLM_DT_F32, NULL, T * kd);
+    OK(gpu->zero(gpu, fdq, (size_t)T * qd * 4));
+    OK(gpu->zero(gpu, fdk, (size_t)T * kd * 4));
+    OK(gpu->zero(gpu, fdv, (size_t)T * kd * 4));
+    t0 = now();
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < 2; c++) {
+            const int qc = c ? 2 * N - 1 - r : r, q0 = qc * S;
+            for (int st = 0; st < N; st++) {
+                const int src = ((r - st) % N + N) % N;
+                for (int kc2 = 0; kc2 < 2; kc2++) {
+                    const int kc = kc2 ? 2 * N - 1 - src : src, k0 = kc * S;
+                    OK(gpu->attention_block_bwd(gpu, fdq + (int64_t)q0 * qd, qd, fdk + (int64_t)k0 * kd, kd,
+                                                fdv + (int64_t)k0 * kd, kd, (uint16_t *)gdo + (int64_t)q0 * qd, qd,
+                                                (uint16_t *)go + (int64_t)q0 * qd, glse + q0, T, gqkv + (int64_t)q0 * ld, ld,
+                                                gqkv + (int64_t)k0 * ld + qd, ld, gqkv + (int64_t)k0 * ld + qd + kd, ld,
+                                                gdoc + q0, gdoc + k0, q0, k0, S, S, H, Hkv, Dh));
+                }
+            }
+        }
+    OK(gpu->sync(gpu));
+    ms = (now() - t0) * 1e3;
+    float *h = malloc((size_t)T * qd * 4), *c = malloc((size_t)T * qd * 4);
+    const char *names[3] = {"attention_block_bwd dq (ring)", "attention_block_bwd dk (ring)", "attention_block_bwd dv (ring)"};
+    float *bufs[3] = {fdq, fdk, fdv};
+    for (int part = 0; part < 3; part++) {
+        const int64_t w = part ? kd : qd, off = part == 0 ? 0 : part == 1 ? qd : qd + kd;
+        OK(gpu->download_f32(gpu, h, GLM_DT_F32, bufs[part], T * w));
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < w; j++) c[t * w + j] = cd[t * ld + off + j];
+        double e = rel_err(h, c, T * w);
+        record(names[part], shape, isnan(e) ? INFINITY : e, TOL_BF16, part ? 0 : ms);
+    }
+    free(h), free(c), free(qkv), free(dout), free(doc);
+    cpu->free(cpu, cqkv), cpu->free(cpu, co), cpu->free(cpu, clse), cpu->free(cpu, cdo), cpu->free(cpu, cd),
+        cpu->free(cpu, cdoc);
+    gpu->free(gpu, gqkv), gpu->free(gpu, fo), gpu->free(gpu, fl), gpu->free(gpu, go), gpu->free(gpu, gdo),
+        gpu->free(gpu, glse), gpu->free(gpu, fdq), gpu->free(gpu, fdk), gpu->free(gpu, fdv), gpu->free(gpu, gdoc);
+}
+
 static void test_cast_fill(void) {
     int64_t n = 1000003;
     float *x = randn(n, 3.0f), *c = malloc(n * 4);
@@ -584,6 +670,20 @@ static void test_cast_fill(void) {
     cmp("fill_normal f32", "n1000003", GLM_DT_F32, b32, c, n, TOL_F32, 0);
     OK(gpu->fill_normal(gpu, g16, GLM_DT_BF16, n, 0.25f, 0.5f, 11, 5));
     cmp("fill_normal bf16", "n1000003", GLM_DT_BF16, g16, c, n, TOL_BF16, 0);
+    /* cast_2d (the ring's K|V packing and accumulator stores): a 300 x 700 block of rows with
+     * stride 1001 into rows of stride 704, f32 > bf16 and bf16 > f32; the columns past 700 keep
+     * their poison-free zeros */
+    const int64_t rows = 300, cols = 700, lds = 1001, ldd = 704;
+    float *e = calloc((size_t)rows * ldd, 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) e[r * ldd + j] = bf16_round(x[r * lds + j]);
+    OK(gpu->zero(gpu, g16, (size_t)rows * ldd * 2));
+    OK(gpu->cast_2d(gpu, g16, GLM_DT_BF16, ldd, g32, GLM_DT_F32, lds, rows, cols));
+    cmp("cast_2d f32>bf16", "300x700 ld 1001>704", GLM_DT_BF16, g16, e, rows * ldd, 0.0, 0);
+    OK(gpu->zero(gpu, b32, (size_t)rows * ldd * 4));
+    OK(gpu->cast_2d(gpu, b32, GLM_DT_F32, ldd, g16, GLM_DT_BF16, ldd, rows, cols));
+    cmp("cast_2d bf16>f32", "300x700 ld 704", GLM_DT_F32, b32, e, rows * ldd, 0.0, 0);
+    free(e);
     free(x), free(c);
     gpu->free(gpu, g32), gpu->free(gpu, g16), gpu->free(gpu, b32);
 }
@@ -741,6 +841,10 @@ int main(int argc, char **argv) {
     test_attention(1, 333, 8, 2, 128, 100000); /* one document, T not a multiple of any tile */
     test_attention(2, 130, 4, 4, 40, 3);       /* Hkv = H, Dh 40 (padded to 64), many tiny documents */
     test_attention_long(8192, 4, 1, 128);
+    test_attention_ring(2, 256, 32, 4, 128, 150);  /* GLM-4-9B-1M heads, 2 ranks, documents across chunks */
+    test_attention_ring(3, 128, 8, 2, 64, 100000); /* one document, 3 ranks, head dim 64 */
+    test_attention_ring(4, 120, 4, 1, 128, 30);    /* chunks not a multiple of any tile, many documents */
+    test_attention_ring(3, 25, 4, 2, 16, 20);      /* tiny heads and chunks */
     if (!only_attention) {
         test_cross_entropy(17, 151552); /* GLM-4 vocab */
         test_cross_entropy(9, 1001);
