@@ -136,6 +136,7 @@ static void note(conv *c, const char *key) {
 static bool is_text(const json_t *v) { return json_is_string(v) && !glm_json_numtext(v, NULL, NULL, NULL); }
 
 static const char *type_name(const json_t *v) {
+    if (!v) return "missing";
     char kind;
     if (glm_json_numtext(v, &kind, NULL, NULL)) return kind == 'i' ? "an integer" : "a number";
     switch (json_typeof(v)) {
@@ -291,6 +292,9 @@ static glm_status push_tool_call(conv *c, const json_t *name, const json_t *args
 /* A tool call written as JSON text {"name": ..., "arguments": ...} (ShareGPT function_call
  * turns, LLaMA-Factory "tool_call" content parts). A list of calls is accepted too. */
 static glm_status push_tool_call_text(conv *c, const json_t *v, const char *where) {
+    if (!v || json_is_null(v))
+        return fail(c, "bad_tool_call", "%s has no content; hint: a tool call is {\"name\": \"fn\", "
+                    "\"arguments\": {...}} as JSON text", where);
     json_t *parsed = NULL;
     if (is_text(v)) {
         json_error_t jerr;
