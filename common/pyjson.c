@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
+#include "common/jsonfast.h"
 #include "common/vec.h"
 
 char *glm_py_float_repr(double d, char buf[32]) {
@@ -220,7 +221,10 @@ static bool grow_put(char **o, size_t *on, size_t *cap, const char *s, size_t n)
 }
 
 json_t *glm_json_loadb_py(const char *data, size_t n, size_t flags, json_error_t *err) {
-    json_t *v = json_loadb(data, n, flags, err);
+    json_t *v = NULL;
+    if ((flags & ~(size_t)JSON_DECODE_ANY) == 0 && (v = glm_json_parse_fast(data, n, (flags & JSON_DECODE_ANY) != 0)))
+        return v; /* the common case, parsed fast; anything else as jansson parses it */
+    v = json_loadb(data, n, flags, err);
     if (v) return v;
     int code = json_error_code(err);
     if (code != json_error_numeric_overflow && code != json_error_invalid_syntax) return NULL;
