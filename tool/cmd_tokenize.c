@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/arena.h"
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -164,7 +165,7 @@ static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
     }
 }
 
-static void process(batch_ctx *c, job *j) {
+static void process_record(batch_ctx *c, job *j) {
     glm_record_parse(&j->rec); /* the reader defers the JSON parse to the workers */
     if (j->rec.reason) {
         j->drop = j->rec.reason;
@@ -223,13 +224,27 @@ static void process(batch_ctx *c, job *j) {
                                   "an assistant turn (with --truncate: one that starts before the cut)");
 }
 
+/* One record, its jansson values (the parsed record, the conversation, the template's) in
+ * `arena`: all of them are freed before it returns, and the arena is reset for the next. */
+static void process(batch_ctx *c, job *j, glm_arena *arena) {
+    glm_json_arena_begin(arena);
+    process_record(c, j);
+    json_decref(j->rec.value);
+    j->rec.value = NULL;
+    glm_json_arena_end();
+    glm_arena_reset(arena);
+}
+
 static void *worker(void *arg) {
     batch_ctx *c = arg;
+    glm_arena arena;
+    glm_arena_init(&arena, 0);
     for (;;) {
         size_t i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
         if (i >= c->n_jobs) break;
-        process(c, &c->jobs[i]);
+        process(c, &c->jobs[i], &arena);
     }
+    glm_arena_free(&arena);
     return NULL;
 }
 
@@ -687,6 +702,7 @@ static int tokenize_main(tok_opts *op) {
         return cli_fail(glm_err(GLM_ERR_ARG, "%s: model_name_or_path %s is not a local folder (a hub id?): glmtune "
                                 "reads the tokenizer from the model's folder; hint: override it with "
                                 "--model_name_or_path DIR (or --tokenizer DIR)", o.config_path, o.tokenizer_path));
+    glm_json_alloc_install(); /* before any thread: the workers' values live in arenas */
     if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
     if (o.encode || o.decode) {
         rc = tokenize_stdio(tok, o.encode);
