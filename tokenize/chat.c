@@ -118,13 +118,16 @@ glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output
 
 /* Renders messages=[m] (or [] when m is NULL) and encodes it. */
 static glm_status render_ids(const glm_tokenizer *tok, const glm_template *tpl, json_t *m, glm_u32vec *ids) {
-    json_t *list = m ? json_pack("[O]", m) : json_array();
-    if (!list) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_tpl_output o = {0};
-    glm_status st = glm_chat_render(tpl, list, 0, &o);
+    glm_status st = GLM_OK;
+    if (!glm_chat_render_native(tpl, m, &o)) { /* not GLM-4's template, or an unusual message */
+        json_t *list = m ? json_pack("[O]", m) : json_array();
+        if (!list) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        st = glm_chat_render(tpl, list, 0, &o);
+        json_decref(list);
+    }
     if (st == GLM_OK) st = glm_chat_encode_output(tok, &o, ids);
     glm_tpl_output_free(&o);
-    json_decref(list);
     return st;
 }
 

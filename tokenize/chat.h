@@ -8,6 +8,7 @@
 #define GLM_TOKENIZE_CHAT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "common/status.h"
 #include "common/vec.h"
@@ -56,6 +57,19 @@ glm_status glm_text_encode(const glm_tokenizer *tok, const glm_template *tpl, co
  * Errors: as glm_template_render; GLM_ERR_FORMAT for a malformed message. */
 glm_status glm_chat_render(const glm_template *tpl, json_t *messages, int add_generation_prompt,
                            glm_tpl_output *out);
+
+/* Is tpl one of the GLM-4-9B chat templates that glm_chat_render_native renders (recognised by
+ * the exact text of its source, and checked against the interpreter's renders of a few probe
+ * messages, once per template and thread)? */
+bool glm_chat_native_template(const glm_template *tpl);
+
+/* Renders messages=[m] (m NULL: messages=[]) with add_generation_prompt false into the EMPTY
+ * output *out, producing exactly the segments glm_chat_render gives (texts, literal flags,
+ * merging), without the interpreter (tokenize/chat_native.c). Returns false, leaving *out empty,
+ * when tpl is not a known GLM-4 template or m is outside the common form the native renderer
+ * covers (then render with glm_chat_render); m must have passed glm_chat_encode's message checks.
+ * Thread-safe. */
+bool glm_chat_render_native(const glm_template *tpl, json_t *m, glm_tpl_output *out);
 
 /* Tokenizes rendered segments, APPENDING to *ids: the segments' texts are concatenated; every
  * occurrence of one of the tokenizer's special-token strings (leftmost, longest first) becomes
