@@ -71,6 +71,8 @@ typedef struct glm_jsonsplit {
     bool after_comma;     /* array: the last separator was ',' */
     bool overflow;        /* current record exceeded max_record */
     bool pending_reset;   /* a record was returned: clear buf before the next byte */
+    bool byte_by_byte;    /* tests: no skipping over string contents, every byte through the
+                             state machine (the reference for the skipping) */
     int64_t rec_line, rec_offset, rec_len, index;
     glm_jsplit_problem rec_problem;
     char rec_what[256];
