@@ -80,16 +80,24 @@ glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output
     }
     m.start[o->n] = k;
     text[k] = 0;
-    /* The specials, and which bytes can start one. */
-    size_t ns = glm_tokenizer_n_special(tok);
+    /* The specials, which bytes can start one, and the longest. */
+    size_t ns = glm_tokenizer_n_special(tok), maxlen = 0;
     unsigned char first[256] = {0};
     for (size_t s = 0; s < ns; s++) {
         const char *sp = glm_tokenizer_special(tok, s, NULL);
         if (sp && sp[0]) first[(unsigned char)sp[0]] = 1;
+        if (sp && strlen(sp) > maxlen) maxlen = strlen(sp);
     }
     glm_status st = GLM_OK;
-    size_t run = 0, p = 0;
+    size_t run = 0, p = 0, j = 0; /* j: the segment that holds byte p (seg_of) */
     while (p < total && st == GLM_OK) {
+        /* Inside a data segment, a special that starts at p with p + maxlen <= its end would lie
+         * entirely in it and stays text: only its last maxlen - 1 bytes need a look. */
+        while (j + 1 < m.n && m.start[j + 1] <= p) j++;
+        if (!o->seg[j].literal && maxlen && p + maxlen <= m.start[j + 1]) {
+            p = m.start[j + 1] - maxlen + 1;
+            continue;
+        }
         if (!first[(unsigned char)text[p]]) { p++; continue; }
         size_t best_len = 0;
         uint32_t best_id = 0;

@@ -8,6 +8,7 @@
 
 #include "common/fileio.h"
 #include "common/pyjson.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include "tokenize/chat.h"
 
@@ -253,6 +254,78 @@ static void test_samples(void) {
     glm_tokenizer_free(st_tok);
 }
 
+/* glm_chat_encode_output's rule written plainly (the reference): at each byte the longest special
+ * that starts there becomes its id unless it lies entirely inside one data segment; the text
+ * between specials is encoded as one run. */
+static void encode_output_ref(const glm_tpl_output *o, glm_u32vec *ids) {
+    glm_charvec t = {0};
+    GLM_VEC(size_t) seg = {0}; /* segment of each byte */
+    for (size_t i = 0; i < o->n; i++)
+        for (size_t k = 0; k < o->seg[i].len; k++) glm_vec_push(t, o->seg[i].text[k]), glm_vec_push(seg, i);
+    size_t run = 0, p = 0;
+    while (p < t.n) {
+        size_t best = 0;
+        uint32_t best_id = 0;
+        for (size_t s = 0; s < glm_tokenizer_n_special(tok); s++) {
+            uint32_t id;
+            const char *sp = glm_tokenizer_special(tok, s, &id);
+            size_t l = strlen(sp);
+            if (l > best && l <= t.n - p && !memcmp(t.v + p, sp, l)) best = l, best_id = id;
+        }
+        if (best && seg.v[p] == seg.v[p + best - 1] && !o->seg[seg.v[p]].literal) best = 0;
+        if (!best) {
+            p++;
+            continue;
+        }
+        glm_tokenizer_encode(tok, t.v + run, p - run, ids);
+        glm_vec_push(*ids, best_id);
+        run = p += best;
+    }
+    glm_tokenizer_encode(tok, t.v + run, t.n - run, ids);
+    glm_vec_free(t);
+    glm_vec_free(seg);
+}
+
+/* Random outputs built from special tokens, parts of them and text, as literal and data
+ * segments of any length: glm_chat_encode_output (which skips the inside of data segments)
+ * gives the reference's ids. */
+static void test_encode_output(void) {
+    static const char *const PARTS[] = {"<|user|>", "<|assistant|>", "[gMASK]", "<sop>", "<|", "|>", "user", "<|us", "er|>",
+                                        "[gM", "ASK]", "hello ", "\u4f60\u597d", "\n", " ", "<", "|", "<|endoftext|>", "x",
+                                        "<|observation|>", "<|observation|", ">", "<|observ", "ation|>", "<|system|",
+                                        "<|begin_of_image|>", "<|begin_of_image|", "<|begin_of_", "image|>"};
+    glm_rng r;
+    glm_rng_seed(&r, 5, 0);
+    size_t bad = 0, specials = 0;
+    for (int t = 0; t < 3000; t++) {
+        glm_tpl_output o = {0};
+        size_t nseg = 1 + glm_rng_below(&r, 6);
+        o.seg = calloc(nseg, sizeof *o.seg);
+        for (size_t i = 0; i < nseg; i++) {
+            glm_charvec x = {0};
+            size_t np = glm_rng_below(&r, 12);
+            for (size_t k = 0; k < np; k++) {
+                const char *p = PARTS[glm_rng_below(&r, sizeof PARTS / sizeof *PARTS)];
+                glm_vec_reserve(x, strlen(p) + 1);
+                memcpy(x.v + x.n, p, strlen(p));
+                x.n += strlen(p);
+            }
+            glm_vec_reserve(x, 1);
+            x.v[x.n] = 0;
+            o.seg[o.n++] = (glm_tpl_segment){x.v, x.n, (int)glm_rng_below(&r, 2)};
+        }
+        glm_u32vec a = {0}, b = {0};
+        glm_status st = glm_chat_encode_output(tok, &o, &a);
+        encode_output_ref(&o, &b);
+        for (size_t i = 0; i < b.n; i++) specials += b.v[i] >= 151329;
+        if (st != GLM_OK || a.n != b.n || memcmp(a.v, b.v, a.n * 4)) bad++;
+        glm_vec_free(a);
+        glm_vec_free(b);
+        glm_tpl_output_free(&o);
+    }
+    CHECK(bad == 0 && specials > 3000, "encode_output: %zu of 3000 outputs differ from the reference (%zu specials)", bad, specials);
+}
+
 /* Same segments: texts, literal flags and boundaries. */
 static int same_segments(const glm_tpl_output *a, const glm_tpl_output *b) {
     if (a->n != b->n) return 0;
@@ -377,6 +450,7 @@ int main(void) {
     CHECK(n == 6, "golden cases: %zu", n);
     CHECK(tools_case != NULL, "a tools case");
     test_plain_role_strings();
+    test_encode_output();
     test_errors(shared);
     test_9b_chat(shared, tools_case);
     test_native(shared);
