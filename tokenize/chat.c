@@ -80,33 +80,28 @@ glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output
     }
     m.start[o->n] = k;
     text[k] = 0;
-    /* The specials, which bytes can start one, and the longest. */
-    size_t ns = glm_tokenizer_n_special(tok), maxlen = 0;
-    unsigned char first[256] = {0};
-    for (size_t s = 0; s < ns; s++) {
-        const char *sp = glm_tokenizer_special(tok, s, NULL);
-        if (sp && sp[0]) first[(unsigned char)sp[0]] = 1;
-        if (sp && strlen(sp) > maxlen) maxlen = strlen(sp);
-    }
+    /* Which bytes can start a special, and the longest one. */
+    const unsigned char *first = glm_tokenizer_special_starts(tok);
+    size_t maxlen = glm_tokenizer_special_maxlen(tok);
     glm_status st = GLM_OK;
     size_t run = 0, p = 0, j = 0; /* j: the segment that holds byte p (seg_of) */
     while (p < total && st == GLM_OK) {
-        /* Inside a data segment, a special that starts at p with p + maxlen <= its end would lie
-         * entirely in it and stays text: only its last maxlen - 1 bytes need a look. */
         while (j + 1 < m.n && m.start[j + 1] <= p) j++;
-        if (!o->seg[j].literal && maxlen && p + maxlen <= m.start[j + 1]) {
-            p = m.start[j + 1] - maxlen + 1;
+        size_t end = m.start[j + 1];
+        if (o->seg[j].literal) { /* to the next byte that can start a special */
+            while (p < end && !first[(unsigned char)text[p]]) p++;
+            if (p == end) continue;
+        } else if (maxlen && p + maxlen <= end) {
+            /* a special starting at p would lie entirely in this data segment and stay text:
+             * only the segment's last maxlen - 1 bytes need a look */
+            p = end - maxlen + 1;
+            continue;
+        } else if (!first[(unsigned char)text[p]]) {
+            p++;
             continue;
         }
-        if (!first[(unsigned char)text[p]]) { p++; continue; }
-        size_t best_len = 0;
         uint32_t best_id = 0;
-        for (size_t s = 0; s < ns; s++) {
-            uint32_t id;
-            const char *sp = glm_tokenizer_special(tok, s, &id);
-            size_t l = sp ? strlen(sp) : 0;
-            if (l > best_len && l <= total - p && !memcmp(text + p, sp, l)) { best_len = l; best_id = id; }
-        }
+        size_t best_len = glm_tokenizer_special_at(tok, text + p, total - p, &best_id);
         if (best_len) {
             size_t a = seg_of(&m, p), b = seg_of(&m, p + best_len - 1);
             if (a == b && !o->seg[a].literal) best_len = 0; /* typed by a user: plain text */

@@ -34,6 +34,8 @@ struct glm_tokenizer {
     special_tok *special;   /* sorted by id, unique ids */
     size_t n_special;
     int32_t *special_of;    /* [vocab_size] index into special, -1 = none */
+    unsigned char special_start[256]; /* byte b starts some special's string */
+    size_t special_maxlen;  /* the longest special string (strlen) */
     char *path;
     char *chat_template;
     char *eos_token;        /* tokenizer_config.json "eos_token", or NULL */
@@ -363,6 +365,11 @@ glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out) {
     }
     for (uint32_t i = 0; i < t->vocab_size; i++) t->special_of[i] = -1;
     for (size_t i = 0; i < t->n_special; i++) t->special_of[t->special[i].id] = (int32_t)i;
+    for (size_t i = 0; i < t->n_special; i++) {
+        size_t l = strlen(t->special[i].s);
+        if (l) t->special_start[(unsigned char)t->special[i].s[0]] = 1;
+        if (l > t->special_maxlen) t->special_maxlen = l;
+    }
     uint64_t h = glm_fnv1a64(GLM_FNV1A64_INIT, data, len);
     for (size_t i = 0; i < t->n_special; i++) {
         uint8_t idb[4] = {(uint8_t)t->special[i].id, (uint8_t)(t->special[i].id >> 8),
@@ -504,6 +511,25 @@ const char *glm_tokenizer_special(const glm_tokenizer *t, size_t i, uint32_t *id
     if (id) *id = t->special[i].id;
     return t->special[i].s;
 }
+
+size_t glm_tokenizer_special_at(const glm_tokenizer *t, const char *s, size_t n, uint32_t *id) {
+    if (!n || !t->special_start[(unsigned char)s[0]]) return 0;
+    size_t best = 0;
+    for (size_t i = 0; i < t->n_special; i++) { /* id order: the lower id wins a tie */
+        const special_tok *x = &t->special[i];
+        if (x->s[0] != s[0]) continue;
+        size_t l = strlen(x->s);
+        if (l > best && l <= n && !memcmp(s, x->s, l)) {
+            best = l;
+            *id = x->id;
+        }
+    }
+    return best;
+}
+
+const unsigned char *glm_tokenizer_special_starts(const glm_tokenizer *t) { return t->special_start; }
+
+size_t glm_tokenizer_special_maxlen(const glm_tokenizer *t) { return t->special_maxlen; }
 
 uint32_t glm_tokenizer_vocab_size(const glm_tokenizer *t) { return t->vocab_size; }
 uint64_t glm_tokenizer_fingerprint(const glm_tokenizer *t) { return t->fingerprint; }

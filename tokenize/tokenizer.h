@@ -63,6 +63,17 @@ size_t glm_tokenizer_n_special(const glm_tokenizer *t);
  * range. */
 const char *glm_tokenizer_special(const glm_tokenizer *t, size_t i, uint32_t *id);
 
+/* The longest special token whose string (up to its NUL) is a prefix of s[0..n): returns its
+ * length and stores its id in *id; 0 when none matches (empty strings never do). Of two specials
+ * with the same string, the lower id. */
+size_t glm_tokenizer_special_at(const glm_tokenizer *t, const char *s, size_t n, uint32_t *id);
+
+/* Flags for the 256 byte values: nonzero when some special token's string starts with that byte. */
+const unsigned char *glm_tokenizer_special_starts(const glm_tokenizer *t);
+
+/* The length of the longest special token string (0: no specials). */
+size_t glm_tokenizer_special_maxlen(const glm_tokenizer *t);
+
 /* Max id + 1, special tokens included (GLM-4: 151343; the model's padded_vocab_size is larger). */
 uint32_t glm_tokenizer_vocab_size(const glm_tokenizer *t);
 
