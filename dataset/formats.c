@@ -152,14 +152,15 @@ static const char *type_name(const json_t *v) {
     return "?";
 }
 
-/* Appends {"role", "content"[, "metadata"]} to the output. */
 /* Appends {"role", "content"[, "metadata"][, "loss"]} to the output (loss: the current turn's
- * flag, see loss_flag) and remembers its turn index. */
+ * flag, see loss_flag) and remembers its turn index. The content is put together from the
+ * record's strings (UTF-8 checked when the record was parsed) and ASCII, so it is not checked
+ * again. */
 static glm_status push_msg(conv *c, const char *role, const char *content, size_t len,
                            const char *metadata) {
     json_t *m = json_object();
     if (!m || json_object_set_new(m, "role", json_string(role)) ||
-        json_object_set_new(m, "content", json_stringn(content, len)) ||
+        json_object_set_new(m, "content", json_stringn_nocheck(content, len)) ||
         (metadata && json_object_set_new(m, "metadata", json_string(metadata))) ||
         (c->cur_loss && json_object_set(m, "loss", c->cur_loss)) ||
         json_array_append_new(c->out->messages, m)) {
