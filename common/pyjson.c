@@ -81,6 +81,7 @@ static void put_string(sbuf *b, const char *s, size_t n) {
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue; /* as is (the run is copied at once) */
         const char *esc = NULL;
         char u[8];
         switch (c) {
@@ -105,8 +106,14 @@ static void put_string(sbuf *b, const char *s, size_t n) {
 }
 
 static void newline_indent(sbuf *b, int indent, int level) {
-    put(b, "\n", 1);
-    for (int i = 0; i < indent * level; i++) put(b, " ", 1);
+    size_t k = (size_t)indent * (size_t)level;
+    if (b->oom || glm_vec_reserve(b->v, k + 2) != GLM_OK) {
+        b->oom = 1;
+        return;
+    }
+    b->v.v[b->v.n++] = '\n';
+    memset(b->v.v + b->v.n, ' ', k);
+    b->v.n += k;
 }
 
 static void dump(sbuf *b, json_t *v, int indent, int level) {

@@ -29,7 +29,7 @@
 
 #include "common/hash.h"
 #include "common/pyjson.h"
-#include "tokenize/chat.h"
+#include "tokenize/chat_internal.h"
 
 /* The known templates: glm-4-9b-chat-1m's and glm-4-9b-chat's tokenizer_config.json
  * chat_template (../shared/glm4-tokenizer), as normalised by the template parser. */
@@ -56,34 +56,18 @@ static _Thread_local pieces tl;
 
 /* Appends s[0..n) as the interpreter does (template.c seg_add): nothing when empty, merged into
  * the previous segment when both are literal. */
-static bool seg_add(glm_tpl_output *o, const char *s, size_t n, int literal) {
+static bool flat_add(chat_flat *f, const char *s, size_t n, int literal) {
     if (n == 0) return true;
-    if (literal && o->n && o->seg[o->n - 1].literal) {
-        glm_tpl_segment *g = &o->seg[o->n - 1];
-        char *x = realloc(g->text, g->len + n + 1);
-        if (!x) return false;
-        memcpy(x + g->len, s, n);
-        g->len += n;
-        x[g->len] = 0;
-        g->text = x;
-        return true;
-    }
-    if (o->n == o->cap) {
-        size_t nc = o->cap ? o->cap * 2 : 16;
-        glm_tpl_segment *x = realloc(o->seg, nc * sizeof *x);
-        if (!x) return false;
-        o->seg = x;
-        o->cap = nc;
-    }
-    char *x = malloc(n + 1);
-    if (!x) return false;
-    memcpy(x, s, n);
-    x[n] = 0;
-    o->seg[o->n++] = (glm_tpl_segment){x, n, literal};
+    if (!(literal && f->start.n && f->literal.v[f->literal.n - 1]) &&
+        (glm_vec_push(f->start, f->text.n) != GLM_OK || glm_vec_push(f->literal, (uint8_t)literal) != GLM_OK))
+        return false;
+    if (glm_vec_reserve(f->text, n + 1) != GLM_OK) return false;
+    memcpy(f->text.v + f->text.n, s, n);
+    f->text.n += n;
     return true;
 }
 
-static bool piece(glm_tpl_output *o, int k) { return seg_add(o, tl.buf + tl.off[k], tl.len[k], 1); }
+static bool piece(chat_flat *f, int k) { return flat_add(f, tl.buf + tl.off[k], tl.len[k], 1); }
 
 /* Renders messages=[m] (m as JSON text; NULL: no message) through the interpreter. */
 static bool probe(const glm_template *tpl, const char *m, glm_tpl_output *o) {
@@ -181,7 +165,7 @@ static bool same_str(const json_t *v, const char *s) {
 
 /* Appends the tool block of one message; false when a tool is outside the common form (or out
  * of memory). */
-static bool tools_block(json_t *tools, glm_tpl_output *o) {
+static bool tools_block(json_t *tools, chat_flat *f) {
     if (!json_is_array(tools)) return false;
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i), *type = json_object_get(t, "type");
@@ -191,31 +175,58 @@ static bool tools_block(json_t *tools, glm_tpl_output *o) {
             json_t *fn = json_object_get(t, "function"), *name = json_object_get(fn, "name");
             if (!json_is_object(fn) || !text(name)) return false;
             char *js = glm_tojson(fn, 4);
-            bool ok = js && piece(o, P_FN_A) && seg_add(o, json_string_value(name), json_string_length(name), 0) &&
-                      piece(o, P_FN_B) && seg_add(o, js, strlen(js), 0) && piece(o, P_FN_C);
+            bool ok = js && piece(f, P_FN_A) && flat_add(f, json_string_value(name), json_string_length(name), 0) &&
+                      piece(f, P_FN_B) && flat_add(f, js, strlen(js), 0) && piece(f, P_FN_C);
             free(js);
             if (!ok) return false;
             continue;
         }
         for (int b = 0; b < 3; b++)
-            if (same_str(type, BLOCK_TYPES[b]) && !piece(o, P_PYTHON + b)) return false;
+            if (same_str(type, BLOCK_TYPES[b]) && !piece(f, P_PYTHON + b)) return false;
     }
     return true;
 }
 
-bool glm_chat_render_native(const glm_template *tpl, json_t *m, glm_tpl_output *o) {
-    if (o->n || !glm_chat_native_template(tpl)) return false;
-    bool ok = piece(o, P_PREFIX);
+bool chat_native_flat(const glm_template *tpl, const chat_msg *m, chat_flat *f) {
+    if (f->start.n || !glm_chat_native_template(tpl)) return false;
+    bool ok = piece(f, P_PREFIX);
     if (ok && m) {
-        json_t *tools = json_object_get(m, "tools"), *content = json_object_get(m, "content");
-        json_t *role = json_object_get(m, "role"), *md = json_object_get(m, "metadata");
-        ok = json_is_object(m) && (!content || json_is_null(content) || text(content)) && (!md || text(md)) && text(role);
-        if (ok && tools) ok = piece(o, P_HEAD) && tools_block(tools, o);
-        if (ok && text(content) && json_string_length(content) > 0)
-            ok = piece(o, P_OPEN) && seg_add(o, json_string_value(role), json_string_length(role), 0) && piece(o, P_MID) &&
-                 (!md || seg_add(o, json_string_value(md), json_string_length(md), 0)) && piece(o, P_NL) &&
-                 seg_add(o, json_string_value(content), json_string_length(content), 0);
+        ok = (!m->content || json_is_null(m->content) || text(m->content)) && (!m->metadata || text(m->metadata)) &&
+             text(m->role);
+        if (ok && m->tools) ok = piece(f, P_HEAD) && tools_block(m->tools, f);
+        if (ok && text(m->content) && json_string_length(m->content) > 0)
+            ok = piece(f, P_OPEN) && flat_add(f, json_string_value(m->role), json_string_length(m->role), 0) &&
+                 piece(f, P_MID) &&
+                 (!m->metadata || flat_add(f, json_string_value(m->metadata), json_string_length(m->metadata), 0)) &&
+                 piece(f, P_NL) && flat_add(f, json_string_value(m->content), json_string_length(m->content), 0);
     }
-    if (!ok) glm_tpl_output_free(o); /* outside the common form (or out of memory): for the interpreter */
+    if (!ok) chat_flat_clear(f); /* outside the common form (or out of memory): for the interpreter */
+    return ok;
+}
+
+bool glm_chat_render_native(const glm_template *tpl, json_t *m, glm_tpl_output *o) {
+    if (o->n || (m && !json_is_object(m))) return false;
+    chat_flat f = {0};
+    chat_msg cm = m ? chat_msg_of(m) : (chat_msg){0};
+    bool ok = chat_native_flat(tpl, m ? &cm : NULL, &f);
+    for (size_t i = 0; ok && i < f.start.n; i++) { /* the same segments, each its own allocation */
+        size_t a = f.start.v[i], b = i + 1 < f.start.n ? f.start.v[i + 1] : f.text.n;
+        char *x = malloc(b - a + 1);
+        if (o->n == o->cap) {
+            size_t nc = o->cap ? o->cap * 2 : 16;
+            glm_tpl_segment *y = realloc(o->seg, nc * sizeof *y);
+            if (y) o->seg = y, o->cap = nc;
+        }
+        if (!x || o->n == o->cap) {
+            free(x);
+            ok = false;
+            break;
+        }
+        memcpy(x, f.text.v + a, b - a);
+        x[b - a] = 0;
+        o->seg[o->n++] = (glm_tpl_segment){x, b - a, f.literal.v[i]};
+    }
+    chat_flat_free(&f);
+    if (!ok) glm_tpl_output_free(o);
     return ok;
 }
