@@ -1,7 +1,7 @@
 /* common/jsonfast.c: a fast path for parsing JSON into jansson values (see jsonfast.h).
  *
- * Recursive descent over the bytes in memory. Strings are scanned 8 bytes at a time for the
- * bytes that need attention ('"', '\\', control characters, non-ASCII), non-ASCII is checked as
+ * Recursive descent over the bytes in memory. Strings are scanned 16 bytes (SSE2) or 8 bytes at a
+ * time for the bytes that need attention ('"', '\\', control characters, non-ASCII), non-ASCII is checked as
  * jansson's utf.c checks it, and a string without escapes goes to jansson straight from the
  * input. Numbers follow jansson's lex_scan_number: an integer (no '.', 'e' or 'E') is a
  * json_integer (strtoll's value), anything else a json_real (strtod's value, as jsonp_strtod). */
@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 enum { MAX_NEST = 512 };
 
@@ -41,7 +44,20 @@ static inline uint64_t special_bytes(uint64_t w) {
 /* Skips the run of plain printable ASCII at s->p (no '"', '\\', control or non-ASCII byte). */
 static inline void skip_plain(fparser *s) {
     const unsigned char *p = s->p, *end = s->end;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        /* signed x < 0x20: control characters, and every byte >= 0x80 */
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)), _mm_cmplt_epi8(x, space));
+        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+        if (bits) {
+            s->p = p + __builtin_ctz(bits);
+            return;
+        }
+        p += 16;
+    }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     while (end - p >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -62,13 +78,13 @@ static inline void skip_plain(fparser *s) {
 static inline size_t utf8_seq(const unsigned char *p, const unsigned char *end) {
     unsigned char c = p[0];
     size_t left = (size_t)(end - p);
-    if (c >= 0xC2 && c <= 0xDF) return left >= 2 && (p[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
+    if ((c & 0xF0) == 0xE0) { /* first: CJK text is made of these */
         if (left < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
         if (c == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
         if (c == 0xED && p[1] >= 0xA0) return 0; /* a UTF-16 surrogate */
         return 3;
     }
+    if (c >= 0xC2 && c <= 0xDF) return left >= 2 && (p[1] & 0xC0) == 0x80 ? 2 : 0;
     if (c >= 0xF0 && c <= 0xF4) {
         if (left < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
         if (c == 0xF0 && p[1] < 0x90) return 0; /* overlong */
@@ -116,9 +132,11 @@ static bool scan_string(fparser *s, const char **out, size_t *len) {
             skip_plain(s);
             if (s->p >= s->end) return false;
             if (*s->p < 0x80) break;
-            size_t k = utf8_seq(s->p, s->end);
-            if (!k) return false;
-            s->p += k;
+            do { /* a run of non-ASCII characters (CJK text) */
+                size_t k = utf8_seq(s->p, s->end);
+                if (!k) return false;
+                s->p += k;
+            } while (s->p < s->end && *s->p >= 0x80);
         }
         unsigned char c = *s->p;
         if (c < 0x20) return false;

@@ -115,6 +115,18 @@ static size_t string_run(const char *p, size_t n) {
     return i;
 }
 
+/* The length of the run at p[0..n) of bytes that, outside a string inside a record, change
+ * nothing but the offset: not '"', a bracket, ',' or a newline. */
+static size_t inert_run(const char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']' || c == ',' || c == '\n') break;
+        i++;
+    }
+    return i;
+}
+
 glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t *used,
                               glm_jsplit_rec *rec, bool *have) {
     *have = false;
@@ -128,8 +140,10 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
     size_t seg = 0; /* start of the not-yet-stored part of the current record in p */
     size_t i = 0;
     while (i < n) {
-        if (s->in_str && !s->esc && (s->state == S_VALUE || s->state == S_ARR_ELEM) && !s->byte_by_byte) {
-            size_t k = string_run(p + i, n - i); /* string content: only the offset moves */
+        if ((s->state == S_VALUE || s->state == S_ARR_ELEM) && !s->esc && !s->byte_by_byte) {
+            /* string contents, or between strings the bytes that change nothing but the offset
+             * (indentation, numbers, ':'): skipped at once */
+            size_t k = s->in_str ? string_run(p + i, n - i) : inert_run(p + i, n - i);
             s->offset += (int64_t)k;
             i += k;
             if (i == n) break;

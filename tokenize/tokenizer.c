@@ -20,6 +20,7 @@ typedef struct {
     char *s;
     size_t len;
     uint32_t id;
+    size_t match_len; /* strlen(s): what special-token matching compares */
 } special_tok;
 typedef GLM_VEC(special_tok) special_vec;
 
@@ -145,7 +146,7 @@ static glm_status add_special(special_vec *v, const char *s, size_t len, uint32_
             v->v[i].len = len;
             return GLM_OK;
         }
-    special_tok t = {strndup(s, len), len, id};
+    special_tok t = {strndup(s, len), len, id, 0}; /* match_len: set once all are known */
     if (!t.s) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (glm_vec_push(*v, t) != GLM_OK) {
         free(t.s);
@@ -366,7 +367,7 @@ glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out) {
     for (uint32_t i = 0; i < t->vocab_size; i++) t->special_of[i] = -1;
     for (size_t i = 0; i < t->n_special; i++) t->special_of[t->special[i].id] = (int32_t)i;
     for (size_t i = 0; i < t->n_special; i++) {
-        size_t l = strlen(t->special[i].s);
+        size_t l = t->special[i].match_len = strlen(t->special[i].s);
         if (l) t->special_start[(unsigned char)t->special[i].s[0]] = 1;
         if (l > t->special_maxlen) t->special_maxlen = l;
     }
@@ -518,7 +519,7 @@ size_t glm_tokenizer_special_at(const glm_tokenizer *t, const char *s, size_t n,
     for (size_t i = 0; i < t->n_special; i++) { /* id order: the lower id wins a tie */
         const special_tok *x = &t->special[i];
         if (x->s[0] != s[0]) continue;
-        size_t l = strlen(x->s);
+        size_t l = x->match_len;
         if (l > best && l <= n && !memcmp(s, x->s, l)) {
             best = l;
             *id = x->id;
