@@ -235,17 +235,98 @@ static void process(batch_ctx *c, job *j, glm_arena *arena) {
     glm_arena_reset(arena);
 }
 
-static void *worker(void *arg) {
-    batch_ctx *c = arg;
-    glm_arena arena;
-    glm_arena_init(&arena, 0);
+/* Takes records of batch c until none is left (by several threads at once). */
+static void run_batch(batch_ctx *c, glm_arena *arena) {
     for (;;) {
         size_t i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
         if (i >= c->n_jobs) break;
-        process(c, &c->jobs[i], &arena);
+        process(c, &c->jobs[i], arena);
     }
+}
+
+/* The worker threads, started once for the run: each batch is handed to all of them (gen counts
+ * the batches); the reading thread waits until every worker is done with it (busy == 0). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    batch_ctx *batch;
+    uint64_t gen;
+    size_t busy, n;
+    bool quit;
+    pthread_t *th;
+} worker_pool;
+
+static void *pool_worker(void *arg) {
+    worker_pool *p = arg;
+    glm_arena arena; /* this thread's record values, reused from record to record */
+    glm_arena_init(&arena, 0);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit) break;
+        seen = p->gen;
+        batch_ctx *c = p->batch;
+        pthread_mutex_unlock(&p->mu);
+        run_batch(c, &arena);
+        pthread_mutex_lock(&p->mu);
+        if (--p->busy == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
     glm_arena_free(&arena);
     return NULL;
+}
+
+/* Starts up to `want` workers. Under a limit on threads (ulimit -u, a container's pids limit) it
+ * carries on with those that started, or none (then the reading thread does the work). */
+static void pool_start(worker_pool *p, size_t want) {
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->th = calloc(want, sizeof *p->th);
+    for (size_t t = 0; p->th && t < want; t++) {
+        int rc = pthread_create(&p->th[t], NULL, pool_worker, p);
+        if (rc == 0) {
+            p->n++;
+            continue;
+        }
+        glm_log_warn("could not start worker thread %zu of %zu (%s); continuing with %zu worker thread%s%s; "
+                     "hint: a limit on processes/threads (ulimit -u, a container's pids limit) is reached; "
+                     "--threads %zu avoids this warning", t + 1, want, strerror(rc), t, t == 1 ? "" : "s",
+                     t ? "" : " (the reading thread does the work)", t ? t : 1);
+        break;
+    }
+}
+
+/* Hands batch c to every worker (which must all be idle: pool_wait). */
+static void pool_run(worker_pool *p, batch_ctx *c) {
+    pthread_mutex_lock(&p->mu);
+    p->batch = c;
+    p->busy = p->n;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits until the workers are done with the batch they were given. */
+static void pool_wait(worker_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    while (p->busy) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Stops and joins the workers (after pool_wait). */
+static void pool_stop(worker_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (size_t t = 0; t < p->n; t++) pthread_join(p->th[t], NULL);
+    free(p->th);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
 }
 
 static void job_clear(job *j) {
@@ -290,11 +371,25 @@ static glm_status job_docs(job *j, doc_set *out, size_t *targets, bool *tail_dro
     out->docs = calloc(n, sizeof *out->docs);
     if (!out->docs) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (!j->window) {
-        out->docs[0] = (glm_pack_doc){j->ids.v, j->tg.v, (uint32_t)j->ids.n, j->rec.source, (uint64_t)j->rec.index};
+        /* A copy in this (the reading) thread's memory: documents wait in the packer's window, and
+         * kept in a worker's heap they made it grow a few pages at a time (an mprotect call each);
+         * the worker's blocks are freed now and serve the next records. */
+        size_t len = j->ids.n;
+        glm_pack_doc *d = &out->docs[0];
+        *d = (glm_pack_doc){malloc(len * sizeof *d->ids), malloc(len), (uint32_t)len, j->rec.source, (uint64_t)j->rec.index};
+        if (!d->ids || !d->targets) {
+            free(d->ids);
+            free(d->targets);
+            free(out->docs);
+            out->docs = NULL;
+            return glm_err(GLM_ERR_NOMEM, "out of memory");
+        }
+        memcpy(d->ids, j->ids.v, len * sizeof *d->ids);
+        memcpy(d->targets, j->tg.v, len);
         out->n = 1;
-        for (size_t i = 1; i < j->ids.n; i++) *targets += j->tg.v[i] != 0;
-        j->ids.v = NULL;
-        j->tg.v = NULL;
+        for (size_t i = 1; i < len; i++) *targets += j->tg.v[i] != 0;
+        glm_vec_free(j->ids);
+        glm_vec_free(j->tg);
         return GLM_OK;
     }
     for (size_t k = 0; k < n; k++) {
@@ -773,8 +868,9 @@ static int tokenize_main(tok_opts *op) {
     glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(rd), !o.quiet);
     enum { BATCH = 512 };
     job *batches[2] = {calloc(BATCH, sizeof(job)), calloc(BATCH, sizeof(job))};
-    size_t nthreads = o.threads, n_started = 0;
-    pthread_t *th = calloc(nthreads, sizeof *th);
+    worker_pool pool;
+    pool_start(&pool, (size_t)o.threads);
+    glm_arena main_arena = {0}; /* when no worker could start */
     batch_ctx ctx[2];
     int cur = 0;
     bool eof = false, running = false;
@@ -804,29 +900,17 @@ static int tokenize_main(tok_opts *op) {
         if (s != GLM_OK) break;
         /* wait for the running batch, then start this one */
         if (running) {
-            for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
+            pool_wait(&pool);
             running = false;
         }
         if (n > 0) {
             ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0};
-            n_started = 0;
-            for (size_t t = 0; t < nthreads; t++) {
-                int rc = pthread_create(&th[t], NULL, worker, &ctx[cur]);
-                if (rc == 0) {
-                    n_started++;
-                    continue;
-                }
-                /* under a limit on threads (ulimit -u, a container's pids limit): carry on with the
-                 * workers that started, or in this thread when none did */
-                glm_log_warn("could not start worker thread %zu of %zu (%s); continuing with %zu worker thread%s%s; "
-                             "hint: a limit on processes/threads (ulimit -u, a container's pids limit) is reached; "
-                             "--threads %zu avoids the retries", t + 1, nthreads, strerror(rc), t, t == 1 ? "" : "s",
-                             t ? "" : " (the reading thread does the work)", t ? t : 1);
-                nthreads = t;
-                break;
+            if (pool.n > 0) {
+                pool_run(&pool, &ctx[cur]);
+                running = true;
+            } else {
+                run_batch(&ctx[cur], &main_arena); /* every record of the batch, here and now */
             }
-            if (n_started == 0) worker(&ctx[cur]); /* every record of the batch, here and now */
-            running = n_started > 0;
         }
         /* consume the previous batch (finished) in order */
         job *prev = batches[1 - cur];
@@ -865,13 +949,13 @@ static int tokenize_main(tok_opts *op) {
         cur = 1 - cur;
         if (n == 0 && eof) break;
     }
-    if (running)
-        for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
+    if (running) pool_wait(&pool);
+    pool_stop(&pool);
+    glm_arena_free(&main_arena);
     for (int b = 0; b < 2; b++) {
         for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
         free(batches[b]);
     }
-    free(th);
     glm_progress_finish(&prog);
     /* validation split: in input order */
     if (s == GLM_OK && vs.heap.n) {
