@@ -59,7 +59,9 @@ static size_t seg_of(const chat_flat *f, size_t off) {
     return lo;
 }
 
-glm_status chat_encode_flat(const glm_tokenizer *tok, const chat_flat *f, glm_u32vec *ids) {
+glm_status chat_encode_flat(const glm_tokenizer *tok, const chat_flat *f, bool valid, glm_u32vec *ids) {
+    glm_status (*encode)(const glm_tokenizer *, const char *, size_t, glm_u32vec *) =
+        valid ? glm_tokenizer_encode_valid : glm_tokenizer_encode;
     size_t n0 = ids->n, total = f->text.n, nseg = f->start.n;
     const char *text = f->text.v;
     /* Which bytes can start a special, and the longest one. */
@@ -89,12 +91,12 @@ glm_status chat_encode_flat(const glm_tokenizer *tok, const chat_flat *f, glm_u3
             if (a == b && !f->literal.v[a]) best_len = 0; /* typed by a user: plain text */
         }
         if (!best_len) { p++; continue; }
-        if (p > run) st = glm_tokenizer_encode(tok, text + run, p - run, ids);
+        if (p > run) st = encode(tok, text + run, p - run, ids);
         if (st == GLM_OK) st = glm_vec_push(*ids, best_id);
         p += best_len;
         run = p;
     }
-    if (st == GLM_OK && total > run) st = glm_tokenizer_encode(tok, text + run, total - run, ids);
+    if (st == GLM_OK && total > run) st = encode(tok, text + run, total - run, ids);
     if (st != GLM_OK) ids->n = n0;
     return st;
 }
@@ -109,7 +111,7 @@ glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output
             f.text.n += o->seg[i].len;
         }
     }
-    if (st == GLM_OK) st = chat_encode_flat(tok, &f, ids);
+    if (st == GLM_OK) st = chat_encode_flat(tok, &f, false, ids);
     else st = glm_err(GLM_ERR_NOMEM, "out of memory encoding a chat");
     chat_flat_free(&f);
     return st;
@@ -120,7 +122,7 @@ glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output
 static glm_status render_ids(const glm_tokenizer *tok, const glm_template *tpl, json_t *m, const chat_msg *cm,
                              chat_flat *f, glm_u32vec *ids) {
     chat_flat_clear(f);
-    if (chat_native_flat(tpl, m ? cm : NULL, f)) return chat_encode_flat(tok, f, ids);
+    if (chat_native_flat(tpl, m ? cm : NULL, f)) return chat_encode_flat(tok, f, true, ids); /* JSON strings: valid UTF-8 */
     /* not GLM-4's template, or an unusual message: the interpreter */
     json_t *list = m ? json_pack("[O]", m) : json_array();
     if (!list) return glm_err(GLM_ERR_NOMEM, "out of memory");

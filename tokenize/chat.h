@@ -24,7 +24,9 @@ typedef enum {
 
 /* Encodes one conversation for training and APPENDS to ids / targets (same count to each).
  * messages: JSON array of objects {role: "system"|"user"|"assistant"|"observation",
- *   content: string (null/absent = empty), metadata?: string, tools?: array, loss?: bool}.
+ *   content: string (null/absent = empty), metadata?: string, tools?: array, loss?: bool};
+ *   strings valid UTF-8, as jansson keeps them (values made with its *_nocheck constructors must
+ *   be: the text the native GLM-4 renderer produces is not checked again).
  * ids = P + R(m_1) + ... + R(m_n) + [<|user|>], where P = the ids of the template rendered with
  *   messages=[] (GLM-4: [gMASK] <sop>), R(m) = the ids of the template rendered with
  *   messages=[m] with its leading P removed (ids via glm_chat_encode_output). The final

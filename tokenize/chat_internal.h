@@ -40,7 +40,8 @@ static inline chat_msg chat_msg_of(json_t *m) {
  * when the template or the message is not one it renders, or out of memory. */
 bool chat_native_flat(const glm_template *tpl, const chat_msg *m, chat_flat *f);
 
-/* glm_chat_encode_output for a flat output (f->start.n segments). */
-glm_status chat_encode_flat(const glm_tokenizer *tok, const chat_flat *f, glm_u32vec *ids);
+/* glm_chat_encode_output for a flat output (f->start.n segments). valid: the text is known to be
+ * valid UTF-8 (the native render of JSON strings), so it is not checked again. */
+glm_status chat_encode_flat(const glm_tokenizer *tok, const chat_flat *f, bool valid, glm_u32vec *ids);
 
 #endif

@@ -400,6 +400,10 @@ glm_status glm_tokenizer_encode(const glm_tokenizer *t, const char *text, size_t
     if (bad != len)
         return glm_err(GLM_ERR_FORMAT, "invalid UTF-8 at byte offset %zu of a %zu-byte text (byte 0x%02x); "
                        "hint: convert the input to UTF-8", bad, len, (unsigned)(unsigned char)text[bad]);
+    return glm_tokenizer_encode_valid(t, text, len, out);
+}
+
+glm_status glm_tokenizer_encode_valid(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out) {
     size_t n0 = out->n;
     glm_status st;
     if (t->kind == KIND_TIKTOKEN) {

@@ -41,6 +41,11 @@ void glm_tokenizer_free(glm_tokenizer *t);
  * GLM_ERR_NOMEM. On error *out keeps its previous ids (anything appended is removed). */
 glm_status glm_tokenizer_encode(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out);
 
+/* glm_tokenizer_encode for text the caller knows to be valid UTF-8 (made of strings that a JSON
+ * parser checked, for instance): the same ids, without checking the text again. Invalid UTF-8
+ * here is a caller's bug (the split regex's behaviour on it is undefined). */
+glm_status glm_tokenizer_encode_valid(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out);
+
 /* Decodes ids to bytes APPENDED to *out (not NUL-terminated; special ids become their strings).
  * The bytes need not be valid UTF-8 when a multi-byte character is cut between ids.
  * tiktoken: the concatenated token bytes. SentencePiece: pieces with U+2581 as a space, byte
