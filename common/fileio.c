@@ -153,7 +153,8 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
     }
     af->f = fopen(af->tmp, "wb");
     if (!af->f) {
-        glm_status s = glm_err(GLM_ERR_IO, "%s: cannot create: %s", af->tmp, strerror(errno));
+        glm_status s = glm_err(GLM_ERR_IO, "%s: cannot create its temporary file %s: %s; hint: check that the folder "
+                               "exists and is writable", target, af->tmp, strerror(errno));
         free(af->path);
         free(af->tmp);
         memset(af, 0, sizeof *af);
@@ -162,10 +163,17 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
     return GLM_OK;
 }
 
+/* What a failed write leaves and what to do: the earlier file stays (a temporary file was written). */
+static const char *write_hint(int e, const glm_afile *af) {
+    if (af->through) return e == ENOSPC ? "; hint: the disk is full" : "";
+    return e == ENOSPC ? " (the disk is full; an earlier file of that name is left as it was); hint: free space (df -h)"
+                       : " (an earlier file of that name is left as it was)";
+}
+
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n) {
     if (n && fwrite(data, 1, n, af->f) != n) {
         af->failed = true;
-        return glm_err(GLM_ERR_IO, "%s: write failed: %s", af->tmp ? af->tmp : af->path, strerror(errno));
+        return glm_err(GLM_ERR_IO, "%s: write failed: %s%s", af->path, strerror(errno), write_hint(errno, af));
     }
     return GLM_OK;
 }
@@ -185,9 +193,9 @@ void glm_afile_abort(glm_afile *af) {
 
 glm_status glm_afile_commit(glm_afile *af) {
     glm_status s = GLM_OK;
-    const char *name = af->tmp ? af->tmp : af->path;
+    const char *name = af->path;
     if (af->failed || ferror(af->f) || fflush(af->f) != 0) {
-        s = glm_err(GLM_ERR_IO, "%s: write failed: %s", af->through ? af->path : name, strerror(errno));
+        s = glm_err(GLM_ERR_IO, "%s: write failed: %s%s", name, strerror(errno), write_hint(errno, af));
     } else if (fsync(fileno(af->f)) != 0 &&
                !(af->through && (errno == EINVAL || errno == EROFS || errno == ENOTSUP || errno == ENOTTY))) {
         /* a pipe or a terminal cannot be fsynced (EINVAL): nothing to make durable there */
@@ -201,7 +209,7 @@ glm_status glm_afile_commit(glm_afile *af) {
         return s;
     }
     if (s == GLM_OK && rename(af->tmp, af->path) != 0)
-        s = glm_err(GLM_ERR_IO, "%s: rename to %s failed: %s", af->tmp, af->path, strerror(errno));
+        s = glm_err(GLM_ERR_IO, "%s: cannot put it in place (rename from %s): %s", af->path, af->tmp, strerror(errno));
     if (s != GLM_OK) {
         unlink(af->tmp);
     } else {
@@ -477,4 +485,11 @@ bool glm_is_dir(const char *path) {
 bool glm_is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+char *glm_path_strip_slash(char *p) {
+    if (!p) return p;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    return p;
 }

@@ -93,4 +93,9 @@ bool glm_is_file(const char *path);
 /* "<a>/<b>" in a malloc'd string. */
 char *glm_path_join(const char *a, const char *b);
 
+/* Removes trailing '/' characters in place ("shards/" -> "shards", "/" stays "/"), so that a
+ * directory given as `-o dir/` names the directory itself in temp names, renames and messages.
+ * NULL is ignored. Returns p. */
+char *glm_path_strip_slash(char *p);
+
 #endif

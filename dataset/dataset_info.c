@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "common/strdist.h"
 
 static const char *const HUB_KEYS[] = {"file_name", "hf_hub_url", "ms_hub_url", "om_hub_url",
                                        "script_url", "cloud_file_name"};
@@ -167,15 +168,21 @@ glm_status glm_dsinfo_from_json(const json_t *root, const char *path, glm_dsinfo
     if (!d) return glm_err(GLM_ERR_NOMEM, "out of memory");
     char rp[PATH_MAX];
     d->path = strdup(realpath(path, rp) ? rp : path);
-    d->dir = d->path ? strdup(d->path) : NULL;
+    /* file_name is relative to the folder the registry was found in (LLaMA-Factory's
+     * dataset_dir), which for a symlinked dataset_info.json is not the link target's folder. */
+    char *given_dir = strdup(path);
+    if (given_dir) {
+        char *slash = strrchr(given_dir, '/');
+        if (slash) *(slash == given_dir ? slash + 1 : slash) = 0;
+        else strcpy(given_dir, ".");
+        d->dir = strdup(realpath(given_dir, rp) ? rp : given_dir);
+        free(given_dir);
+    }
     d->entries = calloc(json_object_size(root), sizeof *d->entries);
     if (!d->path || !d->dir || !d->entries) {
         glm_dsinfo_free(d);
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
-    char *slash = strrchr(d->dir, '/');
-    if (slash) *(slash == d->dir ? slash + 1 : slash) = 0;
-    else strcpy(d->dir, ".");
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)root, k, v) {
@@ -219,27 +226,6 @@ const glm_dsinfo_entry *glm_dsinfo_find_name(const glm_dsinfo *d, const char *na
     return NULL;
 }
 
-/* Levenshtein distance, capped inputs (names are short). */
-static int edit_distance(const char *a, const char *b) {
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 200 || m > 200) return 1000;
-    int row[201];
-    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= n; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= m; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (row[j] + 1 < best) best = row[j] + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[m];
-}
-
 void glm_dsinfo_close_names(glm_dsinfo *const *infos, size_t n, const char *name, char *buf,
                             size_t bufsize, int max) {
     size_t used = 0;
@@ -250,7 +236,7 @@ void glm_dsinfo_close_names(glm_dsinfo *const *infos, size_t n, const char *name
     for (size_t i = 0; i < n && found < max; i++)
         for (size_t j = 0; j < infos[i]->n && found < max; j++) {
             const char *c = infos[i]->entries[j].name;
-            if (edit_distance(name, c) <= lim || strstr(c, name) || strstr(name, c)) {
+            if (glm_edit_distance(name, c) <= (size_t)lim || strstr(c, name) || strstr(name, c)) {
                 int w = snprintf(buf + used, bufsize - used, "%s%s", found ? ", " : "", c);
                 if (w < 0 || (size_t)w >= bufsize - used) return;
                 used += (size_t)w;

@@ -145,6 +145,14 @@ const glm_shard *glm_loader_shard_of(const glm_loader *l, uint64_t row, uint32_t
     return &l->shards[lo];
 }
 
+/* A row's ids and target bits are copied out: their pages go back to the page cache (a row of
+ * 1M tokens is 4 MiB of ids; the loader never keeps several resident, see glm_shard_release). */
+static void release_row(const glm_shard *sh, uint64_t base, uint32_t T) {
+    const uint8_t *m = sh->map.data;
+    glm_shard_release(sh, (uint64_t)((const uint8_t *)sh->ids - m) + 4 * base, 4 * (uint64_t)T);
+    glm_shard_release(sh, (uint64_t)((const uint8_t *)sh->targets - m) + base / 8, (uint64_t)T / 8 + 1);
+}
+
 void glm_loader_row(const glm_loader *l, uint64_t row, uint32_t *ids, uint8_t *targets, int32_t *pos,
                     int32_t *doc, int64_t *n_targets) {
     uint32_t r;
@@ -168,6 +176,7 @@ void glm_loader_row(const glm_loader *l, uint64_t row, uint32_t *ids, uint8_t *t
         doc[t] = di;
     }
     if (n_targets) *n_targets = nt;
+    release_row(sh, base, T);
 }
 
 int64_t glm_loader_row_targets(const glm_loader *l, uint64_t row) {
@@ -176,5 +185,7 @@ int64_t glm_loader_row_targets(const glm_loader *l, uint64_t row) {
     uint64_t base = (uint64_t)r * sh->seq_len;
     int64_t nt = 0;
     for (uint32_t t = 0; t < sh->seq_len; t++) nt += glm_shard_target(sh, base + t);
+    glm_shard_release(sh, (uint64_t)((const uint8_t *)sh->targets - (const uint8_t *)sh->map.data) + base / 8,
+                      (uint64_t)sh->seq_len / 8);
     return nt;
 }

@@ -43,7 +43,10 @@ glm_status glm_loader_next(glm_loader *l, uint32_t n, uint64_t *rows, uint32_t *
 
 /* Copies row `row` into ids[T], targets[T] (0/1 bytes), pos[T] (position in its document,
  * restarting at 0; padding counts 0..), doc[T] (document index within the row; the padding
- * is one more document). Returns the row's count of target tokens in *n_targets. */
+ * is one more document). Returns the row's count of target tokens in *n_targets. Streaming: the
+ * shards are mapped, not read, and the row's pages are released after the copy
+ * (glm_shard_release), so the process holds the caller's buffers and at most one row of the
+ * mapping, whatever the shards' size (rows of 1M tokens: 4 MiB of ids each). */
 void glm_loader_row(const glm_loader *l, uint64_t row, uint32_t *ids, uint8_t *targets, int32_t *pos,
                     int32_t *doc, int64_t *n_targets);
 

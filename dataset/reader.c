@@ -34,6 +34,7 @@ typedef struct rd_src {
     const glm_dsinfo_entry *map;       /* registry entry that maps this file, or NULL */
     int64_t size;
     size_t group;                      /* its dataset (rd_group) */
+    bool cli;                          /* named as a file on the command line */
 } rd_src;
 
 /* A dataset, for max_samples and num_samples: a registry entry, or an input as given. */
@@ -68,6 +69,8 @@ struct glm_reader {
     bool defer_parse;                  /* glm_reader_set_deferred_parse */
     int64_t total_bytes, bytes_done;
     size_t n_opened;
+    size_t n_empty;                    /* streams that held no record */
+    int64_t stream_recs;               /* records split from the open stream */
     bool failed;
     GLM_VEC(rd_group) groups;
     size_t cur_input;                  /* the input being expanded (glm_reader_open) */
@@ -219,6 +222,7 @@ static glm_status add_source(glm_reader *r, const char *path, int64_t size,
     s.real = strdup(realpath(path, rp) ? rp : path);
     s.map = map;
     s.size = size;
+    s.cli = repeat_ok;
     if (!s.path || !s.real) {
         free(s.path);
         free(s.real);
@@ -226,9 +230,18 @@ static glm_status add_source(glm_reader *r, const char *path, int64_t size,
     }
     for (size_t i = 0; i < r->srcs.n; i++)
         if (strcmp(r->srcs.v[i].real, s.real) == 0) {
-            if (repeat_ok) { /* a file named again on the command line: read again (upsampling) */
+            if (repeat_ok && r->srcs.v[i].cli) {
+                /* a file named again on the command line: read again (upsampling) */
                 glm_log_info("%s is given again: its records are read once more", path);
                 break;
+            }
+            if (repeat_ok) { /* also reached through a registry or a folder: read once */
+                r->srcs.v[i].cli = true;
+                glm_log_info("%s is also named by an input before it (a registry or a folder): "
+                             "read once", path);
+                free(s.path);
+                free(s.real);
+                return GLM_OK;
             }
             if (map && r->srcs.v[i].map && r->srcs.v[i].map != map)
                 continue; /* another dataset_info entry on the same file: a dataset of its own */
@@ -625,6 +638,13 @@ int64_t glm_reader_bytes_read(const glm_reader *r) {
 }
 
 size_t glm_reader_n_sources(const glm_reader *r) { return r->n_opened; }
+size_t glm_reader_n_empty(const glm_reader *r) { return r->n_empty; }
+
+/* A stream that held no record is named once (the first 20; the count is kept for all). */
+static void note_empty(glm_reader *r, const char *name) {
+    if (r->n_empty++ < 20)
+        glm_log_warn("%s: holds no record (empty); hint: check that it is the file you meant", name);
+}
 
 /* ---------------------------------------------------------------- streaming */
 
@@ -716,6 +736,7 @@ static void start_split(glm_reader *r, const char *name_for_hint) {
     r->blk_n = 0;
     r->blk_eof = false;
     r->n_opened++;
+    r->stream_recs = 0;
 }
 
 /* Opens member `ent` of the open archive as a stream when it is a JSON file. *opened tells. */
@@ -749,6 +770,7 @@ static glm_status try_member(glm_reader *r, struct archive_entry *ent, bool *ope
     int rc = archive_read_next_header(r->inner, &ie);
     if (rc == ARCHIVE_EOF) { /* empty member */
         r->n_opened++;
+        note_empty(r, r->name);
         archive_read_free(r->inner);
         r->inner = NULL;
         return GLM_OK;
@@ -813,6 +835,7 @@ static glm_status open_next_stream(glm_reader *r) {
         int rc = archive_read_next_header(r->outer, &ent);
         if (rc == ARCHIVE_EOF) { /* an empty file or an empty archive */
             r->n_opened++;
+            note_empty(r, r->cur->path);
             close_file(r);
             continue;
         }
@@ -1003,6 +1026,7 @@ glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
         } else if (r->blk_eof) {
             st = glm_jsonsplit_finish(&r->js, &sr, &have);
             if (st == GLM_OK && !have) {
+                if (r->stream_recs == 0) note_empty(r, r->name);
                 close_stream(r);
                 continue;
             }
@@ -1014,6 +1038,7 @@ glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
             return glm_err_context(st, "%s", r->name);
         }
         if (have) {
+            r->stream_recs++;
             make_record(r, &sr, rec);
             rd_group *g = &r->groups.v[r->cur->group];
             int64_t idx = g->seen++;

@@ -123,6 +123,10 @@ int64_t glm_reader_bytes_read(const glm_reader *r);
 /* Number of streams (plain files or archive members) opened so far. */
 size_t glm_reader_n_sources(const glm_reader *r);
 
+/* Number of streams that held no record (each of the first 20 is named in a warning when it
+ * ends). */
+size_t glm_reader_n_empty(const glm_reader *r);
+
 /* Closes everything; NULL is accepted. */
 void glm_reader_close(glm_reader *r);
 

@@ -1,6 +1,9 @@
 #define _GNU_SOURCE
 #include "shard.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,10 +216,28 @@ glm_status glm_shard_open(const char *path, glm_shard *sh) {
                 (unsigned long long)ntgt);
         goto fail;
     }
+    /* validation touched every page: leave them to the page cache, not this process (rows of
+     * 1M tokens: the loader maps one row at a time, see glm_shard_release) */
+    glm_shard_release(sh, 0, size);
     return GLM_OK;
 fail:
     glm_shard_close(sh);
     return s;
+}
+
+void glm_shard_release(const glm_shard *sh, uint64_t off, uint64_t len) {
+    if (!sh->map.data || off >= sh->map.size) return;
+    if (len > sh->map.size - off) len = sh->map.size - off;
+    /* rounded OUT to 2 MiB: the kernel may map a file's page cache in large folios of up to that
+     * size, and an edge piece left mapped would stay resident; dropping a neighbour's pages too
+     * costs only a fault on its next read */
+    const uint64_t A = 2u << 20;
+    uint64_t a = off / A * A, b = (off + len + A - 1) / A * A;
+    if (b > sh->map.size) b = sh->map.size;
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t ps = pg > 0 ? (uint64_t)pg : 4096;
+    b = (b + ps - 1) / ps * ps; /* madvise's length in whole pages (the mapping's last page is whole) */
+    if (b > a) madvise((char *)sh->map.data + a, (size_t)(b - a), MADV_DONTNEED);
 }
 
 /* ------------------------------------------------------------------------------ writer */

@@ -78,6 +78,14 @@ typedef struct glm_shard {
 glm_status glm_shard_open(const char *path, glm_shard *sh);
 void glm_shard_close(glm_shard *sh);
 
+/* Drops the pages holding bytes [off, off + len) of the shard's mapping from this process
+ * (madvise MADV_DONTNEED on the read-only file mapping, the range rounded out to 2 MiB, the size
+ * of the page-cache folios the kernel may map: neighbouring bytes go too): they stay in the page
+ * cache and the next read maps them again, so reading a shard row by row keeps one row's pages
+ * resident at a time, not the file's. glm_shard_open releases the whole file after validating
+ * it; the loader releases each row after copying it. Never fails (a no-op where madvise refuses). */
+void glm_shard_release(const glm_shard *sh, uint64_t off, uint64_t len);
+
 /* Target bit of token i (0 <= i < R*T). */
 static inline int glm_shard_target(const glm_shard *sh, uint64_t i) {
     return (sh->targets[i >> 3] >> (i & 7)) & 1;

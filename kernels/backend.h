@@ -30,9 +30,10 @@
 
 #include "common/status.h"
 
-typedef enum { GLM_DT_F32 = 0, GLM_DT_BF16 = 1 } glm_dtype;
+/* GLM_DT_F64 exists only as the CPU backend's acc_dtype (the context-parallel ring's accumulators). */
+typedef enum { GLM_DT_F32 = 0, GLM_DT_BF16 = 1, GLM_DT_F64 = 2 } glm_dtype;
 
-/* Bytes per element of a backend dtype (4 or 2). */
+/* Bytes per element of a backend dtype (4, 2 or 8). */
 size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
@@ -41,6 +42,9 @@ struct glm_backend {
     const char *name;       /* "cpu", "cuda" */
     glm_dtype weight_dtype; /* base (frozen) weights */
     glm_dtype act_dtype;    /* activations and activation gradients */
+    glm_dtype acc_dtype;    /* accumulators carried across calls of the block attention ops (context-parallel
+                               ring): CPU GLM_DT_F64 (its double accumulation, rounded once at the end), CUDA
+                               GLM_DT_F32 */
     int rank, world;        /* data-parallel rank and world size (cpu: 0 and 1) */
     void *impl;             /* backend private state */
 
@@ -97,6 +101,14 @@ struct glm_backend {
      * even; bf16 -> f32 and same-dtype copies are exact). Used for the act-dtype copies of the
      * fp32 LoRA weights that the LoRA GEMMs read. */
     glm_status (*cast)(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
+
+    /* Strided 2-D copy with conversion: dst[r * ldd + c] = src[r * lds + c] converted from dtype ds
+     * to dd, r < rows, c < cols (strides in elements of each buffer's dtype; narrowing rounds to
+     * nearest even, widening is exact). Regions must not overlap. CPU: f32 -> f32, f64 -> f32, f32 ->
+     * f64; CUDA: f32 and bf16 either way (GLM_ERR_UNSUPPORTED otherwise). Used to pack K|V column
+     * blocks for the context-parallel ring and to store its accumulators into act / f32 buffers. */
+    glm_status (*cast_2d)(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
+                          int64_t lds, int64_t rows, int64_t cols);
 
     /* dst[i] = mean + std * z_i, i < n, z_i ~ N(0,1) from a counter-based generator of
      * (seed, stream, i) (Box-Muller on two glm_dropout_u01-style hashes), rounded once to dtype
@@ -170,6 +182,50 @@ struct glm_backend {
                                 const void *v, int64_t ldv, const int32_t *doc,
                                 int B, int T, int H, int Hkv, int Dh);
 
+    /* ---- attention blocks, for context-parallel rings (lora/ring_attention.c) ---------------
+     * A packed row's tokens are split over ranks; each rank computes its queries against one block
+     * of keys at a time. Both ops take one block of queries, the row's tokens [q0, q0 + Tq), and one
+     * block of keys, tokens [k0, k0 + Tk) of the same row (global token indices within the row, not
+     * RoPE positions), with their document ids q_doc [Tq] and k_doc [Tk] (int32, backend memory; as
+     * attention_fwd's doc). The mask is attention_fwd's in global indices: query i may attend key j
+     * iff k0 + j <= q0 + i and k_doc[j] == q_doc[i]. One row per call; heads as attention_fwd (q
+     * head h uses KV group h / (H / Hkv), scores (q . k) / sqrt(Dh)); q, k, v, out, dout are act
+     * with row strides (elements); an lse buffer holds head h of query i at [h * ldl + i].
+     * The accumulators carried from call to call ("acc") have type be->acc_dtype: on the CPU double,
+     * so that the blocks' partial results are merged and summed in double and rounded to f32 once,
+     * by cast_2d at the end, as the whole-row ops round (exact up to the order of the double
+     * sums); on CUDA f32 (not implemented yet: GLM_ERR_UNSUPPORTED, "context parallel attention
+     * on CUDA: not yet"). Zero-sized calls (Tq or Tk 0) do nothing and succeed where the op is
+     * implemented (a cheap probe). */
+
+    /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
+     * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
+     * (o_b, lse_b) over its allowed keys, lse' = log(exp(lse) + exp(lse_b)) and
+     * o' = o exp(lse - lse') + o_b exp(lse_b - lse'). o [Tq, H*Dh] acc (row stride ldo) and lse
+     * [H, ...] acc are the running result; init != 0 OVERWRITES them with the block's result
+     * instead (queries with no allowed key in the block get o = 0, lse = -inf); a query with no
+     * allowed key in a merged block keeps its o and lse. After every key block of a row has been
+     * merged, in any order, o and lse are attention_fwd's out and lse before its rounding to act /
+     * f32. Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+    glm_status (*attention_block_fwd)(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
+                                      const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                      int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
+                                      int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init);
+    /* Backward of one block, with the FINAL out [Tq, H*Dh] (act, row stride ldo, the same as dout's)
+     * and lse (f32, over all the queries' keys, as attention_fwd keeps it): over the block's
+     * allowed pairs P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D); ACCUMULATES
+     * dq += dS k / sqrt(Dh) into dq [Tq, H*Dh] acc (row stride lddq), and dk += dS^T q / sqrt(Dh),
+     * dv += P^T dout (summed over the heads of each group) into dk, dv [Tk, Hkv*Dh] acc (row strides
+     * lddk, lddv). Summed over every key block of a query (dq) and every query block of a key (dk,
+     * dv), the results are attention_bwd's before its rounding to act.
+     * Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA). */
+    glm_status (*attention_block_bwd)(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
+                                      void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                      const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
+                                      int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                      const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
+                                      int Dh);
+
     /* Fused cross-entropy over a chunk of n rows of logits [n, V] (act): for each row with
      * labels[i] >= 0 (int32, backend memory), lse = log sum_v exp(logits[i,v]) (double on CPU),
      * loss_i = lse - logits[i, labels[i]]; *loss_sum (host) receives sum_i loss_i (double,
@@ -233,11 +289,31 @@ struct glm_backend {
     /* Sum of n host doubles across the ranks, in place, blocking (for the loss sums, target
      * counts and the decisions every rank must take alike: skip a step, stop the run). */
     glm_status (*all_reduce_host)(const glm_backend *be, double *x, int n);
-    /* Point to point, for rings (context parallel, issue 8): sends `bytes` bytes of backend memory
+    /* Point to point, for rings (context parallel, lora/ring_attention.c): sends `bytes` bytes of backend memory
      * at send to rank `dst` and receives `bytes` bytes from rank `src` into recv, complete on
      * return (CPU: MPI_Sendrecv; CUDA: ncclSend/ncclRecv in one group). send and recv must not
      * overlap. Errors: GLM_ERR_ARG for a rank outside [0, world). */
     glm_status (*sendrecv)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes);
+    /* sendrecv, non-blocking: starts it and returns at once with *req (as all_reduce_start): send
+     * must not be written, nor recv read, until comm_wait(req) or comm_sync. CUDA: queued on the
+     * communication stream after the compute queued so far. Messages between two ranks are matched
+     * in the order they were started (there are no tags): ranks must start their sendrecvs in the
+     * same order. Errors: as sendrecv. */
+    glm_status (*sendrecv_start)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
+                                 int *req);
+    /* Sub-communicators (context parallel x data parallel): splits be's ranks into groups by color
+     * (the ranks passing the same color form one group, ordered by key, ties by rank) and returns
+     * in *out a backend for this rank's group, whose rank and world are the group's and whose
+     * communication ops (all of this section) run over the group only. Its compute ops, memory and
+     * device are be's: buffers from be->alloc serve both. CPU: MPI_Comm_split; CUDA: ncclCommSplit
+     * with its own communication stream and requests (compiled, not yet run). A collective over
+     * be: every rank calls it, in the same order as the other collectives. World 1: a backend of
+     * world 1. Free it with comm_free before be is closed. Errors: GLM_ERR_ARG (color < 0),
+     * GLM_ERR_INTERNAL naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
+     * in this build while world > 1). */
+    glm_status (*comm_split)(const glm_backend *be, int color, int key, const glm_backend **out);
+    /* Frees a backend from comm_split (NULL: no-op); collective over its group. */
+    void (*comm_free)(const glm_backend *sub);
     /* Seconds a collective may wait for the other ranks before it fails (default 1800, as
      * transformers' ddp_timeout); <= 0 restores the default. */
     void (*set_comm_timeout)(const glm_backend *be, double seconds);

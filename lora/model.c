@@ -217,8 +217,9 @@ glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be,
     }
     if (!st) st = be->sync(be);
     if (st) {
+        int L = c->L; /* c points into m */
         glm_model_free(m);
-        return glm_err_context(st, "making a random %d-layer model on the %s backend", c->L, be->name);
+        return glm_err_context(st, "making a random %d-layer model on the %s backend", L, be->name);
     }
     *out = m;
     return GLM_OK;

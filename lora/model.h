@@ -72,6 +72,17 @@ typedef struct glm_model {
      * 0: every rank holds the whole base. */
     int shard_world;
     struct glm_gather *gather; /* the gather slots (model_step.c; NULL unless sharded) */
+    /* Context parallel (--context-parallel, lora/ring_attention.h): cp > 1 splits every row of a
+     * batch over the cp ranks of cp_comm (a comm_split group; cp_comm->world == cp, its rank is
+     * this rank's place). glm_model_step then takes whole rows (every rank of the group the same
+     * batch: ids, targets, pos and doc of all T tokens, as the loader gives them), computes this
+     * rank's 2 chunks of each row (attention as a ring over the group, every other op on the local
+     * tokens), and returns this rank's share of the loss sum and target count and ACCUMULATES its
+     * share of the LoRA gradients: summed over the group (the trainer all-reduces over the world),
+     * they are those of the unsplit rows. Every rank of the group must run the same steps.
+     * glm_model_logits refuses it. 0 or 1: off. */
+    int cp;
+    const glm_backend *cp_comm;
 } glm_model;
 
 /* Loads config.json (glm_config_load with rope_theta_override, see lora/config.h) and the weights
@@ -130,8 +141,11 @@ const glm_plan *glm_model_current_plan(const glm_model *m);
  * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, element) so the recomputation and
  * the backward reproduce them; the dropout applies to every call with lora->dropout > 0, backward
  * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and
- * skips such steps). Errors: GLM_ERR_ARG (bad batch: id >= V, a target at the first token of a row
- * or of a document, B or T <= 0), backend errors. */
+ * skips such steps). With context parallel (m->cp > 1) the batch is whole rows, the attention a
+ * ring over m->cp_comm (a collective: every rank of the group makes the same calls) and the sums
+ * and gradients this rank's share of them (see glm_model.cp). Errors: GLM_ERR_ARG (bad batch: id
+ * >= V, a target at the first token of a row or of a document, B or T <= 0; context parallel
+ * without its group communicator), backend and communication errors. */
 glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,
                           int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets);
 

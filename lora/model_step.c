@@ -22,6 +22,7 @@
 
 #include "common/log.h"
 #include "lora/model.h"
+#include "lora/ring_attention.h"
 
 typedef struct saved {
     void *xn1, *qkv, *o, *x_mid, *xn2, *h, *a;
@@ -33,7 +34,8 @@ struct glm_ws {
     glm_plan plan;
     glm_ckpt_mode mode;      /* requested */
     const glm_lora *lora;    /* the adapter the LoRA copies belong to (NULL: none) */
-    int B_cap, T, backward;
+    int B_cap, T, backward;  /* T: the rows' length; with context parallel each row holds TL = 2S of them here */
+    int TL, cp;
     double max_bytes;
     int64_t mlp_over, loss_over;
     size_t esz;
@@ -52,6 +54,10 @@ struct glm_ws {
     uint32_t *ids;
     int32_t *pos, *doc, *labels;
     int32_t *lab_host;
+    /* context parallel: the ring's buffers, the rows' document ids (device [B, Tp] and host), and
+     * a host scratch for the local tokens' ids and positions */
+    glm_ring ring;
+    int32_t *gdoc, *gdoc_host, *loc_host;
     void **allocs;
     int n_allocs, cap_allocs;
 };
@@ -65,6 +71,8 @@ void glm_ws_free(struct glm_ws *w) {
     free(w->shA);
     free(w->shB);
     free(w->lab_host);
+    free(w->gdoc_host);
+    free(w->loc_host);
     free(w);
 }
 
@@ -104,6 +112,8 @@ void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int 
     o.lora_shadow = m->be->act_dtype != GLM_DT_F32;
     o.optimizer = m->optimizer;
     o.shard_world = m->shard_world;
+    o.cp = m->cp;
+    o.acc_bytes = (int)glm_dtype_size(m->be->acc_dtype);
     glm_plan_make(&m->cfg, lora ? &li : NULL, B, T, backward && lora, &o, out);
 }
 
@@ -121,6 +131,8 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->lora = lora;
     w->B_cap = p->B;
     w->T = p->T;
+    w->TL = (int)p->T_local;
+    w->cp = p->cp;
     w->backward = p->backward;
     w->max_bytes = m->max_bytes;
     w->mlp_over = m->mlp_chunk;
@@ -133,7 +145,11 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->S = calloc((size_t)c->L, sizeof(saved));
     w->lab_host = malloc((size_t)p->N * sizeof(int32_t));
     glm_status st = GLM_OK;
-    if (!w->xs || !w->S || !w->lab_host) {
+    if (p->cp > 1) {
+        w->gdoc_host = malloc((size_t)p->B * (size_t)p->T_padded * sizeof(int32_t));
+        w->loc_host = malloc((size_t)p->N * sizeof(int32_t));
+    }
+    if (!w->xs || !w->S || !w->lab_host || (p->cp > 1 && (!w->gdoc_host || !w->loc_host))) {
         glm_ws_free(w);
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
@@ -235,6 +251,28 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     A_(w->pos, N * 4, "pos");
     A_(w->doc, N * 4, "doc");
     A_(w->labels, N * 4, "labels");
+    if (p->cp > 1) { /* the ring (lora/ring_attention.h); the plan counts the same bytes */
+        const double kd2 = 2.0 * c->Hkv * c->Dh, ea = (double)glm_dtype_size(be->acc_dtype);
+        glm_ring *R = &w->ring;
+        R->be = be;
+        R->comm = m->cp_comm;
+        glm_cp_layout_make(p->T, p->cp, m->cp_comm->rank, &R->L);
+        R->B = p->B;
+        R->H = c->H;
+        R->Hkv = c->Hkv;
+        R->Dh = c->Dh;
+        A_(R->kv[0], N * kd2 * e, "ring K|V block");
+        A_(R->kv[1], N * kd2 * e, "ring K|V block (arriving)");
+        if (p->backward) {
+            A_(R->dkv[0], N * kd2 * ea, "ring dK|dV accumulator");
+            A_(R->dkv[1], N * kd2 * ea, "ring dK|dV accumulator (arriving)");
+        }
+        A_(R->acc, N * qd * ea, "ring output / dQ accumulator");
+        A_(R->lse_acc, N * H * ea, "ring lse accumulator");
+        A_(w->gdoc, (double)p->B * p->T_padded * 4, "the rows' document ids");
+        R->gdoc = w->gdoc;
+        R->gdoc_host = w->gdoc_host;
+    }
 #undef A_
     *out = w;
     return GLM_OK;
@@ -263,8 +301,8 @@ static glm_status gather_make(glm_model *m); /* below: the sharded base's gather
  * buffer when dropout is on), else a new one from a new plan. */
 static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout) {
     struct glm_ws *w = m->ws;
-    if (w && w->T == T && B <= w->B_cap && (!backward || w->backward) && (w->mode == mode || !backward) &&
-        (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
+    if (w && w->T == T && w->cp == (m->cp > 1 ? m->cp : 0) && (w->cp == 0 || w->ring.comm == m->cp_comm) && B <= w->B_cap &&
+        (!backward || w->backward) && (w->mode == mode || !backward) && (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
         w->loss_over == m->loss_chunk)
         return GLM_OK;
     glm_ws_free(m->ws);
@@ -275,7 +313,16 @@ static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int back
     return oom_context(st, m, &p);
 }
 
+/* Context parallel needs the group's communicator, of cp ranks. */
+static glm_status check_cp(const glm_model *m) {
+    if (m->cp > 1 && (!m->cp_comm || m->cp_comm->world != m->cp))
+        return glm_err(GLM_ERR_ARG, "model step: context parallel over %d ranks needs their group communicator (cp_comm "
+                       "of %d ranks)", m->cp, m->cp_comm ? m->cp_comm->world : 0);
+    return GLM_OK;
+}
+
 glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
+    GLM_TRY(check_cp(m));
     GLM_TRY(gather_make(m));
     GLM_TRY(ensure_ws(m, lora, B, T, backward && lora, mode, lora && lora->dropout > 0));
     if (out) *out = m->ws->plan;
@@ -412,11 +459,34 @@ typedef struct ctx {
     glm_model *m;
     glm_lora *lora;
     struct glm_ws *w;
-    int B, T;
+    int B, T;       /* rows and tokens per row held here (context parallel: the local 2S) */
     int64_t N;
     uint64_t seed;
     float p_drop;   /* 0 when no dropout (logits path) */
+    int T_row;      /* the rows' whole length (the dropout masks index tokens of the whole rows) */
+    const glm_cp_layout *cpl; /* context parallel: this rank's chunks; NULL: off */
 } ctx;
+
+/* Inverted dropout over rows [row0, row0 + rows) of the step's tokens (see be->dropout). The mask
+ * of a token is indexed by its place in the whole batch, row b token t -> b * T + t, so that with
+ * context parallel (local tokens from two chunks of each row) every rank draws the mask the
+ * unsplit step draws: the local rows are cut into runs of consecutive global tokens. */
+static glm_status drop_rows(const ctx *cx, void *y, int64_t ldy, const void *x, int64_t ldx, int64_t rows, int64_t D,
+                            int64_t row0, uint64_t stream) {
+    const glm_backend *be = cx->m->be;
+    if (!cx->cpl) return be->dropout(be, y, ldy, x, ldx, rows, D, row0, cx->p_drop, cx->seed, stream);
+    const size_t e = glm_dtype_size(be->act_dtype);
+    const int64_t S = cx->cpl->S;
+    for (int64_t n = 0; n < rows;) {
+        int64_t l = row0 + n, b = l / cx->T, j = l % cx->T, run = S - j % S;
+        if (run > rows - n) run = rows - n;
+        int64_t g = b * cx->T_row + glm_cp_global(cx->cpl, j);
+        GLM_TRY(be->dropout(be, (char *)y + (size_t)(n * ldy) * e, ldy, (const char *)x + (size_t)(n * ldx) * e, ldx, run, D,
+                            g, cx->p_drop, cx->seed, stream));
+        n += run;
+    }
+    return GLM_OK;
+}
 
 /* Layer l's frozen weights: the model's, or with a sharded base the gathered slot's (gather_use
  * was called for l before the layer runs). */
@@ -438,10 +508,9 @@ static const void *base_weight(const glm_layer_weights *lw, glm_linear lin) {
  * matrix starting at row0, so chunks and recomputation draw the same mask). */
 static glm_status lora_input(ctx *cx, const glm_lora_site *s, const void *x, int64_t in, int64_t rows, int64_t row0,
                              const void **xin) {
-    const glm_backend *be = cx->m->be;
     *xin = x;
     if (cx->p_drop > 0) {
-        GLM_TRY(be->dropout(be, cx->w->drop, in, x, in, rows, in, row0, cx->p_drop, cx->seed, (uint64_t)s->layer * 8 + s->module));
+        GLM_TRY(drop_rows(cx, cx->w->drop, in, x, in, rows, in, row0, (uint64_t)s->layer * 8 + s->module));
         *xin = cx->w->drop;
     }
     return GLM_OK;
@@ -565,7 +634,7 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
         if (cx->p_drop > 0) {
             uint64_t stream = (uint64_t)layer * 8 + s->module;
             GLM_TRY(be->matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 0.0f, w->drop, ad, in));
-            GLM_TRY(be->dropout(be, w->drop, in, w->drop, in, rows, in, row0, cx->p_drop, cx->seed, stream));
+            GLM_TRY(drop_rows(cx, w->drop, in, w->drop, in, rows, in, row0, stream));
             GLM_TRY(be->axpy(be, dx, w->drop, 1.0f, rows * in));
         } else {
             GLM_TRY(be->matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 1.0f, dx, ad, in));
@@ -613,8 +682,12 @@ static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b) {
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(be->rope(be, b->qkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 0));
     PH(GLM_PHASE_ATTN_FWD);
-    GLM_TRY(be->attention_fwd(be, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd), Dqkv, w->doc,
-                              cx->B, cx->T, c->H, c->Hkv, c->Dh));
+    if (cx->cpl) /* context parallel: the ring over the group (lora/ring_attention.h) */
+        GLM_TRY(glm_ring_attention_fwd(&w->ring, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd),
+                                       Dqkv));
+    else
+        GLM_TRY(be->attention_fwd(be, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd), Dqkv,
+                                  w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(be->copy(be, b->x_mid, x_in, (size_t)(N * C) * w->esz));
     return linear_fwd(cx, l, GLM_LIN_DENSE, b->o, qd, N, 0, b->x_mid, C, C, 1);
@@ -695,8 +768,12 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
     /* the attention half */
     GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, b.o, qd, N, 0, w->dx, C, C, w->d_o));
     PH(GLM_PHASE_ATTN_BWD);
-    GLM_TRY(be->attention_bwd(be, w->dqkv, OFF(w->dqkv, qd), OFF(w->dqkv, qd + kd), w->d_o, qd, b.o, b.lse, b.qkv, Dqkv,
-                              OFF(b.qkv, qd), Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
+    if (cx->cpl)
+        GLM_TRY(glm_ring_attention_bwd(&w->ring, w->dqkv, Dqkv, OFF(w->dqkv, qd), Dqkv, OFF(w->dqkv, qd + kd), Dqkv, w->d_o, qd,
+                                       b.o, b.lse, b.qkv, OFF(b.qkv, qd), OFF(b.qkv, qd + kd)));
+    else
+        GLM_TRY(be->attention_bwd(be, w->dqkv, OFF(w->dqkv, qd), OFF(w->dqkv, qd + kd), w->d_o, qd, b.o, b.lse, b.qkv, Dqkv,
+                                  OFF(b.qkv, qd), Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(be->rope(be, w->dqkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 1));
     GLM_TRY(linear_bwd(cx, l, GLM_LIN_QKV, b.xn1, C, N, 0, w->dqkv, Dqkv, Dqkv, w->dxn));
@@ -707,12 +784,15 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
 /* ---------------------------------------------------------------------------- step */
 
 /* Validates the batch and uploads ids/pos/doc and the shifted labels (label of position t = the
- * target token t+1, or -1); the labels stay on the host too (w->lab_host). */
-static glm_status upload_batch(const glm_model *m, struct glm_ws *w, const glm_batch *b, int64_t *n_labels) {
+ * target token t+1, or -1); the labels stay on the host too (w->lab_host). Context parallel: the
+ * batch holds whole rows; this rank's local tokens (lora/ring_attention.h) are uploaded, with
+ * their labels taken from the whole row (the label of a chunk's last token is the first token
+ * of the next chunk), and the document ids of every token of the rows (w->gdoc, padded by the
+ * layout's padding rule) for the ring's masks. */
+static glm_status upload_batch(const glm_model *m, struct glm_ws *w, const glm_batch *b, const glm_cp_layout *cpl,
+                               int64_t *n_labels) {
     const glm_backend *be = m->be;
     int64_t N = (int64_t)b->B * b->T;
-    int32_t *lab = w->lab_host;
-    int64_t cnt = 0;
     for (int r = 0; r < b->B; r++)
         for (int t = 0; t < b->T; t++) {
             int64_t i = (int64_t)r * b->T + t;
@@ -726,13 +806,45 @@ static glm_status upload_batch(const glm_model *m, struct glm_ws *w, const glm_b
                 return glm_err(GLM_ERR_ARG, "batch row %d position %d: document index %d after %d; documents must be "
                                "contiguous runs with increasing indices (as the packer writes them)", r, t, b->doc[i],
                                b->doc[i - 1]);
-            lab[i] = (t + 1 < b->T && b->targets && b->targets[i + 1]) ? (int32_t)b->ids[i + 1] : -1;
-            if (lab[i] >= 0) cnt++;
         }
-    GLM_TRY(be->upload(be, w->ids, b->ids, (size_t)N * 4));
-    GLM_TRY(be->upload(be, w->pos, b->pos, (size_t)N * 4));
-    GLM_TRY(be->upload(be, w->doc, b->doc, (size_t)N * 4));
-    GLM_TRY(be->upload(be, w->labels, lab, (size_t)N * 4));
+    int32_t *lab = w->lab_host;
+    int64_t cnt = 0;
+    if (!cpl) {
+        for (int r = 0; r < b->B; r++)
+            for (int t = 0; t < b->T; t++) {
+                int64_t i = (int64_t)r * b->T + t;
+                lab[i] = (t + 1 < b->T && b->targets && b->targets[i + 1]) ? (int32_t)b->ids[i + 1] : -1;
+                cnt += lab[i] >= 0;
+            }
+        GLM_TRY(be->upload(be, w->ids, b->ids, (size_t)N * 4));
+        GLM_TRY(be->upload(be, w->pos, b->pos, (size_t)N * 4));
+        GLM_TRY(be->upload(be, w->doc, b->doc, (size_t)N * 4));
+        GLM_TRY(be->upload(be, w->labels, lab, (size_t)N * 4));
+        *n_labels = cnt;
+        return GLM_OK;
+    }
+    const int T = b->T, TL = glm_cp_local(cpl), Tp = cpl->Tp;
+    const int64_t NL = (int64_t)b->B * TL;
+    int32_t *loc = w->loc_host, *gd = w->gdoc_host;
+    for (int r = 0; r < b->B; r++) {
+        const int64_t o = (int64_t)r * T;
+        for (int t = 0; t < Tp; t++) gd[(int64_t)r * Tp + t] = t < T ? b->doc[o + t] : b->doc[o + T - 1] + 1;
+        for (int j = 0; j < TL; j++) {
+            int64_t t = glm_cp_global(cpl, j), l = (int64_t)r * TL + j;
+            lab[l] = (t + 1 < T && b->targets && b->targets[o + t + 1]) ? (int32_t)b->ids[o + t + 1] : -1;
+            cnt += lab[l] >= 0;
+            loc[l] = t < T ? (int32_t)b->ids[o + t] : 0; /* padding: token 0 */
+        }
+    }
+    GLM_TRY(be->upload(be, w->ids, loc, (size_t)NL * 4)); /* uint32 ids below V < 2^31: the same bits */
+    for (int r = 0; r < b->B; r++)
+        for (int j = 0; j < TL; j++) {
+            int64_t t = glm_cp_global(cpl, j);
+            loc[(int64_t)r * TL + j] = t < T ? b->pos[(int64_t)r * T + t] : (int32_t)(t - T); /* padding: 0, 1, ... */
+        }
+    GLM_TRY(be->upload(be, w->pos, loc, (size_t)NL * 4));
+    GLM_TRY(be->upload(be, w->labels, lab, (size_t)NL * 4));
+    GLM_TRY(be->upload(be, w->gdoc, gd, (size_t)b->B * (size_t)Tp * 4));
     *n_labels = cnt;
     return GLM_OK;
 }
@@ -758,12 +870,20 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (lora && (lora->L != c->L || lora->be != be))
         return glm_err(GLM_ERR_MISMATCH, "model step: the LoRA adapter was built for another model");
     if (!lora) backward = 0;
+    const int cp = m->cp > 1;
+    GLM_TRY(check_cp(m));
+    if (cp && logits_out)
+        return glm_err(GLM_ERR_UNSUPPORTED, "model logits with context parallel: each rank holds only its chunks of a row; "
+                       "hint: compute logits without --context-parallel");
     GLM_TRY(ensure_ws(m, lora, b->B, b->T, backward, mode, lora && p_drop > 0));
     GLM_TRY(gather_make(m));
     struct glm_ws *w = m->ws;
-    ctx cx = {m, lora, w, b->B, b->T, (int64_t)b->B * b->T, seed, p_drop};
+    w->ring.B = b->B; /* this batch's rows (at most the workspace's) */
+    const glm_cp_layout *cpl = cp ? &w->ring.L : NULL;
+    const int TL = cp ? w->TL : b->T;
+    ctx cx = {m, lora, w, b->B, TL, (int64_t)b->B * TL, seed, p_drop, b->T, cpl};
     int64_t N = cx.N, C = c->C, V = c->V, nlab = 0;
-    glm_status st = upload_batch(m, w, b, &nlab);
+    glm_status st = upload_batch(m, w, b, cpl, &nlab);
     if (!st) st = refresh_lora_copies(be, w, lora);
     if (st) return st;
     const void *embed = m->embed, *out_w = m->out_w;

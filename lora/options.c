@@ -10,7 +10,9 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
+#include "common/strdist.h"
 #include "lora/plan.h"
 
 #define OFF(f) offsetof(glm_train_opts, f)
@@ -123,6 +125,11 @@ static const glm_opt_def k_opts[] = {
     {"shard-base", "shard_base", NULL, GLM_OPT_BOOL, "false", "",
      "hold 1/N of every frozen base weight on each of the N ranks and all-gather a layer's weights just before it "
      "runs (the next layer prefetched): the 9B model on 24 GB cards (ZeRO-3 for the frozen base)", OFF(shard_base), false},
+    {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
+     "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
+     "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
+     "(--gpus 8 --context-parallel 4: 2 groups of 4). So far on the CPU backend only (--device cpu --nproc N); "
+     "CUDA: not yet", OFF(context_parallel), false},
     {"comm-timeout", "comm_timeout", "ddp_timeout", GLM_OPT_FLOAT, "1800", "seconds",
      "how long a collective (all-reduce, all-gather) may wait for the other ranks before the run stops with an "
      "error naming the rank and the call (transformers' ddp_timeout)", OFF(comm_timeout), false},
@@ -550,29 +557,6 @@ static const char *type_name(glm_opt_type t) {
     return "?";
 }
 
-size_t glm_edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    size_t *row = malloc((lb + 1) * sizeof(size_t));
-    if (!row) return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            size_t best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    size_t d = row[lb];
-    free(row);
-    return d;
-}
-
 /* A known name close to `s` (edit distance at most 2, or a third of the name; or a known name
  * that starts with s, for s of 4+ characters), else NULL: only related names are suggested.
  * kebab: flags (--learning-rate); else snake keys, aliases and the LLaMA-Factory keys. */
@@ -874,6 +858,9 @@ static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const
     if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CONFIG)
         return glm_err(GLM_ERR_ARG, "%s: %s is set twice in the config (keys %s / %s)", where, d->key, d->key,
                        d->alias ? d->alias : key);
+    if (src == GLM_SRC_CLI && !*val) /* "--max-steps=" or "--max-steps ''": a value was meant */
+        return glm_err(GLM_ERR_ARG, "%s: the value is empty; hint: give a value (--%s VALUE) or leave "
+                       "the option out for its default", where, d->name);
     bool b;
     if (d->type == GLM_OPT_STRING && d->optional_value && (parse_bool(val, &b) || is_null(val))) {
         char *v = parse_bool(val, &b) && b ? strdup("latest") : NULL;
@@ -1177,6 +1164,13 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
 /* ------------------------------------------------------------------ validate, print, JSON */
 
 glm_status glm_opts_validate(glm_train_opts *o) {
+    /* paths name what they name: "runs/a/" is the directory runs/a (checkpoints, resume checks) */
+    char **paths[] = {&o->model, &o->data, &o->output_dir, &o->eval_data, &o->init_adapter, &o->resume_from_checkpoint};
+    static const char *const names[] = {"model", "data", "output-dir", "eval-data", "init-adapter", "resume-from-checkpoint"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        if (*paths[i] && !**paths[i]) return glm_err(GLM_ERR_ARG, "--%s is empty; hint: give a path", names[i]);
+        glm_path_strip_slash(*paths[i]);
+    }
     if (!o->model) return glm_err(GLM_ERR_ARG, "--model is required (the base checkpoint directory)");
     if (!o->data && !(o->dry_run && o->seq_len > 0))
         return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)%s",
@@ -1246,6 +1240,11 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(!(o->nproc > 0 && strcmp(o->device, "cuda") == 0), "--nproc starts CPU ranks; hint: --gpus N with --device cuda");
     NEED(!(o->gpus && strcmp(o->device, "cpu") == 0), "--gpus starts GPU workers; hint: --device cpu --nproc N for CPU ranks");
     NEED(o->comm_timeout > 0 && isfinite(o->comm_timeout), "--comm-timeout (ddp_timeout) must be > 0 seconds");
+    NEED(o->context_parallel >= 1 && o->context_parallel <= 4096, "--context-parallel must be between 1 and 4096 ranks "
+         "(got %lld; 1: off)", (long long)o->context_parallel);
+    NEED(!(o->context_parallel > 1 && o->nproc > 0 && o->nproc % o->context_parallel),
+         "--context-parallel %lld does not divide the %lld ranks of --nproc; hint: --nproc %lld (or a multiple of it)",
+         (long long)o->context_parallel, (long long)o->nproc, (long long)o->context_parallel);
     if (o->gpus) {
         const char *p = o->gpus;
         int ok = *p != 0;

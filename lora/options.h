@@ -68,6 +68,7 @@ typedef struct glm_train_opts {
     int64_t nproc;                      /* CPU ranks to start under mpirun (--device cpu); 0: this process */
     bool shard_base;                    /* each rank holds 1/world of the frozen base weights */
     double comm_timeout;                /* seconds a collective may wait (transformers' ddp_timeout) */
+    int64_t context_parallel;           /* ranks per row (lora/ring_attention.h); 1: off */
     int64_t seq_len;                    /* 0: the shards' row length; else must match it */
     char *dump_grads;                   /* file for the first step's gradients, or NULL */
     int64_t max_nonfinite;
@@ -151,7 +152,5 @@ glm_status glm_stage_check(const char *stage, const char *where);
  * can tell a training key from a typo in the same file. */
 bool glm_opts_known_key(const char *key);
 
-/* Levenshtein distance between a and b (for suggestions). */
-size_t glm_edit_distance(const char *a, const char *b);
 
 #endif

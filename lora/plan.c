@@ -101,14 +101,26 @@ static double loss_bytes(const glm_config *c, double lc, int backward, int e) {
     return lc * (e * (double)c->C * (backward ? 2 : 1) + e * (double)c->V + 4 + 8);
 }
 
+/* The ring's buffers (lora/model_step.c ws_create): two K|V blocks (act), two dK|dV accumulators
+ * (acc, backward only), the output / dQ and lse accumulators (acc), the rows' document ids. */
+static double ring_bytes(const glm_config *c, double N, double B, double Tp, int backward, int e, int ea) {
+    double kd2 = 2.0 * c->Hkv * c->Dh, qd = (double)c->H * c->Dh;
+    return e * N * kd2 * 2 + (backward ? ea * N * kd2 * 2 : 0) + ea * N * (qd + c->H) + 4 * B * Tp;
+}
+
 void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
                    glm_plan *p) {
     memset(p, 0, sizeof *p);
     const int e = o->act_bytes > 0 ? o->act_bytes : 2;
-    const double N = (double)B * T, C = c->C, F = c->F;
+    const int cp = o->cp > 1 ? o->cp : 0;
+    const int64_t Tp = cp ? ((int64_t)T + 2 * cp - 1) / (2 * cp) * (2 * cp) : T, TL = cp ? Tp / cp : T;
+    const double N = (double)B * TL, C = c->C, F = c->F;
     p->B = B;
     p->T = T;
-    p->N = (int64_t)B * T;
+    p->cp = cp;
+    p->T_local = TL;
+    p->T_padded = Tp;
+    p->N = (int64_t)B * TL;
     p->backward = backward;
     p->requested = o->mode;
     p->budget = o->budget;
@@ -117,7 +129,13 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     if (li && li->r > 0)
         p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0) + (o->lora_shadow ? e : 0));
     p->checkpoints = backward ? (c->L + 1.0) * N * C * e : 2.0 * N * C * e;
-    double persistent = p->weights + p->gathered + p->lora + p->checkpoints;
+    p->offload = backward && o->offload;
+    if (p->offload) { /* planned: every layer input in pinned host memory, 3 on the GPU (in use, written, prefetched) */
+        p->host = p->checkpoints;
+        p->checkpoints = 3.0 * N * C * e;
+    }
+    p->ring = cp ? ring_bytes(c, N, B, (double)Tp, backward, e, o->acc_bytes > 0 ? o->acc_bytes : 4) : 0;
+    double persistent = p->weights + p->gathered + p->lora + p->checkpoints + p->ring;
     double room = o->budget - persistent;
 
     /* chunks: at most 2048 tokens of logits and 8192 tokens of MLP (GEMMs of that height already
@@ -160,8 +178,8 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
                 double fx = fixed_bytes(c, li, N, (double)mc, (double)lc, 1, pass, e) + p->loss_head;
                 double left = o->budget - persistent - fx - k * mk;
                 if (left < 0) continue;
-                int s = ms > 0 ? (int)floor(left / ms) : L - k;
-                if (s > L - k) s = L - k;
+                double sd = ms > 0 ? floor(left / ms) : (double)(L - k);
+                int s = sd > L - k ? L - k : (int)sd; /* compared in double: a huge budget must not overflow */
                 int fl = L - k - s;
                 if ((fl > 0) != pass) continue;
                 double cost = s * f_sel + fl * f_full;
@@ -184,9 +202,28 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     p->saved = backward ? p->n_keep * mk + p->n_selective * ms : 0;
     p->working = fixed_bytes(c, li, N, (double)mc, (double)lc, backward, p->n_full > 0, e);
     p->fixed = p->working;
-    p->total = persistent + p->saved + p->working + p->loss_head;
+    p->total = persistent + p->saved + p->working + p->loss_head; /* persistent includes the ring */
     p->recompute_gflop = backward ? N * (p->n_selective * f_sel + p->n_full * f_full) / 1e9 : 0;
     p->fits = p->total <= o->budget;
+}
+
+int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *o,
+                         int64_t step, int64_t max_T, glm_plan *best) {
+    glm_plan p;
+    if (step < 1) step = 1;
+    if (max_T > INT32_MAX) max_T = INT32_MAX;
+    int64_t lo = 0, hi = max_T / step; /* in steps: lo fits (0: nothing yet), hi + 1 does not, or hi = the cap */
+    glm_plan_make(c, li, B, (int)step, backward, o, &p);
+    if (!p.fits) return 0;
+    lo = 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        glm_plan_make(c, li, B, (int)(mid * step), backward, o, &p);
+        if (p.fits) lo = mid;
+        else hi = mid - 1;
+    }
+    if (best) glm_plan_make(c, li, B, (int)(lo * step), backward, o, best);
+    return lo * step;
 }
 
 static void layers_line(FILE *f, int from, int n, const char *what) {
@@ -197,8 +234,18 @@ static void layers_line(FILE *f, int from, int n, const char *what) {
 
 void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
     const double G = 1073741824.0;
-    fprintf(f, "memory plan: %d x %d tokens (%lld per micro-batch), gradient checkpointing %s\n", p->B, p->T,
-            (long long)p->N, glm_ckpt_name(p->requested));
+    if (p->cp > 1) {
+        fprintf(f, "memory plan: %d x %d tokens, context parallel over %d ranks: each holds 2 of the %d chunks of %lld "
+                   "tokens of a row (rank c: chunks c and %d-c; %lld tokens per micro-batch), gradient checkpointing %s\n",
+                p->B, p->T, p->cp, 2 * p->cp, (long long)(p->T_local / 2), 2 * p->cp - 1, (long long)p->N,
+                glm_ckpt_name(p->requested));
+        if (p->T_padded > p->T)
+            fprintf(f, "  the row padded from %d to %lld tokens (a multiple of 2 x %d) with untargeted tokens of their own "
+                       "document\n", p->T, (long long)p->T_padded, p->cp);
+    } else {
+        fprintf(f, "memory plan: %d x %d tokens (%lld per micro-batch), gradient checkpointing %s\n", p->B, p->T,
+                (long long)p->N, glm_ckpt_name(p->requested));
+    }
     if (p->backward) {
         layers_line(f, 0, p->n_keep, "keep all activations (no recomputation)");
         layers_line(f, p->n_keep, p->n_selective, "selective: keep attention results, recompute norms and MLP");
@@ -212,18 +259,31 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
         fprintf(f, "  frozen base sharded over %d ranks (--shard-base): this rank holds 1/%d of every base matrix "
                    "(%.2f GiB) and all-gathers the layer it runs and the next into %.2f GiB of gather slots\n",
                 p->shard_world, p->shard_world, p->weights / G, p->gathered / G);
-    fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f + kept "
-               "activations %.2f + working buffers %.2f + loss head %.2f = %.2f of a %.2f budget\n",
+    if (p->offload)
+        fprintf(f, "  layer inputs offloaded to pinned host memory: PLANNED, NOT IMPLEMENTED (a run does not do it yet): "
+                   "%.2f GiB of host memory per rank, the GPU keeping 3 layers' inputs\n", p->host / G);
+    char ring[64] = "";
+    if (p->cp > 1) snprintf(ring, sizeof ring, " + ring buffers %.2f", p->ring / G);
+    fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f%s + kept "
+               "activations %.2f + working buffers %.2f%s + loss head %.2f = %.2f of a %.2f budget\n",
             (p->weights + p->gathered) / G, p->shard_world > 1 ? " (shard + gather slots)" : "", p->lora / G,
-            p->checkpoints / G, p->saved / G, p->working / G, p->loss_head / G, p->total / G, p->budget / G);
+            p->checkpoints / G, p->offload ? " (on the GPU)" : "", p->saved / G, p->working / G, ring, p->loss_head / G,
+            p->total / G, p->budget / G);
     if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
     if (!p->fits) {
         fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
-        if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
-            fprintf(f, "Try --gradient-checkpointing auto (or full); ");
-        fprintf(f, "a shorter --seq-len (T = %d now) or a smaller --per-device-train-batch-size (%d now) shrinks every "
-                   "activation; the layer inputs alone take %.2f GiB.\n",
-                p->T, p->B, p->checkpoints / G);
+        if (p->weights + p->lora + p->gathered >= p->budget) {
+            /* no activation setting helps: the model itself is too big for this memory */
+            fprintf(f, "The weights alone take %.2f GiB: a card with more memory, or several GPUs with the frozen base "
+                       "sharded over them (--gpus N --shard-base).\n",
+                    (p->weights + p->lora + p->gathered) / G);
+        } else {
+            if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
+                fprintf(f, "Try --gradient-checkpointing auto (or full); ");
+            fprintf(f, "a shorter --seq-len (T = %d now)%s or a smaller --per-device-train-batch-size (%d now) shrinks "
+                       "every activation; the layer inputs alone take %.2f GiB.\n",
+                    p->T, p->cp > 1 ? ", more ranks per row (--context-parallel)" : "", p->B, p->checkpoints / G);
+        }
     }
     (void)c;
 }

@@ -56,11 +56,19 @@ typedef struct glm_plan_opts {
     int lora_shadow;       /* the backend keeps act-dtype copies of the LoRA weights */
     int optimizer;         /* count AdamW's two moments (training) */
     int shard_world;       /* > 1: --shard-base over this many ranks (the model's shard_world); 0: whole base */
+    int cp;                /* > 1: context parallel over this many ranks (lora/ring_attention.h): each holds
+                              2 chunks of every row and the ring's buffers; 0 or 1: off */
+    int acc_bytes;         /* the ring's accumulator element size (be->acc_dtype: 8 on the CPU, 4 on CUDA); 0: 4 */
+    int offload;           /* plan the layer inputs (checkpoints) in pinned host memory: PLANNED ONLY, the
+                              trainer does not implement the offload (train --dry-run prints such plans) */
 } glm_plan_opts;
 
 typedef struct glm_plan {
-    int B, T;
-    int64_t N;             /* B * T tokens */
+    int B, T;              /* rows per micro-batch and the rows' length */
+    int64_t N;             /* tokens on this rank: B * T_local */
+    int cp;                /* > 1: context parallel over cp ranks; 0: off */
+    int64_t T_local;       /* tokens of each row on this rank: T, or with context parallel 2 chunks of T_padded / 2cp */
+    int64_t T_padded;      /* the row length the chunks cover: T rounded up to a multiple of 2cp (T without) */
     int backward;
     glm_ckpt_mode requested;
     int n_keep, n_selective, n_full;   /* layers [0, n_keep) keep, the next n_selective selective, the rest full */
@@ -70,6 +78,9 @@ typedef struct glm_plan {
     int shard_world;                    /* > 1: weights is this rank's shard of the base ... */
     double gathered;                    /* ... and gathered the slots the layers are all-gathered into */
     double recompute_gflop;             /* extra forward work per step from recomputation */
+    double ring;                        /* context parallel: the ring's K|V blocks, dK|dV and f32 accumulators, document ids */
+    int offload;                        /* the layer inputs planned in host memory (not implemented): then checkpoints is ... */
+    double host;                        /* ... the device's share (3 layers' inputs) and host the pinned host bytes */
     int fits;
 } glm_plan;
 
@@ -80,13 +91,20 @@ static inline int64_t glm_shard_elems(int64_t n, int world) { return world > 1 ?
 /* Layer l's policy under the plan. */
 glm_ckpt_mode glm_plan_layer(const glm_plan *p, int l);
 
-/* Makes the plan for B rows of T tokens (backward: training step, else forward only).
+/* Makes the plan for B rows of T tokens (backward: training step, else forward only; with
+ * opts->cp > 1 this rank's share of them, see glm_plan.T_local).
  * Requested NONE / SELECTIVE / FULL apply to every layer (fits = 0 when it does not fit the
  * budget); AUTO chooses per layer. Chunks: opts' values when given, else the largest that leave
  * the layers room (mlp_chunk down to 512 tokens, loss_chunk down to 64). Never fails: a plan
  * that does not fit has fits = 0 and its predicted total. */
 void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *opts,
                    glm_plan *out);
+
+/* The longest row length T, a multiple of `step`, at most max_T, whose plan (rows B, backward)
+ * under `opts` fits the budget; 0 when even `step` tokens do not fit. *best (may be NULL) receives
+ * that plan. The plans' totals grow with T, so a bisection over at most ~50 plans. */
+int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *opts,
+                         int64_t step, int64_t max_T, glm_plan *best);
 
 /* Byte counts per token (or per chunk token) of the plan's pieces, for the model's workspace. */
 double glm_plan_bytes_keep(const glm_config *c, int act_bytes);      /* one keep layer, per token */

@@ -264,7 +264,28 @@ int cmd_bench(int argc, char **argv) {
     glm_optim opt;
     int have_opt = 0;
     double t0 = now_s();
-    st = glm_model_create_random(&cfg, be, 7, &m);
+    {
+        /* the weights must fit before anything is allocated (the 9B shape on a small machine) */
+        size_t fr = 0, tot = 0, use = 0, peak = 0;
+        be->mem_info(be, &fr, &tot, &use, &peak);
+        glm_plan_opts po;
+        memset(&po, 0, sizeof po);
+        po.mode = GLM_CKPT_FULL;
+        po.budget = 1e30;
+        po.act_bytes = (int)glm_dtype_size(be->act_dtype);
+        po.weight_bytes = (int)glm_dtype_size(be->weight_dtype);
+        glm_plan wp;
+        glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
+        double have = o.max_gib > 0 ? o.max_gib * 1073741824.0 : (double)fr;
+        if (have > 0 && wp.weights > have)
+            st = glm_err(GLM_ERR_NOMEM, "the %s weights take %.2f GiB (%s) and this %s has %.2f GiB %s; hint: %s", shape_name,
+                         wp.weights / 1073741824.0, glm_dtype_size(be->weight_dtype) == 2 ? "bf16" : "fp32",
+                         strcmp(be->name, "cpu") ? "GPU" : "machine", have / 1073741824.0,
+                         o.max_gib > 0 ? "by --max-gpu-memory" : "free",
+                         strcmp(be->name, "cpu") ? "a GPU with more memory, or a smaller --config"
+                                                 : "--device cuda on a GPU, or a smaller shape (--config FILE)");
+    }
+    if (!st) st = glm_model_create_random(&cfg, be, 7, &m);
     glm_lora_config lc = {o.rank, (float)o.alpha, 0.0f, false, o.targets};
     if (!st) st = glm_lora_create(m, &lc, 7, &lora);
     int n_params = 0;
@@ -316,6 +337,8 @@ int cmd_bench(int argc, char **argv) {
                 for (const char *q = r->err; *q; q++) putchar(*q == '"' ? '\'' : *q);
                 printf("\"}\n");
             }
+        } else if (r->ok && !strcmp(be->name, "cpu")) { /* no GPU: MFU and device memory do not apply */
+            printf("| %lld | %.0f | %.3f | %.3f | n/a | n/a | %s |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops, planstr);
         } else if (r->ok) {
             printf("| %lld | %.0f | %.3f | %.1f | %.1f%% | %.1f | %s |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops,
                    100 * r->mfu, r->peak_gib, planstr);

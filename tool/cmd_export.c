@@ -135,6 +135,12 @@ int cmd_export_adapter(int argc, char **argv) {
         if (r < 0) s = GLM_ERR_ARG;
     }
     if (s == GLM_OK && (!ckpt || !out)) s = glm_err(GLM_ERR_ARG, "export-adapter needs --checkpoint DIR and -o OUTDIR");
+    if (s == GLM_OK && !*out) s = glm_err(GLM_ERR_ARG, "export-adapter: -o \"\" is empty; hint: -o OUTDIR");
+    char outbuf[4096];
+    if (s == GLM_OK) { /* "adapter/" names the directory "adapter" */
+        snprintf(outbuf, sizeof outbuf, "%s", out);
+        out = glm_path_strip_slash(outbuf);
+    }
     if (s == GLM_OK && base && !merge) s = glm_err(GLM_ERR_ARG, "--base is only used with --merge");
     glm_st_dtype dt = GLM_ST_F32;
     if (s == GLM_OK) {

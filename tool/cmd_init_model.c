@@ -57,6 +57,12 @@ int cmd_init_model(int argc, char **argv) {
         if (r < 0) s = GLM_ERR_ARG;
     }
     if (s == GLM_OK && (!config || !out)) s = glm_err(GLM_ERR_ARG, "init-model needs --config FILE and -o OUTDIR");
+    char outbuf[4096];
+    if (s == GLM_OK) {
+        snprintf(outbuf, sizeof outbuf, "%s", out);
+        out = glm_path_strip_slash(outbuf);
+        if (!*out) s = glm_err(GLM_ERR_ARG, "init-model: -o \"\" is empty; hint: -o OUTDIR");
+    }
     glm_config cfg;
     glm_layout layout;
     if (s == GLM_OK) s = glm_config_load(config, 0, &cfg);

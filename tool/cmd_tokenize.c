@@ -16,11 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/arena.h"
 #include "common/fileio.h"
 #include "common/hash.h"
+#include "common/strdist.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/progress.h"
@@ -524,6 +527,29 @@ static glm_status parse_train_on(const char *v, int *out) {
     return s;
 }
 
+/* "unknown option --seqlen; hint: did you mean --seq-len?": the candidates are the flags that
+ * --help names, so the two cannot drift apart. */
+static glm_status unknown_option(const char *a) {
+    const char *cands[128];
+    char names[128][40];
+    size_t n = 0;
+    for (const char *p = HELP; (p = strstr(p, "--")) && n < 128; p += 2) {
+        size_t k = 2;
+        while ((p[k] >= 'a' && p[k] <= 'z') || (p[k] == '-' && p[k + 1] != '-')) k++;
+        if (k <= 2 || k >= sizeof names[0]) continue;
+        snprintf(names[n], sizeof names[n], "%.*s", (int)k, p);
+        cands[n] = names[n];
+        n++;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(a, "="), a);
+    const char *near = glm_closest_name(name, cands, n);
+    if (near)
+        return glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: did you mean %s? (glmtune tokenize --help)", a,
+                       near);
+    return glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
+}
+
 /* A flag that may carry true/false (--mask-history, --mask-history=false, --mask-history true),
  * as LLaMA-Factory's command line spells booleans. 1/0 = given as true/false, -1 = not it. */
 static int bool_flag(int argc, char **argv, int *i, const char *name) {
@@ -622,13 +648,22 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) o->quiet = true;
         else if (cli_flag(a, "--encode")) o->encode = true;
         else if (cli_flag(a, "--decode")) o->decode = true;
-        else if (a[0] == '-' && a[1]) s = glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
+        else if (a[0] == '-' && a[1]) s = unknown_option(a);
         else o->inputs[o->n_inputs++] = a;
 #undef VAL
     }
     if (s == GLM_OK && o->config_path) s = apply_config(o, tok_set, out_set, dataset_set, dir_set);
-    if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir))
+    if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir)) {
+        struct stat sb;
+        if (!o->dataset_dir && stat("data", &sb) != 0) { /* LLaMA-Factory's default folder is not here */
+            char cwd[PATH_MAX];
+            s = glm_err(GLM_ERR_ARG, "datasets %s are looked up in dataset_dir, by default \"data\" in the current "
+                        "folder (%s), which does not exist; hint: --dataset-dir DIR, the folder that holds "
+                        "dataset_info.json (LLaMA-Factory's own is LLaMA-Factory/data), or dataset_dir: in the config",
+                        o->dataset, getcwd(cwd, sizeof cwd) ? cwd : ".");
+        }
         o->inputs[o->n_inputs++] = o->dataset_dir ? o->dataset_dir : "data"; /* LLaMA-Factory's default */
+    }
     else if (s == GLM_OK && o->dataset && o->dataset_dir) { /* the registry's folder too */
         bool have = false;
         for (int i = 0; i < o->n_inputs; i++) have |= !strcmp(o->inputs[i], o->dataset_dir);
@@ -655,7 +690,13 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
     if (s == GLM_OK && (o->encode || o->decode) && !o->tokenizer_path)
         s = glm_err(GLM_ERR_ARG, "--%s needs --tokenizer PATH", o->encode ? "encode" : "decode");
     if (s == GLM_OK && !o->encode && !o->decode) {
-        if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR%s",
+        if (o->out && *o->out) { /* "shards/" names the directory "shards" (its temp name, renames and messages) */
+            static char outbuf[4096];
+            snprintf(outbuf, sizeof outbuf, "%s", o->out);
+            o->out = glm_path_strip_slash(outbuf);
+        }
+        if (o->out && !*o->out) s = glm_err(GLM_ERR_ARG, "tokenize: -o \"\" is empty; hint: -o OUTDIR");
+        else if (!o->out) s = glm_err(GLM_ERR_ARG, "tokenize: no output directory; hint: -o OUTDIR%s",
                                  o->config_path ? " (or tokenized_path in the config)" : "");
         else if (o->n_inputs == 0) s = glm_err(GLM_ERR_ARG, "tokenize: no input files; hint: glmtune tokenize --tokenizer DIR -o OUT data/*.jsonl");
         else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");
@@ -976,8 +1017,9 @@ static int tokenize_main(tok_opts *op) {
     if (s == GLM_OK && o.val_size > 0 && o.val_size < 1 && pval.rows == 0)
         glm_log_warn("--val-size %g selected no sample out of %lld (a fraction is drawn per sample); hint: give a "
                      "count, e.g. --val-size 1", o.val_size, (long long)rep.records_kept);
-    if (s == GLM_OK && glm_reader_n_sources(rd) > rep.n_src)
-        glm_log_warn("%zu input file(s) or archive member(s) held no record (empty)", glm_reader_n_sources(rd) - rep.n_src);
+    if (s == GLM_OK && glm_reader_n_empty(rd) > 20)
+        glm_log_warn("%zu input files or archive members held no record (empty); the first 20 are "
+                     "named above", glm_reader_n_empty(rd));
     for (size_t i = 0; s == GLM_OK && i < glm_reader_n_datasets(rd); i++) {
         glm_reader_dataset ds;
         glm_reader_dataset_info(rd, i, &ds);

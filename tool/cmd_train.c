@@ -48,6 +48,17 @@ int cmd_train(int argc, char **argv) {
     if (o.eval_steps > 0 && !(o.eval_data && *o.eval_data))
         glm_log_warn("eval_steps is %lld but there is no eval_data: no evaluation will run; hint: --eval-data "
                      "OUTDIR (a tokenize output, its val split is used when it has one)", (long long)o.eval_steps);
+    if (o.gpus && o.context_parallel > 1) { /* before any worker starts: a usage error */
+        int devs[1024], n = launch_parse_gpus(o.gpus, devs, 1024);
+        if (n > 0 && n % o.context_parallel) {
+            s = glm_err(GLM_ERR_ARG, "--context-parallel %lld does not divide the %d GPUs of --gpus %s; hint: --gpus %lld "
+                        "(or a multiple), or a --context-parallel that divides %d", (long long)o.context_parallel, n, o.gpus,
+                        (long long)o.context_parallel, n);
+            glm_opts_free(&o);
+            cli_fail(s);
+            return GLM_EXIT_USAGE;
+        }
+    }
     /* --gpus / --nproc: this process supervises the ranks it starts (tool/launch.c) */
     if (!o.dry_run) {
         char **targs = malloc(sizeof(char *) * (size_t)(argc + 1));
@@ -115,6 +126,7 @@ int cmd_train(int argc, char **argv) {
         .quiet = quiet,
         .shard_base = o.shard_base,
         .comm_timeout = o.comm_timeout,
+        .context_parallel = (int)o.context_parallel,
         .dry_run_world = 1,
         .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
     };

@@ -37,6 +37,14 @@ static void describe(const launch_child *c, char *buf, size_t n) {
         snprintf(buf, n, "%s (pid %d) ended (status 0x%x)", c->name, (int)c->pid, c->status);
 }
 
+/* "rank 1 (GPU 3)" / "mpirun (2 CPU ranks)" when one child is live, else "the 3 workers". */
+static const char *live_names(const launch_child *c, int n, int live, char *buf, size_t sz) {
+    for (int i = 0; live == 1 && i < n; i++)
+        if (!c[i].ended && c[i].pid > 0) return c[i].name;
+    snprintf(buf, sz, "the %d workers", live);
+    return buf;
+}
+
 static int failed(const launch_child *c) { return !WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0; }
 
 static void kill_live(launch_child *c, int n, int sig) {
@@ -80,14 +88,17 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
         live++;
     }
     if (first_fail >= 0 && live) {
-        glm_log_error("stopping the %d worker(s) already started", live);
+        char w[64];
+        glm_log_error("stopping %s already started", live_names(c, n, live, w, sizeof w));
         kill_live(c, n, SIGTERM);
         stopping = 1;
         kill_at = mono() + grace_s;
     }
     while (live > 0) {
         if (g_sig && !stopping) {
-            glm_log_error("interrupted (%s): stopping the %d worker(s); the last checkpoint stays as it is", strsignal(g_sig), live);
+            char w[64];
+            glm_log_error("interrupted (%s): stopping %s; the last checkpoint stays as it is", strsignal(g_sig),
+                          live_names(c, n, live, w, sizeof w));
             kill_live(c, n, SIGTERM);
             stopping = 1;
             kill_at = mono() + grace_s;
@@ -95,7 +106,9 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
         if (stopping) {
             double left = kill_at - mono();
             if (left <= 0) {
-                glm_log_error("%d worker(s) still running %g s after SIGTERM: sending SIGKILL", live, grace_s);
+                char w[64];
+                glm_log_error("%s still running %g s after SIGTERM: sending SIGKILL", live_names(c, n, live, w, sizeof w),
+                              grace_s);
                 kill_live(c, n, SIGKILL);
                 kill_at = mono() + 3600;
             } else {

@@ -10,6 +10,7 @@
 #include <yaml.h>
 
 #include "common/log.h"
+#include "common/strdist.h"
 #include "lora/options.h"
 
 /* The keys read here, for "did you mean". */

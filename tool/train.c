@@ -6,7 +6,14 @@
  * 1 x B x 2 accumulation == 2B in one micro-batch == 2 ranks x B. Gradients are accumulated
  * over the micro-batches (each scaled by 1/N_global), all-reduced, clipped by global norm, and
  * applied by AdamW with the scheduled learning rate. A step whose loss or gradient norm is not
- * finite is skipped and counted; max_nonfinite such steps in a row abort the run. */
+ * finite is skipped and counted; max_nonfinite such steps in a row abort the run.
+ *
+ * Context parallel (--context-parallel C, lora/ring_attention.h): the world's W ranks form W / C
+ * data-parallel groups of C consecutive ranks (rank r: group r / C, place r % C in it). The data
+ * is sharded over the groups (as over ranks without it); the C ranks of a group read the same
+ * rows and each computes its 2 chunks of every row; every rank's loss sum and gradients are its
+ * tokens' share, so the all-reduces over the whole world (loss, gradients) give the global
+ * batch's, normalised by all its target tokens. */
 #define _GNU_SOURCE
 #include "train.h"
 
@@ -31,6 +38,7 @@
 #include "lora/metrics.h"
 #include "lora/model.h"
 #include "lora/optim.h"
+#include "lora/ring_attention.h"
 #include "lora/safetensors.h"
 #include "tokenize/tokenizer.h"
 #include "tool/dist.h"
@@ -91,6 +99,7 @@ static glm_status check_data(const glm_loader *l, const char *what, const glm_mo
                 return glm_err(GLM_ERR_MISMATCH, "%s: token id %u at token %llu is outside the model's vocabulary (%d); "
                                "hint: the shards were made for another model", sh->path, sh->ids[i],
                                (unsigned long long)i, c->V);
+        glm_shard_release(sh, 0, sh->map.size); /* the scan mapped every page: back to the page cache */
     }
     /* tokenizer fingerprint: the model directory's tokenizer, when it has one */
     char *tm = glm_path_join(model_dir, "tokenizer.model");
@@ -115,10 +124,11 @@ static glm_status check_data(const glm_loader *l, const char *what, const glm_mo
 
 /* Mean loss over every row of the eval split (forward only, LoRA dropout off as in PEFT's
  * model.eval(): glm_model_step applies lora->dropout to every forward, so it is zeroed here).
- * World > 1: rank r takes rows r*B.. of each block of B*world rows; every rank runs the same
- * number of forwards (a rank without rows left runs one untargeted row: with --shard-base every
- * forward is a sequence of collectives), and the sums are all-reduced. */
-static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, double *loss) {
+ * World > 1: data-parallel group g (rank g without context parallel) takes rows g*B.. of each
+ * block of B*groups rows; every rank runs the same number of forwards (a rank without rows left
+ * runs one untargeted row: with --shard-base or context parallel every forward is a sequence of
+ * collectives), and the sums are all-reduced. */
+static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, int dp, int dp_rank, double *loss) {
     const glm_backend *be = m->be;
     double sum = 0;
     int64_t nt = 0;
@@ -128,9 +138,9 @@ static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_b
     float p_drop = lora->dropout;
     lora->dropout = 0.0f;
     glm_status s = GLM_OK;
-    uint64_t block = (uint64_t)bb->B * (uint64_t)be->world;
+    uint64_t block = (uint64_t)bb->B * (uint64_t)dp; /* data-parallel groups (= ranks without context parallel) */
     for (uint64_t b0 = 0; b0 < ev->n_rows && s == GLM_OK; b0 += block) {
-        uint64_t r0 = b0 + (uint64_t)be->rank * (uint64_t)bb->B;
+        uint64_t r0 = b0 + (uint64_t)dp_rank * (uint64_t)bb->B;
         int n = r0 >= ev->n_rows ? 0 : (int)((ev->n_rows - r0) < (uint64_t)bb->B ? ev->n_rows - r0 : (uint64_t)bb->B);
         for (int i = 0; i < n; i++) rows[i] = r0 + (uint64_t)i;
         if (n == 0) rows[0] = 0;
@@ -208,7 +218,10 @@ typedef struct {
     int64_t tokens_seen; /* tokens of the rows trained on, over the whole run (resumes included) */
     dist_info dist;      /* this rank's place (tool/dist.h) */
     const glm_backend *be;
+    int cp, dp, dp_rank; /* context parallel: ranks per row (1: off), data-parallel groups, this rank's group */
+    const glm_backend *cp_comm; /* the group's communicator (comm_split; NULL without context parallel) */
     int n_buckets_started; /* layers whose gradient all-reduce the backward started this step */
+    int out_lock;          /* rank 0: the output directory's lock (train_lock_output_dir), or -1 */
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
@@ -328,7 +341,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm,
                         ts->loraplus_lr_ratio};
     GLM_TRY(glm_optim_init(&rs->optim, be, rs->params, (size_t)rs->n_params, &ac));
-    uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * be->world);
+    uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * rs->dp);
     uint64_t steps_per_epoch = (rs->data.n_rows + global_rows - 1) / global_rows;
     rs->total_steps = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)steps_per_epoch);
     if (rs->total_steps <= 0)
@@ -340,7 +353,19 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                            ts->min_lr, ts->min_lr_rate));
     if (ts->loraplus_lr_ratio > 0)
         glm_log_info("LoRA+: the lora_B weights learn at %g x the learning rate", ts->loraplus_lr_ratio);
-    GLM_TRY(batch_alloc(&rs->bb, (int)ts->per_device_train_batch_size, (int)rs->data.T));
+    /* a micro-batch larger than the data never fills: the buffers and the memory plan are for the rows a
+     * group can get (each step then takes the whole epoch, as the Trainer's last, short batch does) */
+    uint64_t group_rows = (rs->data.n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
+    int B_eff = (int)ts->per_device_train_batch_size;
+    if ((uint64_t)B_eff > group_rows) {
+        B_eff = (int)group_rows;
+        glm_log_warn("--per-device-train-batch-size %lld is more than the %llu row(s) %s: every step takes all of "
+                     "them (one epoch per step); hint: a smaller batch, or more data",
+                     (long long)ts->per_device_train_batch_size, (unsigned long long)group_rows,
+                     rs->dp > 1 ? "each data-parallel group gets" : "in the data");
+    }
+    if (global_rows > rs->data.n_rows) global_rows = rs->data.n_rows;
+    GLM_TRY(batch_alloc(&rs->bb, B_eff, (int)rs->data.T));
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
@@ -351,7 +376,10 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
     if (!rs->settings) rs->settings = json_object();
     rs->history = json_array();
-    if (be->rank == 0) GLM_TRY(glm_mkdir_p(ts->output_dir));
+    if (be->rank == 0) {
+        GLM_TRY(glm_mkdir_p(ts->output_dir));
+        GLM_TRY(train_lock_output_dir(ts->output_dir, &rs->out_lock)); /* a fresh directory: locked once made */
+    }
     glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
                  rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
@@ -363,11 +391,21 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                  (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows,
                  (unsigned long long)steps_per_epoch);
     if (ts->resume) GLM_TRY(restore(rs, ts));
+    if (rs->cp > 1) {
+        glm_cp_layout L;
+        glm_cp_layout_make((int)rs->data.T, rs->cp, rs->cp_comm->rank, &L);
+        rs->model->cp = rs->cp;
+        rs->model->cp_comm = rs->cp_comm;
+        glm_log_info("context parallel: each row of %u tokens over %d ranks (%d data-parallel group%s of %d): chunks of %d "
+                     "tokens, rank c of a group holding chunks c and %d-c%s", rs->data.T, rs->cp, rs->dp,
+                     rs->dp > 1 ? "s" : "", rs->cp, L.S, 2 * rs->cp - 1,
+                     L.Tp > L.T ? "; rows padded with untargeted tokens to a multiple of 2 x the ranks" : "");
+    }
     /* the step's buffers now, by the memory plan: an out-of-memory shows here, with the plan */
     rs->model->max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0;
     rs->model->optimizer = 1;
     glm_plan plan;
-    GLM_TRY(glm_model_prepare(rs->model, rs->lora, (int)ts->per_device_train_batch_size, (int)rs->data.T, 1,
+    GLM_TRY(glm_model_prepare(rs->model, rs->lora, rs->bb.B, (int)rs->data.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
     if (!ts->quiet && be->rank == 0) glm_plan_print(&plan, &rs->model->cfg, stderr);
     return GLM_OK;
@@ -378,12 +416,14 @@ static void teardown(run_state *rs) {
     glm_optim_free(&rs->optim);
     glm_lora_free(rs->lora);
     glm_model_free(rs->model);
+    if (rs->cp_comm) rs->be->comm_free(rs->cp_comm);
     dist_close(rs->be);
     glm_loader_close(&rs->data);
     if (rs->has_eval) glm_loader_close(&rs->eval);
     json_decref(rs->history);
     json_decref(rs->settings);
     free(rs->base_path);
+    if (rs->out_lock >= 0) close(rs->out_lock);
 }
 
 /* One logging window: the optimizer steps since the last log (transformers' Trainer logs
@@ -462,20 +502,21 @@ static glm_status bucket_ready(void *user, int layer) {
     return GLM_OK;
 }
 
-/* One optimizer step's forward/backward passes on this rank: its rows (every world-th row of the
- * global batch) in micro-batches of B; the gradients' all-reduce starts layer by layer during the
- * last micro-batch's backward and is waited for at the end. With world > 1 every rank runs the
- * same number of micro-batches (ceil(ceil(got / world) / B)), a rank short of rows running an
- * untargeted placeholder row, because every backward (and with --shard-base every forward) is a
- * sequence of collectives that all ranks must make. *loss_sum: this rank's sum of target losses;
- * *tokens: its rows' tokens. */
+/* One optimizer step's forward/backward passes on this rank: its group's rows (every dp-th row of
+ * the global batch; dp = world without context parallel) in micro-batches of B; the gradients'
+ * all-reduce starts layer by layer during the last micro-batch's backward and is waited for at
+ * the end. With world > 1 every rank runs the same number of micro-batches
+ * (ceil(ceil(got / dp) / B)), a rank short of rows running an untargeted placeholder row, because
+ * every backward (and with --shard-base or context parallel every forward) is a sequence of
+ * collectives that all ranks must make. *loss_sum: this rank's sum of target losses (its tokens'
+ * share with context parallel); *tokens: its rows' tokens (its share of them). */
 static glm_status step_passes(run_state *rs, const train_settings *ts, const uint64_t *rows, uint32_t got, uint64_t *mine,
                               int64_t n_global, double *loss_sum, double *tokens) {
     const glm_backend *be = rs->be;
-    int B = (int)ts->per_device_train_batch_size, W = be->world;
+    int B = (int)ts->per_device_train_batch_size, W = be->world, DP = rs->dp;
     uint32_t n_mine = 0;
-    for (uint32_t i = (uint32_t)be->rank; i < got; i += (uint32_t)W) mine[n_mine++] = rows[i];
-    uint32_t most = W > 1 ? (got + (uint32_t)W - 1) / (uint32_t)W : n_mine;
+    for (uint32_t i = (uint32_t)rs->dp_rank; i < got; i += (uint32_t)DP) mine[n_mine++] = rows[i];
+    uint32_t most = DP > 1 ? (got + (uint32_t)DP - 1) / (uint32_t)DP : n_mine;
     uint32_t n_micro = (most + (uint32_t)B - 1) / (uint32_t)B;
     *loss_sum = 0;
     *tokens = 0;
@@ -488,8 +529,9 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         if (n == 0) memset(rs->bb.targets, 0, (size_t)rs->bb.T); /* placeholder: no target, zero gradient */
         double ls = 0;
         int64_t k = 0;
-        /* the dropout stream of (step, micro-batch); ranks > 0 take micro-batch numbers after rank 0's */
-        uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs->step), micro + (uint64_t)be->rank * n_micro);
+        /* the dropout stream of (step, micro-batch); groups > 0 take micro-batch numbers after group 0's (the
+         * ranks of a group share the stream: the masks follow the tokens' places in the whole rows) */
+        uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs->step), micro + (uint64_t)rs->dp_rank * n_micro);
         bool last = micro + 1 == n_micro;
         if (W > 1 && last) {
             rs->model->grad_ready = bucket_ready;
@@ -498,7 +540,7 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         s = glm_model_step(rs->model, rs->lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
         rs->model->grad_ready = NULL;
         *loss_sum += ls;
-        if (n) *tokens += (double)n * rs->data.T;
+        if (n) *tokens += (double)n * rs->data.T / rs->cp;
     }
     if (s == GLM_OK && W > 1) {
         if (rs->n_buckets_started != rs->model->cfg.L)
@@ -512,11 +554,32 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
 glm_status train_run(const train_settings *ts) {
     run_state rs;
     memset(&rs, 0, sizeof rs);
+    rs.out_lock = -1;
     glm_status s = dist_detect(&rs.dist);
     if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs.dist, &rs.be);
     if (s != GLM_OK) return s;
     const glm_backend *be = rs.be;
     const int rank = be->rank, W = be->world;
+    /* context parallel: groups of cp consecutive ranks; every rank decides alike, no collective yet */
+    rs.cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
+    if (W % rs.cp) {
+        s = glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d rank%s of this run (%s); hint: %d, %d, ... "
+                    "ranks (--gpus / --nproc) for %d ranks per row, or a --context-parallel that divides %d", rs.cp, W,
+                    W > 1 ? "s" : "", rs.dist.how, rs.cp, 2 * rs.cp, rs.cp, W);
+        dist_close(be);
+        return s;
+    }
+    rs.dp = W / rs.cp;
+    rs.dp_rank = rank / rs.cp;
+    if (rs.cp > 1 && (s = glm_ring_supported(be)) != GLM_OK) { /* e.g. CUDA: the ring's block attention is CPU-only so far */
+        s = glm_err_context(s, "--context-parallel %d", rs.cp);
+        dist_close(be);
+        return s;
+    }
+    if (rs.cp > 1 && (s = be->comm_split(be, rs.dp_rank, rank % rs.cp, &rs.cp_comm)) != GLM_OK) {
+        dist_close(be);
+        return s;
+    }
     if (W > 1) {
         if (!ts->quiet) {
             char where[64] = "the CPU backend (MPI)";
@@ -525,7 +588,9 @@ glm_status train_run(const train_settings *ts) {
         }
         if (rank > 0) glm_log_level = 0; /* the other ranks are quiet: only errors, prefixed "rank R: " */
     }
-    s = agree(be, rank == 0 ? train_check_output_dir(ts) : GLM_OK); /* rank 0 clears the directory, the others wait */
+    /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
+    if (rank == 0) s = train_lock_output_dir(ts->output_dir, &rs.out_lock);
+    s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
     if (s == GLM_OK) s = agree(be, setup(&rs, ts));
     glm_metrics mx;
     bool mx_open = false;
@@ -546,7 +611,7 @@ glm_status train_run(const train_settings *ts) {
     if (s == GLM_OK && ts->resume && rank == 0) s = glm_metrics_restart(&mx, rs.step); /* TensorBoard drops the superseded points */
     s = agree(be, s);
     int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
-    uint32_t global_rows = (uint32_t)(B * accum * W);
+    uint32_t global_rows = (uint32_t)(B * accum * rs.dp);
     uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
     double *ranks_stats = calloc(3 * (size_t)W, sizeof(double)), *tps_rank = calloc((size_t)W, sizeof(double));
     if (s == GLM_OK && (!rows || !mine || !ranks_stats || !tps_rank))
@@ -560,6 +625,7 @@ glm_status train_run(const train_settings *ts) {
     if (s == GLM_OK) be->comm_wait_ms(be, 1);
     while (s == GLM_OK && rs.step < rs.total_steps) {
         double t_step = glm_now();
+        be->comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
         uint32_t got;
         /* the global batch: the loader's position is global and the same on every rank */
         if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
@@ -663,7 +729,7 @@ glm_status train_run(const train_settings *ts) {
         if (log_now) win = (log_window){0};
         if (s == GLM_OK && rs.has_eval && ts->eval_steps > 0 && (rs.step % ts->eval_steps == 0 || last)) {
             double el, t_eval = glm_now();
-            s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, &el);
+            s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, rs.dp, rs.dp_rank, &el);
             if (s == GLM_OK && rank == 0) {
                 double rt = glm_now() - t_eval, rts = rt > 1e-9 ? rt : 1e-9;
                 uint64_t ev_steps = (rs.eval.n_rows + (uint64_t)B - 1) / (uint64_t)B;

@@ -29,6 +29,7 @@ typedef struct train_settings {
     bool shard_base;          /* --shard-base: each rank holds 1/world of the frozen base */
     double comm_timeout;      /* seconds a collective may wait (--comm-timeout / ddp_timeout) */
     int dry_run_world;        /* --dry-run: the ranks to plan for (--gpus / --nproc; 1 otherwise) */
+    int context_parallel;     /* --context-parallel: ranks per row (1: off); must divide the world */
 } train_settings;
 
 /* Runs (or resumes) a training run. Errors: any glm_status with its message. */

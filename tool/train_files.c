@@ -4,9 +4,13 @@
 #include "tool/train_files.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "common/fileio.h"
 #include "common/log.h"
@@ -19,9 +23,15 @@
 #include "lora/plan.h"
 
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
- * would mix with the new ones), unless --overwrite-output-dir clears them. */
+ * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
+ * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
 glm_status train_check_output_dir(const train_settings *ts) {
-    if (ts->resume) return GLM_OK;
+    if (ts->resume) { /* the checkpoint must exist: said now, before the model loads */
+        char *path = NULL;
+        glm_status s = train_resume_path(ts, &path);
+        free(path);
+        return s;
+    }
     char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
     int64_t step = -1;
     glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
@@ -52,6 +62,26 @@ glm_status train_check_output_dir(const train_settings *ts) {
     return s;
 }
 
+glm_status train_lock_output_dir(const char *dir, int *fd) {
+    if (*fd >= 0 || !glm_is_dir(dir)) return GLM_OK;
+    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0)
+        return glm_err(GLM_ERR_IO, "%s: cannot open the output directory: %s; hint: check its permissions", dir,
+                       strerror(errno));
+    if (flock(d, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(d);
+        if (e == EWOULDBLOCK)
+            return glm_err(GLM_ERR_ARG, "%s is in use by another glmtune train (it holds the directory's lock); "
+                           "hint: wait for that run to end, stop it, or choose another --output-dir", dir);
+        glm_log_warn("%s: cannot lock the output directory (%s): a second run into it would not be stopped", dir,
+                     strerror(e));
+        return GLM_OK;
+    }
+    *fd = d;
+    return GLM_OK;
+}
+
 /* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
  * a checkpoint directory; or another output directory (its newest checkpoint). */
 glm_status train_resume_path(const train_settings *ts, char **path) {
@@ -66,6 +96,10 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
             return GLM_OK;
         }
     }
+    if (!glm_is_dir(dir))
+        return glm_err(GLM_ERR_IO, "--resume-from-checkpoint: %s does not exist%s; hint: give a checkpoint-N directory "
+                       "or the output directory of the run to continue, or start afresh without "
+                       "--resume-from-checkpoint", dir, dir == ts->output_dir ? " (the output directory)" : "");
     GLM_TRY(glm_ckpt_latest(dir, path, &step));
     if (!*path)
         return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
@@ -148,6 +182,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         glm_loader_close(&l);
     }
     if (T <= 0) return glm_err(GLM_ERR_ARG, "--dry-run needs the row length: --data SHARDS or --seq-len T");
+    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
+    if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
+    if (W % cp)
+        return glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d ranks of --gpus / --nproc; hint: --gpus %d "
+                       "(or a multiple), or a --context-parallel that divides %d", cp, W, cp, W);
     glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
                           ts->lora_target};
     glm_lora_info li;
@@ -183,8 +222,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
     int eb = cpu ? 4 : 2;
-    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1;
-    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0};
+    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0, cp,
+                       cpu ? 8 : 4, 0};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);
@@ -192,13 +231,47 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
     printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d on %lld parameters\n", ts->model, cfg.L, cfg.C, cfg.F, cfg.V,
            li.r, (long long)li.params);
-    if (W > 1)
+    if (cp > 1)
+        printf("context parallel: %d ranks per row, %d data-parallel group%s (%d ranks), each rank planned as below "
+               "(micro-batch %lld rows per group)%s\n", cp, W / cp, W / cp > 1 ? "s" : "", W,
+               (long long)ts->per_device_train_batch_size, ts->shard_base ? "; --shard-base" : "");
+    else if (W > 1)
         printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank)%s\n", W,
                (long long)ts->per_device_train_batch_size, ts->shard_base ? "; --shard-base" : "");
     else if (ts->shard_base)
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
     printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+    if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
+        const double G = 1073741824.0;
+        int B = (int)ts->per_device_train_batch_size;
+        int64_t step = 2048 * (int64_t)cp, cap = (int64_t)1 << 28;
+        glm_plan best, best_off;
+        glm_plan_opts oo = o;
+        oo.offload = 1;
+        int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &o, step, cap, &best);
+        int64_t tmax_off = glm_plan_longest(&cfg, &li, B, 1, &oo, step, cap, &best_off);
+        printf("longest row that fits %d rank%s of %.0f GiB with --context-parallel %d (micro-batch %d, gradient "
+               "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "", budget / G, cp, B,
+               glm_ckpt_name((glm_ckpt_mode)ts->ckpt_mode), (long long)step);
+        if (tmax > 0)
+            printf("  %lld tokens with the layer inputs on the GPUs (%lld per rank, %.2f GiB of %.2f)\n", (long long)tmax,
+                   (long long)best.N, best.total / G, budget / G);
+        else
+            printf("  none with the layer inputs on the GPUs: even %lld tokens need more than %.2f GiB per rank\n",
+                   (long long)step, budget / G);
+        if (tmax_off > 0)
+            printf("  %lld tokens with the layer inputs offloaded to pinned host memory: PLANNED, NOT IMPLEMENTED (a run does "
+                   "not offload yet); it would take %.1f GiB of host memory per rank, %.1f GiB for the %d ranks\n",
+                   (long long)tmax_off, best_off.host / G, best_off.host * W / G, W);
+        if (!p.fits) { /* the requested row with offloading */
+            glm_plan po;
+            glm_plan_make(&cfg, &li, B, (int)T, 1, &oo, &po);
+            printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
+                   "rank): PLANNED, NOT IMPLEMENTED\n", (long long)T, po.fits ? "would fit" : "would not fit either",
+                   po.total / G, po.host / G);
+        }
+    }
 #ifdef GLMTUNE_HAVE_CUDA
     if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
 #endif

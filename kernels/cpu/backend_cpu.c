@@ -11,7 +11,19 @@
 
 #include "kernels/backend.h"
 
-size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : 4; }
+/* attention_block.c */
+glm_status glm_cpu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
+                                       const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                       int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
+                                       int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init);
+glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
+                                       void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                       const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
+                                       int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                       const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
+                                       int Dh);
+
+size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : dt == GLM_DT_F64 ? 8 : 4; }
 
 void glm_rope_inv_freq(double base, int rot, float *inv_freq) {
     for (int i = 0; i < rot / 2; i++) inv_freq[i] = (float)(1.0 / pow(base, (double)(2 * i) / (double)rot));
@@ -417,6 +429,30 @@ static glm_status cpu_cast(const glm_backend *be, void *dst, glm_dtype dd, const
     return GLM_OK;
 }
 
+/* f32 <-> f32 / f64 (the CPU backend has no bf16 buffers; f64 only as its acc_dtype) */
+static glm_status cpu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
+                              int64_t lds, int64_t rows, int64_t cols) {
+    if (dd == GLM_DT_BF16 || ds == GLM_DT_BF16 || (dd == GLM_DT_F64 && ds == GLM_DT_F64))
+        return glm_err(GLM_ERR_UNSUPPORTED, "cpu backend: cast_2d: only f32 -> f32, f64 -> f32 and f32 -> f64");
+    if (rows < 0 || cols < 0 || (rows > 1 && (ldd < cols || lds < cols)))
+        return glm_err(GLM_ERR_ARG, "cast_2d: %lld x %lld with row strides %lld (dst) and %lld (src)", (long long)rows,
+                       (long long)cols, (long long)ldd, (long long)lds);
+    for (int64_t r = 0; r < rows; r++) {
+        if (dd == GLM_DT_F32 && ds == GLM_DT_F32) {
+            memmove((float *)dst + r * ldd, (const float *)src + r * lds, (size_t)cols * sizeof(float));
+        } else if (dd == GLM_DT_F32) {
+            const double *s = (const double *)src + r * lds;
+            float *d = (float *)dst + r * ldd;
+            for (int64_t c = 0; c < cols; c++) d[c] = (float)s[c];
+        } else {
+            const float *s = (const float *)src + r * lds;
+            double *d = (double *)dst + r * ldd;
+            for (int64_t c = 0; c < cols; c++) d[c] = s[c];
+        }
+    }
+    return GLM_OK;
+}
+
 static glm_status cpu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std,
                                   uint64_t seed, uint64_t stream) {
     GLM_TRY(need_f32(dt, "fill_normal"));
@@ -476,6 +512,7 @@ static glm_backend cpu_backend = {
     .name = "cpu",
     .weight_dtype = GLM_DT_F32,
     .act_dtype = GLM_DT_F32,
+    .acc_dtype = GLM_DT_F64,
     .rank = 0,
     .world = 1,
     .impl = NULL,
@@ -499,11 +536,14 @@ static glm_backend cpu_backend = {
     .swiglu_bwd = cpu_swiglu_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
+    .attention_block_fwd = glm_cpu_attention_block_fwd,
+    .attention_block_bwd = glm_cpu_attention_block_bwd,
     .cross_entropy = cpu_cross_entropy,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .sync = cpu_sync, /* the communication ops: glm_cpu_comm_ops (comm_mpi.c) */
     .cast = cpu_cast,
+    .cast_2d = cpu_cast_2d,
     .fill_normal = cpu_fill_normal,
     .mem_info = cpu_mem_info,
     .mem_reset_peak = cpu_mem_reset_peak,

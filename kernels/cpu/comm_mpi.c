@@ -3,7 +3,8 @@
  * broadcasting the NCCL unique id, aborting the job).
  *
  * World 1 (glm_backend_cpu()): every op is local (all_gather copies, the rest do nothing).
- * World > 1 (glm_backend_cpu_dist()): MPI_COMM_WORLD with MPI_ERRORS_RETURN, so every MPI error
+ * World > 1 (glm_backend_cpu_dist()): MPI_COMM_WORLD (or a comm_split group's communicator, kept
+ * in be->impl) with MPI_ERRORS_RETURN, so every MPI error
  * comes back as a message naming the rank and the call. Collectives are non-blocking
  * (MPI_Iallreduce, MPI_Iallgather, MPI_Isend/Irecv) and waited for by polling MPI_Test with a
  * short sleep, under a timeout: a rank whose peer stopped reports it instead of hanging (MPI
@@ -55,6 +56,12 @@ static glm_status mpi_fail(int rc, const char *call) {
     MPI_Error_string(rc, msg, &len);
     return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s failed: %s", g_mpi_rank, g_mpi_world, call, msg);
 }
+
+/* The communicator of a CPU backend: a comm_split group's (be->impl), else MPI_COMM_WORLD. */
+typedef struct cpu_comm {
+    MPI_Comm comm;
+} cpu_comm;
+static MPI_Comm comm_of(const glm_backend *be) { return be->impl ? ((const cpu_comm *)be->impl)->comm : MPI_COMM_WORLD; }
 
 glm_status glm_mpi_init(int *rank, int *world) {
     if (!g_mpi_inited) {
@@ -186,7 +193,7 @@ static glm_status cpu_all_reduce_start(const glm_backend *be, float *x, int64_t 
     snprintf(what, sizeof what, "MPI_Iallreduce (sum of %lld floats)", (long long)n);
     GLM_TRY(new_req(req, what));
     pending *p = &g_req[*req];
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &p->r[0]);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, comm_of(be), &p->r[0]);
     if (rc != MPI_SUCCESS) {
         p->used = 0;
         return mpi_fail(rc, what);
@@ -213,7 +220,7 @@ static glm_status cpu_all_gather_start(const glm_backend *be, void *dst, const v
     }
     pending *p = &g_req[*req];
     const void *s = (const char *)src == (const char *)dst + (size_t)be->rank * shard_bytes ? MPI_IN_PLACE : src;
-    int rc = MPI_Iallgather(s, count, t, dst, count, t, MPI_COMM_WORLD, &p->r[0]);
+    int rc = MPI_Iallgather(s, count, t, dst, count, t, comm_of(be), &p->r[0]);
     if (derived) MPI_Type_free(&t); /* freed when the operation no longer needs it */
     if (rc != MPI_SUCCESS) {
         p->used = 0;
@@ -255,7 +262,7 @@ static glm_status cpu_all_reduce_host(const glm_backend *be, double *x, int n) {
     int id;
     GLM_TRY(new_req(&id, what));
     pending *p = &g_req[id];
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &p->r[0]);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, comm_of(be), &p->r[0]);
     if (rc != MPI_SUCCESS) {
         p->used = 0;
         return mpi_fail(rc, what);
@@ -264,7 +271,9 @@ static glm_status cpu_all_reduce_host(const glm_backend *be, double *x, int n) {
     return wait_req(id);
 }
 
-static glm_status cpu_sendrecv(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes) {
+static glm_status cpu_sendrecv_start(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
+                                     int *req) {
+    *req = -1;
     if (dst < 0 || dst >= be->world || src < 0 || src >= be->world)
         return glm_err(GLM_ERR_ARG, "sendrecv: rank %d -> %d, from %d: outside the world of %d", be->rank, dst, src, be->world);
     if (be->world <= 1) {
@@ -272,29 +281,79 @@ static glm_status cpu_sendrecv(const glm_backend *be, const void *send, int dst,
         return GLM_OK;
     }
     char what[112];
-    snprintf(what, sizeof what, "MPI_Isend/MPI_Irecv (%zu bytes to rank %d, from rank %d)", bytes, dst, src);
+    snprintf(what, sizeof what, "MPI_Isend/MPI_Irecv (%zu bytes to rank %d, from rank %d of %d)", bytes, dst, src, be->world);
     MPI_Datatype t;
     int count, derived;
     GLM_TRY(byte_type(bytes, &t, &count, &derived));
-    int id;
-    glm_status st = new_req(&id, what);
+    glm_status st = new_req(req, what);
     if (st) {
         if (derived) MPI_Type_free(&t);
         return st;
     }
-    pending *p = &g_req[id];
-    int rc = MPI_Irecv(recv, count, t, src, 7, MPI_COMM_WORLD, &p->r[0]);
+    pending *p = &g_req[*req];
+    int rc = MPI_Irecv(recv, count, t, src, 7, comm_of(be), &p->r[0]);
     if (rc == MPI_SUCCESS) {
         p->nr = 1;
-        rc = MPI_Isend(send, count, t, dst, 7, MPI_COMM_WORLD, &p->r[1]);
+        rc = MPI_Isend(send, count, t, dst, 7, comm_of(be), &p->r[1]);
         if (rc == MPI_SUCCESS) p->nr = 2;
     }
     if (derived) MPI_Type_free(&t);
     if (rc != MPI_SUCCESS) {
         p->used = 0;
+        *req = -1;
         return mpi_fail(rc, what);
     }
-    return wait_req(id);
+    return GLM_OK;
+}
+
+static glm_status cpu_sendrecv(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes) {
+    int req;
+    GLM_TRY(cpu_sendrecv_start(be, send, dst, recv, src, bytes, &req));
+    return req < 0 ? GLM_OK : wait_req(req);
+}
+
+/* A group of ranks: a copy of the parent's table whose impl holds the MPI communicator. */
+static glm_status cpu_comm_split(const glm_backend *be, int color, int key, const glm_backend **out) {
+    *out = NULL;
+    if (color < 0) return glm_err(GLM_ERR_ARG, "comm_split: color %d must be >= 0", color);
+    glm_backend *b = malloc(sizeof *b);
+    cpu_comm *cc = malloc(sizeof *cc);
+    if (!b || !cc) {
+        free(b);
+        free(cc);
+        return glm_err(GLM_ERR_NOMEM, "comm_split: out of memory");
+    }
+    *b = *be;
+    if (be->world <= 1) { /* a group of one: no MPI involved */
+        free(cc);
+        b->impl = NULL;
+        b->rank = 0;
+        b->world = 1;
+        *out = b;
+        return GLM_OK;
+    }
+    int rc = MPI_Comm_split(comm_of(be), color, key, &cc->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(cc->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(cc->comm, &b->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(cc->comm, &b->world);
+    if (rc != MPI_SUCCESS) {
+        free(b);
+        free(cc);
+        return mpi_fail(rc, "MPI_Comm_split");
+    }
+    b->impl = cc;
+    *out = b;
+    return GLM_OK;
+}
+
+static void cpu_comm_free(const glm_backend *sub) {
+    if (!sub) return;
+    cpu_comm *cc = sub->impl;
+    if (cc) {
+        MPI_Comm_free(&cc->comm);
+        free(cc);
+    }
+    free((void *)sub);
 }
 
 static void cpu_comm_abort(const glm_backend *be, int code) {
@@ -344,6 +403,22 @@ static glm_status cpu_sendrecv(const glm_backend *be, const void *send, int dst,
     if (recv != send && bytes) memmove(recv, send, bytes);
     return GLM_OK;
 }
+static glm_status cpu_sendrecv_start(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
+                                     int *req) {
+    *req = -1;
+    return cpu_sendrecv(be, send, dst, recv, src, bytes);
+}
+static glm_status cpu_comm_split(const glm_backend *be, int color, int key, const glm_backend **out) {
+    *out = NULL;
+    if (color < 0) return glm_err(GLM_ERR_ARG, "comm_split: color %d must be >= 0", color);
+    if (be->world > 1) return no_mpi();
+    glm_backend *b = malloc(sizeof *b);
+    if (!b) return glm_err(GLM_ERR_NOMEM, "comm_split: out of memory");
+    *b = *be;
+    *out = b;
+    return GLM_OK;
+}
+static void cpu_comm_free(const glm_backend *sub) { free((void *)sub); }
 static void cpu_comm_abort(const glm_backend *be, int code) {}
 
 #endif
@@ -367,6 +442,9 @@ void glm_cpu_comm_ops(glm_backend *b) {
     b->comm_progress = cpu_comm_progress;
     b->all_reduce_host = cpu_all_reduce_host;
     b->sendrecv = cpu_sendrecv;
+    b->sendrecv_start = cpu_sendrecv_start;
+    b->comm_split = cpu_comm_split;
+    b->comm_free = cpu_comm_free;
     b->set_comm_timeout = cpu_set_comm_timeout;
     b->comm_wait_ms = cpu_comm_wait_ms;
     b->comm_abort = cpu_comm_abort;

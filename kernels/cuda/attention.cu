@@ -781,4 +781,25 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     return GLM_OK;
 }
 
+/* ---- attention blocks for the context-parallel ring (kernels/backend.h) ------------------------
+ * Not implemented on CUDA yet: the tiles above would serve, with the global offsets q0/k0 in the
+ * causal test, separate q/k document arrays, and f32 accumulators merged by lse; until then the ring
+ * runs on the CPU backend only and these say so. A zero-sized call (the trainer's probe) fails too. */
+glm_status cu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl, const void *q,
+                                  int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
+                                  const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,
+                                  int H, int Hkv, int Dh, int init) {
+    return glm_err(GLM_ERR_UNSUPPORTED, "context parallel attention on CUDA: not yet (the ring's block attention runs on "
+                   "the CPU backend only); hint: drop --context-parallel, or --device cpu");
+}
+glm_status cu_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
+                                  int64_t lddv, const void *dout, int64_t ldo, const void *out, const float *lse,
+                                  int64_t ldl, const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                  int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq,
+                                  int Tk, int H, int Hkv, int Dh) {
+    return glm_err(GLM_ERR_UNSUPPORTED, "context parallel attention on CUDA: not yet (the ring's block attention runs on "
+                   "the CPU backend only); hint: drop --context-parallel, or --device cpu");
+}
+
 }  // namespace glmcu
+

@@ -368,6 +368,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->name = "cuda";
         b->weight_dtype = GLM_DT_BF16;
         b->act_dtype = GLM_DT_BF16;
+        b->acc_dtype = GLM_DT_F32;
         b->rank = rank;
         b->world = world;
         b->impl = I;
@@ -384,6 +385,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->axpy = cu_axpy;
         b->dropout = cu_dropout;
         b->cast = cu_cast;
+        b->cast_2d = cu_cast_2d;
         b->fill_normal = cu_fill_normal;
         b->embedding = cu_embedding;
         b->rmsnorm_fwd = cu_rmsnorm_fwd;
@@ -393,6 +395,8 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->swiglu_bwd = cu_swiglu_bwd;
         b->attention_fwd = cu_attention_fwd;
         b->attention_bwd = cu_attention_bwd;
+        b->attention_block_fwd = cu_attention_block_fwd;
+        b->attention_block_bwd = cu_attention_block_bwd;
         b->cross_entropy = cu_cross_entropy;
         b->adamw = cu_adamw;
         b->sumsq = cu_sumsq;

@@ -135,7 +135,9 @@ static glm_status cu_all_gather_start(const glm_backend *be, void *dst, const vo
     return finish(be, *req, ncclAllGather(src, dst, shard_bytes, ncclInt8, IMPL(be)->comm, IMPL(be)->cs));
 }
 
-static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes) {
+static glm_status cu_sendrecv_start(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
+                                    int *req) {
+    *req = -1;
     if (dst < 0 || dst >= be->world || src < 0 || src >= be->world)
         return glm_err(GLM_ERR_ARG, "sendrecv: rank %d -> %d, from %d: outside the world of %d", be->rank, dst, src, be->world);
     cuda_impl *I = IMPL(be);
@@ -144,16 +146,24 @@ static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, 
         return GLM_OK;
     }
     char what[112];
-    snprintf(what, sizeof what, "ncclSend/ncclRecv (%zu bytes to rank %d, from rank %d)", bytes, dst, src);
-    int id;
-    GLM_TRY(begin(be, what, &id));
+    snprintf(what, sizeof what, "ncclSend/ncclRecv (%zu bytes to rank %d, from rank %d of %d)", bytes, dst, src, be->world);
+    GLM_TRY(begin(be, what, req));
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess) r = ncclSend(send, bytes, ncclInt8, dst, I->comm, I->cs);
     if (r == ncclSuccess) r = ncclRecv(recv, bytes, ncclInt8, src, I->comm, I->cs);
     ncclResult_t r2 = ncclGroupEnd();
-    GLM_TRY(finish(be, id, r != ncclSuccess ? r : r2));
+    glm_status st = finish(be, *req, r != ncclSuccess ? r : r2);
+    if (st) *req = -1;
+    return st;
+}
+
+static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes) {
+    int id;
+    GLM_TRY(cu_sendrecv_start(be, send, dst, recv, src, bytes, &id));
+    if (id < 0) return GLM_OK;
+    cuda_impl *I = IMPL(be);
     comm_req &q = I->cstate->req[id];
-    CU(cudaStreamWaitEvent(I->s, q.done, 0), what);
+    CU(cudaStreamWaitEvent(I->s, q.done, 0), q.what);
     q.device_waited = true;
     return GLM_OK;
 }
@@ -266,6 +276,11 @@ static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, 
     if (recv != send && bytes) CU(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, IMPL(be)->s), "sendrecv");
     return GLM_OK;
 }
+static glm_status cu_sendrecv_start(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
+                                    int *req) {
+    *req = -1;
+    return cu_sendrecv(be, send, dst, recv, src, bytes);
+}
 static glm_status cu_comm_wait(const glm_backend *be, int req) { return GLM_OK; }
 static glm_status cu_comm_sync(const glm_backend *be) { return GLM_OK; }
 static glm_status cu_all_reduce(const glm_backend *be, float *x, int64_t n) { return GLM_OK; }
@@ -273,6 +288,69 @@ static glm_status cu_all_reduce_host(const glm_backend *be, double *x, int n) { 
 static void cu_comm_abort(const glm_backend *be, int code) {}
 
 #endif
+
+/* A group of ranks (comm_split): a cuda_impl that shares the parent's device, compute stream,
+ * cuBLAS handles and memory accounting, with its own NCCL communicator (ncclCommSplit), its own
+ * communication stream and request table, and its own scratch (all_reduce_host uses one).
+ * Compiled, not yet run on several GPUs (issue 8). */
+static glm_status cu_comm_split(const glm_backend *be, int color, int key, const glm_backend **out) {
+    *out = nullptr;
+    if (color < 0) return glm_err(GLM_ERR_ARG, "comm_split: color %d must be >= 0", color);
+    cuda_impl *I = IMPL(be);
+    cuda_impl *J = (cuda_impl *)calloc(1, sizeof *J);
+    if (!J) return glm_err(GLM_ERR_NOMEM, "comm_split: out of memory");
+    *J = *I;
+    for (int i = 0; i < SCR_COUNT; i++) {
+        J->scratch[i] = nullptr;
+        J->scratch_cap[i] = 0;
+    }
+    J->cs = nullptr;
+    J->cstate = nullptr;
+    int rank = 0, world = 1;
+#ifdef GLMTUNE_HAVE_NCCL
+    J->comm = nullptr;
+#endif
+    glm_status st = comm_init(J);
+    if (st) {
+        comm_destroy(J);
+        free(J);
+        return st;
+    }
+    J->cstate->timeout_s = I->cstate->timeout_s;
+#ifdef GLMTUNE_HAVE_NCCL
+    if (be->world > 1) {
+        ncclResult_t r = ncclCommSplit(I->comm, color, key, &J->comm, nullptr);
+        if (r == ncclSuccess) r = ncclCommUserRank(J->comm, &rank);
+        if (r == ncclSuccess) r = ncclCommCount(J->comm, &world);
+        if (r != ncclSuccess) {
+            st = glm_err(GLM_ERR_INTERNAL, "rank %d of %d: ncclCommSplit (color %d, key %d) failed: NCCL: %s", be->rank,
+                         be->world, color, key, ncclGetErrorString(r));
+            if (J->comm) ncclCommDestroy(J->comm);
+            comm_destroy(J);
+            free(J);
+            return st;
+        }
+    }
+#endif
+    J->be.impl = J;
+    J->be.rank = rank;
+    J->be.world = world;
+    *out = &J->be;
+    return GLM_OK;
+}
+
+static void cu_comm_free(const glm_backend *sub) {
+    if (!sub) return;
+    cuda_impl *J = IMPL(sub);
+    if (J->cs) cudaStreamSynchronize(J->cs);
+#ifdef GLMTUNE_HAVE_NCCL
+    if (J->comm) ncclCommDestroy(J->comm);
+#endif
+    comm_destroy(J);
+    for (int i = 0; i < SCR_COUNT; i++)
+        if (J->scratch[i]) cudaFree(J->scratch[i]);
+    free(J);
+}
 
 static void cu_comm_progress(const glm_backend *be) {}
 
@@ -294,6 +372,9 @@ void comm_ops(glm_backend *b) {
     b->comm_progress = cu_comm_progress;
     b->all_reduce_host = cu_all_reduce_host;
     b->sendrecv = cu_sendrecv;
+    b->sendrecv_start = cu_sendrecv_start;
+    b->comm_split = cu_comm_split;
+    b->comm_free = cu_comm_free;
     b->set_comm_timeout = cu_set_comm_timeout;
     b->comm_wait_ms = cu_comm_wait_ms;
     b->comm_abort = cu_comm_abort;

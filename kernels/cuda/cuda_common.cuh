@@ -156,6 +156,8 @@ glm_status cu_axpy(const glm_backend *be, void *y, const void *x, float alpha, i
 glm_status cu_dropout(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx, int64_t N, int64_t D,
                       int64_t row0, float p, uint64_t seed, uint64_t stream);
 glm_status cu_cast(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
+glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
+                      int64_t lds, int64_t rows, int64_t cols);
 glm_status cu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std, uint64_t seed,
                           uint64_t stream);
 glm_status cu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids, int64_t N, int64_t C,
@@ -178,6 +180,15 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
 glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout, int64_t ldo,
                             const void *out, const float *lse, const void *q, int64_t ldq, const void *k, int64_t ldk,
                             const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh);
+glm_status cu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl, const void *q,
+                                  int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
+                                  const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,
+                                  int H, int Hkv, int Dh, int init);
+glm_status cu_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk, void *dv,
+                                  int64_t lddv, const void *dout, int64_t ldo, const void *out, const float *lse,
+                                  int64_t ldl, const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                  int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq,
+                                  int Tk, int H, int Hkv, int Dh);
 /* cross_entropy.cu */
 glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels, int64_t n,
                             int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets);

@@ -104,6 +104,45 @@ glm_status cu_cast(const glm_backend *be, void *dst, glm_dtype dd, const void *s
     return GLM_OK;
 }
 
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+template <typename D, typename S>
+__global__ void k_cast_2d(D *d, int64_t ldd, const S *s, int64_t lds, int64_t rows, int64_t cols) {
+    int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i - r * cols;
+        stf(d + r * ldd + c, ldf(s + r * lds + c));
+    }
+}
+
+/* Compiled, not yet run on a GPU (issue 8: the context-parallel ring is CPU-only so far). */
+glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
+                      int64_t lds, int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return GLM_OK;
+    if (dd == GLM_DT_F64 || ds == GLM_DT_F64)
+        return glm_err(GLM_ERR_UNSUPPORTED, "cuda backend: cast_2d: f64 buffers exist only on the CPU backend");
+    if (rows > 1 && (ldd < cols || lds < cols))
+        return glm_err(GLM_ERR_ARG, "cast_2d: %lld x %lld with row strides %lld (dst) and %lld (src)", (long long)rows,
+                       (long long)cols, (long long)ldd, (long long)lds);
+    cuda_impl *I = IMPL(be);
+    if (dd == ds) {
+        size_t e = glm_dtype_size(dd);
+        CU(cudaMemcpy2DAsync(dst, (size_t)ldd * e, src, (size_t)lds * e, (size_t)cols * e, (size_t)rows,
+                             cudaMemcpyDeviceToDevice, I->s), "cast_2d");
+        return GLM_OK;
+    }
+    int64_t n = rows * cols;
+    if (dd == GLM_DT_BF16)
+        k_cast_2d<bf16, float><<<grid_for(n, 256), 256, 0, I->s>>>((bf16 *)dst, ldd, (const float *)src, lds, rows, cols);
+    else
+        k_cast_2d<float, bf16><<<grid_for(n, 256), 256, 0, I->s>>>((float *)dst, ldd, (const bf16 *)src, lds, rows, cols);
+    LAUNCHED("cast_2d");
+    return GLM_OK;
+}
+
 template <typename T>
 __global__ void k_fill_normal(T *d, int64_t n, float mean, float std, uint64_t seed, uint64_t stream) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # glmtune train --dry-run (the memory plan without loading weights) and glmtune bench on the CPU
 # backend: the 9B-1M shape planned for a 24 GB card (fits at 8k, not at 64k, with the reason),
-# the modes, usage errors, and a small benchmark with its table and JSON.
+# the modes, context parallel at 1M tokens on 8 x 137 GiB (and on 2, where only the planned
+# offload would fit), usage errors, and a small benchmark with its table and JSON.
 set -uo pipefail
 G=${GLMTUNE:?}
 S=${GLM_SHARED:-}
@@ -37,6 +38,13 @@ check "... 1/2 of the base" has "$T/s8" "this rank holds 1/2 of every base matri
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 --gpus 0,x >"$T/ug" 2>&1; rc=$?
 check "--gpus 0,x: exit 2 ($rc)" test $rc = 2
 check "... says what --gpus takes" has "$T/ug" "list of device ids"
+# the weights alone too big: the hint says so (not "shorter rows"); an absurd budget stays sane
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 0.5 >"$T/p05" 2>&1; rc=$?
+check "0.5 GiB: exit 1 ($rc)" test $rc = 1
+check "... the weights alone take" has "$T/p05" "weights alone take"
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 1e9 >"$T/pbig" 2>&1; rc=$?
+check "1e9 GiB: exit 0 ($rc)" test $rc = 0
+check "... keeps every layer, no negative numbers" bash -c "grep -q 'layers 0-39: keep all' '$T/pbig' && ! grep -q -- ' -[0-9]' '$T/pbig'"
 # an H200-sized budget keeps every activation at 8k; full checkpointing asked for is honoured
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 >"$T/p137" 2>&1
 check "137 GiB at 8k: keep all" has "$T/p137" "layers 0-39: keep all activations"
@@ -44,6 +52,31 @@ $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu
 check "--gradient-checkpointing full: every layer full" has "$T/pf" "layers 0-39: full"
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 137 --gradient-checkpointing >"$T/pb" 2>&1
 check "the bare flag means full (transformers)" has "$T/pb" "checkpointing full"
+# context parallel: GLM-4-9B-Chat-1M at 1,048,576 tokens on 8 x 137 GiB (one group of 8 ranks)
+$G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 8 --gpus 8 >"$T/cp8" 2>&1; rc=$?
+check "1M, --context-parallel 8 --gpus 8, 137 GiB: exit 0 ($rc)" test $rc = 0
+check "... one group of 8" has "$T/cp8" "context parallel: 8 ranks per row, 1 data-parallel group (8 ranks)"
+check "... 2 of 16 chunks per rank" has "$T/cp8" "each holds 2 of the 16 chunks of 65536 tokens of a row"
+check "... 131072 tokens per rank" has "$T/cp8" "131072 tokens per micro-batch"
+check "... the ring's buffers" has "$T/cp8" "ring buffers 3.52"
+check "... the layer inputs of 131072 tokens" has "$T/cp8" "layer inputs 41.00"
+check "... the longest row" has "$T/cp8" "longest row that fits 8 ranks of 137 GiB with --context-parallel 8"
+check "... on the GPUs" has "$T/cp8" "tokens with the layer inputs on the GPUs"
+check "... the offload labelled as planned only" has "$T/cp8" "offloaded to pinned host memory: PLANNED, NOT IMPLEMENTED"
+# 2 GPUs: 1M does not fit with the layer inputs on the GPUs (exit 1); offloaded (planned) it would
+$G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2" 2>&1; rc=$?
+check "1M, --context-parallel 2 --gpus 2: exit 1 ($rc)" test $rc = 1
+check "... does not fit" has "$T/cp2" "does NOT fit"
+check "... names --context-parallel" has "$T/cp2" "more ranks per row (--context-parallel)"
+check "... would fit offloaded (planned)" has "$T/cp2" "1048576 tokens (--seq-len) with offloading: would fit"
+# 8 GPUs in 2 data-parallel groups of 4; a padded row
+$G train --dry-run --quiet --model "$CFG" --seq-len 1000003 --device cuda --max-gpu-memory 137 --context-parallel 4 --gpus 8 >"$T/cp4" 2>&1; rc=$?
+check "1000003 tokens, --context-parallel 4 --gpus 8: exit 0 ($rc)" test $rc = 0
+check "... 2 groups of 4" has "$T/cp4" "context parallel: 4 ranks per row, 2 data-parallel groups (8 ranks)"
+check "... padded to a multiple of 8" has "$T/cp4" "the row padded from 1000003 to 1000008 tokens"
+$G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 4 --gpus 6 >"$T/cpu6" 2>&1; rc=$?
+check "--context-parallel 4 --gpus 6: exit 2 ($rc)" test $rc = 2
+check "... says it does not divide" has "$T/cpu6" "--context-parallel 4 does not divide the 6 GPUs of --gpus 6"
 # usage errors
 $G train --dry-run --quiet --model "$CFG" --device cuda --max-gpu-memory 22 >"$T/u1" 2>&1; rc=$?
 check "dry run without --data or --seq-len: exit 2 ($rc)" test $rc = 2

@@ -113,6 +113,8 @@ check "inspect --sample out of range: exit 2 ($rc)" test $rc = 2
 
 # 7. usage errors exit 2
 $G tokenize --tokenizer "$TOK" --bogus -o "$T/u" x.json 2>/dev/null; check "unknown option: exit 2" test $? = 2
+$G tokenize --tokenizer "$TOK" --seqlen 64 -o "$T/u" x.json 2>"$T/u.err"; check "misspelt option: exit 2" test $? = 2
+check "... suggests the option meant" grep -q "did you mean --seq-len?" "$T/u.err"
 $G tokenize --tokenizer "$TOK" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; check "no -o: exit 2" test $? = 2
 $G tokenize --tokenizer "$TOK" --train-on some -o "$T/u" x 2>/dev/null; check "bad --train-on: exit 2" test $? = 2
 $G tokenize --tokenizer /nonexistent -o "$T/u" "$S/corpora/axolotl/alpaca.json" 2>"$T/ulog"; rc=$?

@@ -126,6 +126,9 @@ if [ -f "$Y" ] && [ -f "$C4" ]; then
     $G tokenize --quiet --config "$Y" --model_name_or_path "$TOK" --dataset_dir "$T/lf" -o "$T/pt" 2>"$T/pt.log"
     check "tokenize --config pretrain YAML (stage: pt, dataset: c4_demo)" grep -q '"text": 300' "$T/pt/report.json"
     check "cutoff_len 2048 from the YAML" grep -q '"seq_len": 2048' "$T/pt/manifest.json"
+    (cd "$T" && $G tokenize --quiet --config "$Y" --model_name_or_path "$TOK" -o "$T/ptd" 2>"$T/ptd.log"); rc=$?
+    check "no dataset_dir and no ./data: exit 2 ($rc)" test $rc = 2
+    check "... says where datasets are looked up and how to point there" grep -q 'by default "data" in the current folder.*hint: --dataset-dir' "$T/ptd.log"
     check "long texts cut into windows, not dropped" test "$(jget "$T/pt/report.json" tokens)" = "$(jget "$T/c4/report.json" tokens)"
     samples "$T/pt" > "$T/pt.got"; samples "$T/c4w" > "$T/c4w.got"
     check "the same samples as the command-line run at 2048" cmp -s "$T/pt.got" "$T/c4w.got"

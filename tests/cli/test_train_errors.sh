@@ -62,6 +62,15 @@ check "... with the reason" has "$T/e6b" "diverge"
 $G train $TR --model "$FIX" --output-dir "$T/r" --lerning-rate 1e-3 2>"$T/e7"; rc=$?
 check "unknown flag: exit 2 ($rc)" test $rc = 2
 check "... suggests the closest" has "$T/e7" "learning-rate"
+$G train $TR --model "$FIX" --output-dir "$T/r" --max-steps= 2>"$T/e7b"; rc=$?
+check "--max-steps= (empty): exit 2 ($rc)" test $rc = 2
+check "... says the value is empty" has "$T/e7b" "max-steps: the value is empty"
+# a micro-batch larger than the data (14 rows): one epoch per step, said once, planned for 14 rows
+$G train --device cpu --data "$T/shards" --lora-rank 4 --model "$FIX" --output-dir "$T/big" --per-device-train-batch-size 64 --max-steps 1 2>"$T/e7c"; rc=$?
+check "micro-batch > rows: trains ($rc)" test $rc = 0
+check "... warns that every step takes all rows" has "$T/e7c" "more than the 14 row(s) in the data"
+check "... the log and plan say 14 rows" has "$T/e7c" "14 rows each"
+check "... the memory plan is for 14 rows" has "$T/e7c" "memory plan: 14 x 128"
 
 # non-finite losses: skipped, and N in a row abort
 $G train $TR --model "$FIX" --output-dir "$T/nan" --learning-rate 1e30 --lr-scheduler-type constant \
@@ -80,6 +89,10 @@ $G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 6 --save-steps 2 --
 check "resume skips the corrupt checkpoint (exit $rc)" test $rc = 0
 check "... saying so" has "$T/e10" "checkpoint-4"
 check "... and resumes from checkpoint-2" has "$T/e10" "resuming from .*checkpoint-2"
+$G train $TR --model "$FIX" --output-dir "$T/nores" --max-steps 1 --resume-from-checkpoint "$T/nope/checkpoint-9" 2>"$T/e10b"; rc=$?
+check "resume from a path that does not exist: exit != 0 ($rc)" test $rc != 0
+check "... says it does not exist" has "$T/e10b" "nope/checkpoint-9 does not exist"
+check "... and creates no output directory" test ! -e "$T/nores"
 
 cat > "$T/big.json" <<'JSON'
 {"model_type": "chatglm", "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4, "multi_query_group_num": 2,
@@ -93,6 +106,15 @@ check "... with the ways out" has "$T/e12" "overwrite-output-dir"
 $G train $TR --model "$FIX" --output-dir "$T/ck" --max-steps 2 --overwrite-output-dir 2>/dev/null; rc=$?
 check "--overwrite-output-dir starts afresh (exit $rc)" test $rc = 0 -a ! -d "$T/ck/checkpoint-6" -a -d "$T/ck/checkpoint-2"
 check "... with only the new metrics" test "$(grep -c '"loss"' "$T/ck/metrics.jsonl")" = 2
+# a second run into a directory that a running one uses stops before touching it (the lock)
+$G train $TR --model "$FIX" --output-dir "$T/busy" --max-steps 100000000 --save-steps 100000000 2>/dev/null & busy=$!
+for _ in $(seq 1 100); do [ -d "$T/busy" ] && break; sleep 0.1; done
+sleep 0.5
+$G train $TR --model "$FIX" --output-dir "$T/busy" --max-steps 1 --overwrite-output-dir 2>"$T/e9b"; rc=$?
+kill $busy 2>/dev/null; wait $busy 2>/dev/null
+check "a second run into a busy directory: exit 2 ($rc)" test $rc = 2
+check "... says another run uses it" has "$T/e9b" "in use by another glmtune train"
+
 # --data may name the manifest
 $G train $TR --model "$FIX" --data "$T/shards/manifest.json" --output-dir "$T/man" --max-steps 1 2>/dev/null
 check "--data DIR/manifest.json" test -d "$T/man/checkpoint-1"
@@ -142,6 +164,22 @@ latest=$(ls -d "$T/kill"/checkpoint-* | sed 's/.*-//' | sort -n | tail -1)
 $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps $((latest + 1)) --save-steps 1 --lora-rank 64 \
     --resume-from-checkpoint 2>"$T/e11"; rc=$?
 check "resume after the kill (exit $rc)" test $rc = 0 -a -d "$T/kill/checkpoint-$((latest + 1))"
+
+# directories given with a trailing slash (as the README writes -o shards/): the same as without
+$G tokenize --quiet --seq-len 128 -o "$T/slash/" "$T/data.jsonl" 2>"$T/sl1"; rc=$?
+check "tokenize -o dir/: exit 0 ($rc)" test $rc = 0 -a -f "$T/slash/manifest.json"
+$G train $TR --model "$FIX/" --data "$T/slash/" --output-dir "$T/slrun/" --max-steps 2 --save-steps 1 2>"$T/sl2"; rc=$?
+check "train with dir/ paths: exit 0 ($rc)" test $rc = 0 -a -d "$T/slrun/checkpoint-2"
+check "... no doubled slash in the messages" bash -c "! grep -q '//' '$T/sl2'"
+$G train $TR --model "$FIX" --data "$T/slash" --output-dir "$T/slrun" --max-steps 3 --save-steps 1 \
+    --resume-from-checkpoint 2>"$T/sl3"; rc=$?
+check "resume without the slashes: exit 0, the paths not reported as changed ($rc)" \
+    bash -c "test $rc = 0 && ! grep -q 'resuming with model\|resuming with data' '$T/sl3'"
+$G export-adapter --checkpoint "$T/slrun/" -o "$T/sladapter/" 2>"$T/sl4"; rc=$?
+check "export-adapter -o dir/: exit 0 ($rc)" test $rc = 0 -a -f "$T/sladapter/adapter_model.safetensors"
+$G tokenize --quiet --seq-len 128 -o "" "$T/data.jsonl" 2>"$T/sl5"; rc=$?
+check "tokenize -o '': exit 2 ($rc)" test $rc = 2
+check "... says it is empty" has "$T/sl5" "is empty"
 
 echo "test_train_errors: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"

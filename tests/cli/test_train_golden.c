@@ -14,31 +14,7 @@
 #include "common/fileio.h"
 #include "lora/safetensors.h"
 #include "tests/check.h"
-
-static const char *G;      /* the glmtune binary */
-static char tmp[] = "/tmp/glmgold.XXXXXX";
-
-static int run(const char *fmt, ...) {
-    char *cmd;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&cmd, fmt, ap) < 0) return -1;
-    va_end(ap);
-    char *full;
-    if (asprintf(&full, "%s >%s/cmd.log 2>&1", cmd, tmp) < 0) return -1;
-    int rc = system(full);
-    if (rc != 0) {
-        fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
-        char *log = NULL;
-        size_t n;
-        char *lp;
-        if (asprintf(&lp, "%s/cmd.log", tmp) >= 0 && glm_read_file(lp, &log, &n) == GLM_OK) fputs(log, stderr);
-        free(log);
-    }
-    free(cmd);
-    free(full);
-    return rc;
-}
+#include "tests/train_util.h"
 
 /* ||a - b|| / ||b|| over n elements (b in f64 from the fixture). */
 static double rel_err(const float *a, const double *b, int64_t n) {
@@ -65,54 +41,12 @@ static double *read_f64(const glm_st_set *s, const char *name, int64_t *n) {
     return d;
 }
 
+/* The loss metrics.jsonl logged for `step` (NaN when none). */
 static double metrics_loss(const char *run_dir, int step) {
-    char *p, *data;
-    size_t n;
-    if (asprintf(&p, "%s/metrics.jsonl", run_dir) < 0 || glm_read_file(p, &data, &n) != GLM_OK) return NAN;
-    free(p);
-    double loss = NAN;
-    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
-        json_t *j = json_loads(line, 0, NULL);
-        if (j && json_integer_value(json_object_get(j, "step")) == step && json_object_get(j, "loss"))
-            loss = json_number_value(json_object_get(j, "loss"));
-        json_decref(j);
-    }
-    free(data);
+    json_t *m = metrics(run_dir);
+    double loss = loss_at(m, step);
+    json_decref(m);
     return loss;
-}
-
-/* Every tensor of a and b identical (bitwise) or within rtol (norm-relative). */
-static double max_rel_diff(const char *pa, const char *pb, int *count) {
-    glm_st_set *a, *b;
-    *count = 0;
-    if (glm_st_open(pa, &a) != GLM_OK) return INFINITY;
-    if (glm_st_open(pb, &b) != GLM_OK) {
-        glm_st_close(a);
-        return INFINITY;
-    }
-    double worst = 0;
-    for (size_t i = 0; i < glm_st_count(a); i++) {
-        const glm_st_tensor *x = glm_st_at(a, i), *y = glm_st_find(b, x->name);
-        if (!y || y->numel != x->numel) {
-            worst = INFINITY;
-            continue;
-        }
-        int64_t n = x->numel;
-        float *fx = malloc(4 * (size_t)n), *fy = malloc(4 * (size_t)n);
-        double *dy = malloc(8 * (size_t)n);
-        glm_st_to_f32(x->dtype, x->data, (size_t)n, fx);
-        glm_st_to_f32(y->dtype, y->data, (size_t)n, fy);
-        for (int64_t k = 0; k < n; k++) dy[k] = fy[k];
-        double e = rel_err(fx, dy, n);
-        if (e > worst) worst = e;
-        (*count)++;
-        free(fx);
-        free(fy);
-        free(dy);
-    }
-    glm_st_close(a);
-    glm_st_close(b);
-    return worst;
 }
 
 /* layout: "chatglm" or "hf". extra: additional train flags. The hf goldens were computed by
@@ -279,6 +213,7 @@ int main(void) {
         printf("SKIPPED: GLMTUNE (the binary) not set\n");
         return 77;
     }
+    snprintf(tmp, sizeof tmp, "/tmp/glmgold.XXXXXX");
     if (!mkdtemp(tmp)) return 1;
     layout_case(shared, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h", "");
     layout_case(shared, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj", "--rope-inv-freq-dtype bfloat16");

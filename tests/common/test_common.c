@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "common/pyjson.h"
 #include "common/rng.h"
+#include "common/strdist.h"
 #include "common/utf8.h"
 #include "tests/check.h"
 
@@ -314,5 +315,13 @@ int main(void) {
     test_commit_dir(dir);
     glm_rmtree(dir);
     CHECK(!glm_is_dir(dir), "rmtree");
+    CHECK(glm_edit_distance("kitten", "sitting") == 3 && glm_edit_distance("", "abc") == 3 &&
+              glm_edit_distance("same", "same") == 0, "edit distance");
+    {
+        const char *c[] = {"--seq-len", NULL, "--seed", "--shard-rows"};
+        const char *g = glm_closest_name("--seqlen", c, 4);
+        CHECK(g && !strcmp(g, "--seq-len"), "closest: %s", g ? g : "(none)");
+        CHECK(glm_closest_name("--frobnicate", c, 4) == NULL, "nothing related: no suggestion");
+    }
     return check_summary("test_common");
 }

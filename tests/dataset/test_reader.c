@@ -50,6 +50,7 @@ typedef struct result {
     long long lines[16], offsets[16], index[16];
     json_t *values[16];
     size_t n_sources;
+    size_t n_empty;
 } result;
 
 static void result_free(result *r) {
@@ -87,6 +88,7 @@ static void read_all(result *res, const char *const *in, size_t n, const char *f
     res->st = st == GLM_EOF ? GLM_OK : st;
     if (st != GLM_EOF) snprintf(res->err, sizeof res->err, "%s", glm_errmsg());
     res->n_sources = glm_reader_n_sources(r);
+    res->n_empty = glm_reader_n_empty(r);
     glm_reader_close(r);
 }
 
@@ -305,7 +307,7 @@ int main(void) {
 
     write_str("empty.json", "");
     read1(&r, "empty.json");
-    CHECK(r.st == GLM_OK && r.n == 0 && r.n_sources == 1, "empty file: %d %s", r.n, r.err);
+    CHECK(r.st == GLM_OK && r.n == 0 && r.n_sources == 1 && r.n_empty == 1, "empty file: %d %s", r.n, r.err);
     result_free(&r);
     write_str("blank.jsonl", "\n \r\n\n");
     read1(&r, "blank.jsonl");
@@ -550,6 +552,33 @@ int main(void) {
         const char *reg[1] = {tpath("reg/dataset_info.json")};
         read_all(&r, reg, 1, NULL, 0);
         CHECK(r.st == GLM_OK && r.n == 2, "registry input: %d %s", r.n, r.err);
+        result_free(&r);
+        /* a file the registry also names is read once, whichever comes first; a file named
+         * twice on the command line is read twice (upsampling) */
+        const char *reg_then_file[2] = {tpath("reg/dataset_info.json"), tpath("reg/other.jsonl")};
+        read_all(&r, reg_then_file, 2, NULL, 0);
+        CHECK(r.st == GLM_OK && r.n == 2, "registry then its file: %d records %s", r.n, r.err);
+        result_free(&r);
+        const char *file_then_reg[2] = {tpath("reg/other.jsonl"), tpath("reg/dataset_info.json")};
+        read_all(&r, file_then_reg, 2, NULL, 0);
+        CHECK(r.st == GLM_OK && r.n == 2, "file then its registry: %d records %s", r.n, r.err);
+        result_free(&r);
+        const char *twice[3] = {tpath("reg/dataset_info.json"), tpath("reg/other.jsonl"), tpath("reg/other.jsonl")};
+        read_all(&r, twice, 3, NULL, 0);
+        CHECK(r.st == GLM_OK && r.n == 3, "registry, then its file twice: %d records %s", r.n, r.err);
+        result_free(&r);
+        const char *folder_then_file[2] = {tpath("reg"), tpath("reg/mine.json")};
+        read_all(&r, folder_then_file, 2, NULL, 0);
+        CHECK(r.st == GLM_OK && r.n == 3, "folder then a file in it: %d records %s", r.n, r.err);
+        result_free(&r);
+        /* a symlinked registry: file_name is relative to the folder of the link (dataset_dir) */
+        glm_mkdir_p(tpath("reglink"));
+        write_str("reglink/mine.json", "[{\"msgs\": [{\"r\": \"me\", \"c\": \"a\"}]}, "
+                  "{\"msgs\": [{\"r\": \"me\", \"c\": \"b\"}]}]");
+        CHECK(symlink(tpath("reg/dataset_info.json"), tpath("reglink/dataset_info.json")) == 0, "symlink");
+        const char *linked[1] = {tpath("reglink")};
+        read_all(&r, linked, 1, "mine", 0);
+        CHECK(r.st == GLM_OK && r.n == 2, "symlinked registry reads the link's folder: %d %s", r.n, r.err);
         result_free(&r);
     }
 

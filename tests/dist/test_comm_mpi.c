@@ -2,8 +2,10 @@
  * test_comm_mpi.sh under mpirun with 3 ranks: all_reduce (blocking and started/progressed/waited,
  * against the sums computed here), all_gather of shards (separate and in place, a shard size that
  * is not a multiple of 4), all_reduce_host (doubles), the sendrecv ring that context parallelism
- * will use, every rank getting the same bits, and a collective that one rank does not join in
- * time failing with a message that names the rank and the call instead of hanging. */
+ * uses (blocking, and two non-blocking exchanges in flight matched in order), sub-communicators
+ * (comm_split: group ranks, sums and rings within a group only, the world still usable), every
+ * rank getting the same bits, and a collective that one rank does not join in time failing with
+ * a message that names the rank and the call instead of hanging. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +93,62 @@ int main(void) {
     for (int i = 0; i < 5; i++) bad += rbuf[i] != (float)(100 * ((r + W - 1) % W) + i);
     CHECK(bad == 0, "ring: received the left neighbour's block");
     CHECK(be->sendrecv(be, sbuf, W, rbuf, 0, 4) == GLM_ERR_ARG, "a rank outside the world is refused");
+
+    /* sendrecv_start: two exchanges between the same neighbours in flight at once (the ring's K/V
+     * and dK/dV), waited in the other order: matched in the order they were started */
+    float s2[5], r2[5];
+    for (int i = 0; i < 5; i++) sbuf[i] = (float)(100 * r + i), s2[i] = (float)(-100 * r - i), rbuf[i] = r2[i] = -1;
+    int qa = -1, qb = -1;
+    CHECK(be->sendrecv_start(be, sbuf, (r + 1) % W, rbuf, (r + W - 1) % W, sizeof sbuf, &qa) == GLM_OK && qa >= 0,
+          "sendrecv_start 1: %s", glm_errmsg());
+    CHECK(be->sendrecv_start(be, s2, (r + 1) % W, r2, (r + W - 1) % W, sizeof s2, &qb) == GLM_OK && qb >= 0,
+          "sendrecv_start 2: %s", glm_errmsg());
+    be->comm_progress(be);
+    CHECK(be->comm_wait(be, qb) == GLM_OK && be->comm_wait(be, qa) == GLM_OK, "wait both: %s", glm_errmsg());
+    bad = 0;
+    for (int i = 0; i < 5; i++) {
+        int left = (r + W - 1) % W;
+        bad += rbuf[i] != (float)(100 * left + i) || r2[i] != (float)(-100 * left - i);
+    }
+    CHECK(bad == 0, "non-blocking ring: both blocks arrived, in order");
+
+    /* sub-communicators: colour r % 2 (ranks {0, 2} and {1}), ordered by key -r (so world rank 2
+     * is rank 0 of its group) */
+    const glm_backend *sub = NULL;
+    CHECK(be->comm_split(be, -1, 0, &sub) == GLM_ERR_ARG && !sub, "a negative colour is refused");
+    CHECK(be->comm_split(be, r % 2, -r, &sub) == GLM_OK && sub, "comm_split: %s", glm_errmsg());
+    if (sub) {
+        int want_w = r % 2 ? 1 : 2, want_r = r == 2 ? 0 : r == 0 ? 1 : 0;
+        CHECK(sub->world == want_w && sub->rank == want_r, "rank %d: group rank %d of %d (want %d of %d)", r, sub->rank,
+              sub->world, want_r, want_w);
+        CHECK(sub->matmul == be->matmul && !strcmp(sub->name, "cpu"), "the group's compute ops are the parent's");
+        double g = r + 1;
+        CHECK(sub->all_reduce_host(sub, &g, 1) == GLM_OK, "group all_reduce_host: %s", glm_errmsg());
+        CHECK(g == (r % 2 ? 2.0 : 1.0 + 3.0), "rank %d: the group sum %g covers its group only", r, g);
+        float gx[4] = {(float)r, 1, 2, 3};
+        int gq = -1;
+        CHECK(sub->all_reduce_start(sub, gx, 4, &gq) == GLM_OK && sub->comm_wait(sub, gq) == GLM_OK && gx[0] == (r % 2 ? 1.0f : 2.0f) &&
+                  gx[3] == 3.0f * sub->world,
+              "group all_reduce: %g %g", gx[0], gx[3]);
+        /* a ring inside the group, by group ranks */
+        int gr = sub->rank, gw = sub->world;
+        for (int i = 0; i < 5; i++) sbuf[i] = (float)(10 * r + i), rbuf[i] = -1;
+        CHECK(sub->sendrecv_start(sub, sbuf, (gr + 1) % gw, rbuf, (gr + gw - 1) % gw, sizeof sbuf, &gq) == GLM_OK &&
+                  sub->comm_wait(sub, gq) == GLM_OK,
+              "group ring: %s", glm_errmsg());
+        int peer = r % 2 ? 1 : 2 - r; /* the other member of {0, 2}, or itself */
+        CHECK(rbuf[0] == (float)(10 * peer) && rbuf[4] == (float)(10 * peer + 4), "rank %d: group ring got %g from %d", r,
+              rbuf[0], peer);
+        CHECK(sub->sendrecv(sub, sbuf, gw, rbuf, 0, 4) == GLM_ERR_ARG, "a group rank outside the group is refused");
+        /* the world communicator still works beside the group's */
+        double wsum = 1;
+        CHECK(be->all_reduce_host(be, &wsum, 1) == GLM_OK && wsum == 3.0, "world all_reduce after the split");
+        be->comm_free(sub);
+    }
+    /* a world-1 backend splits into a group of one */
+    const glm_backend *one = glm_backend_cpu(), *osub = NULL;
+    CHECK(one->comm_split(one, 3, 0, &osub) == GLM_OK && osub && osub->world == 1 && osub->rank == 0, "world 1 split");
+    one->comm_free(osub);
 
     /* a rank that does not join in time: the others fail with the rank and the call named */
     be->set_comm_timeout(be, 0.5);

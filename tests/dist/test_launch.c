@@ -109,7 +109,16 @@ int main(void) {
     code = supervise(f4, 2, 5, &log, &secs);
     pthread_join(th, NULL);
     CHECK(code == 130 && secs < 5 && !alive(f4[0].pid) && !alive(f4[1].pid), "interrupted: 130, no worker left (%d)", code);
-    CHECK(log && strstr(log, "interrupted (Interrupt): stopping the 2 worker(s); the last checkpoint stays as it is"),
+    CHECK(log && strstr(log, "interrupted (Interrupt): stopping the 2 workers; the last checkpoint stays as it is"),
+          "message: %s", log);
+    free(log);
+    /* one child (mpirun and its ranks): named, not counted */
+    launch_child f6[1] = {child("mpirun (2 CPU ranks)", "exec sleep 30")};
+    pthread_create(&th, NULL, interrupt_later, NULL);
+    code = supervise(f6, 1, 5, &log, &secs);
+    pthread_join(th, NULL);
+    CHECK(code == 130 && !alive(f6[0].pid), "interrupted mpirun: 130 (%d)", code);
+    CHECK(log && strstr(log, "interrupted (Interrupt): stopping mpirun (2 CPU ranks); the last checkpoint"),
           "message: %s", log);
     free(log);
     /* a worker that cannot start */

@@ -22,100 +22,7 @@
 #include "common/fileio.h"
 #include "lora/safetensors.h"
 #include "tests/check.h"
-
-static const char *G;
-static char tmp[] = "/tmp/glmdp.XXXXXX";
-
-static int run(const char *fmt, ...) {
-    char *cmd, *full, *lp;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&cmd, fmt, ap) < 0) return -1;
-    va_end(ap);
-    if (asprintf(&full, "%s >%s/cmd.log 2>&1", cmd, tmp) < 0) return -1;
-    int rc = system(full);
-    if (rc != 0) {
-        fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
-        char *log = NULL;
-        size_t n;
-        if (asprintf(&lp, "%s/cmd.log", tmp) >= 0 && glm_read_file(lp, &log, &n) == GLM_OK) fputs(log, stderr);
-        free(log);
-    }
-    free(cmd);
-    free(full);
-    return rc;
-}
-
-/* The metrics.jsonl lines of a run, as parsed objects (a JSON array; the caller decrefs). */
-static json_t *metrics(const char *dir) {
-    char *p, *data = NULL;
-    size_t n;
-    json_t *a = json_array();
-    if (asprintf(&p, "%s/metrics.jsonl", dir) < 0 || glm_read_file(p, &data, &n) != GLM_OK) return a;
-    free(p);
-    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
-        json_t *j = json_loads(line, 0, NULL);
-        if (j) json_array_append_new(a, j);
-    }
-    free(data);
-    return a;
-}
-
-static double loss_at(json_t *m, int step) {
-    for (size_t i = 0; i < json_array_size(m); i++) {
-        json_t *j = json_array_get(m, i);
-        if (json_integer_value(json_object_get(j, "step")) == step && json_object_get(j, "loss"))
-            return json_number_value(json_object_get(j, "loss"));
-    }
-    return NAN;
-}
-
-/* Largest over the tensors of a of ||a - b|| / ||b|| (||a - b|| when b is 0); *count compared.
- * Tensors missing in b, or of another size, give infinity. */
-static double max_rel_diff(const char *pa, const char *pb, int *count) {
-    glm_st_set *a, *b;
-    *count = 0;
-    if (glm_st_open(pa, &a) != GLM_OK) return INFINITY;
-    if (glm_st_open(pb, &b) != GLM_OK) {
-        glm_st_close(a);
-        return INFINITY;
-    }
-    double worst = glm_st_count(a) == glm_st_count(b) ? 0 : INFINITY;
-    for (size_t i = 0; i < glm_st_count(a); i++) {
-        const glm_st_tensor *x = glm_st_at(a, i), *y = glm_st_find(b, x->name);
-        if (!y || y->numel != x->numel) {
-            worst = INFINITY;
-            continue;
-        }
-        float *fx = malloc(4 * (size_t)x->numel), *fy = malloc(4 * (size_t)x->numel);
-        glm_st_to_f32(x->dtype, x->data, (size_t)x->numel, fx);
-        glm_st_to_f32(y->dtype, y->data, (size_t)y->numel, fy);
-        double num = 0, den = 0;
-        for (int64_t k = 0; k < x->numel; k++) {
-            num += ((double)fx[k] - fy[k]) * ((double)fx[k] - fy[k]);
-            den += (double)fy[k] * fy[k];
-        }
-        double e = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (!(e <= worst)) worst = e;
-        (*count)++;
-        free(fx);
-        free(fy);
-    }
-    glm_st_close(a);
-    glm_st_close(b);
-    return worst;
-}
-
-static int same_file(const char *a, const char *b) {
-    char *da = NULL, *db = NULL;
-    size_t na = 0, nb = 0;
-    glm_read_file(a, &da, &na);
-    glm_read_file(b, &db, &nb);
-    int same = da && db && na == nb && !memcmp(da, db, na);
-    free(da);
-    free(db);
-    return same;
-}
+#include "tests/train_util.h"
 
 /* The golden rows (both documents of both rows), written twice, as pre-tokenized JSONL. */
 static void write_rows(const char *fix, const char *jsonl) {
@@ -145,12 +52,6 @@ static void write_rows(const char *fix, const char *jsonl) {
     fclose(f);
     glm_st_close(g);
     free(gold);
-}
-
-static char *path(const char *name) {
-    char *p;
-    asprintf(&p, "%s/%s", tmp, name);
-    return p;
 }
 
 /* One equivalence: the run `dp` (2 ranks) against `ref` (1 rank): step 1's gradients and every
@@ -197,6 +98,7 @@ int main(void) {
         printf("SKIPPED: GLMTUNE (the binary) not set\n");
         return 77;
     }
+    snprintf(tmp, sizeof tmp, "/tmp/glmdp.XXXXXX");
     if (!mkdtemp(tmp)) return 1;
     char *fix, *jsonl = path("rows.jsonl"), *shards = path("shards"), *common;
     asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);

@@ -38,7 +38,16 @@ PY
 C="--model $FIX --data $tmp/shards --lora-rank 2 --device cpu --nproc 2 --per-device-train-batch-size 1 --logging-steps 50"
 
 # waits (at most $2 s) until the file glob $1 exists
-wait_for() { local t=0; while ! compgen -G "$1" >/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt $(( $2 * 5 )) ] || return 1; done; }
+# waits (at most $3 s) until output dir $1 holds a checkpoint of step $2 or later (with
+# --save-total-limit a given checkpoint-N lives only until two newer ones exist: polling for it races)
+wait_ckpt() {
+    local t=0 n
+    while :; do
+        n=$(ls -d "$1"/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
+        [ -n "$n" ] && [ "$n" -ge "$2" ] && return 0
+        sleep 0.2; t=$((t + 1)); [ $t -lt $(( $3 * 5 )) ] || return 1
+    done
+}
 # alive PID: running (a zombie waiting for its parent counts as ended); waits up to 5 s for it to go
 alive() { local t=0; while [ -e /proc/$1 ] && ! grep -q '^[0-9]* ([^)]*) Z' /proc/$1/stat 2>/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt 25 ] || return 0; done; return 1; }
 rank_pid() { sed -n "s/.*rank $2 of 2: pid \([0-9]*\),.*/\1/p" "$1" | head -1; }
@@ -53,7 +62,7 @@ wait_exit() { # pid, seconds: 0 when it ended in time (its status in $status), 1
 out=$tmp/run-kill
 "$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/kill.log" &
 L=$!; PIDS="$L"
-check 'wait_for "$out/checkpoint-40" 120' "a checkpoint appears"
+check 'wait_ckpt "$out" 40 120' "a checkpoint appears"
 r1=$(rank_pid "$tmp/kill.log" 1); r0=$(rank_pid "$tmp/kill.log" 0)
 PIDS="$L $r0 $r1"
 check '[ -n "$r1" ] && [ -n "$r0" ]' "the ranks' pids are logged: $(head -c 2000 "$tmp/kill.log")"
@@ -74,7 +83,7 @@ check '[ -d "$out/checkpoint-$((last + 3))" ]' "the resumed run reached step $((
 out=$tmp/run-int
 "$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/int.log" &
 L=$!; PIDS="$L"
-check 'wait_for "$out/checkpoint-40" 120' "a checkpoint appears"
+check 'wait_ckpt "$out" 40 120' "a checkpoint appears"
 r1=$(rank_pid "$tmp/int.log" 1); r0=$(rank_pid "$tmp/int.log" 0)
 PIDS="$L $r0 $r1"
 kill -INT "$L"
@@ -92,7 +101,7 @@ check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $(
 out=$tmp/run-stop
 "$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --comm-timeout 3 2>"$tmp/stop.log" &
 L=$!; PIDS="$L"
-check 'wait_for "$out/checkpoint-20" 120' "a checkpoint appears"
+check 'wait_ckpt "$out" 20 120' "a checkpoint appears"
 r1=$(rank_pid "$tmp/stop.log" 1); r0=$(rank_pid "$tmp/stop.log" 0)
 PIDS="$L $r0 $r1"
 kill -STOP "$r1"

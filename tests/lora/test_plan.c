@@ -12,7 +12,7 @@
 static const double GiB = 1073741824.0;
 
 static glm_plan plan(const glm_config *c, const glm_lora_info *li, int T, glm_ckpt_mode mode, double budget_gib) {
-    glm_plan_opts o = {mode, budget_gib * GiB, 0, 0, 2, 2, 1, 1, 0};
+    glm_plan_opts o = {mode, budget_gib * GiB, 0, 0, 2, 2, 1, 1, 0, 0, 0, 0};
     glm_plan p;
     glm_plan_make(c, li, 1, T, 1, &o, &p);
     return p;
@@ -90,5 +90,50 @@ int main(void) {
     CHECK(!p.fits && p.n_full == 40, "16 GiB cannot hold the weights");
     glm_ckpt_mode m;
     CHECK(glm_ckpt_parse("sometimes", &m) == GLM_ERR_ARG && strstr(glm_errmsg(), "selective"), "bad mode");
+    /* context parallel: 1,048,576 tokens over 8 ranks (chunks of 65536: 131072 per rank) on
+     * 137 GiB each. Every per-token buffer is the unsplit plan's for 131072 tokens, plus the
+     * ring: two K|V blocks (bf16, 2 x 4 x 128 per token), two f32 dK|dV accumulators, the f32
+     * output / dQ (32 x 128) and lse (32) accumulators, and the row's document ids (4 bytes per
+     * token of the whole row). */
+    {
+        glm_plan_opts o = {GLM_CKPT_AUTO, 137 * GiB, 0, 0, 2, 2, 1, 1, 0, 8, 4, 0};
+        glm_plan q, u;
+        glm_plan_make(&c, &li, 1, 1048576, 1, &o, &q);
+        glm_plan_print(&q, &c, stdout);
+        CHECK(q.cp == 8 && q.T == 1048576 && q.T_padded == 1048576 && q.T_local == 131072 && q.N == 131072,
+              "1M over 8 ranks: %lld tokens per rank", (long long)q.N);
+        double ring = 2.0 * 131072 * 1024 * 2 + 4.0 * 131072 * 1024 * 2 + 4.0 * 131072 * (4096 + 32) + 4.0 * 1048576;
+        CHECK(q.ring == ring, "ring buffers %.0f bytes, want %.0f", q.ring, ring);
+        CHECK(q.checkpoints == 41.0 * 131072 * 4096 * 2, "layer inputs for the rank's tokens");
+        CHECK(q.fits, "1M on 8 x 137 GiB fits (%.2f GiB)", q.total / GiB);
+        CHECK(q.saved == 131072.0 * (q.n_keep * glm_plan_bytes_keep(&c, 2) + q.n_selective * glm_plan_bytes_selective(&c, 2)),
+              "kept activations for the rank's tokens (%d keep, %d selective)", q.n_keep, q.n_selective);
+        glm_plan_opts o1 = o;
+        o1.cp = 0;
+        /* padding: 1,000,003 tokens over 3 ranks: padded to 1,000,008 (a multiple of 6), 333,336 per rank */
+        o.cp = 3;
+        glm_plan_make(&c, &li, 1, 1000003, 1, &o, &q);
+        CHECK(q.T_padded == 1000008 && q.T_local == 333336, "padded to %lld, %lld per rank", (long long)q.T_padded,
+              (long long)q.T_local);
+        /* the longest row: fits, and one step more does not */
+        o.cp = 8;
+        int64_t step = 16384, tmax = glm_plan_longest(&c, &li, 1, 1, &o, step, (int64_t)1 << 28, &q);
+        glm_plan_make(&c, &li, 1, (int)(tmax + step), 1, &o, &u);
+        CHECK(tmax % step == 0 && tmax >= 1048576 && q.fits && q.T == tmax && !u.fits,
+              "longest on 8 x 137 GiB: %lld tokens (the next step does not fit)", (long long)tmax);
+        /* 2 ranks: 1M does not fit; with the layer inputs offloaded (planned) it does, the GPU keeping 3 */
+        o.cp = 2;
+        glm_plan_make(&c, &li, 1, 1048576, 1, &o, &q);
+        CHECK(!q.fits, "1M on 2 x 137 GiB does not fit with the layer inputs on the GPU (%.1f GiB)", q.total / GiB);
+        o.offload = 1;
+        glm_plan_make(&c, &li, 1, 1048576, 1, &o, &u);
+        CHECK(u.offload && u.fits && u.checkpoints == 3.0 * 524288 * 4096 * 2 && u.host == 41.0 * 524288 * 4096 * 2,
+              "offloaded (planned): %.1f GiB on the GPU, %.1f GiB of host memory", u.total / GiB, u.host / GiB);
+        CHECK(glm_plan_longest(&c, &li, 1, 1, &o, 4096, (int64_t)1 << 28, NULL) > glm_plan_longest(&c, &li, 1, 1, &o1, 4096, (int64_t)1 << 28, NULL),
+              "offloading plans longer rows");
+        o.offload = 0;
+        o.budget = 1 * GiB;
+        CHECK(glm_plan_longest(&c, &li, 1, 1, &o, 4096, (int64_t)1 << 28, NULL) == 0, "nothing fits 1 GiB: 0");
+    }
     return check_summary("test_plan");
 }
