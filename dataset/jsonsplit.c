@@ -371,19 +371,27 @@ glm_status glm_jsonsplit_finish(glm_jsonsplit *s, glm_jsplit_rec *rec, bool *hav
         return GLM_OK;
     case S_ARR_BEFORE:
     case S_ARR_ELEM:
-        if (s->state == S_ARR_ELEM)
-            return glm_err(GLM_ERR_FORMAT,
-                           "line %lld, offset %lld: the data ends inside record %lld of the "
-                           "top-level array (it starts there; %lld unclosed bracket%s%s); hint: "
-                           "the file looks cut off: re-download or re-export it",
-                           (long long)s->rec_line, (long long)s->rec_offset, (long long)s->index,
-                           (long long)s->depth, s->depth == 1 ? "" : "s",
-                           s->in_str ? ", inside a string" : "");
-        return glm_err(GLM_ERR_FORMAT,
-                       "line %lld, offset %lld: the data ends before the top-level array is "
-                       "closed with ']' (after %lld records); hint: the file looks cut off: "
-                       "re-download or re-export it",
-                       (long long)s->line, (long long)s->offset, (long long)s->index);
+        /* A top-level array cut off (a download or `head -c` that stopped early): the complete
+         * records before the cut were returned already; the cut-off tail is one TRUNCATED
+         * problem, counted like a broken JSON Lines record (fatal only under --strict). */
+        if (s->state == S_ARR_ELEM) {
+            s->rec_problem = GLM_JSPLIT_TRUNCATED;
+            snprintf(s->rec_what, sizeof s->rec_what,
+                     "the data ends inside this record of the top-level array (%lld unclosed "
+                     "bracket%s%s, at byte offset %lld): the file looks cut off",
+                     (long long)s->depth, s->depth == 1 ? "" : "s", s->in_str ? ", inside a string" : "",
+                     (long long)s->offset);
+        } else {
+            rec_begin(s, GLM_JSPLIT_TRUNCATED, NULL); /* no bytes: the cut is between records */
+            snprintf(s->rec_what, sizeof s->rec_what,
+                     "the data ends at byte offset %lld, before the top-level array is closed with "
+                     "']' (after %lld records): the file looks cut off",
+                     (long long)s->offset, (long long)s->index);
+        }
+        s->state = S_ARR_END;
+        rec_emit(s, rec, true);
+        *have = true;
+        return GLM_OK;
     default:
         return GLM_OK;
     }

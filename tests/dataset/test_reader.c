@@ -420,12 +420,24 @@ int main(void) {
               r.reasons[i], want2[i], r.details[i]);
     result_free(&r);
 
-    /* a truncated array is fatal, naming file, record and offset */
+    /* a truncated array (head -c of a download): the complete records are kept, the cut-off
+     * tail is one truncated_json problem naming file, line, record and byte offsets */
     write_str("arrtrunc.json", "[\n{\"i\": 0},\n{\"i\": [1,");
     read1(&r, "arrtrunc.json");
-    CHECK(r.st == GLM_ERR_FORMAT && r.n == 1, "truncated array: %d %s", r.n, r.err);
-    CHECK(strstr(r.err, "arrtrunc.json") && strstr(r.err, "record 1") &&
-          strstr(r.err, "line 3") && strstr(r.err, "offset 12"), "message: %s", r.err);
+    CHECK(r.st == GLM_OK && r.n == 2 && r.n_problems == 1, "truncated array: %d %s", r.n, r.err);
+    CHECK(r.n == 2 && !strcmp(r.reasons[0], "") && ival(r.values[0], "i") == 0 &&
+          !strcmp(r.reasons[1], "truncated_json"), "truncated array: kept %s, tail %s", r.reasons[0], r.reasons[1]);
+    CHECK(strstr(r.details[1], "arrtrunc.json:3:") && strstr(r.details[1], "record 1") &&
+          strstr(r.details[1], "offset 12") && strstr(r.details[1], "byte offset 21") &&
+          strstr(r.details[1], "cut off") && strstr(r.details[1], "hint"), "detail: %s", r.details[1]);
+    result_free(&r);
+    /* cut between two records: the records are all kept, the missing ']' is the problem */
+    write_str("arrcut.json", "[{\"i\": 0}, {\"i\": 1},\n");
+    read1(&r, "arrcut.json");
+    CHECK(r.st == GLM_OK && r.n == 3 && r.n_problems == 1, "cut array: %d %s", r.n, r.err);
+    CHECK(r.n == 3 && ival(r.values[1], "i") == 1 && !strcmp(r.reasons[2], "truncated_json") &&
+          strstr(r.details[2], "arrcut.json:2:") && strstr(r.details[2], "byte offset 21") &&
+          strstr(r.details[2], "after 2 records"), "cut array detail: %s", r.n == 3 ? r.details[2] : "");
     result_free(&r);
     write_str("arrtail.json", "[{\"i\": 0}] {\"i\": 1}");
     read1(&r, "arrtail.json");
