@@ -169,7 +169,7 @@ static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
 }
 
 static void process_record(batch_ctx *c, job *j) {
-    glm_record_parse(&j->rec); /* the reader defers the JSON parse to the workers */
+    glm_record_parse_keep(&j->rec); /* the reader defers the JSON parse to the workers; job_clear frees the bytes */
     if (j->rec.reason) {
         j->drop = j->rec.reason;
         j->drop_detail = strdup(j->rec.detail);
@@ -332,13 +332,23 @@ static void pool_stop(worker_pool *p) {
     pthread_mutex_destroy(&p->mu);
 }
 
-static void job_clear(job *j) {
+/* Clears j for the next batch. Its ids and targets buffers are kept (emptied) for the record that
+ * takes its place: a worker then fills a buffer of the right size without realloc, and the
+ * reading thread never frees a worker's blocks (a free into another thread's malloc arena takes
+ * that arena's lock while the worker allocates: futex calls, and the worker's heap shrinking and
+ * growing again, an mprotect call each). Buffers over JOB_KEEP elements (a long text) are freed. */
+enum { JOB_KEEP = 1 << 16 };
+static void job_clear(job *j, bool keep_buffers) {
     if (j->rec.value) json_decref(j->rec.value);
     free(j->rec.raw);
-    glm_vec_free(j->ids);
-    glm_vec_free(j->tg);
+    glm_u32vec ids = j->ids;
+    glm_u8vec tg = j->tg;
+    if (!keep_buffers || ids.cap > JOB_KEEP) glm_vec_free(ids);
+    if (!keep_buffers || tg.cap > JOB_KEEP) glm_vec_free(tg);
     free(j->drop_detail);
     memset(j, 0, sizeof *j);
+    j->ids = (glm_u32vec){ids.v, 0, ids.cap};
+    j->tg = (glm_u8vec){tg.v, 0, tg.cap};
 }
 
 /* ------------------------------------------------------------------ documents of a record */
@@ -391,8 +401,6 @@ static glm_status job_docs(job *j, doc_set *out, size_t *targets, bool *tail_dro
         memcpy(d->targets, j->tg.v, len);
         out->n = 1;
         for (size_t i = 1; i < len; i++) *targets += j->tg.v[i] != 0;
-        glm_vec_free(j->ids);
-        glm_vec_free(j->tg);
         return GLM_OK;
     }
     for (size_t k = 0; k < n; k++) {
@@ -982,7 +990,7 @@ static int tokenize_main(tok_opts *op) {
                 doc_set_free(&to_val);
             }
         }
-        for (size_t k = 0; k < n_running; k++) job_clear(&prev[k]);
+        for (size_t k = 0; k < n_running; k++) job_clear(&prev[k], true);
         int64_t b = glm_reader_bytes_read(rd);
         glm_progress_add(&prog, (int64_t)n_running, b - last_bytes);
         last_bytes = b;
@@ -994,7 +1002,7 @@ static int tokenize_main(tok_opts *op) {
     pool_stop(&pool);
     glm_arena_free(&main_arena);
     for (int b = 0; b < 2; b++) {
-        for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
+        for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k], false);
         free(batches[b]);
     }
     glm_progress_finish(&prog);
