@@ -280,12 +280,14 @@ static glm_status dat_find_base(dat_builder *d, const uint8_t *labels, int nl, i
 typedef struct {
     int32_t node;
     uint32_t depth;
+    uint32_t pre;  /* the longest reachable token that is a proper prefix of the path, NONE_RANK if none */
     size_t lo, hi; /* tokens[lo..hi) share the node's path as their first `depth` bytes */
 } dat_item;
 
 /* Builds the trie of the sorted tokens t[0..n) (bt->t[rank].dv already set): every token has its
  * path, so that a walk's depth bounds the tokens starting there; only reachable ones are marked
- * as candidates (TOK_BIT). */
+ * as candidates (TOK_BIT), each with its next_prefix (the deepest candidate above it on its path,
+ * met on the way down). */
 static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
     dat_builder d = {0};
     GLM_VEC(dat_item) stack = {0};
@@ -294,7 +296,7 @@ static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
         d.cell[0].check = -2;
         d.first_free = 1;
         d.used_end = 1;
-        st = glm_vec_push(stack, ((dat_item){0, 0, 0, n}));
+        st = glm_vec_push(stack, ((dat_item){0, 0, NONE_RANK, 0, n}));
     }
     while (st == GLM_OK && stack.n) {
         dat_item it = stack.v[--stack.n];
@@ -304,6 +306,8 @@ static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
                 d.cell[it.node].base |= TOK_BIT;
                 d.cell[it.node].rank = t[lo].rank;
                 d.cell[it.node].dv = bt->t[t[lo].rank].dv;
+                bt->t[t[lo].rank].next_prefix = it.pre;
+                it.pre = t[lo].rank;
             }
             lo++;
         }
@@ -329,7 +333,7 @@ static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
         }
         while (d.cell[d.first_free].check != -1) d.first_free++;
         for (int i = nl - 1; i >= 0 && st == GLM_OK; i--)
-            st = glm_vec_push(stack, ((dat_item){base + labels[i], it.depth + 1, gstart[i], gstart[i + 1]}));
+            st = glm_vec_push(stack, ((dat_item){base + labels[i], it.depth + 1, it.pre, gstart[i], gstart[i + 1]}));
     }
     glm_vec_free(stack);
     if (st == GLM_OK) st = dat_grow(&d, d.used_end + 257); /* a transition never reads past the end */
@@ -466,15 +470,7 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
     }
     pstate *fit = realloc(bt->ps, (np ? np : 1) * sizeof *bt->ps); /* give back what was not used */
     if (fit) bt->ps = fit;
-    if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done;
-    for (size_t i = 0; i < n_reach; i++) { /* the longest reachable proper prefix of each token */
-        cand cs[MAX_CANDS];
-        int dropped;
-        if (refs[i].n < 2) continue;
-        uint8_t depth;
-        int nc = walk(bt, refs[i].p, refs[i].n - 1, cs, &dropped, &depth);
-        bt->t[refs[i].rank].next_prefix = cs[nc - 1].rank;
-    }
+    if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done; /* and each token's next_prefix */
     b->bt = bt;
     bt = NULL;
 done:
