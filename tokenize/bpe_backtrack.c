@@ -407,7 +407,7 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
     size_t n_all = 0;
     if (bt) {
         bt->t = malloc(n * sizeof *bt->t);
-        bt->ps = malloc((total + n + 1) * sizeof *bt->ps);
+        bt->ps = malloc((total + n + 2) * sizeof *bt->ps); /* + 1: the blocks loop writes one past its last entry */
     }
     if (!bt || !start || !rank || !part || !ext || !pre || !rpart || !lpart || !first || !dv || !scratch ||
         !refs || !all || !bt->t || !bt->ps) {
@@ -454,18 +454,22 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
         *h = (pstate){0};
         np++;
         for (int side = 0; side < 2; side++) {
-            uint32_t lo = 0, hi = 0;
+            uint32_t lo = 0, hi = 0, kept = 0;
             for (size_t j = 0; j < k; j++) {
                 const deriv_ent *d = &dv[f + j];
                 lo = hi;
                 hi = d->m == NONE_RANK ? UINT32_MAX : (d->m + 1 > hi ? d->m + 1 : hi);
                 uint32_t bound = side == 0 ? ext[rpart[f + j]] : pre[lpart[f + j]];
-                if (bound == NONE_RANK || (side == 0 ? bound >= d->m : bound > d->m)) continue;
-                bt->ps[np++] = (pstate){lo, hi, d->m, side == 0 ? d->rl : d->ll,
-                                        (uint8_t)(bound >> bt->bound_shift), 0, 0};
-                if (side == 0) h->nr++;
-                else h->nl++;
+                /* kept or not is hard to predict (about half are): written always, counted when
+                 * kept, without a branch (ps has room: at most one entry per state) */
+                uint32_t keep = (bound != NONE_RANK) & (side == 0 ? bound < d->m : bound <= d->m);
+                bt->ps[np] = (pstate){lo, hi, d->m, side == 0 ? d->rl : d->ll,
+                                      (uint8_t)(bound >> bt->bound_shift), 0, 0};
+                np += keep;
+                kept += keep;
             }
+            if (side == 0) h->nr = (uint8_t)kept;
+            else h->nl = (uint8_t)kept;
         }
     }
     pstate *fit = realloc(bt->ps, (np ? np : 1) * sizeof *bt->ps); /* give back what was not used */
