@@ -132,10 +132,11 @@ static size_t derive(const glm_bpe *b, const uint8_t *s, size_t n, uint32_t *sta
         lpart[st] = part[0];
         st++;
         if (best == NONE_RANK) break;
-        memmove(start + bi + 1, start + bi + 2, (m - bi - 1) * sizeof *start);
-        memmove(rank + bi + 1, rank + bi + 2, (m >= bi + 3 ? m - bi - 3 : 0) * sizeof *rank);
+        /* drop part bi + 1 (plain loops: a few elements, where a memmove call costs more) */
+        for (size_t i = bi + 1; i < m; i++) start[i] = start[i + 1];
+        for (size_t i = bi + 1; i + 2 < m; i++) rank[i] = rank[i + 1];
         part[bi] = best;
-        memmove(part + bi + 1, part + bi + 2, (m - bi - 2) * sizeof *part);
+        for (size_t i = bi + 1; i + 1 < m; i++) part[i] = part[i + 1];
         m--;
         rank[bi] = bi + 1 < m ? lookup(b, s + start[bi], start[bi + 2] - start[bi]) : NONE_RANK;
         if (bi > 0) rank[bi - 1] = lookup(b, s + start[bi - 1], start[bi + 1] - start[bi - 1]);
