@@ -107,11 +107,23 @@ typedef struct {
 
 /* ------------------------------------------------------------------ one record, in and out */
 
+/* Where a thread puts the tokens of the records it processes in one batch, one after the other:
+ * the thread's own memory, reused batch after batch (two sets, as two batches are alive: the one
+ * being processed and the one being consumed). No per-record allocation, and the reading thread
+ * only reads these (a free into another thread's malloc arena takes that arena's lock). */
 typedef struct {
-    glm_record rec;        /* rec.source points to `source` (interned, lives for the run) */
-    /* results */
     glm_u32vec ids;
     glm_u8vec tg;
+} out_buf;
+
+typedef struct {
+    glm_record rec;        /* rec.source points to `source` (interned, lives for the run) */
+    /* results: ids and targets are views of out->ids/out->tg from `off` (out_view refreshes the
+     * pointers once the batch is done: the buffer may move while later records are added) */
+    glm_u32vec ids;
+    glm_u8vec tg;
+    out_buf *out;
+    size_t off;
     const char *drop;      /* reason key, or NULL when kept */
     char *drop_detail;
     const char *notes[8];
@@ -130,6 +142,7 @@ typedef struct {
     job *jobs;
     size_t n_jobs;
     size_t next;           /* atomic work counter */
+    int parity;            /* which of a thread's two out_bufs this batch uses */
 } batch_ctx;
 
 static void job_drop(job *j, const char *reason, const char *msg) {
@@ -140,7 +153,7 @@ static void job_drop(job *j, const char *reason, const char *msg) {
         j->drop_detail = NULL;
 }
 
-static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
+static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv, out_buf *ob) {
     size_t n = json_array_size(conv->input_ids);
     uint32_t V = c->tok ? glm_tokenizer_vocab_size(c->tok) : 0;
     for (size_t i = 0; i < n; i++) {
@@ -163,12 +176,14 @@ static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
             job_drop(j, "labels_mismatch", msg);
             return;
         }
-        glm_vec_push(j->ids, (uint32_t)id);
-        glm_vec_push(j->tg, (uint8_t)(i > 0 && l != -100));
+        glm_vec_push(ob->ids, (uint32_t)id);
+        glm_vec_push(ob->tg, (uint8_t)(i > 0 && l != -100));
     }
 }
 
-static void process_record(batch_ctx *c, job *j) {
+static void process_tokens(batch_ctx *c, job *j);
+
+static void process_record(batch_ctx *c, job *j, out_buf *ob) {
     glm_record_parse_keep(&j->rec); /* the reader defers the JSON parse to the workers; job_clear frees the bytes */
     if (j->rec.reason) {
         j->drop = j->rec.reason;
@@ -188,19 +203,35 @@ static void process_record(batch_ctx *c, job *j) {
     j->layout = conv.format;
     j->flag_turns = conv.loss_flag_turns;
     j->flag_off = conv.loss_flag_off;
+    size_t n0 = ob->ids.n; /* == ob->tg.n */
     if (conv.format == GLM_FMT_PRETOKENIZED) {
-        pretokenized(c, j, &conv);
+        pretokenized(c, j, &conv, ob);
     } else if (!c->tok) {
         job_drop(j, "needs_tokenizer", "a conversation or text record needs --tokenizer (only pre-tokenized records do not)");
     } else if (conv.format == GLM_FMT_TEXT) {
-        s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &j->ids, &j->tg);
+        s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     } else {
-        s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &j->ids, &j->tg);
+        s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     }
     glm_conversation_free(&conv);
-    if (j->drop) return;
+    if (!j->drop && ob->tg.n != ob->ids.n) job_drop(j, "render_error", "internal: targets and ids differ in length");
+    if (j->drop) {
+        ob->ids.n = ob->tg.n = n0; /* nothing of it is kept */
+        return;
+    }
+    j->out = ob;
+    j->off = n0;
+    j->ids = (glm_u32vec){ob->ids.v + n0, ob->ids.n - n0, 0};
+    j->tg = (glm_u8vec){ob->tg.v + n0, ob->tg.n - n0, 0};
+    process_tokens(c, j);
+    if (j->drop) ob->ids.n = ob->tg.n = n0;
+    else ob->ids.n = ob->tg.n = n0 + j->ids.n; /* --truncate may have shortened it */
+}
+
+/* The checks and cuts on a record's tokens (j->ids, j->tg). */
+static void process_tokens(batch_ctx *c, job *j) {
     uint64_t T = c->o->seq_len;
     if (j->ids.n > T && j->layout == GLM_FMT_TEXT && !c->o->truncate) {
         /* pretraining text: consecutive windows of T tokens, each a document (see the consumer) */
@@ -229,22 +260,35 @@ static void process_record(batch_ctx *c, job *j) {
 
 /* One record, its jansson values (the parsed record, the conversation, the template's) in
  * `arena`: all of them are freed before it returns, and the arena is reset for the next. */
-static void process(batch_ctx *c, job *j, glm_arena *arena) {
+static void process(batch_ctx *c, job *j, glm_arena *arena, out_buf *ob) {
     glm_json_arena_begin(arena);
-    process_record(c, j);
+    process_record(c, j, ob);
     json_decref(j->rec.value);
     j->rec.value = NULL;
     glm_json_arena_end();
     glm_arena_reset(arena);
 }
 
-/* Takes records of batch c until none is left (by several threads at once). */
-static void run_batch(batch_ctx *c, glm_arena *arena) {
+/* Takes records of batch c until none is left (by several threads at once); their tokens go to
+ * ob[c->parity], emptied first (what it held belongs to the batch before the last one, which the
+ * reading thread has consumed). */
+static void run_batch(batch_ctx *c, glm_arena *arena, out_buf *ob) {
+    out_buf *o = &ob[c->parity];
+    if (o->ids.cap > (1u << 24)) glm_vec_free(o->ids); /* after a very long text: give it back */
+    if (o->tg.cap > (1u << 24)) glm_vec_free(o->tg);
+    o->ids.n = o->tg.n = 0;
     for (;;) {
         size_t i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
         if (i >= c->n_jobs) break;
-        process(c, &c->jobs[i], arena);
+        process(c, &c->jobs[i], arena, o);
     }
+}
+
+/* Points j's ids and targets at its tokens, once the batch is done. */
+static void out_view(job *j) {
+    if (!j->out) return;
+    j->ids.v = j->out->ids.v + j->off;
+    j->tg.v = j->out->tg.v + j->off;
 }
 
 /* The worker threads, started once for the run: each batch is handed to all of them (gen counts
@@ -263,6 +307,7 @@ static void *pool_worker(void *arg) {
     worker_pool *p = arg;
     glm_arena arena; /* this thread's record values, reused from record to record */
     glm_arena_init(&arena, 0);
+    out_buf ob[2] = {0};
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -271,12 +316,16 @@ static void *pool_worker(void *arg) {
         seen = p->gen;
         batch_ctx *c = p->batch;
         pthread_mutex_unlock(&p->mu);
-        run_batch(c, &arena);
+        run_batch(c, &arena, ob);
         pthread_mutex_lock(&p->mu);
         if (--p->busy == 0) pthread_cond_signal(&p->done);
     }
     pthread_mutex_unlock(&p->mu);
     glm_arena_free(&arena);
+    for (int k = 0; k < 2; k++) {
+        glm_vec_free(ob[k].ids);
+        glm_vec_free(ob[k].tg);
+    }
     return NULL;
 }
 
@@ -332,25 +381,13 @@ static void pool_stop(worker_pool *p) {
     pthread_mutex_destroy(&p->mu);
 }
 
-/* Clears j for the next batch. Its ids and targets buffers are kept (emptied) for the record that
- * takes its place: a worker then fills a buffer of the right size without realloc, and the
- * reading thread never frees a worker's blocks (a free into another thread's malloc arena takes
- * that arena's lock while the worker allocates: futex calls, and the worker's heap shrinking and
- * growing again, an mprotect call each). Buffers over JOB_KEEP elements (a long text) are freed. */
-enum { JOB_KEEP = 1 << 16 };
-static void job_clear(job *j, bool keep_buffers) {
+/* Clears j for the next batch (its tokens live in a thread's out_buf). */
+static void job_clear(job *j) {
     if (j->rec.value) json_decref(j->rec.value);
     free(j->rec.raw);
-    glm_u32vec ids = j->ids;
-    glm_u8vec tg = j->tg;
-    if (!keep_buffers || ids.cap > JOB_KEEP) glm_vec_free(ids);
-    if (!keep_buffers || tg.cap > JOB_KEEP) glm_vec_free(tg);
     free(j->drop_detail);
     memset(j, 0, sizeof *j);
-    j->ids = (glm_u32vec){ids.v, 0, ids.cap};
-    j->tg = (glm_u8vec){tg.v, 0, tg.cap};
 }
-
 /* ------------------------------------------------------------------ documents of a record */
 
 /* The documents of one kept record (one, or the windows of a long text). */
@@ -920,6 +957,7 @@ static int tokenize_main(tok_opts *op) {
     worker_pool pool;
     pool_start(&pool, (size_t)o.threads);
     glm_arena main_arena = {0}; /* when no worker could start */
+    out_buf main_out[2] = {0};
     batch_ctx ctx[2];
     int cur = 0;
     bool eof = false, running = false;
@@ -953,18 +991,19 @@ static int tokenize_main(tok_opts *op) {
             running = false;
         }
         if (n > 0) {
-            ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0};
+            ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0, cur};
             if (pool.n > 0) {
                 pool_run(&pool, &ctx[cur]);
                 running = true;
             } else {
-                run_batch(&ctx[cur], &main_arena); /* every record of the batch, here and now */
+                run_batch(&ctx[cur], &main_arena, main_out); /* every record of the batch, here and now */
             }
         }
         /* consume the previous batch (finished) in order */
         job *prev = batches[1 - cur];
         for (size_t k = 0; k < n_running && s == GLM_OK; k++) {
             job *j = &prev[k];
+            out_view(j);
             tok_report_record(&rep, j->rec.source, j->rec.nbytes);
             for (int q = 0; q < j->n_notes; q++) tok_report_note(&rep, j->notes[q]);
             if (j->drop) {
@@ -990,7 +1029,7 @@ static int tokenize_main(tok_opts *op) {
                 doc_set_free(&to_val);
             }
         }
-        for (size_t k = 0; k < n_running; k++) job_clear(&prev[k], true);
+        for (size_t k = 0; k < n_running; k++) job_clear(&prev[k]);
         int64_t b = glm_reader_bytes_read(rd);
         glm_progress_add(&prog, (int64_t)n_running, b - last_bytes);
         last_bytes = b;
@@ -1001,8 +1040,12 @@ static int tokenize_main(tok_opts *op) {
     if (running) pool_wait(&pool);
     pool_stop(&pool);
     glm_arena_free(&main_arena);
+    for (int k = 0; k < 2; k++) {
+        glm_vec_free(main_out[k].ids);
+        glm_vec_free(main_out[k].tg);
+    }
     for (int b = 0; b < 2; b++) {
-        for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k], false);
+        for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
         free(batches[b]);
     }
     glm_progress_finish(&prog);
