@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
+#include "common/jsonfast.h"
 #include "common/vec.h"
 
 char *glm_py_float_repr(double d, char buf[32]) {
@@ -80,6 +81,7 @@ static void put_string(sbuf *b, const char *s, size_t n) {
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue; /* as is (the run is copied at once) */
         const char *esc = NULL;
         char u[8];
         switch (c) {
@@ -104,8 +106,14 @@ static void put_string(sbuf *b, const char *s, size_t n) {
 }
 
 static void newline_indent(sbuf *b, int indent, int level) {
-    put(b, "\n", 1);
-    for (int i = 0; i < indent * level; i++) put(b, " ", 1);
+    size_t k = (size_t)indent * (size_t)level;
+    if (b->oom || glm_vec_reserve(b->v, k + 2) != GLM_OK) {
+        b->oom = 1;
+        return;
+    }
+    b->v.v[b->v.n++] = '\n';
+    memset(b->v.v + b->v.n, ' ', k);
+    b->v.n += k;
 }
 
 static void dump(sbuf *b, json_t *v, int indent, int level) {
@@ -220,7 +228,10 @@ static bool grow_put(char **o, size_t *on, size_t *cap, const char *s, size_t n)
 }
 
 json_t *glm_json_loadb_py(const char *data, size_t n, size_t flags, json_error_t *err) {
-    json_t *v = json_loadb(data, n, flags, err);
+    json_t *v = NULL;
+    if ((flags & ~(size_t)JSON_DECODE_ANY) == 0 && (v = glm_json_parse_fast(data, n, (flags & JSON_DECODE_ANY) != 0)))
+        return v; /* the common case, parsed fast; anything else as jansson parses it */
+    v = json_loadb(data, n, flags, err);
     if (v) return v;
     int code = json_error_code(err);
     if (code != json_error_numeric_overflow && code != json_error_invalid_syntax) return NULL;

@@ -25,7 +25,8 @@ glm_status glm_err_context(glm_status code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_msg, sizeof old);
-    snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old);
+    if (snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old) >= (int)sizeof g_msg)
+        memcpy(g_msg + sizeof g_msg - 4, "...", 4); /* cut to the buffer: say so */
     return code;
 }
 

@@ -136,6 +136,7 @@ static void note(conv *c, const char *key) {
 static bool is_text(const json_t *v) { return json_is_string(v) && !glm_json_numtext(v, NULL, NULL, NULL); }
 
 static const char *type_name(const json_t *v) {
+    if (!v) return "missing";
     char kind;
     if (glm_json_numtext(v, &kind, NULL, NULL)) return kind == 'i' ? "an integer" : "a number";
     switch (json_typeof(v)) {
@@ -151,14 +152,15 @@ static const char *type_name(const json_t *v) {
     return "?";
 }
 
-/* Appends {"role", "content"[, "metadata"]} to the output. */
 /* Appends {"role", "content"[, "metadata"][, "loss"]} to the output (loss: the current turn's
- * flag, see loss_flag) and remembers its turn index. */
+ * flag, see loss_flag) and remembers its turn index. The content is put together from the
+ * record's strings (UTF-8 checked when the record was parsed) and ASCII, so it is not checked
+ * again. */
 static glm_status push_msg(conv *c, const char *role, const char *content, size_t len,
                            const char *metadata) {
     json_t *m = json_object();
     if (!m || json_object_set_new(m, "role", json_string(role)) ||
-        json_object_set_new(m, "content", json_stringn(content, len)) ||
+        json_object_set_new(m, "content", json_stringn_nocheck(content, len)) ||
         (metadata && json_object_set_new(m, "metadata", json_string(metadata))) ||
         (c->cur_loss && json_object_set(m, "loss", c->cur_loss)) ||
         json_array_append_new(c->out->messages, m)) {
@@ -291,6 +293,9 @@ static glm_status push_tool_call(conv *c, const json_t *name, const json_t *args
 /* A tool call written as JSON text {"name": ..., "arguments": ...} (ShareGPT function_call
  * turns, LLaMA-Factory "tool_call" content parts). A list of calls is accepted too. */
 static glm_status push_tool_call_text(conv *c, const json_t *v, const char *where) {
+    if (!v || json_is_null(v))
+        return fail(c, "bad_tool_call", "%s has no content; hint: a tool call is {\"name\": \"fn\", "
+                    "\"arguments\": {...}} as JSON text", where);
     json_t *parsed = NULL;
     if (is_text(v)) {
         json_error_t jerr;

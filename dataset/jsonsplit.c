@@ -1,7 +1,11 @@
 /* dataset/jsonsplit.c: streaming record splitter for JSON arrays / JSON Lines (see jsonsplit.h). */
 #include "dataset/jsonsplit.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <string.h>
 
 enum {
@@ -96,6 +100,44 @@ static inline void track(glm_jsonsplit *s, unsigned char c) {
     else if ((c == '}' || c == ']') && s->depth > 0) s->depth--;
 }
 
+/* The length of the run at p[0..n) without '"', '\\' or '\n': inside a string, the bytes that
+ * change nothing but the offset (16 at a time with SSE2, else 8 where the byte order allows). */
+static size_t string_run(const char *p, size_t n) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), nl = _mm_set1_epi8('\n');
+    for (; i + 16 <= n; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)), _mm_cmpeq_epi8(x, nl));
+        unsigned bits = (unsigned)_mm_movemask_epi8(m);
+        if (bits) return i + (size_t)__builtin_ctz(bits);
+    }
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\'), l = w ^ (ones * '\n');
+        uint64_t m = (((q - ones) & ~q) | ((b - ones) & ~b) | ((l - ones) & ~l)) & high;
+        if (m) return i + ((size_t)__builtin_ctzll(m) >> 3);
+    }
+#endif
+    while (i < n && p[i] != '"' && p[i] != '\\' && p[i] != '\n') i++;
+    return i;
+}
+
+/* The length of the run at p[0..n) of bytes that, outside a string inside a record, change
+ * nothing but the offset: not '"', a bracket, ',' or a newline. */
+static size_t inert_run(const char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"' || c == '{' || c == '}' || c == '[' || c == ']' || c == ',' || c == '\n') break;
+        i++;
+    }
+    return i;
+}
+
 glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t *used,
                               glm_jsplit_rec *rec, bool *have) {
     *have = false;
@@ -109,6 +151,14 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
     size_t seg = 0; /* start of the not-yet-stored part of the current record in p */
     size_t i = 0;
     while (i < n) {
+        if ((s->state == S_VALUE || s->state == S_ARR_ELEM) && !s->esc && !s->byte_by_byte) {
+            /* string contents, or between strings the bytes that change nothing but the offset
+             * (indentation, numbers, ':'): skipped at once */
+            size_t k = s->in_str ? string_run(p + i, n - i) : inert_run(p + i, n - i);
+            s->offset += (int64_t)k;
+            i += k;
+            if (i == n) break;
+        }
         unsigned char c = (unsigned char)p[i];
         size_t adv = 1;   /* 0: process the same byte again in the new state */
         switch (s->state) {
@@ -321,19 +371,27 @@ glm_status glm_jsonsplit_finish(glm_jsonsplit *s, glm_jsplit_rec *rec, bool *hav
         return GLM_OK;
     case S_ARR_BEFORE:
     case S_ARR_ELEM:
-        if (s->state == S_ARR_ELEM)
-            return glm_err(GLM_ERR_FORMAT,
-                           "line %lld, offset %lld: the data ends inside record %lld of the "
-                           "top-level array (it starts there; %lld unclosed bracket%s%s); hint: "
-                           "the file looks cut off: re-download or re-export it",
-                           (long long)s->rec_line, (long long)s->rec_offset, (long long)s->index,
-                           (long long)s->depth, s->depth == 1 ? "" : "s",
-                           s->in_str ? ", inside a string" : "");
-        return glm_err(GLM_ERR_FORMAT,
-                       "line %lld, offset %lld: the data ends before the top-level array is "
-                       "closed with ']' (after %lld records); hint: the file looks cut off: "
-                       "re-download or re-export it",
-                       (long long)s->line, (long long)s->offset, (long long)s->index);
+        /* A top-level array cut off (a download or `head -c` that stopped early): the complete
+         * records before the cut were returned already; the cut-off tail is one TRUNCATED
+         * problem, counted like a broken JSON Lines record (fatal only under --strict). */
+        if (s->state == S_ARR_ELEM) {
+            s->rec_problem = GLM_JSPLIT_TRUNCATED;
+            snprintf(s->rec_what, sizeof s->rec_what,
+                     "the data ends inside this record of the top-level array (%lld unclosed "
+                     "bracket%s%s, at byte offset %lld): the file looks cut off",
+                     (long long)s->depth, s->depth == 1 ? "" : "s", s->in_str ? ", inside a string" : "",
+                     (long long)s->offset);
+        } else {
+            rec_begin(s, GLM_JSPLIT_TRUNCATED, NULL); /* no bytes: the cut is between records */
+            snprintf(s->rec_what, sizeof s->rec_what,
+                     "the data ends at byte offset %lld, before the top-level array is closed with "
+                     "']' (after %lld records): the file looks cut off",
+                     (long long)s->offset, (long long)s->index);
+        }
+        s->state = S_ARR_END;
+        rec_emit(s, rec, true);
+        *have = true;
+        return GLM_OK;
     default:
         return GLM_OK;
     }

@@ -37,7 +37,7 @@ typedef enum {
     GLM_JSPLIT_TOO_LARGE,  /* longer than max_record: data is NULL, n is the full length */
     GLM_JSPLIT_SYNTAX,     /* bytes that cannot be a record (text after a record on its line,
                               an empty array element, a line that ends with open brackets) */
-    GLM_JSPLIT_TRUNCATED,  /* the stream ended inside this record (JSON Lines / object layout) */
+    GLM_JSPLIT_TRUNCATED,  /* the stream ended inside this record, or an array before its ']' */
 } glm_jsplit_problem;
 
 typedef enum {
@@ -71,6 +71,8 @@ typedef struct glm_jsonsplit {
     bool after_comma;     /* array: the last separator was ',' */
     bool overflow;        /* current record exceeded max_record */
     bool pending_reset;   /* a record was returned: clear buf before the next byte */
+    bool byte_by_byte;    /* tests: no skipping over string contents, every byte through the
+                             state machine (the reference for the skipping) */
     int64_t rec_line, rec_offset, rec_len, index;
     glm_jsplit_problem rec_problem;
     char rec_what[256];
@@ -92,8 +94,9 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
                               glm_jsplit_rec *rec, bool *have);
 
 /* Ends the stream: may return one last record (a value without trailing newline, or a
- * TRUNCATED problem in line layout). Errors: GLM_ERR_FORMAT when the stream ends inside a
- * top-level array (the message names the record, its line and offset). */
+ * TRUNCATED problem: the stream ended inside a record, or inside a top-level array before its
+ * ']'; `what` gives the byte offset where the data ends). Errors: GLM_ERR_FORMAT for an
+ * incomplete byte-order mark. */
 glm_status glm_jsonsplit_finish(glm_jsonsplit *s, glm_jsplit_rec *rec, bool *have);
 
 /* Frees the record buffer. */

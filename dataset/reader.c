@@ -933,6 +933,10 @@ void glm_record_parse(glm_record *rec) {
     rec->raw = NULL;
 }
 
+void glm_record_parse_keep(glm_record *rec) {
+    if (rec->raw && !rec->value && !rec->reason) parse_record(rec, rec->raw, rec->nbytes);
+}
+
 /* Turns one split record into *rec: parses it (or, deferred, copies its bytes) and classifies
  * failures. */
 static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec) {

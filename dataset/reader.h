@@ -106,11 +106,18 @@ void glm_reader_set_deferred_parse(glm_reader *r, bool defer);
  * frees rec->raw. A record without raw bytes is left as it is. */
 void glm_record_parse(glm_record *rec);
 
+/* The same, leaving rec->raw to the caller to free: a worker thread parses, and the thread that
+ * allocated the bytes (the reader's) frees them, so no thread frees into another's malloc arena
+ * (that takes the arena's lock while its owner allocates). */
+void glm_record_parse_keep(glm_record *rec);
+
 /* Reads the next record into *rec (overwriting it; rec->value must have been taken or freed).
  * Returns GLM_OK with a record (value set) or a per-record problem (reason + detail set);
  * GLM_EOF after the last source; or a fatal error: GLM_ERR_FORMAT for corrupt/truncated
- * compressed data or archives, a stream that is not JSON, a top-level array cut off or followed
- * by other text (the message names the file or "archive:member", line and offset);
+ * compressed data or archives, a stream that is not JSON, a top-level array followed by other
+ * text (the message names the file or "archive:member", line and offset); a top-level array cut
+ * off is not fatal: the records before the cut come as usual, the tail as a truncated_json
+ * problem;
  * GLM_ERR_IO for read errors; GLM_ERR_NOMEM. After a fatal error the reader is only closed. */
 glm_status glm_reader_next(glm_reader *r, glm_record *rec);
 

@@ -264,48 +264,65 @@ static glm_status writer_flush(glm_shard_writer *w) {
     uint64_t src_bytes = 4;
     for (size_t i = 0; i < w->sources.n; i++) src_bytes += 4 + strlen(w->sources.v[i]);
     uint64_t size = pad8(L.sources + src_bytes);
-    uint8_t *buf = calloc(1, size);
-    if (!buf) return glm_err(GLM_ERR_NOMEM, "out of memory building a shard of %llu bytes", (unsigned long long)size);
-    memcpy(buf, GLM_SHARD_MAGIC, 8);
-    wr32(buf + 8, GLM_SHARD_VERSION);
-    wr32(buf + 12, GLM_SHARD_HEADER_BYTES);
-    wr32(buf + 16, T);
-    wr32(buf + 20, R);
-    wr64(buf + 24, D);
-    wr64(buf + 32, w->n_tokens);
-    wr64(buf + 40, w->n_targets);
-    wr64(buf + 48, w->fingerprint);
-    wr32(buf + 56, w->vocab_size);
-    wr64(buf + 64, L.ids);
-    wr64(buf + 72, L.targets);
-    wr64(buf + 80, L.rowdocs);
-    wr64(buf + 88, L.docs);
-    wr64(buf + 96, L.sources);
-    wr64(buf + 104, size);
-    memcpy(buf + L.ids, w->ids.v, 4 * rt);
-    for (uint64_t i = 0; i < rt; i++)
-        if (w->targets.v[i]) buf[L.targets + i / 8] |= (uint8_t)(1u << (i % 8));
-    memcpy(buf + L.rowdocs, w->rowdocs.v, 8 * ((uint64_t)R + 1));
-    memcpy(buf + L.docs, w->docs.v, 16 * D);
-    uint64_t off = L.sources;
-    wr32(buf + off, (uint32_t)w->sources.n);
+    /* The file is the header, the ids as they are in w->ids (written from there, not copied), and
+     * the tail built here: target bits, row documents, documents, sources. */
+    uint8_t hdr[GLM_SHARD_HEADER_BYTES] = {0}, *tail = calloc(1, size - L.targets);
+    if (!tail) return glm_err(GLM_ERR_NOMEM, "out of memory building a shard of %llu bytes", (unsigned long long)size);
+    memcpy(hdr, GLM_SHARD_MAGIC, 8);
+    wr32(hdr + 8, GLM_SHARD_VERSION);
+    wr32(hdr + 12, GLM_SHARD_HEADER_BYTES);
+    wr32(hdr + 16, T);
+    wr32(hdr + 20, R);
+    wr64(hdr + 24, D);
+    wr64(hdr + 32, w->n_tokens);
+    wr64(hdr + 40, w->n_targets);
+    wr64(hdr + 48, w->fingerprint);
+    wr32(hdr + 56, w->vocab_size);
+    wr64(hdr + 64, L.ids);
+    wr64(hdr + 72, L.targets);
+    wr64(hdr + 80, L.rowdocs);
+    wr64(hdr + 88, L.docs);
+    wr64(hdr + 96, L.sources);
+    wr64(hdr + 104, size);
+    const uint8_t *tg = w->targets.v;
+    uint64_t i = 0;
+    for (; i + 8 <= rt; i += 8) { /* 8 target flags per byte, lowest bit first */
+        unsigned byte = 0;
+        for (int k = 0; k < 8; k++) byte |= (unsigned)(tg[i + k] != 0) << k;
+        tail[i / 8] = (uint8_t)byte;
+    }
+    for (; i < rt; i++)
+        if (tg[i]) tail[i / 8] |= (uint8_t)(1u << (i % 8));
+    memcpy(tail + (L.rowdocs - L.targets), w->rowdocs.v, 8 * ((uint64_t)R + 1));
+    memcpy(tail + (L.docs - L.targets), w->docs.v, 16 * D);
+    uint64_t off = L.sources - L.targets; /* offsets in tail */
+    wr32(tail + off, (uint32_t)w->sources.n);
     off += 4;
-    for (size_t i = 0; i < w->sources.n; i++) {
-        uint32_t n = (uint32_t)strlen(w->sources.v[i]);
-        wr32(buf + off, n);
-        memcpy(buf + off + 4, w->sources.v[i], n);
+    for (size_t k = 0; k < w->sources.n; k++) {
+        uint32_t n = (uint32_t)strlen(w->sources.v[k]);
+        wr32(tail + off, n);
+        memcpy(tail + off + 4, w->sources.v[k], n);
         off += 4 + n;
     }
-    uint32_t crc = glm_crc32(0, buf + GLM_SHARD_HEADER_BYTES, size - GLM_SHARD_HEADER_BYTES);
-    wr32(buf + 112, crc);
-    wr32(buf + 124, glm_crc32(0, buf, 124));
+    /* the payload CRC runs over ids then tail, as over one buffer */
+    uint32_t crc = glm_crc32(glm_crc32(0, w->ids.v, 4 * rt), tail, size - L.targets);
+    wr32(hdr + 112, crc);
+    wr32(hdr + 124, glm_crc32(0, hdr, 124));
 
     char name[512];
     snprintf(name, sizeof name, "%s-%05u.bin", w->prefix, w->next_index);
     char *path = glm_path_join(w->dir, name);
-    glm_status s = glm_write_file_atomic(path, buf, size);
+    glm_afile af;
+    glm_status s = path ? glm_afile_open(&af, path) : glm_err(GLM_ERR_NOMEM, "out of memory");
+    if (s == GLM_OK) {
+        if ((s = glm_afile_write(&af, hdr, sizeof hdr)) == GLM_OK && (s = glm_afile_write(&af, w->ids.v, 4 * rt)) == GLM_OK &&
+            (s = glm_afile_write(&af, tail, size - L.targets)) == GLM_OK)
+            s = glm_afile_commit(&af);
+        else
+            glm_afile_abort(&af);
+    }
     free(path);
-    free(buf);
+    free(tail);
     if (s != GLM_OK) return s;
     if (w->n_written == w->cap_written) {
         size_t nc = w->cap_written ? 2 * w->cap_written : 8;

@@ -132,10 +132,11 @@ static size_t derive(const glm_bpe *b, const uint8_t *s, size_t n, uint32_t *sta
         lpart[st] = part[0];
         st++;
         if (best == NONE_RANK) break;
-        memmove(start + bi + 1, start + bi + 2, (m - bi - 1) * sizeof *start);
-        memmove(rank + bi + 1, rank + bi + 2, (m >= bi + 3 ? m - bi - 3 : 0) * sizeof *rank);
+        /* drop part bi + 1 (plain loops: a few elements, where a memmove call costs more) */
+        for (size_t i = bi + 1; i < m; i++) start[i] = start[i + 1];
+        for (size_t i = bi + 1; i + 2 < m; i++) rank[i] = rank[i + 1];
         part[bi] = best;
-        memmove(part + bi + 1, part + bi + 2, (m - bi - 2) * sizeof *part);
+        for (size_t i = bi + 1; i + 1 < m; i++) part[i] = part[i + 1];
         m--;
         rank[bi] = bi + 1 < m ? lookup(b, s + start[bi], start[bi + 2] - start[bi]) : NONE_RANK;
         if (bi > 0) rank[bi - 1] = lookup(b, s + start[bi - 1], start[bi + 1] - start[bi - 1]);
@@ -280,12 +281,14 @@ static glm_status dat_find_base(dat_builder *d, const uint8_t *labels, int nl, i
 typedef struct {
     int32_t node;
     uint32_t depth;
+    uint32_t pre;  /* the longest reachable token that is a proper prefix of the path, NONE_RANK if none */
     size_t lo, hi; /* tokens[lo..hi) share the node's path as their first `depth` bytes */
 } dat_item;
 
 /* Builds the trie of the sorted tokens t[0..n) (bt->t[rank].dv already set): every token has its
  * path, so that a walk's depth bounds the tokens starting there; only reachable ones are marked
- * as candidates (TOK_BIT). */
+ * as candidates (TOK_BIT), each with its next_prefix (the deepest candidate above it on its path,
+ * met on the way down). */
 static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
     dat_builder d = {0};
     GLM_VEC(dat_item) stack = {0};
@@ -294,7 +297,7 @@ static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
         d.cell[0].check = -2;
         d.first_free = 1;
         d.used_end = 1;
-        st = glm_vec_push(stack, ((dat_item){0, 0, 0, n}));
+        st = glm_vec_push(stack, ((dat_item){0, 0, NONE_RANK, 0, n}));
     }
     while (st == GLM_OK && stack.n) {
         dat_item it = stack.v[--stack.n];
@@ -304,6 +307,8 @@ static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
                 d.cell[it.node].base |= TOK_BIT;
                 d.cell[it.node].rank = t[lo].rank;
                 d.cell[it.node].dv = bt->t[t[lo].rank].dv;
+                bt->t[t[lo].rank].next_prefix = it.pre;
+                it.pre = t[lo].rank;
             }
             lo++;
         }
@@ -329,7 +334,7 @@ static glm_status dat_build(glm_bpe_bt *bt, const tokref *t, size_t n) {
         }
         while (d.cell[d.first_free].check != -1) d.first_free++;
         for (int i = nl - 1; i >= 0 && st == GLM_OK; i--)
-            st = glm_vec_push(stack, ((dat_item){base + labels[i], it.depth + 1, gstart[i], gstart[i + 1]}));
+            st = glm_vec_push(stack, ((dat_item){base + labels[i], it.depth + 1, it.pre, gstart[i], gstart[i + 1]}));
     }
     glm_vec_free(stack);
     if (st == GLM_OK) st = dat_grow(&d, d.used_end + 257); /* a transition never reads past the end */
@@ -403,7 +408,7 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
     size_t n_all = 0;
     if (bt) {
         bt->t = malloc(n * sizeof *bt->t);
-        bt->ps = malloc((total + n + 1) * sizeof *bt->ps);
+        bt->ps = malloc((total + n + 2) * sizeof *bt->ps); /* + 1: the blocks loop writes one past its last entry */
     }
     if (!bt || !start || !rank || !part || !ext || !pre || !rpart || !lpart || !first || !dv || !scratch ||
         !refs || !all || !bt->t || !bt->ps) {
@@ -450,31 +455,27 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
         *h = (pstate){0};
         np++;
         for (int side = 0; side < 2; side++) {
-            uint32_t lo = 0, hi = 0;
+            uint32_t lo = 0, hi = 0, kept = 0;
             for (size_t j = 0; j < k; j++) {
                 const deriv_ent *d = &dv[f + j];
                 lo = hi;
                 hi = d->m == NONE_RANK ? UINT32_MAX : (d->m + 1 > hi ? d->m + 1 : hi);
                 uint32_t bound = side == 0 ? ext[rpart[f + j]] : pre[lpart[f + j]];
-                if (bound == NONE_RANK || (side == 0 ? bound >= d->m : bound > d->m)) continue;
-                bt->ps[np++] = (pstate){lo, hi, d->m, side == 0 ? d->rl : d->ll,
-                                        (uint8_t)(bound >> bt->bound_shift), 0, 0};
-                if (side == 0) h->nr++;
-                else h->nl++;
+                /* kept or not is hard to predict (about half are): written always, counted when
+                 * kept, without a branch (ps has room: at most one entry per state) */
+                uint32_t keep = (bound != NONE_RANK) & (side == 0 ? bound < d->m : bound <= d->m);
+                bt->ps[np] = (pstate){lo, hi, d->m, side == 0 ? d->rl : d->ll,
+                                      (uint8_t)(bound >> bt->bound_shift), 0, 0};
+                np += keep;
+                kept += keep;
             }
+            if (side == 0) h->nr = (uint8_t)kept;
+            else h->nl = (uint8_t)kept;
         }
     }
     pstate *fit = realloc(bt->ps, (np ? np : 1) * sizeof *bt->ps); /* give back what was not used */
     if (fit) bt->ps = fit;
-    if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done;
-    for (size_t i = 0; i < n_reach; i++) { /* the longest reachable proper prefix of each token */
-        cand cs[MAX_CANDS];
-        int dropped;
-        if (refs[i].n < 2) continue;
-        uint8_t depth;
-        int nc = walk(bt, refs[i].p, refs[i].n - 1, cs, &dropped, &depth);
-        bt->t[refs[i].rank].next_prefix = cs[nc - 1].rank;
-    }
+    if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done; /* and each token's next_prefix */
     b->bt = bt;
     bt = NULL;
 done:

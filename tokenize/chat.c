@@ -1,5 +1,5 @@
 /* tokenize/chat.c: GLM-4 chat encoding for training. See chat.h. */
-#include "tokenize/chat.h"
+#include "tokenize/chat_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,9 @@
 
 static const char *const known_roles[] = {"system", "user", "assistant", "observation", NULL};
 
-/* Checks one message's shape; i is its index (0-based) for the message. */
-static glm_status check_message(json_t *m, size_t i) {
+/* Checks one message's shape; i is its index (0-based) for the message. *f (may be NULL) gets its
+ * fields. */
+static glm_status check_message(json_t *m, size_t i, chat_msg *f) {
     if (!json_is_object(m))
         return glm_err(GLM_ERR_FORMAT, "message %zu is not a JSON object; hint: messages look like {\"role\": \"user\", \"content\": \"...\"}", i);
     json_t *role = json_object_get(m, "role");
@@ -34,12 +35,13 @@ static glm_status check_message(json_t *m, size_t i) {
     json_t *loss = json_object_get(m, "loss");
     if (loss && !json_is_boolean(loss) && !json_is_null(loss))
         return glm_err(GLM_ERR_FORMAT, "message %zu (%s): \"loss\" must be true or false", i, json_string_value(role));
+    if (f) *f = (chat_msg){role, c, md, tools, loss};
     return GLM_OK;
 }
 
 glm_status glm_chat_render(const glm_template *tpl, json_t *messages, int add_generation_prompt, glm_tpl_output *out) {
     if (!json_is_array(messages)) return glm_err(GLM_ERR_FORMAT, "messages must be a JSON array of {role, content} objects");
-    for (size_t i = 0; i < json_array_size(messages); i++) GLM_TRY(check_message(json_array_get(messages, i), i));
+    for (size_t i = 0; i < json_array_size(messages); i++) GLM_TRY(check_message(json_array_get(messages, i), i, NULL));
     json_t *vars = json_pack("{sOsb}", "messages", messages, "add_generation_prompt", add_generation_prompt != 0);
     if (!vars) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_status st = glm_template_render(tpl, vars, out);
@@ -47,84 +49,88 @@ glm_status glm_chat_render(const glm_template *tpl, json_t *messages, int add_ge
     return st;
 }
 
-/* Where segment boundaries fall in the concatenated text, to ask "which segment holds byte k". */
-typedef struct {
-    size_t *start; /* start[i] = offset of segment i; start[n] = total length */
-    size_t n;
-} segmap;
-
-static size_t seg_of(const segmap *m, size_t off) {
-    size_t lo = 0, hi = m->n; /* find the last i with start[i] <= off */
+/* The segment that holds byte `off` of a flat output: the last i with start[i] <= off. */
+static size_t seg_of(const chat_flat *f, size_t off) {
+    size_t lo = 0, hi = f->start.n;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (m->start[mid] <= off) lo = mid; else hi = mid;
+        if (f->start.v[mid] <= off) lo = mid; else hi = mid;
     }
     return lo;
 }
 
-glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output *o, glm_u32vec *ids) {
-    size_t n0 = ids->n, total = 0;
-    for (size_t i = 0; i < o->n; i++) total += o->seg[i].len;
-    char *text = malloc(total + 1);
-    segmap m = {malloc((o->n + 1) * sizeof(size_t)), o->n};
-    if (!text || !m.start) {
-        free(text);
-        free(m.start);
-        return glm_err(GLM_ERR_NOMEM, "out of memory encoding a chat");
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < o->n; i++) {
-        m.start[i] = k;
-        memcpy(text + k, o->seg[i].text, o->seg[i].len);
-        k += o->seg[i].len;
-    }
-    m.start[o->n] = k;
-    text[k] = 0;
-    /* The specials, and which bytes can start one. */
-    size_t ns = glm_tokenizer_n_special(tok);
-    unsigned char first[256] = {0};
-    for (size_t s = 0; s < ns; s++) {
-        const char *sp = glm_tokenizer_special(tok, s, NULL);
-        if (sp && sp[0]) first[(unsigned char)sp[0]] = 1;
-    }
+glm_status chat_encode_flat(const glm_tokenizer *tok, const chat_flat *f, bool valid, glm_u32vec *ids) {
+    glm_status (*encode)(const glm_tokenizer *, const char *, size_t, glm_u32vec *) =
+        valid ? glm_tokenizer_encode_valid : glm_tokenizer_encode;
+    size_t n0 = ids->n, total = f->text.n, nseg = f->start.n;
+    const char *text = f->text.v;
+    /* Which bytes can start a special, and the longest one. */
+    const unsigned char *first = glm_tokenizer_special_starts(tok);
+    size_t maxlen = glm_tokenizer_special_maxlen(tok);
     glm_status st = GLM_OK;
-    size_t run = 0, p = 0;
+    size_t run = 0, p = 0, j = 0; /* j: the segment that holds byte p (seg_of) */
     while (p < total && st == GLM_OK) {
-        if (!first[(unsigned char)text[p]]) { p++; continue; }
-        size_t best_len = 0;
-        uint32_t best_id = 0;
-        for (size_t s = 0; s < ns; s++) {
-            uint32_t id;
-            const char *sp = glm_tokenizer_special(tok, s, &id);
-            size_t l = sp ? strlen(sp) : 0;
-            if (l > best_len && l <= total - p && !memcmp(text + p, sp, l)) { best_len = l; best_id = id; }
+        while (j + 1 < nseg && f->start.v[j + 1] <= p) j++;
+        size_t end = j + 1 < nseg ? f->start.v[j + 1] : total;
+        if (f->literal.v[j]) { /* to the next byte that can start a special */
+            while (p < end && !first[(unsigned char)text[p]]) p++;
+            if (p == end) continue;
+        } else if (maxlen && p + maxlen <= end) {
+            /* a special starting at p would lie entirely in this data segment and stay text:
+             * only the segment's last maxlen - 1 bytes need a look */
+            p = end - maxlen + 1;
+            continue;
+        } else if (!first[(unsigned char)text[p]]) {
+            p++;
+            continue;
         }
+        uint32_t best_id = 0;
+        size_t best_len = glm_tokenizer_special_at(tok, text + p, total - p, &best_id);
         if (best_len) {
-            size_t a = seg_of(&m, p), b = seg_of(&m, p + best_len - 1);
-            if (a == b && !o->seg[a].literal) best_len = 0; /* typed by a user: plain text */
+            size_t a = seg_of(f, p), b = seg_of(f, p + best_len - 1);
+            if (a == b && !f->literal.v[a]) best_len = 0; /* typed by a user: plain text */
         }
         if (!best_len) { p++; continue; }
-        if (p > run) st = glm_tokenizer_encode(tok, text + run, p - run, ids);
+        if (p > run) st = encode(tok, text + run, p - run, ids);
         if (st == GLM_OK) st = glm_vec_push(*ids, best_id);
         p += best_len;
         run = p;
     }
-    if (st == GLM_OK && total > run) st = glm_tokenizer_encode(tok, text + run, total - run, ids);
-    free(text);
-    free(m.start);
+    if (st == GLM_OK && total > run) st = encode(tok, text + run, total - run, ids);
     if (st != GLM_OK) ids->n = n0;
     return st;
 }
 
-/* Renders messages=[m] (or [] when m is NULL) and encodes it. */
-static glm_status render_ids(const glm_tokenizer *tok, const glm_template *tpl, json_t *m, glm_u32vec *ids) {
+glm_status glm_chat_encode_output(const glm_tokenizer *tok, const glm_tpl_output *o, glm_u32vec *ids) {
+    chat_flat f = {0};
+    glm_status st = GLM_OK;
+    for (size_t i = 0; i < o->n && st == GLM_OK; i++) {
+        if ((st = glm_vec_push(f.start, f.text.n)) == GLM_OK && (st = glm_vec_push(f.literal, (uint8_t)(o->seg[i].literal != 0))) == GLM_OK &&
+            (st = glm_vec_reserve(f.text, o->seg[i].len + 1)) == GLM_OK) {
+            memcpy(f.text.v + f.text.n, o->seg[i].text, o->seg[i].len);
+            f.text.n += o->seg[i].len;
+        }
+    }
+    if (st == GLM_OK) st = chat_encode_flat(tok, &f, false, ids);
+    else st = glm_err(GLM_ERR_NOMEM, "out of memory encoding a chat");
+    chat_flat_free(&f);
+    return st;
+}
+
+/* Renders messages=[m] (or [] when m is NULL; cm: its fields) and encodes it; f: a flat output
+ * to reuse. */
+static glm_status render_ids(const glm_tokenizer *tok, const glm_template *tpl, json_t *m, const chat_msg *cm,
+                             chat_flat *f, glm_u32vec *ids) {
+    chat_flat_clear(f);
+    if (chat_native_flat(tpl, m ? cm : NULL, f)) return chat_encode_flat(tok, f, true, ids); /* JSON strings: valid UTF-8 */
+    /* not GLM-4's template, or an unusual message: the interpreter */
     json_t *list = m ? json_pack("[O]", m) : json_array();
     if (!list) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_tpl_output o = {0};
     glm_status st = glm_chat_render(tpl, list, 0, &o);
+    json_decref(list);
     if (st == GLM_OK) st = glm_chat_encode_output(tok, &o, ids);
     glm_tpl_output_free(&o);
-    json_decref(list);
     return st;
 }
 
@@ -139,7 +145,10 @@ static glm_status prefix_ids(const glm_tokenizer *tok, const glm_template *tpl, 
     uint64_t fp = glm_tokenizer_fingerprint(tok), serial = glm_template_serial(tpl);
     if (cache.serial != serial || cache.fp != fp) {
         size_t n0 = ids->n;
-        GLM_TRY(render_ids(tok, tpl, NULL, ids));
+        chat_flat f = {0};
+        glm_status st = render_ids(tok, tpl, NULL, NULL, &f, ids);
+        chat_flat_free(&f);
+        GLM_TRY(st);
         if (ids->n - n0 <= 32) {
             cache.fp = fp;
             cache.serial = serial;
@@ -154,22 +163,39 @@ static glm_status prefix_ids(const glm_tokenizer *tok, const glm_template *tpl, 
     return GLM_OK;
 }
 
+static glm_status chat_encode_msgs(const glm_tokenizer *tok, const glm_template *tpl, json_t *messages,
+                                   const chat_msg *cm, size_t nmsg, glm_train_on train_on, glm_u32vec *ids,
+                                   glm_u8vec *targets);
+
 glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, json_t *messages,
                            glm_train_on train_on, glm_u32vec *ids, glm_u8vec *targets) {
     if (!tok || !tpl || !ids || !targets) return glm_err(GLM_ERR_ARG, "glm_chat_encode: NULL argument");
     if (!json_is_array(messages)) return glm_err(GLM_ERR_FORMAT, "messages must be a JSON array of {role, content} objects");
     size_t nmsg = json_array_size(messages);
-    for (size_t i = 0; i < nmsg; i++) GLM_TRY(check_message(json_array_get(messages, i), i));
+    chat_msg small[16], *cm = nmsg <= 16 ? small : malloc(nmsg * sizeof *cm);
+    if (!cm) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_status st = GLM_OK;
+    for (size_t i = 0; i < nmsg && st == GLM_OK; i++) st = check_message(json_array_get(messages, i), i, &cm[i]);
+    if (st == GLM_OK) st = chat_encode_msgs(tok, tpl, messages, cm, nmsg, train_on, ids, targets);
+    if (cm != small) free(cm);
+    return st;
+}
+
+/* glm_chat_encode once the messages are checked; cm: their fields. */
+static glm_status chat_encode_msgs(const glm_tokenizer *tok, const glm_template *tpl, json_t *messages,
+                                   const chat_msg *cm, size_t nmsg, glm_train_on train_on, glm_u32vec *ids,
+                                   glm_u8vec *targets) {
     int64_t end_id = glm_tokenizer_special_id(tok, "<|user|>", 8);
     if (end_id < 0)
         return glm_err(GLM_ERR_MISMATCH, "the tokenizer has no <|user|> special token to end the last turn; hint: use a GLM-4 tokenizer (tokenizer_config.json added_tokens_decoder)");
     /* Which assistant message counts for training. */
     size_t last_asst = (size_t)-1;
     for (size_t i = 0; i < nmsg; i++)
-        if (!strcmp(json_string_value(json_object_get(json_array_get(messages, i), "role")), "assistant")) last_asst = i;
+        if (!strcmp(json_string_value(cm[i].role), "assistant")) last_asst = i;
 
     size_t n0 = ids->n, t0 = targets->n;
     glm_u32vec prefix = {0}, one = {0};
+    chat_flat flat = {0};
     glm_status st = prefix_ids(tok, tpl, &prefix);
     int prev_counted = 0; /* does the token before the next one belong to a counted message? */
     if (st == GLM_OK) st = glm_vec_reserve(*ids, prefix.n);
@@ -183,7 +209,7 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
     for (size_t i = 0; i < nmsg && st == GLM_OK; i++) {
         json_t *m = json_array_get(messages, i);
         one.n = 0;
-        st = render_ids(tok, tpl, m, &one);
+        st = render_ids(tok, tpl, m, &cm[i], &flat, &one);
         if (st != GLM_OK) {
             glm_err_context(st, "message %zu", i);
             break;
@@ -193,8 +219,8 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
                          i, prefix.n);
             break;
         }
-        const char *role = json_string_value(json_object_get(m, "role"));
-        json_t *flag = json_object_get(m, "loss");
+        const char *role = json_string_value(cm[i].role);
+        json_t *flag = cm[i].loss;
         int counted = json_is_boolean(flag) ? json_is_true(flag)
                       : !strcmp(role, "assistant") ? !(train_on & GLM_TRAIN_LAST) || i == last_asst
                                                    : (train_on & GLM_TRAIN_PROMPT) != 0;
@@ -212,6 +238,7 @@ glm_status glm_chat_encode(const glm_tokenizer *tok, const glm_template *tpl, js
     }
     free(prefix.v);
     free(one.v);
+    chat_flat_free(&flat);
     if (st != GLM_OK) {
         ids->n = n0;
         targets->n = t0;

@@ -8,6 +8,7 @@
 #define GLM_TOKENIZE_CHAT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "common/status.h"
 #include "common/vec.h"
@@ -23,7 +24,9 @@ typedef enum {
 
 /* Encodes one conversation for training and APPENDS to ids / targets (same count to each).
  * messages: JSON array of objects {role: "system"|"user"|"assistant"|"observation",
- *   content: string (null/absent = empty), metadata?: string, tools?: array, loss?: bool}.
+ *   content: string (null/absent = empty), metadata?: string, tools?: array, loss?: bool};
+ *   strings valid UTF-8, as jansson keeps them (values made with its *_nocheck constructors must
+ *   be: the text the native GLM-4 renderer produces is not checked again).
  * ids = P + R(m_1) + ... + R(m_n) + [<|user|>], where P = the ids of the template rendered with
  *   messages=[] (GLM-4: [gMASK] <sop>), R(m) = the ids of the template rendered with
  *   messages=[m] with its leading P removed (ids via glm_chat_encode_output). The final
@@ -56,6 +59,19 @@ glm_status glm_text_encode(const glm_tokenizer *tok, const glm_template *tpl, co
  * Errors: as glm_template_render; GLM_ERR_FORMAT for a malformed message. */
 glm_status glm_chat_render(const glm_template *tpl, json_t *messages, int add_generation_prompt,
                            glm_tpl_output *out);
+
+/* Is tpl one of the GLM-4-9B chat templates that glm_chat_render_native renders (recognised by
+ * the exact text of its source, and checked against the interpreter's renders of a few probe
+ * messages, once per template and thread)? */
+bool glm_chat_native_template(const glm_template *tpl);
+
+/* Renders messages=[m] (m NULL: messages=[]) with add_generation_prompt false into the EMPTY
+ * output *out, producing exactly the segments glm_chat_render gives (texts, literal flags,
+ * merging), without the interpreter (tokenize/chat_native.c). Returns false, leaving *out empty,
+ * when tpl is not a known GLM-4 template or m is outside the common form the native renderer
+ * covers (then render with glm_chat_render); m must have passed glm_chat_encode's message checks.
+ * Thread-safe. */
+bool glm_chat_render_native(const glm_template *tpl, json_t *m, glm_tpl_output *out);
 
 /* Tokenizes rendered segments, APPENDING to *ids: the segments' texts are concatenated; every
  * occurrence of one of the tokenizer's special-token strings (leftmost, longest first) becomes

@@ -82,4 +82,8 @@ void glm_template_free(glm_template *t);
  * what per-template caches key on. */
 uint64_t glm_template_serial(const glm_template *t);
 
+/* The template's source as it is rendered: newlines normalised (\r\n and \r -> \n) and one
+ * trailing newline dropped. *len (may be NULL) gets its length. Valid while t lives. */
+const char *glm_template_source(const glm_template *t, size_t *len);
+
 #endif

@@ -882,3 +882,8 @@ glm_status glm_template_parse(const char *src, const char *name, glm_template **
 }
 
 uint64_t glm_template_serial(const glm_template *t) { return t->serial; }
+
+const char *glm_template_source(const glm_template *t, size_t *len) {
+    if (len) *len = t->len;
+    return t->src;
+}

@@ -20,6 +20,7 @@ typedef struct {
     char *s;
     size_t len;
     uint32_t id;
+    size_t match_len; /* strlen(s): what special-token matching compares */
 } special_tok;
 typedef GLM_VEC(special_tok) special_vec;
 
@@ -34,6 +35,8 @@ struct glm_tokenizer {
     special_tok *special;   /* sorted by id, unique ids */
     size_t n_special;
     int32_t *special_of;    /* [vocab_size] index into special, -1 = none */
+    unsigned char special_start[256]; /* byte b starts some special's string */
+    size_t special_maxlen;  /* the longest special string (strlen) */
     char *path;
     char *chat_template;
     char *eos_token;        /* tokenizer_config.json "eos_token", or NULL */
@@ -143,7 +146,7 @@ static glm_status add_special(special_vec *v, const char *s, size_t len, uint32_
             v->v[i].len = len;
             return GLM_OK;
         }
-    special_tok t = {strndup(s, len), len, id};
+    special_tok t = {strndup(s, len), len, id, 0}; /* match_len: set once all are known */
     if (!t.s) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (glm_vec_push(*v, t) != GLM_OK) {
         free(t.s);
@@ -363,6 +366,11 @@ glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out) {
     }
     for (uint32_t i = 0; i < t->vocab_size; i++) t->special_of[i] = -1;
     for (size_t i = 0; i < t->n_special; i++) t->special_of[t->special[i].id] = (int32_t)i;
+    for (size_t i = 0; i < t->n_special; i++) {
+        size_t l = t->special[i].match_len = strlen(t->special[i].s);
+        if (l) t->special_start[(unsigned char)t->special[i].s[0]] = 1;
+        if (l > t->special_maxlen) t->special_maxlen = l;
+    }
     uint64_t h = glm_fnv1a64(GLM_FNV1A64_INIT, data, len);
     for (size_t i = 0; i < t->n_special; i++) {
         uint8_t idb[4] = {(uint8_t)t->special[i].id, (uint8_t)(t->special[i].id >> 8),
@@ -392,6 +400,10 @@ glm_status glm_tokenizer_encode(const glm_tokenizer *t, const char *text, size_t
     if (bad != len)
         return glm_err(GLM_ERR_FORMAT, "invalid UTF-8 at byte offset %zu of a %zu-byte text (byte 0x%02x); "
                        "hint: convert the input to UTF-8", bad, len, (unsigned)(unsigned char)text[bad]);
+    return glm_tokenizer_encode_valid(t, text, len, out);
+}
+
+glm_status glm_tokenizer_encode_valid(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out) {
     size_t n0 = out->n;
     glm_status st;
     if (t->kind == KIND_TIKTOKEN) {
@@ -504,6 +516,25 @@ const char *glm_tokenizer_special(const glm_tokenizer *t, size_t i, uint32_t *id
     if (id) *id = t->special[i].id;
     return t->special[i].s;
 }
+
+size_t glm_tokenizer_special_at(const glm_tokenizer *t, const char *s, size_t n, uint32_t *id) {
+    if (!n || !t->special_start[(unsigned char)s[0]]) return 0;
+    size_t best = 0;
+    for (size_t i = 0; i < t->n_special; i++) { /* id order: the lower id wins a tie */
+        const special_tok *x = &t->special[i];
+        if (x->s[0] != s[0]) continue;
+        size_t l = x->match_len;
+        if (l > best && l <= n && !memcmp(s, x->s, l)) {
+            best = l;
+            *id = x->id;
+        }
+    }
+    return best;
+}
+
+const unsigned char *glm_tokenizer_special_starts(const glm_tokenizer *t) { return t->special_start; }
+
+size_t glm_tokenizer_special_maxlen(const glm_tokenizer *t) { return t->special_maxlen; }
 
 uint32_t glm_tokenizer_vocab_size(const glm_tokenizer *t) { return t->vocab_size; }
 uint64_t glm_tokenizer_fingerprint(const glm_tokenizer *t) { return t->fingerprint; }

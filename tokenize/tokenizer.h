@@ -41,6 +41,11 @@ void glm_tokenizer_free(glm_tokenizer *t);
  * GLM_ERR_NOMEM. On error *out keeps its previous ids (anything appended is removed). */
 glm_status glm_tokenizer_encode(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out);
 
+/* glm_tokenizer_encode for text the caller knows to be valid UTF-8 (made of strings that a JSON
+ * parser checked, for instance): the same ids, without checking the text again. Invalid UTF-8
+ * here is a caller's bug (the split regex's behaviour on it is undefined). */
+glm_status glm_tokenizer_encode_valid(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out);
+
 /* Decodes ids to bytes APPENDED to *out (not NUL-terminated; special ids become their strings).
  * The bytes need not be valid UTF-8 when a multi-byte character is cut between ids.
  * tiktoken: the concatenated token bytes. SentencePiece: pieces with U+2581 as a space, byte
@@ -62,6 +67,17 @@ size_t glm_tokenizer_n_special(const glm_tokenizer *t);
  * string (owned by the tokenizer) and stores its id in *id (if id != NULL). NULL if i is out of
  * range. */
 const char *glm_tokenizer_special(const glm_tokenizer *t, size_t i, uint32_t *id);
+
+/* The longest special token whose string (up to its NUL) is a prefix of s[0..n): returns its
+ * length and stores its id in *id; 0 when none matches (empty strings never do). Of two specials
+ * with the same string, the lower id. */
+size_t glm_tokenizer_special_at(const glm_tokenizer *t, const char *s, size_t n, uint32_t *id);
+
+/* Flags for the 256 byte values: nonzero when some special token's string starts with that byte. */
+const unsigned char *glm_tokenizer_special_starts(const glm_tokenizer *t);
+
+/* The length of the longest special token string (0: no specials). */
+size_t glm_tokenizer_special_maxlen(const glm_tokenizer *t);
 
 /* Max id + 1, special tokens included (GLM-4: 151343; the model's padded_vocab_size is larger). */
 uint32_t glm_tokenizer_vocab_size(const glm_tokenizer *t);

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/arena.h"
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/strdist.h"
@@ -106,11 +107,23 @@ typedef struct {
 
 /* ------------------------------------------------------------------ one record, in and out */
 
+/* Where a thread puts the tokens of the records it processes in one batch, one after the other:
+ * the thread's own memory, reused batch after batch (two sets, as two batches are alive: the one
+ * being processed and the one being consumed). No per-record allocation, and the reading thread
+ * only reads these (a free into another thread's malloc arena takes that arena's lock). */
 typedef struct {
-    glm_record rec;        /* rec.source points to `source` (interned, lives for the run) */
-    /* results */
     glm_u32vec ids;
     glm_u8vec tg;
+} out_buf;
+
+typedef struct {
+    glm_record rec;        /* rec.source points to `source` (interned, lives for the run) */
+    /* results: ids and targets are views of out->ids/out->tg from `off` (out_view refreshes the
+     * pointers once the batch is done: the buffer may move while later records are added) */
+    glm_u32vec ids;
+    glm_u8vec tg;
+    out_buf *out;
+    size_t off;
     const char *drop;      /* reason key, or NULL when kept */
     char *drop_detail;
     const char *notes[8];
@@ -129,6 +142,7 @@ typedef struct {
     job *jobs;
     size_t n_jobs;
     size_t next;           /* atomic work counter */
+    int parity;            /* which of a thread's two out_bufs this batch uses */
 } batch_ctx;
 
 static void job_drop(job *j, const char *reason, const char *msg) {
@@ -139,7 +153,7 @@ static void job_drop(job *j, const char *reason, const char *msg) {
         j->drop_detail = NULL;
 }
 
-static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
+static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv, out_buf *ob) {
     size_t n = json_array_size(conv->input_ids);
     uint32_t V = c->tok ? glm_tokenizer_vocab_size(c->tok) : 0;
     for (size_t i = 0; i < n; i++) {
@@ -162,13 +176,15 @@ static void pretokenized(batch_ctx *c, job *j, const glm_conversation *conv) {
             job_drop(j, "labels_mismatch", msg);
             return;
         }
-        glm_vec_push(j->ids, (uint32_t)id);
-        glm_vec_push(j->tg, (uint8_t)(i > 0 && l != -100));
+        glm_vec_push(ob->ids, (uint32_t)id);
+        glm_vec_push(ob->tg, (uint8_t)(i > 0 && l != -100));
     }
 }
 
-static void process(batch_ctx *c, job *j) {
-    glm_record_parse(&j->rec); /* the reader defers the JSON parse to the workers */
+static void process_tokens(batch_ctx *c, job *j);
+
+static void process_record(batch_ctx *c, job *j, out_buf *ob) {
+    glm_record_parse_keep(&j->rec); /* the reader defers the JSON parse to the workers; job_clear frees the bytes */
     if (j->rec.reason) {
         j->drop = j->rec.reason;
         j->drop_detail = strdup(j->rec.detail);
@@ -187,19 +203,35 @@ static void process(batch_ctx *c, job *j) {
     j->layout = conv.format;
     j->flag_turns = conv.loss_flag_turns;
     j->flag_off = conv.loss_flag_off;
+    size_t n0 = ob->ids.n; /* == ob->tg.n */
     if (conv.format == GLM_FMT_PRETOKENIZED) {
-        pretokenized(c, j, &conv);
+        pretokenized(c, j, &conv, ob);
     } else if (!c->tok) {
         job_drop(j, "needs_tokenizer", "a conversation or text record needs --tokenizer (only pre-tokenized records do not)");
     } else if (conv.format == GLM_FMT_TEXT) {
-        s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &j->ids, &j->tg);
+        s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     } else {
-        s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &j->ids, &j->tg);
+        s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     }
     glm_conversation_free(&conv);
-    if (j->drop) return;
+    if (!j->drop && ob->tg.n != ob->ids.n) job_drop(j, "render_error", "internal: targets and ids differ in length");
+    if (j->drop) {
+        ob->ids.n = ob->tg.n = n0; /* nothing of it is kept */
+        return;
+    }
+    j->out = ob;
+    j->off = n0;
+    j->ids = (glm_u32vec){ob->ids.v + n0, ob->ids.n - n0, 0};
+    j->tg = (glm_u8vec){ob->tg.v + n0, ob->tg.n - n0, 0};
+    process_tokens(c, j);
+    if (j->drop) ob->ids.n = ob->tg.n = n0;
+    else ob->ids.n = ob->tg.n = n0 + j->ids.n; /* --truncate may have shortened it */
+}
+
+/* The checks and cuts on a record's tokens (j->ids, j->tg). */
+static void process_tokens(batch_ctx *c, job *j) {
     uint64_t T = c->o->seq_len;
     if (j->ids.n > T && j->layout == GLM_FMT_TEXT && !c->o->truncate) {
         /* pretraining text: consecutive windows of T tokens, each a document (see the consumer) */
@@ -226,25 +258,136 @@ static void process(batch_ctx *c, job *j) {
                                   "an assistant turn (with --truncate: one that starts before the cut)");
 }
 
-static void *worker(void *arg) {
-    batch_ctx *c = arg;
+/* One record, its jansson values (the parsed record, the conversation, the template's) in
+ * `arena`: all of them are freed before it returns, and the arena is reset for the next. */
+static void process(batch_ctx *c, job *j, glm_arena *arena, out_buf *ob) {
+    glm_json_arena_begin(arena);
+    process_record(c, j, ob);
+    json_decref(j->rec.value);
+    j->rec.value = NULL;
+    glm_json_arena_end();
+    glm_arena_reset(arena);
+}
+
+/* Takes records of batch c until none is left (by several threads at once); their tokens go to
+ * ob[c->parity], emptied first (what it held belongs to the batch before the last one, which the
+ * reading thread has consumed). */
+static void run_batch(batch_ctx *c, glm_arena *arena, out_buf *ob) {
+    out_buf *o = &ob[c->parity];
+    if (o->ids.cap > (1u << 24)) glm_vec_free(o->ids); /* after a very long text: give it back */
+    if (o->tg.cap > (1u << 24)) glm_vec_free(o->tg);
+    o->ids.n = o->tg.n = 0;
     for (;;) {
         size_t i = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
         if (i >= c->n_jobs) break;
-        process(c, &c->jobs[i]);
+        process(c, &c->jobs[i], arena, o);
+    }
+}
+
+/* Points j's ids and targets at its tokens, once the batch is done. */
+static void out_view(job *j) {
+    if (!j->out) return;
+    j->ids.v = j->out->ids.v + j->off;
+    j->tg.v = j->out->tg.v + j->off;
+}
+
+/* The worker threads, started once for the run: each batch is handed to all of them (gen counts
+ * the batches); the reading thread waits until every worker is done with it (busy == 0). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    batch_ctx *batch;
+    uint64_t gen;
+    size_t busy, n;
+    bool quit;
+    pthread_t *th;
+} worker_pool;
+
+static void *pool_worker(void *arg) {
+    worker_pool *p = arg;
+    glm_arena arena; /* this thread's record values, reused from record to record */
+    glm_arena_init(&arena, 0);
+    out_buf ob[2] = {0};
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit) break;
+        seen = p->gen;
+        batch_ctx *c = p->batch;
+        pthread_mutex_unlock(&p->mu);
+        run_batch(c, &arena, ob);
+        pthread_mutex_lock(&p->mu);
+        if (--p->busy == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    glm_arena_free(&arena);
+    for (int k = 0; k < 2; k++) {
+        glm_vec_free(ob[k].ids);
+        glm_vec_free(ob[k].tg);
     }
     return NULL;
 }
 
+/* Starts up to `want` workers. Under a limit on threads (ulimit -u, a container's pids limit) it
+ * carries on with those that started, or none (then the reading thread does the work). */
+static void pool_start(worker_pool *p, size_t want) {
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->th = calloc(want, sizeof *p->th);
+    for (size_t t = 0; p->th && t < want; t++) {
+        int rc = pthread_create(&p->th[t], NULL, pool_worker, p);
+        if (rc == 0) {
+            p->n++;
+            continue;
+        }
+        glm_log_warn("could not start worker thread %zu of %zu (%s); continuing with %zu worker thread%s%s; "
+                     "hint: a limit on processes/threads (ulimit -u, a container's pids limit) is reached; "
+                     "--threads %zu avoids this warning", t + 1, want, strerror(rc), t, t == 1 ? "" : "s",
+                     t ? "" : " (the reading thread does the work)", t ? t : 1);
+        break;
+    }
+}
+
+/* Hands batch c to every worker (which must all be idle: pool_wait). */
+static void pool_run(worker_pool *p, batch_ctx *c) {
+    pthread_mutex_lock(&p->mu);
+    p->batch = c;
+    p->busy = p->n;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits until the workers are done with the batch they were given. */
+static void pool_wait(worker_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    while (p->busy) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Stops and joins the workers (after pool_wait). */
+static void pool_stop(worker_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (size_t t = 0; t < p->n; t++) pthread_join(p->th[t], NULL);
+    free(p->th);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
+}
+
+/* Clears j for the next batch (its tokens live in a thread's out_buf). */
 static void job_clear(job *j) {
     if (j->rec.value) json_decref(j->rec.value);
     free(j->rec.raw);
-    glm_vec_free(j->ids);
-    glm_vec_free(j->tg);
     free(j->drop_detail);
     memset(j, 0, sizeof *j);
 }
-
 /* ------------------------------------------------------------------ documents of a record */
 
 /* The documents of one kept record (one, or the windows of a long text). */
@@ -278,11 +421,23 @@ static glm_status job_docs(job *j, doc_set *out, size_t *targets, bool *tail_dro
     out->docs = calloc(n, sizeof *out->docs);
     if (!out->docs) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (!j->window) {
-        out->docs[0] = (glm_pack_doc){j->ids.v, j->tg.v, (uint32_t)j->ids.n, j->rec.source, (uint64_t)j->rec.index};
+        /* A copy in this (the reading) thread's memory: documents wait in the packer's window, and
+         * kept in a worker's heap they made it grow a few pages at a time (an mprotect call each);
+         * the worker's blocks are freed now and serve the next records. */
+        size_t len = j->ids.n;
+        glm_pack_doc *d = &out->docs[0];
+        *d = (glm_pack_doc){malloc(len * sizeof *d->ids), malloc(len), (uint32_t)len, j->rec.source, (uint64_t)j->rec.index};
+        if (!d->ids || !d->targets) {
+            free(d->ids);
+            free(d->targets);
+            free(out->docs);
+            out->docs = NULL;
+            return glm_err(GLM_ERR_NOMEM, "out of memory");
+        }
+        memcpy(d->ids, j->ids.v, len * sizeof *d->ids);
+        memcpy(d->targets, j->tg.v, len);
         out->n = 1;
-        for (size_t i = 1; i < j->ids.n; i++) *targets += j->tg.v[i] != 0;
-        j->ids.v = NULL;
-        j->tg.v = NULL;
+        for (size_t i = 1; i < len; i++) *targets += j->tg.v[i] != 0;
         return GLM_OK;
     }
     for (size_t k = 0; k < n; k++) {
@@ -728,6 +883,7 @@ static int tokenize_main(tok_opts *op) {
         return cli_fail(glm_err(GLM_ERR_ARG, "%s: model_name_or_path %s is not a local folder (a hub id?): glmtune "
                                 "reads the tokenizer from the model's folder; hint: override it with "
                                 "--model_name_or_path DIR (or --tokenizer DIR)", o.config_path, o.tokenizer_path));
+    glm_json_alloc_install(); /* before any thread: the workers' values live in arenas */
     if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
     if (o.encode || o.decode) {
         rc = tokenize_stdio(tok, o.encode);
@@ -798,8 +954,10 @@ static int tokenize_main(tok_opts *op) {
     glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(rd), !o.quiet);
     enum { BATCH = 512 };
     job *batches[2] = {calloc(BATCH, sizeof(job)), calloc(BATCH, sizeof(job))};
-    size_t nthreads = o.threads, n_started = 0;
-    pthread_t *th = calloc(nthreads, sizeof *th);
+    worker_pool pool;
+    pool_start(&pool, (size_t)o.threads);
+    glm_arena main_arena = {0}; /* when no worker could start */
+    out_buf main_out[2] = {0};
     batch_ctx ctx[2];
     int cur = 0;
     bool eof = false, running = false;
@@ -829,34 +987,23 @@ static int tokenize_main(tok_opts *op) {
         if (s != GLM_OK) break;
         /* wait for the running batch, then start this one */
         if (running) {
-            for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
+            pool_wait(&pool);
             running = false;
         }
         if (n > 0) {
-            ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0};
-            n_started = 0;
-            for (size_t t = 0; t < nthreads; t++) {
-                int rc = pthread_create(&th[t], NULL, worker, &ctx[cur]);
-                if (rc == 0) {
-                    n_started++;
-                    continue;
-                }
-                /* under a limit on threads (ulimit -u, a container's pids limit): carry on with the
-                 * workers that started, or in this thread when none did */
-                glm_log_warn("could not start worker thread %zu of %zu (%s); continuing with %zu worker thread%s%s; "
-                             "hint: a limit on processes/threads (ulimit -u, a container's pids limit) is reached; "
-                             "--threads %zu avoids the retries", t + 1, nthreads, strerror(rc), t, t == 1 ? "" : "s",
-                             t ? "" : " (the reading thread does the work)", t ? t : 1);
-                nthreads = t;
-                break;
+            ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0, cur};
+            if (pool.n > 0) {
+                pool_run(&pool, &ctx[cur]);
+                running = true;
+            } else {
+                run_batch(&ctx[cur], &main_arena, main_out); /* every record of the batch, here and now */
             }
-            if (n_started == 0) worker(&ctx[cur]); /* every record of the batch, here and now */
-            running = n_started > 0;
         }
         /* consume the previous batch (finished) in order */
         job *prev = batches[1 - cur];
         for (size_t k = 0; k < n_running && s == GLM_OK; k++) {
             job *j = &prev[k];
+            out_view(j);
             tok_report_record(&rep, j->rec.source, j->rec.nbytes);
             for (int q = 0; q < j->n_notes; q++) tok_report_note(&rep, j->notes[q]);
             if (j->drop) {
@@ -890,13 +1037,17 @@ static int tokenize_main(tok_opts *op) {
         cur = 1 - cur;
         if (n == 0 && eof) break;
     }
-    if (running)
-        for (size_t t = 0; t < n_started; t++) pthread_join(th[t], NULL);
+    if (running) pool_wait(&pool);
+    pool_stop(&pool);
+    glm_arena_free(&main_arena);
+    for (int k = 0; k < 2; k++) {
+        glm_vec_free(main_out[k].ids);
+        glm_vec_free(main_out[k].tg);
+    }
     for (int b = 0; b < 2; b++) {
         for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
         free(batches[b]);
     }
-    free(th);
     glm_progress_finish(&prog);
     /* validation split: in input order */
     if (s == GLM_OK && vs.heap.n) {

@@ -53,24 +53,30 @@ awk '
 # pack, write shards) on the corpora folder copied 6 times (~24 MB of JSON), 1 and 2 threads.
 # MB/s = input bytes on disk / wall seconds of the command; MB per CPU-second = the same bytes /
 # (user + sys) seconds, the throughput per busy core (on a shared machine the wall time also
-# counts waiting for a core). Best of 3 runs.
+# counts waiting for a core). Medians of RUNS runs (env RUNS, default 5), wall and CPU each.
 glmtune=$build/tool/glmtune
+runs=${RUNS:-5}
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 if [ -x "$glmtune" ]; then
   for i in 1 2 3 4 5 6; do mkdir -p "$tmp/in/$i" && cp -r "$shared/corpora/." "$tmp/in/$i/"; done
   in_bytes=$(find "$tmp/in" -type f -name '*.json*' ! -name dataset_info.json -printf '%s\n' | awk '{s += $1} END {print s}')
   echo
-  echo "| whole command: glmtune tokenize --seq-len 8192 (${in_bytes} bytes of JSON) | threads | seconds | MB/s | CPU seconds | MB per CPU-second |"
+  echo "| whole command: glmtune tokenize --seq-len 8192 (${in_bytes} bytes of JSON), median of $runs runs | threads | seconds | MB/s | CPU seconds | MB per CPU-second |"
   echo "|---|---|---|---|---|---|"
   TIMEFORMAT='%R %U %S'
   for t in ${threads//,/ }; do
-    best=""; bcpu=""
-    for rep in 1 2 3; do
+    : > "$tmp/walls"
+    : > "$tmp/cpus"
+    for rep in $(seq "$runs"); do
       rm -rf "$tmp/out"
       read -r wall usr sys < <({ time "$glmtune" tokenize --quiet --threads "$t" --tokenizer "$tok" --seq-len 8192 -o "$tmp/out" "$tmp/in" >/dev/null 2>&1; } 2>&1)
-      cpu=$(echo "$usr + $sys" | bc -l)
-      if [ -z "$best" ] || [ "$(echo "$wall < $best" | bc -l)" = 1 ]; then best=$wall; fi
-      if [ -z "$bcpu" ] || [ "$(echo "$cpu < $bcpu" | bc -l)" = 1 ]; then bcpu=$cpu; fi
+      echo "$wall" >> "$tmp/walls"
+      echo "$usr + $sys" | bc -l >> "$tmp/cpus"
     done
-    awk -v b="$in_bytes" -v s="$best" -v c="$bcpu" -v t="$t" 'BEGIN { printf "| | %d | %.2f | %.1f | %.2f | %.1f |\n", t, s, b / s / 1e6, c, b / c / 1e6 }'
+    wall=$(median < "$tmp/walls")
+    cpu=$(median < "$tmp/cpus")
+    awk -v b="$in_bytes" -v s="$wall" -v c="$cpu" -v t="$t" 'BEGIN { printf "| | %d | %.2f | %.1f | %.2f | %.1f |\n", t, s, b / s / 1e6, c, b / c / 1e6 }'
   done
+  echo
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi

@@ -92,6 +92,17 @@ printf 'garbage' | gzip | head -c 10 > "$T/trunc.json.gz"
 $G tokenize --tokenizer "$TOK" -o "$T/tg" "$T/trunc.json.gz" 2>"$T/tglog"; rc=$?
 check "truncated .gz fails (exit $rc)" test $rc = 1
 check "... naming the file" grep -q "trunc.json.gz" "$T/tglog"
+# a JSON array cut off mid-record (head -c of a download): the complete records before the cut
+# are kept, the cut-off tail is counted as truncated_json with file, offset and hint; --strict fatal
+head -c 5000 "$S/corpora/llamafactory/alpaca_en_demo.json" > "$T/cut.json"
+$G tokenize --tokenizer "$TOK" --seq-len 2048 -o "$T/cut" "$T/cut.json" 2>"$T/cutlog"; rc=$?
+check "cut-off array: not fatal (exit $rc)" test $rc = 0
+check "... the 6 complete records kept" test "$(jget "$T/cut/report.json" records_kept)" = 6
+check "... the tail counted as truncated_json" grep -q '"truncated_json": 1' "$T/cut/report.json"
+check "... named with file, offset and hint" grep -q "cut.json:32: record 6 (offset 4951).*byte offset 5000.*cut off; hint" "$T/cutlog"
+$G tokenize --strict --tokenizer "$TOK" --seq-len 2048 -o "$T/cuts" "$T/cut.json" 2>"$T/cutslog"; rc=$?
+check "cut-off array with --strict fails (exit $rc)" test $rc = 1 -a ! -e "$T/cuts"
+check "... naming the file" grep -q "cut.json:32" "$T/cutslog"
 mkdir -p "$T/notours" && touch "$T/notours/precious.txt"
 $G tokenize --tokenizer "$TOK" -o "$T/notours" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
 check "refuses to replace a directory it did not write (exit $rc)" test $rc = 2 -a -f "$T/notours/precious.txt"

@@ -1,12 +1,15 @@
 /* Tests of common/: atomic writes, rng determinism, checksums against published check values. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "common/arena.h"
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/pyjson.h"
@@ -160,7 +163,70 @@ static size_t utf8_ref(const unsigned char *s, size_t n) {
     return n;
 }
 
+/* The arena: alignment, ownership, the limit, reuse after a reset; jansson values created in a
+ * span live in it (and are still freed as usual), values from outside a span are not. */
+static void *arena_thread(void *arg) {
+    glm_arena a;
+    glm_arena_init(&a, 0);
+    long ok = 1;
+    for (int rep = 0; rep < 200; rep++) {
+        glm_json_arena_begin(&a);
+        json_t *o = json_pack("{s:s, s:[i, f, s]}", "k", "value", "list", rep, 0.5, "x");
+        ok &= o && glm_arena_owns(&a, o) && json_integer_value(json_array_get(json_object_get(o, "list"), 0)) == rep;
+        json_decref(o);
+        glm_json_arena_end();
+        glm_arena_reset(&a);
+    }
+    glm_arena_free(&a);
+    return (void *)ok;
+}
+
+static void test_arena(void) {
+    glm_arena a;
+    glm_arena_init(&a, 1 << 20);
+    char *p = glm_arena_alloc(&a, 3), *q = glm_arena_alloc(&a, 17);
+    CHECK(p && q && ((uintptr_t)p & 15) == 0 && ((uintptr_t)q & 15) == 0 && q >= p + 16, "alignment");
+    CHECK(glm_arena_owns(&a, p) && glm_arena_owns(&a, q + 16) && !glm_arena_owns(&a, &a), "owns");
+    CHECK(glm_arena_alloc(&a, 64 << 10) == NULL, "a large block is left to malloc");
+    size_t got = 0;
+    while (glm_arena_alloc(&a, 4000)) got += 4000;
+    CHECK(got > (900 << 10) && got <= (1 << 20), "the limit: %zu bytes handed out", got);
+    glm_arena_reset(&a);
+    CHECK(!glm_arena_owns(&a, p), "reset forgets");
+    char *r = glm_arena_alloc(&a, 8);
+    CHECK(r != NULL, "usable after a reset");
+    glm_arena_free(&a);
+
+    json_t *outside = json_string("made before the span");
+    glm_arena b = {0};
+    glm_json_arena_begin(&b);
+    json_t *in = json_pack("{s:s, s:i}", "a", "text", "n", 7);
+    CHECK(in && glm_arena_owns(&b, in), "a value made in a span is in the arena");
+    json_object_set(in, "outside", outside); /* a malloc'd value referenced from the arena */
+    char big[100000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    json_t *large = json_string(big); /* its text comes from malloc (a large block) */
+    CHECK(large && json_string_length(large) == sizeof big - 1, "a large string in a span");
+    json_decref(large);
+    json_decref(in); /* frees nothing of the arena's; outside keeps its reference */
+    glm_json_arena_end();
+    json_t *after = json_string("after");
+    CHECK(after && !glm_arena_owns(&b, after), "after the span values come from malloc");
+    json_decref(after);
+    glm_arena_free(&b);
+    CHECK(!strcmp(json_string_value(outside), "made before the span"), "the outside value survives");
+    json_decref(outside);
+
+    pthread_t th[2];
+    void *res[2] = {0, 0};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, arena_thread, NULL);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], &res[i]);
+    CHECK(res[0] == (void *)1 && res[1] == (void *)1, "arenas on two threads at once");
+}
+
 int main(void) {
+    test_arena();
     /* UTF-8 validation: every 3-byte string that starts with E0-EF (alone, after ASCII, and before
      * a 2nd character), and random strings built from UTF-8-like pieces, against utf8_ref */
     {

@@ -189,6 +189,10 @@ int main(void) {
                 "[{\"content\":\"q\",\"role\":\"user\"},{\"content\":\"a\",\"role\":\"assistant\"}]");
     EXPECT_FAIL("{\"conversations\": [{\"from\": \"function_call\", \"value\": \"not json\"}]}",
                 GLM_FMT_AUTO, NULL, "bad_tool_call");
+    /* a function_call turn without a value (once a crash: the NULL value reached type_name) */
+    EXPECT_FAIL("{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"function_call\"}]}",
+                GLM_FMT_AUTO, NULL, "bad_tool_call");
+    CHECK(strstr(glm_errmsg(), "conversations[1] (function_call) has no content"), "message: %s", glm_errmsg());
     EXPECT_FAIL("{\"conversations\": [{\"from\": \"narrator\", \"value\": \"x\"}]}", GLM_FMT_AUTO,
                 NULL, "unknown_role");
 

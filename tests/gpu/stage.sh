@@ -2,7 +2,7 @@
 # tests/gpu/stage.sh: run HERE (the build machine, with nvcc and every -dev package) before
 # running tests/gpu/run.sh on the GPU machine. Builds the CUDA tests in build-cuda and copies into
 # .device/gpu (ignored by git; carry it to the GPU machine):
-#   bin/     test_cuda_ops, test_cuda_model, bench_cuda, glmtune
+#   bin/     test_cuda_ops, test_cuda_model, bench_cuda, glmtune, libglm_cuda.so (the CUDA backend)
 #   lib/     the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
 #            the GPU machine has in its own, matching versions)
@@ -22,6 +22,8 @@ ninja -C "$build" test_cuda_ops test_cuda_model bench_cuda glmtune
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/shared/fixtures" "$out/cli"
 cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tests/gpu/bench_cuda" "$build/tool/glmtune" "$out/bin/"
+# the CUDA backend module, loaded from beside the program (kernels/cuda_loader.c)
+cp "$build/tool/libglm_cuda.so" "$out/bin/"
 # for tests/gpu/cli_check.sh: the golden rows as shards, and the same run on the CPU here as the
 # reference (3 steps, both layouts)
 for layout in chatglm hf; do

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "common/fileio.h"
+#include "common/pyjson.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include "tokenize/chat.h"
 
@@ -252,6 +254,169 @@ static void test_samples(void) {
     glm_tokenizer_free(st_tok);
 }
 
+/* glm_chat_encode_output's rule written plainly (the reference): at each byte the longest special
+ * that starts there becomes its id unless it lies entirely inside one data segment; the text
+ * between specials is encoded as one run. */
+static void encode_output_ref(const glm_tpl_output *o, glm_u32vec *ids) {
+    glm_charvec t = {0};
+    GLM_VEC(size_t) seg = {0}; /* segment of each byte */
+    for (size_t i = 0; i < o->n; i++)
+        for (size_t k = 0; k < o->seg[i].len; k++) glm_vec_push(t, o->seg[i].text[k]), glm_vec_push(seg, i);
+    size_t run = 0, p = 0;
+    while (p < t.n) {
+        size_t best = 0;
+        uint32_t best_id = 0;
+        for (size_t s = 0; s < glm_tokenizer_n_special(tok); s++) {
+            uint32_t id;
+            const char *sp = glm_tokenizer_special(tok, s, &id);
+            size_t l = strlen(sp);
+            if (l > best && l <= t.n - p && !memcmp(t.v + p, sp, l)) best = l, best_id = id;
+        }
+        if (best && seg.v[p] == seg.v[p + best - 1] && !o->seg[seg.v[p]].literal) best = 0;
+        if (!best) {
+            p++;
+            continue;
+        }
+        glm_tokenizer_encode(tok, t.v + run, p - run, ids);
+        glm_vec_push(*ids, best_id);
+        run = p += best;
+    }
+    glm_tokenizer_encode(tok, t.v + run, t.n - run, ids);
+    glm_vec_free(t);
+    glm_vec_free(seg);
+}
+
+/* Random outputs built from special tokens, parts of them and text, as literal and data
+ * segments of any length: glm_chat_encode_output (which skips the inside of data segments)
+ * gives the reference's ids. */
+static void test_encode_output(void) {
+    static const char *const PARTS[] = {"<|user|>", "<|assistant|>", "[gMASK]", "<sop>", "<|", "|>", "user", "<|us", "er|>",
+                                        "[gM", "ASK]", "hello ", "\u4f60\u597d", "\n", " ", "<", "|", "<|endoftext|>", "x",
+                                        "<|observation|>", "<|observation|", ">", "<|observ", "ation|>", "<|system|",
+                                        "<|begin_of_image|>", "<|begin_of_image|", "<|begin_of_", "image|>"};
+    glm_rng r;
+    glm_rng_seed(&r, 5, 0);
+    size_t bad = 0, specials = 0;
+    for (int t = 0; t < 3000; t++) {
+        glm_tpl_output o = {0};
+        size_t nseg = 1 + glm_rng_below(&r, 6);
+        o.seg = calloc(nseg, sizeof *o.seg);
+        for (size_t i = 0; i < nseg; i++) {
+            glm_charvec x = {0};
+            size_t np = glm_rng_below(&r, 12);
+            for (size_t k = 0; k < np; k++) {
+                const char *p = PARTS[glm_rng_below(&r, sizeof PARTS / sizeof *PARTS)];
+                glm_vec_reserve(x, strlen(p) + 1);
+                memcpy(x.v + x.n, p, strlen(p));
+                x.n += strlen(p);
+            }
+            glm_vec_reserve(x, 1);
+            x.v[x.n] = 0;
+            o.seg[o.n++] = (glm_tpl_segment){x.v, x.n, (int)glm_rng_below(&r, 2)};
+        }
+        glm_u32vec a = {0}, b = {0};
+        glm_status st = glm_chat_encode_output(tok, &o, &a);
+        encode_output_ref(&o, &b);
+        for (size_t i = 0; i < b.n; i++) specials += b.v[i] >= 151329;
+        if (st != GLM_OK || a.n != b.n || memcmp(a.v, b.v, a.n * 4)) bad++;
+        glm_vec_free(a);
+        glm_vec_free(b);
+        glm_tpl_output_free(&o);
+    }
+    CHECK(bad == 0 && specials > 3000, "encode_output: %zu of 3000 outputs differ from the reference (%zu specials)", bad, specials);
+}
+
+/* Same segments: texts, literal flags and boundaries. */
+static int same_segments(const glm_tpl_output *a, const glm_tpl_output *b) {
+    if (a->n != b->n) return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->seg[i].literal != b->seg[i].literal || a->seg[i].len != b->seg[i].len ||
+            memcmp(a->seg[i].text, b->seg[i].text, a->seg[i].len))
+            return 0;
+    return 1;
+}
+
+/* The native GLM-4 renderer (tokenize/chat_native.c) against the interpreter: the same segments
+ * for messages of every branch of the template; unusual messages and other templates are left
+ * to the interpreter. */
+static void test_native(const char *shared) {
+    static const char *const COMMON[] = {
+        "{\"role\": \"user\", \"content\": \"hi <|user|> [gMASK]\"}",
+        "{\"role\": \"assistant\", \"content\": \"{\\\"a\\\": 1}\", \"metadata\": \"get_weather\"}",
+        "{\"role\": \"assistant\", \"content\": \"x\", \"metadata\": \"\"}",
+        "{\"role\": \"observation\", \"content\": \"\\u4f60\\u597d\\n\", \"loss\": true}",
+        "{\"role\": \"user\", \"content\": \"\"}", "{\"role\": \"user\", \"content\": null}", "{\"role\": \"user\"}",
+        "{\"role\": \"system\", \"content\": \"\", \"tools\": []}",
+        "{\"role\": \"system\", \"content\": \"be brief\", \"tools\": [{\"type\": \"python\"}, {\"type\": \"simple_browser\"}, "
+        "{\"type\": \"cogview\"}, {\"type\": \"other\"}, {}]}",
+        "{\"role\": \"system\", \"content\": \"\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+        "\"description\": \"\\u5929\\u6c14 \\\"q\\\"\", \"parameters\": {\"type\": \"object\", \"properties\": {\"n\": "
+        "{\"type\": \"integer\", \"minimum\": 1.5e-07, \"maximum\": 18446744073709551616, \"enum\": [1, 2.0, true, null]}}, "
+        "\"required\": []}}}, {\"type\": \"python\"}, {\"type\": \"function\", \"function\": {\"name\": \"\"}}]}",
+    };
+    static const char *const UNUSUAL[] = {
+        "{\"role\": \"user\", \"content\": \"x\", \"metadata\": null}",
+        "{\"role\": \"system\", \"content\": \"x\", \"tools\": null}",
+        "{\"role\": \"system\", \"content\": \"x\", \"tools\": [\"python\"]}",
+        "{\"role\": \"system\", \"content\": \"x\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": 5}}]}",
+        "{\"role\": \"system\", \"content\": \"x\", \"tools\": [{\"type\": \"function\", \"function\": {\"description\": \"d\"}}]}",
+        "{\"role\": \"system\", \"content\": \"x\", \"tools\": [{\"type\": 7}]}",
+    };
+    char path[4096];
+    snprintf(path, sizeof path, "%s/glm4-tokenizer/tokenizer_config.glm-4-9b-chat.json", shared);
+    glm_template *chat9b = NULL;
+    CHECK(glm_chat_template_load(tok, path, &chat9b) == GLM_OK, "load %s", path);
+    const glm_template *tpls[2] = {tpl, chat9b};
+    for (int k = 0; k < 2 && chat9b; k++) {
+        CHECK(glm_chat_native_template(tpls[k]), "template %d is rendered natively", k);
+        glm_tpl_output a = {0}, b = {0};
+        json_t *none = json_array();
+        CHECK(glm_chat_render_native(tpls[k], NULL, &a) && glm_chat_render(tpls[k], none, 0, &b) == GLM_OK &&
+                  same_segments(&a, &b), "template %d, no message", k);
+        json_decref(none);
+        glm_tpl_output_free(&a);
+        glm_tpl_output_free(&b);
+        for (size_t i = 0; i < sizeof COMMON / sizeof *COMMON + sizeof UNUSUAL / sizeof *UNUSUAL; i++) {
+            bool common = i < sizeof COMMON / sizeof *COMMON;
+            const char *txt = common ? COMMON[i] : UNUSUAL[i - sizeof COMMON / sizeof *COMMON];
+            json_error_t je;
+            json_t *m = glm_json_loadb_py(txt, strlen(txt), 0, &je), *list = json_pack("[O]", m);
+            CHECK(m != NULL, "case %zu: %s", i, je.text);
+            bool native = glm_chat_render_native(tpls[k], m, &a);
+            json_t *vars = json_pack("{s:o, s:b}", "messages", list, "add_generation_prompt", 0);
+            glm_status st = glm_template_render(tpls[k], vars, &b);
+            json_decref(vars);
+            if (common) {
+                CHECK(native && st == GLM_OK && same_segments(&a, &b), "template %d, case %zu rendered natively and the same: %s", k, i, txt);
+                char *x = glm_tpl_output_join(&a, NULL), *y = glm_tpl_output_join(&b, NULL);
+                if (x && y && strcmp(x, y)) fprintf(stderr, "  native [%s]\n  interp [%s]\n", x, y);
+                free(x);
+                free(y);
+            } else {
+                CHECK(!native && a.n == 0, "template %d, case %zu left to the interpreter: %s", k, i, txt);
+            }
+            glm_tpl_output_free(&a);
+            glm_tpl_output_free(&b);
+            json_decref(m);
+        }
+    }
+    glm_template_free(chat9b);
+    /* other templates: a byte more, or the sample tokenizer's own, are not GLM-4's */
+    size_t n;
+    const char *src = glm_template_source(tpl, &n);
+    char *changed = malloc(n + 2);
+    memcpy(changed, src, n);
+    memcpy(changed + n, " ", 2);
+    glm_template *t2 = NULL;
+    CHECK(glm_template_parse(changed, "changed", &t2) == GLM_OK && !glm_chat_native_template(t2), "a changed template");
+    glm_tpl_output a = {0};
+    json_t *m = json_loads("{\"role\": \"user\", \"content\": \"x\"}", 0, NULL);
+    CHECK(t2 && !glm_chat_render_native(t2, m, &a) && a.n == 0, "a changed template is interpreted");
+    json_decref(m);
+    glm_template_free(t2);
+    free(changed);
+}
+
 int main(void) {
     test_samples();
     const char *env = getenv("GLM_SHARED");
@@ -285,8 +450,10 @@ int main(void) {
     CHECK(n == 6, "golden cases: %zu", n);
     CHECK(tools_case != NULL, "a tools case");
     test_plain_role_strings();
+    test_encode_output();
     test_errors(shared);
     test_9b_chat(shared, tools_case);
+    test_native(shared);
     json_decref(tools_case);
     glm_template_free(tpl);
     glm_tokenizer_free(tok);

@@ -1,0 +1,119 @@
+/* kernels/cuda_loader.c: the CUDA backend's entry points (kernels/backend.h), from the module
+ * libglm_cuda.so loaded on first use.
+ *
+ * Why not link it: cuBLAS, cuBLASLt, NCCL and the CUDA runtime are mapped, relocated and
+ * initialised by the dynamic loader when the program starts, for every glmtune command: about
+ * 0.08 CPU-seconds and 26,000 page faults (225 MB resident) before main(), measured on the 2-core
+ * development VM, which `glmtune tokenize`, `inspect` or `--help` never need. Loaded here, they
+ * are paid for only by the commands that ask for a GPU (train, bench; `--device auto` asks how
+ * many there are).
+ *
+ * The module (the .cu files of kernels/cuda) is looked up next to the running program
+ * (<dir of /proc/self/exe>/libglm_cuda.so, then <that dir>/../lib/glmtune/libglm_cuda.so, where
+ * `cmake --install` puts it), then at its place in the build tree. It takes the few functions it
+ * needs from the program (glm_err, glm_dtype_size, glm_mpi_abort: one error-message state for
+ * both), which every program that links glm_kernels exports (kernels/CMakeLists.txt).
+ * When it cannot be loaded, glm_cuda_device_count() is 0 with a warning that names the reason,
+ * and glm_backend_cuda* fail with that reason. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/backend.h"
+
+#ifndef GLM_CUDA_MODULE
+#define GLM_CUDA_MODULE "libglm_cuda.so"
+#endif
+
+/* The module's use of the program's functions: referenced here so that every program with the
+ * loader links them (and kernels/CMakeLists.txt exports them). */
+__attribute__((used)) static void *const needed_by_module[] = {(void *)glm_err, (void *)glm_dtype_size,
+                                                                 (void *)glm_mpi_abort};
+
+static struct {
+    const glm_backend *(*backend)(int, glm_status *);
+    const glm_backend *(*backend_dist)(int, int, int, const unsigned char *, glm_status *);
+    void (*close)(const glm_backend *);
+    int (*device_count)(void);
+    const char *(*device_name)(int);
+    glm_status (*nccl_id)(unsigned char *);
+} fn;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static char why[1024]; /* why the module could not be loaded; "" = loaded */
+
+static void *try_open(const char *path, char *errs, size_t cap) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        size_t n = strlen(errs);
+        snprintf(errs + n, cap - n, "%s%s", n ? "; " : "", e ? e : path);
+    }
+    return h;
+}
+
+static void load(void) {
+    char exe[PATH_MAX], path[PATH_MAX + 64], errs[sizeof why] = "";
+    void *h = NULL;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(path, sizeof path, "%s/libglm_cuda.so", exe);
+        if (access(path, F_OK) == 0) h = try_open(path, errs, sizeof errs);
+        snprintf(path, sizeof path, "%s/../lib/glmtune/libglm_cuda.so", exe);
+        if (!h && access(path, F_OK) == 0) h = try_open(path, errs, sizeof errs);
+    }
+    if (!h && !errs[0]) h = try_open(GLM_CUDA_MODULE, errs, sizeof errs);
+    if (h) {
+        *(void **)&fn.backend = dlsym(h, "glm_backend_cuda");
+        *(void **)&fn.backend_dist = dlsym(h, "glm_backend_cuda_dist");
+        *(void **)&fn.close = dlsym(h, "glm_backend_cuda_close");
+        *(void **)&fn.device_count = dlsym(h, "glm_cuda_device_count");
+        *(void **)&fn.device_name = dlsym(h, "glm_cuda_device_name");
+        *(void **)&fn.nccl_id = dlsym(h, "glm_cuda_nccl_id");
+        if (fn.backend && fn.backend_dist && fn.close && fn.device_count && fn.device_name && fn.nccl_id) return;
+        snprintf(errs, sizeof errs, "libglm_cuda.so lacks an entry point (a module of another glmtune version?)");
+        memset(&fn, 0, sizeof fn);
+    }
+    snprintf(why, sizeof why, "the CUDA backend (libglm_cuda.so) could not be loaded: %s; hint: keep "
+             "libglm_cuda.so next to the glmtune program (the build puts it there)", errs);
+    glm_log_warn("%s", why);
+}
+
+static bool ready(void) {
+    pthread_once(&once, load);
+    return fn.device_count != NULL;
+}
+
+const glm_backend *glm_backend_cuda(int device, glm_status *st) {
+    if (ready()) return fn.backend(device, st);
+    *st = glm_err(GLM_ERR_UNSUPPORTED, "%s", why);
+    return NULL;
+}
+
+const glm_backend *glm_backend_cuda_dist(int device, int rank, int world, const unsigned char *nccl_id,
+                                         glm_status *st) {
+    if (ready()) return fn.backend_dist(device, rank, world, nccl_id, st);
+    *st = glm_err(GLM_ERR_UNSUPPORTED, "%s", why);
+    return NULL;
+}
+
+void glm_backend_cuda_close(const glm_backend *be) {
+    if (be && ready()) fn.close(be);
+}
+
+int glm_cuda_device_count(void) { return ready() ? fn.device_count() : 0; }
+
+const char *glm_cuda_device_name(int device) { return ready() ? fn.device_name(device) : "(no CUDA backend)"; }
+
+glm_status glm_cuda_nccl_id(unsigned char id[128]) {
+    if (ready()) return fn.nccl_id(id);
+    return glm_err(GLM_ERR_UNSUPPORTED, "%s", why);
+}
