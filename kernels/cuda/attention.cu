@@ -646,27 +646,9 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
         gemm_rAm_sBt<BN / 16, ND, MT>(acc, da, Kb, SR, lane);
         __syncthreads();
     }
-    if constexpr (BLK) { /* dq += scale acc into the f32 accumulator */
-        float *fo = ba.fo + (int64_t)h * Dh;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int i = ri[mt][hf];
-                if (i >= T) continue;
-#pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    const int c = n * 8 + 2 * tig;
-                    if (c >= Dh) continue;
-                    float2 *p = (float2 *)(fo + (int64_t)i * ba.ldfo + c), r = *p;
-                    r.x += acc[mt][n][2 * hf] * scale;
-                    r.y += acc[mt][n][2 * hf + 1] * scale;
-                    *p = r;
-                }
-            }
-        return;
-    }
-    bf16 *og = dq + rb * lddq + (int64_t)h * Dh;
+    /* whole rows: dq = scale acc (bf16); ring blocks: dq += scale acc (the f32 accumulator) */
+    bf16 *og = BLK ? nullptr : dq + rb * lddq + (int64_t)h * Dh;
+    float *fo = BLK ? ba.fo + (int64_t)h * Dh : nullptr;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -676,7 +658,14 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
 #pragma unroll
             for (int n = 0; n < ND; n++) {
                 const int c = n * 8 + 2 * tig;
-                if (c < Dh) *(uint32_t *)(og + (int64_t)i * lddq + c) = pack2(acc[mt][n][2 * hf] * scale, acc[mt][n][2 * hf + 1] * scale);
+                if (c >= Dh) continue;
+                const float x = acc[mt][n][2 * hf] * scale, y = acc[mt][n][2 * hf + 1] * scale;
+                if constexpr (BLK) {
+                    float2 *p = (float2 *)(fo + (int64_t)i * ba.ldfo + c), r = *p;
+                    *p = make_float2(r.x + x, r.y + y);
+                } else {
+                    *(uint32_t *)(og + (int64_t)i * lddq + c) = pack2(x, y);
+                }
             }
         }
 }
@@ -792,40 +781,27 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
         gemm_rA_sBt<BM / 16, ND>(adk, da, Qb, SR, lane);
         __syncthreads();
     }
-    if constexpr (BLK) { /* dk += scale dK, dv += dV into the f32 accumulators */
-        float *fk = ba.fdk + (int64_t)g * Dh, *fv = ba.fdv + (int64_t)g * Dh;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            const int c = n * 8 + 2 * tig;
-            if (c >= Dh) continue;
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int j = hf ? j_hi : j_lo;
-                if (j >= Tk) continue;
-                float2 *pk = (float2 *)(fk + (int64_t)j * ba.ldfdk + c), *pv = (float2 *)(fv + (int64_t)j * ba.ldfdv + c);
-                float2 rk = *pk, rv = *pv;
-                rk.x += adk[n][2 * hf] * scale;
-                rk.y += adk[n][2 * hf + 1] * scale;
-                rv.x += adv[n][2 * hf];
-                rv.y += adv[n][2 * hf + 1];
-                *pk = rk;
-                *pv = rv;
-            }
-        }
-        return;
-    }
-    bf16 *kgo = dk + rb * lddk + (int64_t)g * Dh, *vgo = dv + rb * lddv + (int64_t)g * Dh;
+    /* whole rows: dk = scale dK, dv = dV (bf16); ring blocks: added into the f32 accumulators */
+    bf16 *kgo = BLK ? nullptr : dk + rb * lddk + (int64_t)g * Dh, *vgo = BLK ? nullptr : dv + rb * lddv + (int64_t)g * Dh;
+    float *fk = BLK ? ba.fdk + (int64_t)g * Dh : nullptr, *fv = BLK ? ba.fdv + (int64_t)g * Dh : nullptr;
 #pragma unroll
     for (int n = 0; n < ND; n++) {
         const int c = n * 8 + 2 * tig;
-        if (c < Dh) {
-            if (j_lo < T) {
-                *(uint32_t *)(kgo + (int64_t)j_lo * lddk + c) = pack2(adk[n][0] * scale, adk[n][1] * scale);
-                *(uint32_t *)(vgo + (int64_t)j_lo * lddv + c) = pack2(adv[n][0], adv[n][1]);
-            }
-            if (j_hi < T) {
-                *(uint32_t *)(kgo + (int64_t)j_hi * lddk + c) = pack2(adk[n][2] * scale, adk[n][3] * scale);
-                *(uint32_t *)(vgo + (int64_t)j_hi * lddv + c) = pack2(adv[n][2], adv[n][3]);
+        if (c >= Dh) continue;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = hf ? j_hi : j_lo;
+            if (j >= Tk) continue;
+            const float kx = adk[n][2 * hf] * scale, ky = adk[n][2 * hf + 1] * scale, vx = adv[n][2 * hf],
+                        vy = adv[n][2 * hf + 1];
+            if constexpr (BLK) {
+                float2 *pk = (float2 *)(fk + (int64_t)j * ba.ldfdk + c), *pv = (float2 *)(fv + (int64_t)j * ba.ldfdv + c);
+                const float2 rk = *pk, rv = *pv;
+                *pk = make_float2(rk.x + kx, rk.y + ky);
+                *pv = make_float2(rv.x + vx, rv.y + vy);
+            } else {
+                *(uint32_t *)(kgo + (int64_t)j * lddk + c) = pack2(kx, ky);
+                *(uint32_t *)(vgo + (int64_t)j * lddv + c) = pack2(vx, vy);
             }
         }
     }

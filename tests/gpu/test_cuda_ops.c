@@ -578,6 +578,25 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
  * attention_block_bwd (added into f32 dq, dk, dv). Pairs with no visible key (keys after the
  * queries, other documents) are called too: the kernels must leave those accumulators alone.
  * Compared with the CPU's whole-row attention_fwd / _bwd. */
+/* The ring's block calls in order: for rank r, its query chunks r and 2N-1-r against, at step s,
+ * the key chunks of rank (r - s) mod N; init marks each query chunk's first block. Fills
+ * (q chunk, k chunk, init) triples; returns their number (8 N^2). */
+static int ring_pairs(int N, int (*pairs)[3]) {
+    int n = 0;
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < 2; c++)
+            for (int st = 0; st < N; st++) {
+                const int src = ((r - st) % N + N) % N;
+                for (int kc2 = 0; kc2 < 2; kc2++) {
+                    pairs[n][0] = c ? 2 * N - 1 - r : r;
+                    pairs[n][1] = kc2 ? 2 * N - 1 - src : src;
+                    pairs[n][2] = st == 0 && kc2 == 0;
+                    n++;
+                }
+            }
+    return n;
+}
+
 static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_doc) {
     char shape[64];
     const int T = 2 * N * S;
@@ -593,20 +612,14 @@ static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_d
     float *fo = gpoison(GLM_DT_F32, T * qd), *fl = gpoison(GLM_DT_F32, (int64_t)H * T);
     CHECK(gpu->acc_dtype == GLM_DT_F32, "CUDA acc_dtype is f32");
     OK(gpu->attention_block_fwd(gpu, NULL, qd, NULL, T, NULL, ld, NULL, ld, NULL, ld, NULL, NULL, 0, 0, 0, 0, H, Hkv, Dh, 1));
+    int(*pairs)[3] = malloc(sizeof *pairs * 8 * N * N), np = ring_pairs(N, pairs);
     double t0 = now();
-    for (int r = 0; r < N; r++)
-        for (int c = 0; c < 2; c++) {
-            const int qc = c ? 2 * N - 1 - r : r, q0 = qc * S;
-            for (int st = 0; st < N; st++) {
-                const int src = ((r - st) % N + N) % N;
-                for (int kc2 = 0; kc2 < 2; kc2++) {
-                    const int kc = kc2 ? 2 * N - 1 - src : src, k0 = kc * S;
-                    OK(gpu->attention_block_fwd(gpu, fo + (int64_t)q0 * qd, qd, fl + q0, T, gqkv + (int64_t)q0 * ld, ld,
-                                                gqkv + (int64_t)k0 * ld + qd, ld, gqkv + (int64_t)k0 * ld + qd + kd, ld,
-                                                gdoc + q0, gdoc + k0, q0, k0, S, S, H, Hkv, Dh, st == 0 && kc2 == 0));
-                }
-            }
-        }
+    for (int p = 0; p < np; p++) {
+        const int q0 = pairs[p][0] * S, k0 = pairs[p][1] * S;
+        OK(gpu->attention_block_fwd(gpu, fo + (int64_t)q0 * qd, qd, fl + q0, T, gqkv + (int64_t)q0 * ld, ld,
+                                    gqkv + (int64_t)k0 * ld + qd, ld, gqkv + (int64_t)k0 * ld + qd + kd, ld, gdoc + q0,
+                                    gdoc + k0, q0, k0, S, S, H, Hkv, Dh, pairs[p][2]));
+    }
     OK(gpu->sync(gpu));
     double ms = (now() - t0) * 1e3;
     cmp("attention_block_fwd o (ring)", shape, GLM_DT_F32, fo, co, T * qd, TOL_BF16, ms);
@@ -622,21 +635,13 @@ static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_d
     OK(gpu->zero(gpu, fdk, (size_t)T * kd * 4));
     OK(gpu->zero(gpu, fdv, (size_t)T * kd * 4));
     t0 = now();
-    for (int r = 0; r < N; r++)
-        for (int c = 0; c < 2; c++) {
-            const int qc = c ? 2 * N - 1 - r : r, q0 = qc * S;
-            for (int st = 0; st < N; st++) {
-                const int src = ((r - st) % N + N) % N;
-                for (int kc2 = 0; kc2 < 2; kc2++) {
-                    const int kc = kc2 ? 2 * N - 1 - src : src, k0 = kc * S;
-                    OK(gpu->attention_block_bwd(gpu, fdq + (int64_t)q0 * qd, qd, fdk + (int64_t)k0 * kd, kd,
-                                                fdv + (int64_t)k0 * kd, kd, (uint16_t *)gdo + (int64_t)q0 * qd, qd,
-                                                (uint16_t *)go + (int64_t)q0 * qd, glse + q0, T, gqkv + (int64_t)q0 * ld, ld,
-                                                gqkv + (int64_t)k0 * ld + qd, ld, gqkv + (int64_t)k0 * ld + qd + kd, ld,
-                                                gdoc + q0, gdoc + k0, q0, k0, S, S, H, Hkv, Dh));
-                }
-            }
-        }
+    for (int p = 0; p < np; p++) {
+        const int q0 = pairs[p][0] * S, k0 = pairs[p][1] * S;
+        OK(gpu->attention_block_bwd(gpu, fdq + (int64_t)q0 * qd, qd, fdk + (int64_t)k0 * kd, kd, fdv + (int64_t)k0 * kd, kd,
+                                    (uint16_t *)gdo + (int64_t)q0 * qd, qd, (uint16_t *)go + (int64_t)q0 * qd, glse + q0, T,
+                                    gqkv + (int64_t)q0 * ld, ld, gqkv + (int64_t)k0 * ld + qd, ld,
+                                    gqkv + (int64_t)k0 * ld + qd + kd, ld, gdoc + q0, gdoc + k0, q0, k0, S, S, H, Hkv, Dh));
+    }
     OK(gpu->sync(gpu));
     ms = (now() - t0) * 1e3;
     float *h = malloc((size_t)T * qd * 4), *c = malloc((size_t)T * qd * 4);
@@ -650,7 +655,7 @@ static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_d
         double e = rel_err(h, c, T * w);
         record(names[part], shape, isnan(e) ? INFINITY : e, TOL_BF16, part ? 0 : ms);
     }
-    free(h), free(c), free(qkv), free(dout), free(doc);
+    free(h), free(c), free(qkv), free(dout), free(doc), free(pairs);
     cpu->free(cpu, cqkv), cpu->free(cpu, co), cpu->free(cpu, clse), cpu->free(cpu, cdo), cpu->free(cpu, cd),
         cpu->free(cpu, cdoc);
     gpu->free(gpu, gqkv), gpu->free(gpu, fo), gpu->free(gpu, fl), gpu->free(gpu, go), gpu->free(gpu, gdo),
