@@ -10,17 +10,9 @@
 
 #include "dataset/formats.h"
 #include "dataset/reader.h"
+#include "tests/chat_same.h"
 #include "tests/check.h"
 #include "tokenize/chat.h"
-
-static int same_segments(const glm_tpl_output *a, const glm_tpl_output *b) {
-    if (a->n != b->n) return 0;
-    for (size_t i = 0; i < a->n; i++)
-        if (a->seg[i].literal != b->seg[i].literal || a->seg[i].len != b->seg[i].len ||
-            memcmp(a->seg[i].text, b->seg[i].text, a->seg[i].len))
-            return 0;
-    return 1;
-}
 
 typedef struct {
     size_t records, messages, native, same, tools;

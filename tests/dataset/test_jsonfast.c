@@ -11,41 +11,11 @@
 #include <string.h>
 
 #include "../check.h"
+#include "../json_same.h"
 #include "common/jsonfast.h"
 #include "common/pyjson.h"
 #include "common/rng.h"
 #include "dataset/reader.h"
-
-/* Same value in every respect (json_equal ignores key order and compares doubles by value). */
-static int same(json_t *a, json_t *b) {
-    if (json_typeof(a) != json_typeof(b)) return 0;
-    switch (json_typeof(a)) {
-    case JSON_OBJECT: {
-        if (json_object_size(a) != json_object_size(b)) return 0;
-        void *ia = json_object_iter(a), *ib = json_object_iter(b);
-        for (; ia && ib; ia = json_object_iter_next(a, ia), ib = json_object_iter_next(b, ib)) {
-            size_t ka = json_object_iter_key_len(ia), kb = json_object_iter_key_len(ib);
-            if (ka != kb || memcmp(json_object_iter_key(ia), json_object_iter_key(ib), ka)) return 0;
-            if (!same(json_object_iter_value(ia), json_object_iter_value(ib))) return 0;
-        }
-        return !ia && !ib;
-    }
-    case JSON_ARRAY:
-        if (json_array_size(a) != json_array_size(b)) return 0;
-        for (size_t i = 0; i < json_array_size(a); i++)
-            if (!same(json_array_get(a, i), json_array_get(b, i))) return 0;
-        return 1;
-    case JSON_STRING:
-        return json_string_length(a) == json_string_length(b) &&
-               !memcmp(json_string_value(a), json_string_value(b), json_string_length(a));
-    case JSON_INTEGER: return json_integer_value(a) == json_integer_value(b);
-    case JSON_REAL: {
-        double x = json_real_value(a), y = json_real_value(b);
-        return !memcmp(&x, &y, sizeof x);
-    }
-    default: return 1;
-    }
-}
 
 typedef struct {
     size_t both, fast_only, jansson_only, neither, differ;
@@ -58,7 +28,7 @@ static int compare(const char *t, size_t n, bool any, tally *y) {
     json_t *j = json_loadb(t, n, any ? JSON_DECODE_ANY : 0, &e);
     if (f && j) {
         y->both++;
-        if (!same(f, j)) {
+        if (!json_same(f, j)) {
             y->differ++;
             if (y->differ <= 5) fprintf(stderr, "differs from jansson: %.*s\n", (int)(n < 300 ? n : 300), t);
         }

@@ -14,37 +14,7 @@
 #include "dataset/jsonsplit.h"
 #include "dataset/reader.h"
 #include "fuzz_common.h"
-
-/* Same value in every respect: types, key order, string bytes, integers, the bits of doubles. */
-static int same(json_t *a, json_t *b) {
-    if (json_typeof(a) != json_typeof(b)) return 0;
-    switch (json_typeof(a)) {
-    case JSON_OBJECT: {
-        if (json_object_size(a) != json_object_size(b)) return 0;
-        void *ia = json_object_iter(a), *ib = json_object_iter(b);
-        for (; ia && ib; ia = json_object_iter_next(a, ia), ib = json_object_iter_next(b, ib))
-            if (json_object_iter_key_len(ia) != json_object_iter_key_len(ib) ||
-                memcmp(json_object_iter_key(ia), json_object_iter_key(ib), json_object_iter_key_len(ia)) ||
-                !same(json_object_iter_value(ia), json_object_iter_value(ib)))
-                return 0;
-        return !ia && !ib;
-    }
-    case JSON_ARRAY:
-        if (json_array_size(a) != json_array_size(b)) return 0;
-        for (size_t i = 0; i < json_array_size(a); i++)
-            if (!same(json_array_get(a, i), json_array_get(b, i))) return 0;
-        return 1;
-    case JSON_STRING:
-        return json_string_length(a) == json_string_length(b) &&
-               !memcmp(json_string_value(a), json_string_value(b), json_string_length(a));
-    case JSON_INTEGER: return json_integer_value(a) == json_integer_value(b);
-    case JSON_REAL: {
-        double x = json_real_value(a), y = json_real_value(b);
-        return !memcmp(&x, &y, sizeof x);
-    }
-    default: return 1;
-    }
-}
+#include "tests/json_same.h"
 
 /* The fast JSON path (common/jsonfast.h) must give jansson's value whenever it gives one. */
 static void check_fast(const char *bytes, size_t n) {
@@ -52,7 +22,7 @@ static void check_fast(const char *bytes, size_t n) {
         json_t *f = glm_json_parse_fast(bytes, n, any);
         if (!f) continue;
         json_t *j = json_loadb(bytes, n, any ? JSON_DECODE_ANY : 0, NULL);
-        if (!j || !same(f, j)) abort();
+        if (!j || !json_same(f, j)) abort();
         json_decref(f);
         json_decref(j);
     }

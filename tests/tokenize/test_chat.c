@@ -9,6 +9,7 @@
 #include "common/fileio.h"
 #include "common/pyjson.h"
 #include "common/rng.h"
+#include "tests/chat_same.h"
 #include "tests/check.h"
 #include "tokenize/chat.h"
 
@@ -324,16 +325,6 @@ static void test_encode_output(void) {
         glm_tpl_output_free(&o);
     }
     CHECK(bad == 0 && specials > 3000, "encode_output: %zu of 3000 outputs differ from the reference (%zu specials)", bad, specials);
-}
-
-/* Same segments: texts, literal flags and boundaries. */
-static int same_segments(const glm_tpl_output *a, const glm_tpl_output *b) {
-    if (a->n != b->n) return 0;
-    for (size_t i = 0; i < a->n; i++)
-        if (a->seg[i].literal != b->seg[i].literal || a->seg[i].len != b->seg[i].len ||
-            memcmp(a->seg[i].text, b->seg[i].text, a->seg[i].len))
-            return 0;
-    return 1;
 }
 
 /* The native GLM-4 renderer (tokenize/chat_native.c) against the interpreter: the same segments
