@@ -611,7 +611,13 @@ static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_d
     uint16_t *gqkv = gbuf(GLM_DT_BF16, qkv, T * ld);
     float *fo = gpoison(GLM_DT_F32, T * qd), *fl = gpoison(GLM_DT_F32, (int64_t)H * T);
     CHECK(gpu->acc_dtype == GLM_DT_F32, "CUDA acc_dtype is f32");
-    OK(gpu->attention_block_fwd(gpu, NULL, qd, NULL, T, NULL, ld, NULL, ld, NULL, ld, NULL, NULL, 0, 0, 0, 0, H, Hkv, Dh, 1));
+    { /* the trainer's probe (glm_ring_supported): zero-sized, with heads 1 x 1 of dim 1, succeeds */
+        double z = 0;
+        int32_t d = 0;
+        OK(gpu->attention_block_fwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0, 0, 1, 1, 1, 1));
+        OK(gpu->attention_block_bwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, (float *)&z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0,
+                                    0, 1, 1, 1));
+    }
     int(*pairs)[3] = malloc(sizeof *pairs * 8 * N * N), np = ring_pairs(N, pairs);
     double t0 = now();
     for (int p = 0; p < np; p++) {
