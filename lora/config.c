@@ -37,7 +37,8 @@ static glm_status need_int(json_t *root, const char *key, const char *path, int 
     GLM_TRY(get_num(root, key, path, &v, &f));
     if (!f) return glm_err(GLM_ERR_FORMAT, "%s: required field '%s' is missing", path, key);
     if (v <= 0 || v != floor(v) || v > 2147483647.0)
-        return glm_err(GLM_ERR_FORMAT, "%s: field '%s' must be a positive integer (found %g)", path, key, v);
+        return glm_err(GLM_ERR_FORMAT, "%s: field '%s' must be a positive integer below 2^31 (found %.15g)", path, key,
+                       v);
     *out = (int)v;
     return GLM_OK;
 }
