@@ -800,10 +800,18 @@ static glm_status convert_pretok(conv *c, const json_t *obj) {
     size_t n = json_array_size(ids);
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(ids, i);
-        if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-            json_integer_value(x) > (json_int_t)UINT32_MAX)
-            return fail(c, "bad_input_ids", "input_ids[%zu] is %s%s, not a token id (an integer "
-                        ">= 0)", i, type_name(x), json_is_integer(x) ? " out of range" : "");
+        if (json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= (json_int_t)UINT32_MAX)
+            continue;
+        const char *big;
+        size_t nbig;
+        char kind = 0;
+        if (json_is_integer(x))
+            return fail(c, "bad_input_ids", "input_ids[%zu] = %lld is out of range, not a token id (an integer "
+                        ">= 0)", i, (long long)json_integer_value(x));
+        if (glm_json_numtext(x, &kind, &big, &nbig) && kind == 'i') /* beyond 64 bits: show its digits */
+            return fail(c, "bad_input_ids", "input_ids[%zu] = %.*s%s is out of range, not a token id (an integer "
+                        ">= 0)", i, (int)(nbig > 40 ? 40 : nbig), big, nbig > 40 ? "..." : "");
+        return fail(c, "bad_input_ids", "input_ids[%zu] is %s, not a token id (an integer >= 0)", i, type_name(x));
     }
     if (labels && !json_is_null(labels)) {
         if (!json_is_array(labels) || json_array_size(labels) != n)

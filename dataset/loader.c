@@ -38,8 +38,12 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
         path = dir_of_manifest;
     }
     if (!glm_is_dir(path) && !glm_is_file(path)) {
+        /* a LLaMA-Factory YAML's `dataset: identity,alpaca_en_demo` names datasets, not shards */
+        bool names = !strchr(path, '/') && !strstr(path, ".bin");
         s = glm_err(GLM_ERR_IO, "%s: not found; hint: --data takes the output directory of glmtune tokenize (with "
-                    "manifest.json), or one of its .bin shards", path);
+                    "manifest.json), or one of its .bin shards%s", path,
+                    names ? "; LLaMA-Factory dataset names are tokenized first (glmtune tokenize --config FILE.yaml "
+                            "-o shards/), then --dataset shards/" : "");
         free(dir_of_manifest);
         return s;
     }

@@ -382,6 +382,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
 
 static glm_status add_input(glm_reader *r, const char *path) {
     struct stat sb;
+    if (!strcmp(path, "-")) path = "/dev/stdin"; /* the usual name for standard input */
     if (stat(path, &sb) != 0)
         return glm_err(GLM_ERR_IO, "%s: cannot open: %s; hint: check the path and spelling",
                        path, strerror(errno));

@@ -599,7 +599,11 @@ glm_status glm_ckpt_latest(const char *output_dir, char **path, int64_t *step) {
             *step = steps[i];
             break;
         }
-        glm_log_warn("skipping checkpoint %s: %s", p, glm_errmsg());
+        static char warned[4096]; /* a run looks twice (checks its output dir, then resumes): say it once */
+        if (strcmp(warned, p)) {
+            glm_log_warn("skipping checkpoint %s: %s", p, glm_errmsg());
+            snprintf(warned, sizeof warned, "%s", p);
+        }
         free(p);
     }
     free(steps);

@@ -37,7 +37,8 @@ static glm_status need_int(json_t *root, const char *key, const char *path, int 
     GLM_TRY(get_num(root, key, path, &v, &f));
     if (!f) return glm_err(GLM_ERR_FORMAT, "%s: required field '%s' is missing", path, key);
     if (v <= 0 || v != floor(v) || v > 2147483647.0)
-        return glm_err(GLM_ERR_FORMAT, "%s: field '%s' must be a positive integer (found %g)", path, key, v);
+        return glm_err(GLM_ERR_FORMAT, "%s: field '%s' must be a positive integer below 2^31 (found %.15g)", path, key,
+                       v);
     *out = (int)v;
     return GLM_OK;
 }
@@ -56,6 +57,12 @@ glm_status glm_config_validate(const glm_config *c, const char *what) {
     return GLM_OK;
 }
 
+/* "org/name" that is not a local path: what LLaMA-Factory YAMLs hold in model_name_or_path. */
+static bool hub_id(const char *p) {
+    const char *sl = strchr(p, '/');
+    return sl && sl != p && p[0] != '.' && p[0] != '~' && sl[1] && !strchr(sl + 1, '/') && !glm_is_dir(p);
+}
+
 glm_status glm_config_load(const char *dir, double rope_theta_override, glm_config *cfg) {
     size_t dl = strlen(dir);
     char *path = (dl > 5 && !strcmp(dir + dl - 5, ".json")) ? strdup(dir) : glm_path_join(dir, "config.json");
@@ -65,7 +72,9 @@ glm_status glm_config_load(const char *dir, double rope_theta_override, glm_conf
     glm_status st = GLM_OK;
     if (!root) {
         st = glm_is_file(path) ? glm_err(GLM_ERR_FORMAT, "%s: line %d: bad JSON: %s", path, je.line, je.text)
-                               : glm_err(GLM_ERR_IO, "%s: cannot read the model config (hint: the model directory must hold config.json)", path);
+                               : glm_err(GLM_ERR_IO, "%s: cannot read the model config (hint: the model directory must hold config.json%s)", path,
+                                         hub_id(dir) ? "; a Hugging Face Hub id is not downloaded: pass the local "
+                                                       "directory of the GLM-4 model (--model_name_or_path DIR)" : "");
         free(path);
         return st;
     }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
@@ -116,6 +117,21 @@ glm_status glm_model_init_random(const glm_config *cfg_in, uint64_t seed, const 
         ts[i].nbytes = (size_t)el * 2;
     }
     if ((st = glm_mkdir_p(outdir))) goto done;
+    { /* a config with absurd sizes would fill the disk before failing: check the space first */
+        double need = 4096;
+        for (int i = 0; i < n; i++) need += (double)ts[i].nbytes + 256;
+        struct statvfs sv;
+        if (statvfs(outdir, &sv) == 0) {
+            double avail = (double)sv.f_bavail * (double)(sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+            if (need > avail) {
+                st = glm_err(GLM_ERR_IO, "init-model: the model (L=%d C=%d F=%d V=%d) takes %.2f GiB in bf16, but the "
+                             "filesystem of %s has %.2f GiB free; hint: check the sizes in the config, or write to "
+                             "a filesystem with more space", cfg.L, cfg.C, cfg.F, cfg.V, need / 1073741824.0,
+                             outdir, avail / 1073741824.0);
+                goto done;
+            }
+        }
+    }
     {
         char *mp = glm_path_join(outdir, "model.safetensors"), *cp = glm_path_join(outdir, "config.json"), *js = NULL;
         const char *meta[] = {"format", "pt"};

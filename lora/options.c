@@ -96,7 +96,7 @@ static const glm_opt_def k_opts[] = {
      OFF(resume_from_checkpoint), true},
     {"lora-rank", "lora_rank", NULL, GLM_OPT_INT, "8", "", "LoRA rank r", OFF(lora_rank), false},
     {"lora-alpha", "lora_alpha", NULL, GLM_OPT_FLOAT, NULL, "",
-     "LoRA alpha; scaling = alpha / r (default 2 x lora-rank)", OFF(lora_alpha), false},
+     "LoRA alpha; scaling = alpha / r", OFF(lora_alpha), false},
     {"lora-dropout", "lora_dropout", NULL, GLM_OPT_FLOAT, "0", "probability", "dropout on the LoRA input",
      OFF(lora_dropout), false},
     {"lora-target", "lora_target", NULL, GLM_OPT_LIST, "all", "",

@@ -21,6 +21,9 @@ glm_status cli_u64(const char *opt, const char *s, uint64_t *out);
 glm_status cli_double(const char *opt, const char *s, double *out);
 /* Maps a status to an exit code: GLM_ERR_ARG -> 2, other errors -> 1, and prints the message. */
 int cli_fail(glm_status s);
+/* Prints the current error message (glm_errmsg) unless it is the one printed last: a message
+ * printed early (a failed rank, before the others stop) is not repeated by cli_fail. */
+void cli_show_error(void);
 
 /* The subcommands. */
 int cmd_tokenize(int argc, char **argv);

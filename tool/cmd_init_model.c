@@ -1,7 +1,10 @@
+#define _GNU_SOURCE
 /* glmtune init-model: a randomly initialised GLM-4-shaped checkpoint (for the demo and tests). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/fileio.h"
 #include "common/log.h"
@@ -69,15 +72,30 @@ int cmd_init_model(int argc, char **argv) {
     if (s == GLM_OK) s = glm_config_validate(&cfg, config);
     layout = cfg.layout;
     if (s == GLM_OK && layout_s) s = glm_layout_parse(layout_s, &layout);
+    /* Written aside in "<out>.tmp.<pid>" and renamed into place, as every glmtune output: a killed
+     * run (a 9B model is ~19 GB) leaves no half-written model, and the next run removes its leftovers. */
+    char *target = NULL, *tmp = NULL;
+    if (s == GLM_OK) s = glm_output_target_dir(out, &target); /* a symbolic link: its target is replaced */
+    if (s == GLM_OK) glm_cleanup_leftovers(target);
+    if (s == GLM_OK && glm_is_file(target)) s = glm_err(GLM_ERR_ARG, "-o %s is a file; hint: -o takes a directory", out);
     if (s == GLM_OK) {
-        char *c = glm_path_join(out, "config.json"), *w = glm_path_join(out, "model.safetensors"),
-             *x = glm_path_join(out, "model.safetensors.index.json");
+        char *c = glm_path_join(target, "config.json"), *w = glm_path_join(target, "model.safetensors"),
+             *x = glm_path_join(target, "model.safetensors.index.json");
         if (glm_is_file(c) || glm_is_file(w) || glm_is_file(x))
             s = glm_err(GLM_ERR_ARG, "%s already holds a model (config.json / model.safetensors); hint: choose a new "
                         "directory", out);
         free(c);
         free(w);
         free(x);
+    }
+    if (s == GLM_OK) {
+        DIR *d = opendir(target);
+        struct dirent *e;
+        while (d && s == GLM_OK && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                s = glm_err(GLM_ERR_ARG, "-o %s already holds %s: the directory is replaced as a whole; hint: choose "
+                            "a new or empty directory", out, e->d_name);
+        if (d) closedir(d);
     }
     if (s == GLM_OK && tok) { /* the tokenizer's special ids go into config.json (pad, eos) */
         glm_tokenizer *t = NULL;
@@ -100,12 +118,21 @@ int cmd_init_model(int argc, char **argv) {
             glm_tokenizer_free(t);
         }
     }
-    if (s == GLM_OK) s = glm_mkdir_p(out);
-    if (s == GLM_OK) s = glm_model_init_random(&cfg, seed, out, layout);
-    if (s == GLM_OK && tok) {
-        s = copy_file(tok, "tokenizer.model", out, true);
-        if (s == GLM_OK) s = copy_file(tok, "tokenizer_config.json", out, false);
+    if (s == GLM_OK && asprintf(&tmp, "%s.tmp.%d", target, (int)getpid()) < 0) {
+        tmp = NULL;
+        s = glm_err(GLM_ERR_NOMEM, "out of memory");
     }
+    if (s == GLM_OK && glm_is_dir(tmp)) glm_rmtree(tmp);
+    if (s == GLM_OK) s = glm_mkdir_p(tmp);
+    if (s == GLM_OK) s = glm_model_init_random(&cfg, seed, tmp, layout);
+    if (s == GLM_OK && tok) {
+        s = copy_file(tok, "tokenizer.model", tmp, true);
+        if (s == GLM_OK) s = copy_file(tok, "tokenizer_config.json", tmp, false);
+    }
+    if (s == GLM_OK) s = glm_commit_dir(tmp, target);
+    if (s != GLM_OK && tmp && glm_is_dir(tmp)) glm_rmtree(tmp);
+    free(tmp);
+    free(target);
     if (s != GLM_OK) return cli_fail(s);
     glm_log_info("wrote a random %s-layout GLM-4 (L=%d C=%d H=%d Hkv=%d F=%d V=%d, seed %llu) to %s",
                  glm_layout_name(layout), cfg.L, cfg.C, cfg.H, cfg.Hkv, cfg.F, cfg.V, (unsigned long long)seed, out);

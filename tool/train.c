@@ -41,6 +41,7 @@
 #include "lora/ring_attention.h"
 #include "lora/safetensors.h"
 #include "tokenize/tokenizer.h"
+#include "tool/cli.h"
 #include "tool/dist.h"
 #include "tool/train_files.h"
 
@@ -478,6 +479,19 @@ static glm_status agree(const glm_backend *be, glm_status s) {
     snprintf(keep, sizeof keep, "%s", glm_errmsg());
     glm_status r = be->all_reduce_host(be, &bad, 1);
     if (r != GLM_OK) return r;
+    if (bad > 0) {
+        /* The failed rank says why before any rank exits: mpirun stops the whole job at the first
+         * non-zero exit, which could cut the failed rank off before its message (then only
+         * "stopping: 1 other rank(s) failed" would be seen). A second all-reduce holds the others
+         * until it has printed. */
+        if (s != GLM_OK) {
+            glm_err(s, "%s", keep);
+            cli_show_error();
+        }
+        double none = 0;
+        r = be->all_reduce_host(be, &none, 1);
+        if (r != GLM_OK && s == GLM_OK) return r;
+    }
     if (s != GLM_OK) return glm_err(s, "%s", keep);
     if (bad > 0) return glm_err(GLM_ERR_ARG, "stopping: %g other rank(s) failed (their message says why)", bad);
     return GLM_OK;

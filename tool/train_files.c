@@ -14,6 +14,7 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/pyjson.h"
 #include "dataset/loader.h"
 #include "kernels/backend.h"
 #include "lora/checkpoint.h"
@@ -119,7 +120,7 @@ void train_warn_changed_settings(const json_t *saved, const json_t *now) {
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         json_t *a = json_object_get(saved, keys[i]), *b = json_object_get(now, keys[i]);
         if (!a || !b || json_equal(a, b)) continue;
-        char *sa = json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT), *sb = json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *sa = glm_tojson(a, -1), *sb = glm_tojson(b, -1); /* 0.005, not 0.0050000000000000001 */
         glm_log_warn("resuming with %s = %s; the checkpoint was trained with %s", keys[i], sb ? sb : "?", sa ? sa : "?");
         free(sa);
         free(sb);

@@ -50,6 +50,14 @@ for y in "$S"/llamafactory-configs/*.yaml; do
     check "$name: exports a PEFT adapter" test -f "$out-adapter/adapter_config.json"
 done
 
+# a path not overridden says what to do: the file's dataset names are tokenized first, its hub id
+# model is not downloaded
+y="$S/llamafactory-configs/llama3_lora_sft.yaml"
+"$G" train --config "$y" --model_name_or_path "$T/model" --output_dir "$T/nodata" --device cpu 2>"$T/nodata.log"
+check "the YAML's dataset names, not overridden: the hint says to tokenize them" grep -q "glmtune tokenize --config" "$T/nodata.log"
+"$G" train --config "$y" --dataset "$T/shards" --output_dir "$T/nomodel" --device cpu 2>"$T/nomodel.log"
+check "the YAML's hub id model, not overridden: the hint says so" grep -q "Hugging Face Hub id" "$T/nomodel.log"
+
 echo "test_llamafactory: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
 [ $fail = 0 ]

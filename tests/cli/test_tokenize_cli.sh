@@ -140,6 +140,11 @@ $G tokenize --tokenizer "$TOK" --decode < "$T/enc.jsonl" > "$T/dec.jsonl"
 check "encode/decode round trip" grep -q '"GLM-4 的分词器 tokenizes 😀 text."' "$T/dec.jsonl"
 check "empty text encodes to no ids" grep -q '{"ids": *\[\]}' "$T/enc.jsonl"
 
+# "-" is standard input (compressed too), read as the file it names
+gzip -c "$S/corpora/torchtune/alpaca_tiny.json" | $G tokenize --quiet --tokenizer "$TOK" --seq-len 1024 -o "$T/dash" - 2>"$T/dash.log"
+check "- reads standard input (exit $?)" test -f "$T/dash/manifest.json"
+check "... every record of it" grep -q '"records_read": 100' "$T/dash/report.json"
+
 echo "test_tokenize_cli: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
 [ $fail = 0 ]

@@ -144,6 +144,21 @@ check "export -o an earlier export replaces it (exit $?)" test -f "$T/ex2/adapte
 # init-model does not overwrite a model; a YAML with a second document is refused
 $G init-model --config "$T/big.json" -o "$T/bigmodel" 2>/dev/null; rc=$?
 check "init-model into an existing model: exit 2 ($rc)" test $rc = 2
+# init-model writes aside and renames into place: a killed run leaves no half-written model (the
+# next run removes its leftovers), a directory with other files is refused, sizes beyond the
+# disk are refused before anything is written
+mkdir -p "$T/im.tmp.999999" && echo junk > "$T/im.tmp.999999/model.safetensors"
+$G init-model --config "$T/big.json" -o "$T/im" 2>"$T/e16"; rc=$?
+check "init-model after a killed run: exit 0 ($rc)" test $rc = 0 -a -f "$T/im/model.safetensors" -a ! -e "$T/im.tmp.999999"
+check "... its leftovers removed and said" has "$T/e16" "left by an interrupted run"
+mkdir -p "$T/imkeep" && echo keep > "$T/imkeep/notes.txt"
+$G init-model --config "$T/big.json" -o "$T/imkeep" 2>"$T/e17"; rc=$?
+check "init-model into a directory with other files: exit 2 ($rc)" test $rc = 2 -a -f "$T/imkeep/notes.txt" -a ! -e "$T/imkeep/config.json"
+sed 's/"hidden_size": 256/"hidden_size": 2000000000/' "$T/big.json" > "$T/huge.json"
+$G init-model --config "$T/huge.json" -o "$T/imhuge" 2>"$T/e18"; rc=$?
+check "init-model of a model larger than the disk: exit 1 ($rc)" test $rc = 1 -a ! -e "$T/imhuge"
+check "... says how much it needs" has "$T/e18" "GiB free"
+check "... and leaves no temp directory" test -z "$(ls -d "$T"/imhuge.tmp.* 2>/dev/null)"
 printf 'lora_rank: 8\n---\nlora_rank: 4\n' > "$T/two.yaml"
 $G train --config "$T/two.yaml" --model "$FIX" --data "$T/shards" --output-dir "$T/two" 2>"$T/e15"; rc=$?
 check "a second YAML document: exit 2 ($rc)" test $rc = 2

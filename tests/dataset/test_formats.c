@@ -214,6 +214,12 @@ int main(void) {
               json_array_size(g_conv.input_ids) == 3 && json_array_size(g_conv.labels) == 3,
           "pretokenized: %s", glm_errmsg());
     EXPECT_FAIL("{\"input_ids\": [1, -2]}", GLM_FMT_AUTO, NULL, "bad_input_ids");
+    CHECK(strstr(glm_errmsg(), "input_ids[1] = -2 is out of range"), "message: %s", glm_errmsg());
+    /* an integer beyond 64 bits is named by its digits, not called "an integer, not a token id" */
+    EXPECT_FAIL("{\"input_ids\": [1, 2, 99999999999999999999]}", GLM_FMT_AUTO, NULL, "bad_input_ids");
+    CHECK(strstr(glm_errmsg(), "input_ids[2] = 99999999999999999999 is out of range"), "message: %s", glm_errmsg());
+    EXPECT_FAIL("{\"input_ids\": [1, 2.5]}", GLM_FMT_AUTO, NULL, "bad_input_ids");
+    CHECK(strstr(glm_errmsg(), "input_ids[1] is a number, not a token id"), "message: %s", glm_errmsg());
     EXPECT_FAIL("{\"input_ids\": [1, 2], \"labels\": [1]}", GLM_FMT_AUTO, NULL, "bad_labels");
 
     /* --- per-turn loss flags: "loss" (xtuner, ms-swift), "weight" (axolotl), "loss_weight"
