@@ -863,6 +863,32 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
 
 static int tokenize_main(tok_opts *op);
 
+/* Ctrl-C (SIGINT) or SIGTERM while tokenizing: the handler only notes the signal; the reading loop
+ * stops at the next record, the run's temporary directory is removed, -o is left as it was, and
+ * the process then dies of the same signal (so a shell loop or a script sees the interrupt). The
+ * handler is one-shot (SA_RESETHAND): a second signal kills at once, and the next run into the
+ * same -o removes what that left. */
+static volatile sig_atomic_t g_stop_sig;
+static void on_stop_signal(int sig) { g_stop_sig = sig; }
+static void catch_stop_signals(bool on) {
+    static bool caught[2];
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa = {0}, old;
+        sigemptyset(&sa.sa_mask);
+        if (on) { /* a signal the caller ignores (a background job of a script: SIGINT) stays ignored */
+            if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+            sa.sa_handler = on_stop_signal;
+            sa.sa_flags = SA_RESETHAND | SA_RESTART;
+        } else if (!caught[i]) {
+            continue;
+        } else {
+            sa.sa_handler = SIG_DFL;
+        }
+        if (sigaction(sigs[i], &sa, NULL) == 0) caught[i] = on;
+    }
+}
+
 int cmd_tokenize(int argc, char **argv) {
     tok_opts o;
     int rc = parse_opts(argc, argv, &o);
@@ -936,6 +962,7 @@ static int tokenize_main(tok_opts *op) {
         return cli_fail(s);
     }
     glm_reader_set_deferred_parse(rd, true);
+    catch_stop_signals(true);
     uint32_t T = (uint32_t)o.seq_len;
     uint64_t fp = tok ? glm_tokenizer_fingerprint(tok) : 0;
     uint32_t V = tok ? glm_tokenizer_vocab_size(tok) : 0;
@@ -972,6 +999,11 @@ static int tokenize_main(tok_opts *op) {
         size_t n = 0;
         job *jb = batches[cur];
         while (!eof && n < BATCH && s == GLM_OK) {
+            if (g_stop_sig) {
+                s = glm_err(GLM_ERR_IO, "interrupted (%s): stopped; nothing was written, %s is as it was",
+                            strsignal(g_stop_sig), o.out);
+                break;
+            }
             job *j = &jb[n];
             glm_status r = glm_reader_next(rd, &j->rec);
             if (r == GLM_EOF) {
@@ -1081,6 +1113,9 @@ static int tokenize_main(tok_opts *op) {
         tok_report_finish(&rep, &ptrain, &pval, T, secs, glm_reader_total_bytes(rd));
         s = tok_write_outputs(&rep, tmpdir, o.out, o.report_path, &o, tok, &wtrain, &wval);
     }
+    if (s == GLM_OK && g_stop_sig)
+        s = glm_err(GLM_ERR_IO, "interrupted (%s): stopped; nothing was written, %s is as it was", strsignal(g_stop_sig),
+                    o.out);
     if (s == GLM_OK) s = glm_commit_dir(tmpdir, o.out);
     tok_report_print(&rep, s == GLM_OK);
     if (s != GLM_OK) glm_rmtree(tmpdir);
@@ -1094,5 +1129,11 @@ static int tokenize_main(tok_opts *op) {
     glm_reader_close(rd);
     glm_template_free(tpl);
     glm_tokenizer_free(tok);
+    const int sig = g_stop_sig;
+    catch_stop_signals(false);
+    if (sig && s != GLM_OK) {
+        cli_show_error();
+        raise(sig); /* the default action now: the process ends as killed by the signal */
+    }
     return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
 }

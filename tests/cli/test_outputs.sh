@@ -6,7 +6,8 @@
 #     cleans every leftover (<out>.tmp.<pid>, <out>.old.<pid>) or restores a missing output;
 #  2. --report written through /dev/stdout (a pipe and a redirected file), a FIFO, /dev/null, a
 #     device that fails writes; resolved through a symbolic link (the link stays a link);
-#  3. -o through a symbolic link (tokenize and export-adapter): the target is replaced.
+#  3. -o through a symbolic link (tokenize and export-adapter): the target is replaced;
+#  4. SIGINT / SIGTERM during tokenize: temporary directory removed, -o as it was.
 set -uo pipefail
 G=${GLMTUNE:?}
 SHIM=${GLM_RENAME_SHIM:-}
@@ -105,6 +106,33 @@ ln -s elsewhere/shards "$T/shards-link"
 check "tokenize -o a symbolic link: the link stays" test -L "$T/shards-link"
 check "... its target holds the new output" test "$(samples "$T/elsewhere/shards")" = 50
 check "... and nothing is left beside it" test "$(ls "$T/elsewhere" | wc -l)" = 1
+
+# ---- 4. Ctrl-C (SIGINT) and SIGTERM while tokenizing: the run stops, removes its temporary
+# directory, leaves -o as it was (absent, or the previous output) and dies of the signal. The input
+# is a FIFO whose writer pauses after 40 records, so the signal always lands mid-run.
+for sig in INT TERM; do
+  rm -rf "$T/int"; mkdir -p "$T/int"
+  [ $sig = TERM ] && "$G" tokenize --quiet --seq-len 64 -o "$T/int/out" "$T/a.jsonl" 2>/dev/null
+  mkfifo "$T/int/in.jsonl"
+  ( head -n 40 "$T/b.jsonl"; sleep 2; tail -n 10 "$T/b.jsonl" ) > "$T/int/in.jsonl" &
+  wpid=$!
+  # (a script's background job starts with SIGINT ignored, which glmtune keeps: undone here)
+  env --default-signal=INT,TERM "$G" tokenize --seq-len 64 -o "$T/int/out" "$T/int/in.jsonl" 2>"$T/int/log" &
+  tpid=$!
+  sleep 1
+  kill -$sig $tpid
+  wait $tpid; rc=$?
+  wait $wpid
+  want=$((128 + $(kill -l $sig)))
+  check "SIG$sig while tokenizing: dies of it (exit $rc, want $want)" test $rc = $want
+  check "... says so" has "$T/int/log" "interrupted"
+  check "... leaves no temporary directory" test "$(ls -d "$T/int/out".tmp.* 2>/dev/null | wc -l)" = 0
+  if [ $sig = INT ]; then
+    check "... and writes no output" test ! -e "$T/int/out"
+  else
+    check "... and keeps the previous output" test "$(samples "$T/int/out")" = 30
+  fi
+done
 
 echo "test_outputs: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
