@@ -439,6 +439,15 @@ void glm_mmap_close(glm_mmap *m) {
     m->size = 0;
 }
 
+glm_status glm_mkdir_aside(const char *tmp, const char *final) {
+    glm_status st = glm_mkdir_p(tmp);
+    if (st == GLM_OK || st == GLM_ERR_NOMEM) return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", glm_errmsg());
+    return glm_err(st, "%s: cannot create the output (it is built beside it first: %s); hint: an output path in a "
+                   "directory you can write to", final, why);
+}
+
 glm_status glm_mkdir_p(const char *path) {
     char *p = strdup(path);
     if (!p) return glm_err(GLM_ERR_NOMEM, "out of memory");

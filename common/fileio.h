@@ -85,6 +85,10 @@ void glm_mmap_close(glm_mmap *m);
 
 /* mkdir -p. */
 glm_status glm_mkdir_p(const char *path);
+/* mkdir -p of tmp, the directory an output is built in before it is renamed to final (an output
+ * written aside): a failure is reported under final, the name the user gave, with the reason
+ * (GLM_ERR_IO, GLM_ERR_NOMEM). */
+glm_status glm_mkdir_aside(const char *tmp, const char *final);
 /* rm -rf of a directory tree (used for temp and pruned checkpoint dirs). Symbolic links are
  * removed, never followed. */
 glm_status glm_rmtree(const char *path);

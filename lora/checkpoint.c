@@ -312,7 +312,7 @@ glm_status glm_ckpt_save(const glm_ckpt_save_args *a, char **out_dir) {
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
     if (glm_is_dir(tmp)) glm_rmtree(tmp);
-    glm_status st = glm_mkdir_p(tmp);
+    glm_status st = glm_mkdir_aside(tmp, final);
     if (st == GLM_OK) {
         glm_adapter_cfg none = {.r = 1, .alpha = 1};
         st = glm_adapter_write_files(tmp, a->be, a->params, a->n_params, a->adapter ? a->adapter : &none,

@@ -148,7 +148,7 @@ static glm_status make_tmpdir(const char *outdir, char **tmp) {
     glm_cleanup_leftovers(outdir);
     if (asprintf(tmp, "%s.tmp.%d", outdir, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     if (glm_is_dir(*tmp)) glm_rmtree(*tmp);
-    glm_status st = glm_mkdir_p(*tmp);
+    glm_status st = glm_mkdir_aside(*tmp, outdir);
     if (st != GLM_OK) {
         free(*tmp);
         *tmp = NULL;

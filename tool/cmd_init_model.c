@@ -123,7 +123,7 @@ int cmd_init_model(int argc, char **argv) {
         s = glm_err(GLM_ERR_NOMEM, "out of memory");
     }
     if (s == GLM_OK && glm_is_dir(tmp)) glm_rmtree(tmp);
-    if (s == GLM_OK) s = glm_mkdir_p(tmp);
+    if (s == GLM_OK) s = glm_mkdir_aside(tmp, target);
     if (s == GLM_OK) s = glm_model_init_random(&cfg, seed, tmp, layout);
     if (s == GLM_OK && tok) {
         s = copy_file(tok, "tokenizer.model", tmp, true);

@@ -786,7 +786,7 @@ static glm_status prepare_outdir(const char *out, char **tmp) {
     glm_cleanup_leftovers(out); /* "<out>.tmp.<pid>" and "<out>.old.<pid>" of killed runs */
     if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_rmtree(*tmp);
-    return glm_mkdir_p(*tmp);
+    return glm_mkdir_aside(*tmp, out);
 }
 
 static json_t *shard_list(const glm_shard_writer *w) {

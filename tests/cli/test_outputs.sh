@@ -107,6 +107,10 @@ check "tokenize -o a symbolic link: the link stays" test -L "$T/shards-link"
 check "... its target holds the new output" test "$(samples "$T/elsewhere/shards")" = 50
 check "... and nothing is left beside it" test "$(ls "$T/elsewhere" | wc -l)" = 1
 
+# an output that cannot be created is named as given, not by the temporary directory beside it
+"$G" tokenize $R -o /proc/glm-nowhere "$T/a.jsonl" 2>"$T/nowhere.log"
+check "-o in an unwritable place: the error names -o" has "$T/nowhere.log" "/proc/glm-nowhere: cannot create the output"
+
 # ---- 4. Ctrl-C (SIGINT) and SIGTERM while tokenizing: the run stops, removes its temporary
 # directory, leaves -o as it was (absent, or the previous output) and dies of the signal. The input
 # is a FIFO whose writer pauses after 40 records, so the signal always lands mid-run.
