@@ -107,6 +107,11 @@ check "tokenize -o a symbolic link: the link stays" test -L "$T/shards-link"
 check "... its target holds the new output" test "$(samples "$T/elsewhere/shards")" = 50
 check "... and nothing is left beside it" test "$(ls "$T/elsewhere" | wc -l)" = 1
 
+# a tokenize output given back to tokenize as input is refused (its manifest is not a corpus)
+"$G" tokenize $R -o "$T/again" "$T/elsewhere/shards" 2>"$T/again.log"; rc=$?
+check "shards as tokenize input: refused (exit $rc)" test $rc = 2
+check "... with the hint to train on them" has "$T/again.log" "train --data"
+
 # an output that cannot be created is named as given, not by the temporary directory beside it
 "$G" tokenize $R -o /proc/glm-nowhere "$T/a.jsonl" 2>"$T/nowhere.log"
 check "-o in an unwritable place: the error names -o" has "$T/nowhere.log" "/proc/glm-nowhere: cannot create the output"
