@@ -374,6 +374,19 @@ glm_status glm_jsonsplit_finish(glm_jsonsplit *s, glm_jsplit_rec *rec, bool *hav
         /* A top-level array cut off (a download or `head -c` that stopped early): the complete
          * records before the cut were returned already; the cut-off tail is one TRUNCATED
          * problem, counted like a broken JSON Lines record (fatal only under --strict). */
+        if (s->state == S_ARR_ELEM && s->depth == 0 && !s->in_str && !s->overflow) {
+            /* cut right after an element's closing bracket (`[{...}, {...}` with no ',' or ']'
+             * after it): that element is whole; return it, and the missing ']' on the next call */
+            size_t n = s->buf.n;
+            while (n > 0 && is_ws((unsigned char)s->buf.v[n - 1])) n--;
+            if (n > 0 && (s->buf.v[n - 1] == '}' || s->buf.v[n - 1] == ']')) {
+                s->state = S_ARR_BEFORE;
+                s->after_comma = false;
+                rec_emit(s, rec, true);
+                *have = true;
+                return GLM_OK;
+            }
+        }
         if (s->state == S_ARR_ELEM) {
             s->rec_problem = GLM_JSPLIT_TRUNCATED;
             snprintf(s->rec_what, sizeof s->rec_what,

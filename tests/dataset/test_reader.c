@@ -439,6 +439,15 @@ int main(void) {
           strstr(r.details[2], "arrcut.json:2:") && strstr(r.details[2], "byte offset 21") &&
           strstr(r.details[2], "after 2 records"), "cut array detail: %s", r.n == 3 ? r.details[2] : "");
     result_free(&r);
+    /* cut right after an element's closing brace (no ',' or ']' after it): that element is
+     * whole and kept; the missing ']' is the problem */
+    write_str("arrbrace.json", "[{\"i\": 0}, {\"i\": 1, \"j\": [2]}\n");
+    read1(&r, "arrbrace.json");
+    CHECK(r.st == GLM_OK && r.n == 3 && r.n_problems == 1, "array cut after a brace: %d %s", r.n, r.err);
+    CHECK(r.n == 3 && !strcmp(r.reasons[1], "") && ival(r.values[1], "i") == 1 &&
+          !strcmp(r.reasons[2], "truncated_json") && strstr(r.details[2], "after 2 records"),
+          "array cut after a brace: kept %s, tail %s", r.n == 3 ? r.reasons[1] : "", r.n == 3 ? r.details[2] : "");
+    result_free(&r);
     write_str("arrtail.json", "[{\"i\": 0}] {\"i\": 1}");
     read1(&r, "arrtail.json");
     CHECK(r.st == GLM_ERR_FORMAT && strstr(r.err, "arrtail.json") && strstr(r.err, "offset 11"),
