@@ -324,6 +324,20 @@ static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
     return GLM_OK;
 }
 
+/* A folder that glmtune tokenize wrote (its manifest.json says "format": "glmtune-shards"): shards,
+ * not a corpus; its manifest.json and report.json must not be read as records. */
+static bool is_shards_folder(const char *dir) {
+    char *m = glm_path_join(dir, "manifest.json");
+    FILE *f = m ? fopen(m, "rb") : NULL;
+    free(m);
+    if (!f) return false;
+    char head[512];
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = 0;
+    return strstr(head, "\"glmtune-shards\"") != NULL;
+}
+
 static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
                            size_t depth) {
     if (depth > 64)
@@ -359,7 +373,11 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
         if (stat(p, &sb) != 0) {
             glm_log_debug("%s: cannot stat (%s): skipped", p, strerror(errno));
         } else if (S_ISDIR(sb.st_mode)) {
-            st = walk_dir(r, p, forced, depth + 1);
+            if (is_shards_folder(p))
+                glm_log_warn("%s: a glmtune tokenize output (shards) inside an input folder: skipped, it is "
+                             "not a corpus", p);
+            else
+                st = walk_dir(r, p, forced, depth + 1);
         } else if (S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
             char rp[PATH_MAX];
             const char *real = realpath(p, rp) ? rp : p;

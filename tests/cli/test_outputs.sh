@@ -111,6 +111,15 @@ check "... and nothing is left beside it" test "$(ls "$T/elsewhere" | wc -l)" = 
 "$G" tokenize $R -o "$T/again" "$T/elsewhere/shards" 2>"$T/again.log"; rc=$?
 check "shards as tokenize input: refused (exit $rc)" test $rc = 2
 check "... with the hint to train on them" has "$T/again.log" "train --data"
+# a tokenize output inside an input folder (tokenize -o data/shards data, run again) is skipped
+# with a warning, not read as a corpus (its manifest.json and report.json were dropped records)
+mkdir -p "$T/mixed" && cp "$T/a.jsonl" "$T/mixed/"
+"$G" tokenize $R -o "$T/mixed/shards" "$T/mixed" 2>/dev/null
+"$G" tokenize --seq-len 64 --report "$T/mixed.json" -o "$T/mixed/shards" "$T/mixed" >/dev/null 2>"$T/mixed.log"; rc=$?
+check "shards inside an input folder: not fatal (exit $rc)" test $rc = 0
+check "... skipped with a warning" has "$T/mixed.log" "mixed/shards: a glmtune tokenize output (shards) inside an input folder: skipped"
+check "... nothing of it read as a record" test "$(grep -c manifest.json "$T/mixed.json")" = 0
+check "... the corpus beside it tokenized" test "$(samples "$T/mixed/shards")" = "$(samples "$T/r1")"
 
 # an output that cannot be created is named as given, not by the temporary directory beside it
 "$G" tokenize $R -o /proc/glm-nowhere "$T/a.jsonl" 2>"$T/nowhere.log"
