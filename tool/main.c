@@ -19,11 +19,18 @@ static const char *USAGE =
     "Run `glmtune COMMAND --help` for a command's options.\n";
 
 int main(int argc, char **argv) {
+    char *help_argv[3];
+    if (argc == 3 && cli_flag(argv[1], "help") && argv[2][0] != '-') { /* `glmtune help train` = `glmtune train --help` */
+        help_argv[0] = argv[0];
+        help_argv[1] = argv[2];
+        help_argv[2] = "--help";
+        argv = help_argv;
+    }
     if (argc < 2 || cli_flag(argv[1], "--help") || cli_flag(argv[1], "-h") || cli_flag(argv[1], "help")) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? GLM_EXIT_USAGE : GLM_EXIT_OK;
     }
-    if (cli_flag(argv[1], "--version")) {
+    if (cli_flag(argv[1], "--version") || cli_flag(argv[1], "-V") || cli_flag(argv[1], "version")) {
         puts("glmtune 0.1.0");
         return GLM_EXIT_OK;
     }
@@ -38,6 +45,7 @@ int main(int argc, char **argv) {
                 {"bench", cmd_bench}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model, bench", argv[1]);
+    glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model, bench%s", argv[1],
+                  argv[1][0] == '-' ? " (options of glmtune itself: --help, --version)" : "");
     return GLM_EXIT_USAGE;
 }

@@ -17,6 +17,11 @@ jget() { # jget FILE KEY: the first integer value of "KEY": N in a JSON file
     grep -o "\"$2\": *[0-9.e+-]*" "$1" | head -1 | sed 's/.*: *//'
 }
 
+# 0. the top level: `glmtune help CMD` is CMD's help; version spellings; an unknown option named
+check "help tokenize: the tokenize help" sh -c '"$0" help tokenize | head -1 | grep -q "usage: glmtune tokenize"' "$G"
+check "version / -V / --version" sh -c 'for v in version -V --version; do "$0" $v | grep -q "^glmtune [0-9]" || exit 1; done' "$G"
+check "--versoin: refused, pointing at --version" sh -c '! "$0" --versoin 2>&1 | grep -q -- "--version" && exit 1; ! "$0" --versoin 2>/dev/null' "$G"
+
 # 1. every corpus file, per-file counts equal to SOURCES.md's record counts
 $G tokenize --quiet --tokenizer "$TOK" --seq-len 8192 --report "$T/r1.json" -o "$T/o1" "$S/corpora" 2>"$T/log1"
 check "tokenize corpora (exit $?)" test -f "$T/o1/manifest.json"
