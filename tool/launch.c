@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,12 +65,17 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
     g_sig = 0;
     int live = 0, code = 0, first_fail = -1, stopping = 0;
     double kill_at = 0;
+    const pid_t self = getpid();
     for (int i = 0; i < n; i++) {
         c[i].ended = 0;
         c[i].status = 0;
         fflush(NULL);
         pid_t p = fork();
         if (p == 0) {
+            /* the supervisor killed (kill -9, or SIGHUP of a closed terminal) takes its workers with it:
+             * without this, mpirun and the ranks went on training, orphaned, holding the output lock */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != self) _exit(128 + SIGTERM); /* it died before prctl */
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             for (char **e = c[i].env; e && *e; e++) putenv(*e);

@@ -96,6 +96,20 @@ last=$(ls -d "$out"/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
 check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $((last + 2)) --quiet 2>"$tmp/resume2.log"' \
     "resume after Ctrl-C from checkpoint-$last: $(tail -c 1500 "$tmp/resume2.log" 2>/dev/null)"
 
+# 2b. kill -9 of glmtune itself (the supervisor): mpirun and the ranks go with it (they were left
+#     training, orphaned, holding the output directory's lock); the last checkpoint resumes
+out=$tmp/run-sup
+"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/sup.log" &
+L=$!; PIDS="$L"
+check 'wait_ckpt "$out" 20 120' "a checkpoint appears"
+r1=$(rank_pid "$tmp/sup.log" 1); r0=$(rank_pid "$tmp/sup.log" 0)
+PIDS="$L $r0 $r1"
+kill -9 "$L"
+check '! alive "$r0" && ! alive "$r1"' "no rank left running after the supervisor was killed"
+last=$(ls -d "$out"/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
+check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $((last + 2)) --quiet 2>"$tmp/resume3.log"' \
+    "resume after the supervisor was killed, from checkpoint-$last: $(tail -c 1500 "$tmp/resume3.log" 2>/dev/null)"
+
 # 3. a rank that stops answering (SIGSTOP: alive, silent): the other's collective times out after
 #    --comm-timeout, names its rank and the call, and stops every rank (MPI_Abort): no silent hang
 out=$tmp/run-stop
