@@ -230,15 +230,17 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     printf("device: %s", devname);
     if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
     printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
-    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d on %lld parameters\n", ts->model, cfg.L, cfg.C, cfg.F, cfg.V,
-           li.r, (long long)li.params);
+    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
+           cfg.F, cfg.V, li.r, (long long)li.params);
+    const long long mb = (long long)ts->per_device_train_batch_size, ga = (long long)ts->gradient_accumulation_steps;
     if (cp > 1)
         printf("context parallel: %d ranks per row, %d data-parallel group%s (%d ranks), each rank planned as below "
-               "(micro-batch %lld rows per group)%s\n", cp, W / cp, W / cp > 1 ? "s" : "", W,
-               (long long)ts->per_device_train_batch_size, ts->shard_base ? "; --shard-base" : "");
+               "(micro-batch %lld row%s per group; global batch %lld x %lld accumulation x %d group%s = %lld row%s)%s\n",
+               cp, W / cp, W / cp > 1 ? "s" : "", W, mb, mb == 1 ? "" : "s", mb, ga, W / cp, W / cp > 1 ? "s" : "",
+               mb * ga * (W / cp), mb * ga * (W / cp) == 1 ? "" : "s", ts->shard_base ? "; --shard-base" : "");
     else if (W > 1)
-        printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank)%s\n", W,
-               (long long)ts->per_device_train_batch_size, ts->shard_base ? "; --shard-base" : "");
+        printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank; global batch %lld x %lld "
+               "accumulation x %d ranks = %lld rows)%s\n", W, mb, mb, ga, W, mb * ga * W, ts->shard_base ? "; --shard-base" : "");
     else if (ts->shard_base)
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);

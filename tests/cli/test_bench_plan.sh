@@ -28,6 +28,8 @@ check "... and what to change" has "$T/p64" "shorter --seq-len"
 $G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --shard-base --gpus 4 >"$T/s32" 2>&1; rc=$?
 check "--shard-base --gpus 4, 32k in 22 GiB: exit 0 ($rc)" test $rc = 0
 check "... says 4 ranks" has "$T/s32" "data parallel: 4 ranks"
+check "... the global batch" has "$T/s32" "global batch 1 x 1 accumulation x 4 ranks = 4 rows"
+check "... the trainable parameters" has "$T/s32" "LoRA r=8, 21340160 trainable parameters"
 check "... shows the shard and the gather slots" has "$T/s32" "this rank holds 1/4 of every base matrix (4.42 GiB)"
 check "... the weights with the slots" has "$T/s32" "weights 6.34 (shard + gather slots)"
 $G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --gpus 4 >"$T/u32" 2>&1; rc=$?
@@ -56,6 +58,7 @@ check "the bare flag means full (transformers)" has "$T/pb" "checkpointing full"
 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 8 --gpus 8 >"$T/cp8" 2>&1; rc=$?
 check "1M, --context-parallel 8 --gpus 8, 137 GiB: exit 0 ($rc)" test $rc = 0
 check "... one group of 8" has "$T/cp8" "context parallel: 8 ranks per row, 1 data-parallel group (8 ranks)"
+check "... one row per step" has "$T/cp8" "(micro-batch 1 row per group; global batch 1 x 1 accumulation x 1 group = 1 row)"
 check "... 2 of 16 chunks per rank" has "$T/cp8" "each holds 2 of the 16 chunks of 65536 tokens of a row"
 check "... 131072 tokens per rank" has "$T/cp8" "131072 tokens per micro-batch"
 check "... the ring's buffers" has "$T/cp8" "ring buffers 3.52"
