@@ -238,7 +238,11 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
         if (!quiet) glm_log_info("starting %d CPU ranks under mpirun", nproc);
         int code = launch_supervise(&ch, 1, 10.0);
         if (code && !g_sig) {
-            if (WIFEXITED(ch.status) && WEXITSTATUS(ch.status) > 128)
+            if (WIFEXITED(ch.status) && WEXITSTATUS(ch.status) == 127) /* execvp failed: the message above says why */
+                glm_log_error("mpirun, or the program it was to start, could not be run (status 127: not found); hint: "
+                              "apt-get install openmpi-bin (mpirun on PATH), or start the ranks with your MPI launcher "
+                              "(mpirun -np %d glmtune train --device cpu ...)", nproc);
+            else if (WIFEXITED(ch.status) && WEXITSTATUS(ch.status) > 128)
                 glm_log_error("the CPU ranks stopped: one was killed by signal %d (%s); mpirun's message above names the rank",
                               WEXITSTATUS(ch.status) - 128, strsignal(WEXITSTATUS(ch.status) - 128));
             else

@@ -136,6 +136,15 @@ check '[ $status -ne 0 ] && [ $status -ne 124 ]' "refused without hanging (statu
 check 'grep -q "holds an earlier run" "$tmp/refuse.log" && grep -q "rank 1: error: stopping" "$tmp/refuse.log"' \
     "rank 0 says why, rank 1 that it stops: $(cat "$tmp/refuse.log")"
 
+# 5. mpirun not on PATH: the error says so with the hint to install it (was: "mpirun's message above
+#    names the rank that failed first", with no such message)
+set +e
+env PATH=/nonexistent "$G" train $C --output-dir "$tmp/run-nompi" --max-steps 2 --quiet 2>"$tmp/nompi.log"
+status=$?
+set -e
+check '[ $status -ne 0 ] && grep -q "apt-get install openmpi-bin" "$tmp/nompi.log" && ! grep -q "names the rank" "$tmp/nompi.log"' \
+    "mpirun missing: named, with the hint: $(cat "$tmp/nompi.log")"
+
 echo "test_train_kill: $pass passed, $fail failed"
 [ $fail -eq 0 ] && rm -rf "$tmp"
 [ $fail -eq 0 ]
