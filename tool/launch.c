@@ -212,12 +212,18 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
                           "libopenmpi-dev openmpi-bin and rebuild", nproc);
             return 1;
         }
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cores > 0 && nproc > 8 * cores) { /* each rank is a whole training process: 1000 of them swamp a machine */
+            glm_log_error("--nproc %d on %ld CPU cores: more than 8 ranks per core is refused (each rank is a whole "
+                          "training process); hint: --nproc %ld, or start the ranks yourself with mpirun -np N",
+                          nproc, cores, cores);
+            return 2;
+        }
         char **av = calloc((size_t)argc + 16, sizeof *av);
         int k = 0;
         av[k++] = "mpirun";
         av[k++] = "-np";
         av[k++] = xstrdup_printf("%d", nproc);
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
         if (cores > 0 && nproc > cores) {
             glm_log_warn("--nproc %d on %ld CPU cores: the ranks share cores (slower than fewer ranks)", nproc, cores);
             av[k++] = "--oversubscribe";

@@ -145,6 +145,14 @@ set -e
 check '[ $status -ne 0 ] && grep -q "apt-get install openmpi-bin" "$tmp/nompi.log" && ! grep -q "names the rank" "$tmp/nompi.log"' \
     "mpirun missing: named, with the hint: $(cat "$tmp/nompi.log")"
 
+# 6. --nproc far beyond the cores (each rank a whole training process) is refused before any starts
+set +e
+"$G" train $C --nproc 4096 --output-dir "$tmp/run-many" --max-steps 2 --quiet 2>"$tmp/many.log"
+status=$?
+set -e
+check '[ $status -eq 2 ] && grep -q "more than 8 ranks per core" "$tmp/many.log" && [ ! -e "$tmp/run-many" ]' \
+    "--nproc 4096 refused (status $status): $(cat "$tmp/many.log")"
+
 echo "test_train_kill: $pass passed, $fail failed"
 [ $fail -eq 0 ] && rm -rf "$tmp"
 [ $fail -eq 0 ]
