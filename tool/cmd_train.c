@@ -1,7 +1,9 @@
 /* glmtune train: parses the options (flags and --config YAML, lora/options.h), prints the
  * resolved settings and runs the training loop (tool/train.c). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,34 @@
 #include "tool/dist.h"
 #include "tool/launch.h"
 #include "tool/train.h"
+
+/* Ctrl-C (SIGINT) or SIGTERM of a single-process run: the process ends at once, as before (a
+ * checkpoint is written aside and renamed, so none is ever half-written), but says so first and
+ * names what stays: write(2) and a constant message prepared beforehand are all a handler may
+ * use. A signal the caller ignores stays ignored. Ranks of --nproc / --gpus runs are left alone:
+ * their supervisor reports the interrupt once. */
+static char g_interrupt_msg[1200];
+static size_t g_interrupt_len;
+static void on_interrupt(int sig) {
+    ssize_t w = write(2, g_interrupt_msg, g_interrupt_len);
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+static void catch_interrupt(const char *output_dir) {
+    int n = snprintf(g_interrupt_msg, sizeof g_interrupt_msg,
+                     "\nglmtune: interrupted: stopping; the checkpoints in %s stay as they are (resume with "
+                     "--resume-from-checkpoint)\n", output_dir ? output_dir : "the output directory");
+    g_interrupt_len = n < 0 ? 0 : (size_t)n < sizeof g_interrupt_msg ? (size_t)n : sizeof g_interrupt_msg - 1;
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa = {0}, old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        sa.sa_handler = on_interrupt;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 int cmd_train(int argc, char **argv) {
     glm_train_opts o;
@@ -149,6 +179,7 @@ int cmd_train(int argc, char **argv) {
         if (s) return cli_fail(s);
         return fits ? GLM_EXIT_OK : GLM_EXIT_FAIL;
     }
+    if (dist_detect(&di) == GLM_OK && di.world <= 1) catch_interrupt(ts.output_dir);
     s = train_run(&ts);
     free(ts.settings_json);
     glm_opts_free(&o);

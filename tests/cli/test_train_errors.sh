@@ -180,6 +180,19 @@ $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps $((latest 
     --resume-from-checkpoint 2>"$T/e11"; rc=$?
 check "resume after the kill (exit $rc)" test $rc = 0 -a -d "$T/kill/checkpoint-$((latest + 1))"
 
+# Ctrl-C / SIGTERM of a single-process run: it says so, names what stays, and dies of the signal
+for sig in INT TERM; do
+  env --default-signal=INT,TERM $G train $TR --model "$FIX" --output-dir "$T/int$sig" --max-steps 100000 --save-steps 1 \
+      2>"$T/int$sig.log" &
+  pid=$!
+  for _ in $(seq 1 200); do [ -d "$T/int$sig/checkpoint-2" ] && break; sleep 0.1; done
+  kill -$sig $pid; wait $pid; rc=$?
+  want=$((128 + $(kill -l $sig)))
+  check "SIG$sig of train: exit $rc (want $want)" test $rc = $want
+  check "... says it was interrupted and what stays" has "$T/int$sig.log" "interrupted: stopping; the checkpoints in"
+  check "... the last checkpoint exports" $G export-adapter --checkpoint "$T/int$sig" -o "$T/int$sig-x"
+done
+
 # directories given with a trailing slash (as the README writes -o shards/): the same as without
 $G tokenize --quiet --seq-len 128 -o "$T/slash/" "$T/data.jsonl" 2>"$T/sl1"; rc=$?
 check "tokenize -o dir/: exit 0 ($rc)" test $rc = 0 -a -f "$T/slash/manifest.json"
