@@ -160,8 +160,11 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     const double mk = glm_plan_bytes_keep(c, e) * N, ms = glm_plan_bytes_selective(c, e) * N;
     const double qd = (double)c->H * c->Dh;
     /* recomputation per token and layer, in FLOP: selective redoes dense_h_to_4h; full redoes
-     * query_key_value, dense, dense_h_to_4h and attention (weighted x2: slower than a GEMM) */
-    const double f_sel = 2.0 * 2 * F * C, f_full = 2.0 * (qkv_rows(c) + qd + 2 * F) * C + 2 * (4.0 * (T / 2.0) * qd);
+     * query_key_value, dense, dense_h_to_4h and the attention forward (4 (T/2) H Dh: QK^T and PV
+     * over half the keys on average). The planner's cost weighs attention x2 (it runs at about
+     * half a GEMM's rate); the reported figure counts FLOP once. */
+    const double f_attn = 4.0 * (T / 2.0) * qd, f_sel = 2.0 * 2 * F * C,
+                 f_full = 2.0 * (qkv_rows(c) + qd + 2 * F) * C + f_attn, f_full_cost = f_full + f_attn;
     const int L = c->L;
     int best_k = 0, best_s = 0, found = 0;
     double best_cost = INFINITY;
@@ -182,7 +185,7 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
                 int s = sd > L - k ? L - k : (int)sd; /* compared in double: a huge budget must not overflow */
                 int fl = L - k - s;
                 if ((fl > 0) != pass) continue;
-                double cost = s * f_sel + fl * f_full;
+                double cost = s * f_sel + fl * f_full_cost;
                 if (cost < best_cost - 1e-9) {
                     best_cost = cost;
                     best_k = k;
