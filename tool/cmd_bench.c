@@ -4,6 +4,7 @@
  * and a table: tokens/s, useful TFLOP/s and MFU (DESIGN.md §6), peak memory, the memory plan and
  * the time per phase. The batch is one document of T tokens per row with the second half of the
  * tokens as targets, as ../shared/bench/hf_bench.py measures transformers + PEFT. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,17 +326,24 @@ int cmd_bench(int argc, char **argv) {
         if (o.json) {
             printf("{\"who\": \"glmtune\", \"seq\": %lld, \"batch\": %d, \"gc\": \"%s\", ", (long long)r->T, o.B, glm_ckpt_name(mode));
             if (r->ok) {
-                printf("\"step_s\": %.4f, \"tok_s\": %.1f, \"useful_tflops\": %.1f, \"mfu\": %.4f, \"peak_gib\": %.2f, "
+                char mfu[32] = "null", peak[32] = "null"; /* no GPU: MFU and device memory do not apply */
+                if (strcmp(be->name, "cpu")) {
+                    snprintf(mfu, sizeof mfu, "%.4f", r->mfu);
+                    snprintf(peak, sizeof peak, "%.2f", r->peak_gib);
+                }
+                printf("\"step_s\": %.4f, \"tok_s\": %.1f, \"useful_tflops\": %.1f, \"mfu\": %s, \"peak_gib\": %s, "
                        "\"predicted_gib\": %.2f, \"loss\": %.4f, \"keep\": %d, \"selective\": %d, \"full\": %d, \"mlp_chunk\": %lld, "
                        "\"phase_ms\": {",
-                       r->step_s, r->tok_s, r->tflops, r->mfu, r->peak_gib, r->plan.total / 1073741824.0, r->loss, r->plan.n_keep,
+                       r->step_s, r->tok_s, r->tflops, mfu, peak, r->plan.total / 1073741824.0, r->loss, r->plan.n_keep,
                        r->plan.n_selective, r->plan.n_full, (long long)r->plan.mlp_chunk);
                 for (int p = 0; p < GLM_PHASE_COUNT; p++) printf("%s\"%s\": %.2f", p ? ", " : "", glm_phase_name(p), r->phase_ms[p]);
                 printf("}}\n");
             } else {
-                printf("\"error\": ");
-                for (const char *q = r->err; *q; q++) putchar(*q == '"' ? '\'' : *q);
-                printf("\"}\n");
+                json_t *js = json_string(r->err);
+                char *d = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+                printf("\"error\": %s}\n", d ? d : "\"(the message is not UTF-8)\"");
+                free(d);
+                json_decref(js);
             }
         } else if (r->ok && !strcmp(be->name, "cpu")) { /* no GPU: MFU and device memory do not apply */
             printf("| %lld | %.0f | %.3f | %.3f | n/a | n/a | %s |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops, planstr);

@@ -104,7 +104,8 @@ $G bench --device cpu --config "$TINY" --seq-len 40 --steps 1 --warmup 0 --json 
 check "bench --json: one valid object with tokens/s" python3 -c "
 import json,sys
 o=json.loads(open('$T/bj').read().strip().splitlines()[-1])
-assert o['seq']==40 and o['tok_s']>0 and 'attention fwd' in o['phase_ms'], o"
+assert o['seq']==40 and o['tok_s']>0 and 'attention fwd' in o['phase_ms'], o
+assert o['mfu'] is None and o['peak_gib'] is None, o  # no GPU: null, as the table's n/a"
 $G bench --device cpu --config "$TINY" --seq-len 1 >"$T/be" 2>&1; rc=$?
 check "bench --seq-len 1: exit 2 ($rc)" test $rc = 2
 $G bench --device cpu --shape glm-5 >"$T/be2" 2>&1; rc=$?
