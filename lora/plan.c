@@ -283,9 +283,14 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
         } else {
             if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
                 fprintf(f, "Try --gradient-checkpointing auto (or full); ");
-            fprintf(f, "a shorter --seq-len (T = %d now)%s or a smaller --per-device-train-batch-size (%d now) shrinks "
-                       "every activation; the layer inputs alone take %.2f GiB.\n",
-                    p->T, p->cp > 1 ? ", more ranks per row (--context-parallel)" : "", p->B, p->checkpoints / G);
+            fprintf(f, "a shorter --seq-len (T = %d now)%s or a smaller --per-device-train-batch-size (%d now%s) shrinks "
+                       "every activation; the layer inputs alone take %.2f GiB.",
+                    p->T, p->cp > 1 ? ", more ranks per row (--context-parallel)" : "", p->B,
+                    p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "", p->checkpoints / G);
+            if (p->shard_world <= 1 && p->weights >= 0.25 * p->budget)
+                fprintf(f, " On several GPUs, --shard-base splits the frozen base (%.2f GiB here) over them.",
+                        p->weights / G);
+            fputc('\n', f);
         }
     }
     (void)c;

@@ -34,6 +34,7 @@ check "... shows the shard and the gather slots" has "$T/s32" "this rank holds 1
 check "... the weights with the slots" has "$T/s32" "weights 6.34 (shard + gather slots)"
 $G train --dry-run --quiet --model "$CFG" --seq-len 32768 --device cuda --max-gpu-memory 22 --gpus 4 >"$T/u32" 2>&1; rc=$?
 check "unsharded 32k in 22 GiB: exit 1 ($rc)" test $rc = 1
+check "... suggests --shard-base" has "$T/u32" "shard-base splits the frozen base"
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 --shard-base --gpus 2 >"$T/s8" 2>&1; rc=$?
 check "--shard-base --gpus 2, 8k in 22 GiB: exit 0 ($rc)" test $rc = 0
 check "... 1/2 of the base" has "$T/s8" "this rank holds 1/2 of every base matrix"
