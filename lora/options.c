@@ -959,9 +959,9 @@ bool glm_opts_known_key(const char *key) {
     return false;
 }
 
-glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
+glm_status glm_yaml_config_each(const char *path, bool one_document, glm_yaml_key_fn fn, void *ctx) {
     FILE *f = fopen(path, "rb");
-    if (!f) return glm_err(GLM_ERR_IO, "%s: cannot open the config: %s", path, strerror(errno));
+    if (!f) return glm_err(GLM_ERR_IO, "%s: cannot open the config: %s; hint: check the path", path, strerror(errno));
     yaml_parser_t p;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&p)) {
@@ -977,71 +977,48 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
         fclose(f);
         return st;
     }
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (!root) {
-        /* an empty file sets nothing */
-    } else if (root->type != YAML_MAPPING_NODE) {
+    yaml_node_t *root = yaml_document_get_root_node(&doc); /* NULL: an empty file sets nothing */
+    if (root && root->type != YAML_MAPPING_NODE)
         st = glm_err(GLM_ERR_FORMAT, "%s: the config must be a mapping of key: value lines", path);
-    } else {
-        for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; st == GLM_OK && pr < root->data.mapping.pairs.top;
-             pr++) {
-            yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
-            int line = (int)k->start_mark.line + 1;
-            if (k->type != YAML_SCALAR_NODE) {
-                st = glm_err(GLM_ERR_FORMAT, "%s:%d: keys must be plain names", path, line);
-                break;
-            }
-            const char *key = (const char *)k->data.scalar.value;
-            char *val = NULL;
-            if (v->type == YAML_SCALAR_NODE) {
-                val = strdup((const char *)v->data.scalar.value);
-            } else if (v->type == YAML_SEQUENCE_NODE) {
-                /* a list: join with commas for set_value */
-                size_t cap = 1;
-                for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
-                    yaml_node_t *e = yaml_document_get_node(&doc, *it);
-                    if (e->type != YAML_SCALAR_NODE) {
-                        st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: list items must be plain values", path, line, key);
-                        break;
-                    }
-                    cap += e->data.scalar.length + 1;
-                }
-                if (st != GLM_OK) break;
-                val = calloc(cap, 1);
-                for (yaml_node_item_t *it = v->data.sequence.items.start; val && it < v->data.sequence.items.top;
-                     it++) {
-                    if (*val) strcat(val, ",");
-                    strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
-                }
-            } else if (!strcmp(key, "lr_scheduler_kwargs")) {
-                val = mapping_json(&doc, v);
-                if (!val) {
-                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: lr_scheduler_kwargs: a mapping of names to numbers, such as "
-                                 "{min_lr_rate: 0.1}", path, line);
-                    break;
-                }
-            } else {
-                /* a mapping is the value of a key glmtune does not use (deepspeed, fsdp_config, ...): it is
-                 * answered like any other key; for an option it is an error */
-                bool other = find_opt(key) < 0;
-                if (other) {
-                    val = strdup("{}");
-                } else {
-                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value", path, line, key);
-                    break;
-                }
-            }
-            if (!val) {
-                st = glm_err(GLM_ERR_NOMEM, "out of memory");
-                break;
-            }
-            char where[300];
-            snprintf(where, sizeof where, "%s:%d", path, line);
-            st = apply_key(o, key, val, GLM_SRC_CONFIG, where, false);
-            free(val);
+    for (yaml_node_pair_t *pr = root && st == GLM_OK ? root->data.mapping.pairs.start : NULL;
+         pr && st == GLM_OK && pr < root->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
+        int line = (int)k->start_mark.line + 1;
+        if (k->type != YAML_SCALAR_NODE) {
+            st = glm_err(GLM_ERR_FORMAT, "%s:%d: keys must be plain names", path, line);
+            break;
         }
+        const char *key = (const char *)k->data.scalar.value;
+        char *val = NULL;
+        bool mapping = false;
+        if (v->type == YAML_SCALAR_NODE) {
+            val = strdup((const char *)v->data.scalar.value);
+        } else if (v->type == YAML_SEQUENCE_NODE) { /* a list (dataset: [a, b]): joined with commas */
+            size_t cap = 1;
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                yaml_node_t *e = yaml_document_get_node(&doc, *it);
+                if (e->type != YAML_SCALAR_NODE) {
+                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: list items must be plain values", path, line, key);
+                    break;
+                }
+                cap += e->data.scalar.length + 1;
+            }
+            if (st != GLM_OK) break;
+            val = calloc(cap, 1);
+            for (yaml_node_item_t *it = v->data.sequence.items.start; val && it < v->data.sequence.items.top; it++) {
+                if (*val) strcat(val, ",");
+                strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
+            }
+            if (!val) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        } else {
+            mapping = true;
+            val = mapping_json(&doc, v); /* NULL when it is not a mapping of plain values */
+        }
+        if (st == GLM_OK && !val && !mapping) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        if (st == GLM_OK) st = fn(ctx, path, line, key, val, mapping);
+        free(val);
     }
-    if (st == GLM_OK) { /* one document only: a second one ("---") would be ignored silently */
+    if (st == GLM_OK && one_document) { /* a second document ("---") would be ignored silently */
         yaml_document_t doc2;
         if (yaml_parser_load(&p, &doc2)) {
             if (yaml_document_get_root_node(&doc2))
@@ -1054,6 +1031,28 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
     yaml_parser_delete(&p);
     fclose(f);
     return st;
+}
+
+/* One key of a training config: scalars and lists as the command line takes them; a mapping is
+ * lr_scheduler_kwargs (numbers by name), or the value of a key glmtune does not use (deepspeed,
+ * fsdp_config, ...: answered like any other key); for an option it is an error. */
+static glm_status yaml_train_key(void *ctx, const char *path, int line, const char *key, const char *val, bool mapping) {
+    glm_train_opts *o = ctx;
+    if (mapping && !strcmp(key, "lr_scheduler_kwargs") && !val)
+        return glm_err(GLM_ERR_FORMAT, "%s:%d: lr_scheduler_kwargs: a mapping of names to numbers, such as "
+                       "{min_lr_rate: 0.1}", path, line);
+    if (mapping && strcmp(key, "lr_scheduler_kwargs")) {
+        if (find_opt(key) >= 0)
+            return glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value", path, line, key);
+        val = "{}";
+    }
+    char where[300];
+    snprintf(where, sizeof where, "%s:%d", path, line);
+    return apply_key(o, key, val, GLM_SRC_CONFIG, where, false);
+}
+
+glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
+    return glm_yaml_config_each(path, true, yaml_train_key, o);
 }
 
 /* ------------------------------------------------------------------ command line */

@@ -1,5 +1,5 @@
 /* tool/tokenize_config.c: the data keys of a LLaMA-Factory YAML for `glmtune tokenize --config`
- * (see tokenize_config.h). Parsed with libyaml, as lora/options.c parses it for training. */
+ * (see tokenize_config.h). Read by glm_yaml_config_each (lora/options.h), the reader of the training config. */
 #include "tool/tokenize_config.h"
 
 #include <errno.h>
@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #include "common/log.h"
 #include "common/strdist.h"
@@ -127,75 +126,22 @@ static glm_status set_key(tok_config *c, const char *path, int line, const char 
                    near ? near : "", near ? "'?" : "");
 }
 
+/* One key for tokenize: a mapping is skipped when it is a training key's (lr_scheduler_kwargs,
+ * ...), an error otherwise. */
+static glm_status yaml_tok_key(void *ctx, const char *path, int line, const char *key, const char *val, bool mapping) {
+    if (mapping) {
+        if (glm_opts_known_key(key)) return GLM_OK; /* for training: glmtune train reads it */
+        return glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value here", path, line, key);
+    }
+    return set_key(ctx, path, line, key, val);
+}
+
 glm_status tok_config_load(const char *path, tok_config *c) {
     memset(c, 0, sizeof *c);
     c->cutoff_len = c->max_samples = c->seed = c->workers = -1;
     c->val_size = -1;
     c->train_on_prompt = c->mask_history = -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return glm_err(GLM_ERR_IO, "%s: cannot open the config: %s; hint: check the path", path, strerror(errno));
-    yaml_parser_t p;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&p)) {
-        fclose(f);
-        return glm_err(GLM_ERR_NOMEM, "out of memory (YAML parser)");
-    }
-    yaml_parser_set_input_file(&p, f);
-    glm_status st = GLM_OK;
-    if (!yaml_parser_load(&p, &doc)) {
-        st = glm_err(GLM_ERR_FORMAT, "%s:%zu:%zu: bad YAML: %s", path, p.problem_mark.line + 1,
-                     p.problem_mark.column + 1, p.problem ? p.problem : "parse error");
-        yaml_parser_delete(&p);
-        fclose(f);
-        return st;
-    }
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (root && root->type != YAML_MAPPING_NODE)
-        st = glm_err(GLM_ERR_FORMAT, "%s: the config must be a mapping of key: value lines", path);
-    for (yaml_node_pair_t *pr = root && st == GLM_OK ? root->data.mapping.pairs.start : NULL;
-         pr && st == GLM_OK && pr < root->data.mapping.pairs.top; pr++) {
-        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
-        int line = (int)k->start_mark.line + 1;
-        if (k->type != YAML_SCALAR_NODE) {
-            st = glm_err(GLM_ERR_FORMAT, "%s:%d: keys must be plain names", path, line);
-            break;
-        }
-        const char *key = (const char *)k->data.scalar.value;
-        char *val = NULL;
-        if (v->type == YAML_SCALAR_NODE) {
-            val = strdup((const char *)v->data.scalar.value);
-        } else if (v->type == YAML_SEQUENCE_NODE) { /* dataset: [a, b] */
-            size_t cap = 1;
-            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
-                yaml_node_t *e = yaml_document_get_node(&doc, *it);
-                if (e->type != YAML_SCALAR_NODE) {
-                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: list items must be plain values", path, line, key);
-                    break;
-                }
-                cap += e->data.scalar.length + 1;
-            }
-            if (st != GLM_OK) break;
-            if ((val = calloc(cap, 1)))
-                for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
-                    if (*val) strcat(val, ",");
-                    strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
-                }
-        } else if (glm_opts_known_key(key)) { /* a mapping for training (lr_scheduler_kwargs, ...) */
-            continue;
-        } else {
-            st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value here", path, line, key);
-            break;
-        }
-        if (!val) {
-            st = glm_err(GLM_ERR_NOMEM, "out of memory");
-            break;
-        }
-        st = set_key(c, path, line, key, val);
-        free(val);
-    }
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&p);
-    fclose(f);
+    glm_status st = glm_yaml_config_each(path, false, yaml_tok_key, c);
     if (st != GLM_OK) tok_config_free(c);
     return st;
 }
