@@ -27,13 +27,7 @@
 # lacks the block ops stops at the probe below and says so.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-pre=$root/.device/gpu
-G=$pre/bin/glmtune
-export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for d in /usr/local/lib/python3*/dist-packages/nvidia/{nccl,cublas,cu13}/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/{nccl,cublas,cu13}/lib; do
-  [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
-done
-[ -x "$G" ] || { echo "no $G: run tests/gpu/stage.sh on the build machine and carry .device/gpu"; exit 1; }
+. "$root/tests/gpu/env.sh"
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$ngpu" -ge 2 ] || { echo "SKIPPED: $ngpu GPU(s) here; context parallel needs 2 or more"; exit 77; }
 T=${GLM_CP_TMP:-$(mktemp -d)}
