@@ -1,6 +1,7 @@
 /* tests/train_util.h: helpers of the end-to-end training tests (tests/cli/test_train_golden.c,
  * tests/dist/test_train_dp.c, test_train_cp.c): run a command with its output kept in tmp/cmd.log (printed when it fails),
- * read metrics.jsonl, compare two safetensors files tensor by tensor. */
+ * read metrics.jsonl, compare two safetensors files tensor by tensor; the test's start (binary,
+ * directory); the golden batch as pre-tokenized JSONL. */
 #ifndef GLM_TESTS_TRAIN_UTIL_H
 #define GLM_TESTS_TRAIN_UTIL_H
 
@@ -16,6 +17,39 @@
 
 static const char *G;   /* the glmtune binary */
 static char tmp[64];    /* the test's directory (made by the test from a mkdtemp template) */
+
+/* The test's start: G from $GLMTUNE and tmp made from the mkdtemp template tmpl ("/tmp/x.XXXXXX").
+ * Returns 0, or the exit status for main: 77 (skipped: GLMTUNE not set) or 1. */
+static inline int train_test_begin(const char *tmpl) {
+    G = getenv("GLMTUNE");
+    if (!G) {
+        printf("SKIPPED: GLMTUNE (the binary) not set\n");
+        return 77;
+    }
+    snprintf(tmp, sizeof tmp, "%s", tmpl);
+    return mkdtemp(tmp) ? 0 : 1;
+}
+
+/* Writes the rows of a golden batch (fixtures/tiny-glm4/<layout>/golden.safetensors: input_ids,
+ * labels, doc_lens) to f as pre-tokenized JSONL, one line per document, reps times over. */
+static inline void golden_rows_jsonl(const glm_st_set *g, FILE *f, int reps) {
+    const glm_st_tensor *ids = glm_st_find(g, "input_ids"), *labels = glm_st_find(g, "labels"),
+                        *dl = glm_st_find(g, "doc_lens");
+    const int64_t *I = ids->data, *Lb = labels->data, *D = dl->data;
+    int B = (int)ids->shape[0], T = (int)ids->shape[1], nd = (int)dl->shape[1];
+    for (int rep = 0; rep < reps; rep++)
+        for (int b = 0; b < B; b++) {
+            int off = 0;
+            for (int k = 0; k < nd && D[b * nd + k] > 0; k++) {
+                fprintf(f, "{\"input_ids\": [");
+                for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)I[b * T + off + t]);
+                fprintf(f, "], \"labels\": [");
+                for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)Lb[b * T + off + t]);
+                fprintf(f, "]}\n");
+                off += (int)D[b * nd + k];
+            }
+        }
+}
 
 static inline int run(const char *fmt, ...) {
     char *cmd, *full, *lp;

@@ -68,22 +68,10 @@ static void layout_case(const char *shared, const char *layout, const char *targ
         return;
     }
     /* the golden batch as pre-tokenized documents */
-    const glm_st_tensor *ids = glm_st_find(g, "input_ids"), *labels = glm_st_find(g, "labels"),
-                        *dl = glm_st_find(g, "doc_lens");
-    const int64_t *I = ids->data, *Lb = labels->data, *D = dl->data;
-    int B = (int)ids->shape[0], T = (int)ids->shape[1], nd = (int)dl->shape[1];
+    const glm_st_tensor *ids = glm_st_find(g, "input_ids");
+    const int B = (int)ids->shape[0], T = (int)ids->shape[1];
     FILE *f = fopen(jsonl, "w");
-    for (int b = 0; b < B; b++) {
-        int off = 0;
-        for (int k = 0; k < nd && D[b * nd + k] > 0; k++) {
-            fprintf(f, "{\"input_ids\": [");
-            for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)I[b * T + off + t]);
-            fprintf(f, "], \"labels\": [");
-            for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)Lb[b * T + off + t]);
-            fprintf(f, "]}\n");
-            off += (int)D[b * nd + k];
-        }
-    }
+    golden_rows_jsonl(g, f, 1);
     fclose(f);
     char *common;
     asprintf(&common, "%s --learning-rate 1e-3 --weight-decay 0.01 --max-grad-norm 1.0 --adam-beta1 0.9 "
@@ -208,13 +196,8 @@ static void resume_case(const char *shared) {
 
 int main(void) {
     const char *shared = check_shared();
-    G = getenv("GLMTUNE");
-    if (!G) {
-        printf("SKIPPED: GLMTUNE (the binary) not set\n");
-        return 77;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/glmgold.XXXXXX");
-    if (!mkdtemp(tmp)) return 1;
+    int rc = train_test_begin("/tmp/glmgold.XXXXXX");
+    if (rc) return rc;
     layout_case(shared, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h", "");
     layout_case(shared, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj", "--rope-inv-freq-dtype bfloat16");
     resume_case(shared);

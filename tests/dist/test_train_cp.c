@@ -134,13 +134,8 @@ static int grep_log(const char *needle) {
 
 int main(void) {
     const char *shared = check_shared();
-    G = getenv("GLMTUNE");
-    if (!G) {
-        printf("SKIPPED: GLMTUNE (the binary) not set\n");
-        return 77;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/glmcp.XXXXXX");
-    if (!mkdtemp(tmp)) return 1;
+    int rc = train_test_begin("/tmp/glmcp.XXXXXX");
+    if (rc) return rc;
     char *fix, *jsonl = path("docs.jsonl"), *shards = path("shards"), *common;
     asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);
     write_docs(jsonl);

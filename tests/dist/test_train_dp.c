@@ -33,22 +33,8 @@ static void write_rows(const char *fix, const char *jsonl) {
         CHECK(0, "open %s: %s", gold, glm_errmsg());
         exit(1);
     }
-    const glm_st_tensor *ids = glm_st_find(g, "input_ids"), *labels = glm_st_find(g, "labels"), *dl = glm_st_find(g, "doc_lens");
-    const int64_t *I = ids->data, *Lb = labels->data, *D = dl->data;
-    int B = (int)ids->shape[0], T = (int)ids->shape[1], nd = (int)dl->shape[1];
     FILE *f = fopen(jsonl, "w");
-    for (int rep = 0; rep < 2; rep++)
-        for (int b = 0; b < B; b++) {
-            int off = 0;
-            for (int k = 0; k < nd && D[b * nd + k] > 0; k++) {
-                fprintf(f, "{\"input_ids\": [");
-                for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)I[b * T + off + t]);
-                fprintf(f, "], \"labels\": [");
-                for (int t = 0; t < D[b * nd + k]; t++) fprintf(f, "%s%lld", t ? ", " : "", (long long)Lb[b * T + off + t]);
-                fprintf(f, "]}\n");
-                off += (int)D[b * nd + k];
-            }
-        }
+    golden_rows_jsonl(g, f, 2);
     fclose(f);
     glm_st_close(g);
     free(gold);
@@ -93,13 +79,8 @@ static void compare(const char *what, const char *ref, const char *dp, int steps
 
 int main(void) {
     const char *shared = check_shared();
-    G = getenv("GLMTUNE");
-    if (!G) {
-        printf("SKIPPED: GLMTUNE (the binary) not set\n");
-        return 77;
-    }
-    snprintf(tmp, sizeof tmp, "/tmp/glmdp.XXXXXX");
-    if (!mkdtemp(tmp)) return 1;
+    int rc = train_test_begin("/tmp/glmdp.XXXXXX");
+    if (rc) return rc;
     char *fix, *jsonl = path("rows.jsonl"), *shards = path("shards"), *common;
     asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);
     write_rows(fix, jsonl);
