@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "tokenize/bpe_internal.h"
@@ -37,23 +38,33 @@ static uint8_t cls_of(int c) {
 }
 static uint8_t cls_tab[256];
 
+/* Alternative 1 of the split pattern at an apostrophe s[p] (p + 1 < len): the length of the
+ * contraction ('s 't 'm 'd 'll 've 're, any case) starting there, 0 when there is none, or
+ * SIZE_MAX when a non-ASCII byte is involved (case folding: s also folds with U+017F, so PCRE2
+ * decides). */
+static inline size_t contraction(const uint8_t *s, size_t len, size_t p) {
+    uint8_t d = s[p + 1];
+    if (d >= 0x80) return SIZE_MAX;
+    d |= 0x20;
+    if (d == 's' || d == 't' || d == 'm' || d == 'd') return 2;
+    if ((d == 'r' || d == 'v' || d == 'l') && p + 2 < len) {
+        uint8_t e = s[p + 2];
+        if (e >= 0x80) return SIZE_MAX;
+        e |= 0x20;
+        if ((d == 'l' && e == 'l') || (d != 'l' && e == 'e')) return 3;
+    }
+    return 0;
+}
+
 /* Length of the regex piece starting at s[p] (p < len), decided without PCRE2 when every byte the
  * regex would examine is ASCII; 0 = "ask the next path". */
 static inline size_t ascii_piece(const uint8_t *s, size_t len, size_t p) {
     uint8_t c = s[p], k = cls_tab[c];
     size_t q;
     if (k & C_HI) return 0;
-    if (c == '\'' && p + 1 < len) { /* 1: only ASCII letters can be involved (s also folds with U+017F) */
-        uint8_t d = s[p + 1];
-        if (d >= 0x80) return 0;
-        d |= 0x20;
-        if (d == 's' || d == 't' || d == 'm' || d == 'd') return 2;
-        if ((d == 'r' || d == 'v' || d == 'l') && p + 2 < len) {
-            uint8_t e = s[p + 2];
-            if (e >= 0x80) return 0;
-            e |= 0x20;
-            if ((d == 'l' && e == 'l') || (d != 'l' && e == 'e')) return 3;
-        }
+    if (c == '\'' && p + 1 < len) { /* 1 */
+        size_t n = contraction(s, len, p);
+        if (n) return n == SIZE_MAX ? 0 : n;
     }
     if (k & C_L) {
         q = p + 1;
@@ -194,17 +205,9 @@ static size_t bmp_piece(const uint8_t *s, size_t len, size_t p) {
     if (!w) return 0;
     uint8_t k = cls_bmp[cp];
     size_t q;
-    if (cp == '\'' && p + 1 < len) { /* 1: PCRE2 decides when case folding could matter */
-        uint8_t d = s[p + 1];
-        if (d >= 0x80) return 0;
-        d |= 0x20;
-        if (d == 's' || d == 't' || d == 'm' || d == 'd') return 2;
-        if ((d == 'r' || d == 'v' || d == 'l') && p + 2 < len) {
-            uint8_t e = s[p + 2];
-            if (e >= 0x80) return 0;
-            e |= 0x20;
-            if ((d == 'l' && e == 'l') || (d != 'l' && e == 'e')) return 3;
-        }
+    if (cp == '\'' && p + 1 < len) { /* 1 */
+        size_t n = contraction(s, len, p);
+        if (n) return n == SIZE_MAX ? 0 : n;
     }
     if (k & C_L) { /* 2 without the optional prefix */
         q = p + (size_t)w;
