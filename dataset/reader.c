@@ -20,6 +20,7 @@
 #include "common/rng.h"
 #include "common/log.h"
 #include "common/pyjson.h"
+#include "dataset/shard.h"
 #include "common/utf8.h"
 #include "common/vec.h"
 #include "dataset/dataset_info.h"
@@ -324,18 +325,15 @@ static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
     return GLM_OK;
 }
 
-/* A folder that glmtune tokenize wrote (its manifest.json says "format": "glmtune-shards"): shards,
- * not a corpus; its manifest.json and report.json must not be read as records. */
-static bool is_shards_folder(const char *dir) {
+bool glm_reader_is_shards_dir(const char *dir) {
+    if (!glm_is_dir(dir)) return false;
     char *m = glm_path_join(dir, "manifest.json");
-    FILE *f = m ? fopen(m, "rb") : NULL;
+    json_t *j = m && glm_is_file(m) ? json_load_file(m, 0, NULL) : NULL;
     free(m);
-    if (!f) return false;
-    char head[512];
-    size_t n = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
-    head[n] = 0;
-    return strstr(head, "\"glmtune-shards\"") != NULL;
+    const char *f = j ? json_string_value(json_object_get(j, "format")) : NULL;
+    bool ours = f && !strcmp(f, GLM_SHARDS_FORMAT);
+    json_decref(j);
+    return ours;
 }
 
 static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
@@ -373,7 +371,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
         if (stat(p, &sb) != 0) {
             glm_log_debug("%s: cannot stat (%s): skipped", p, strerror(errno));
         } else if (S_ISDIR(sb.st_mode)) {
-            if (is_shards_folder(p))
+            if (glm_reader_is_shards_dir(p))
                 glm_log_warn("%s: a glmtune tokenize output (shards) inside an input folder: skipped, it is "
                              "not a corpus", p);
             else

@@ -46,6 +46,11 @@ typedef struct glm_record {
                             of the record's nbytes bytes, to hand to glm_record_parse; else NULL */
 } glm_record;
 
+/* Whether dir is a folder that glmtune tokenize wrote (its manifest.json has "format":
+ * GLM_SHARDS_FORMAT, dataset/shard.h): shards, not a corpus. The reader skips such folders inside
+ * an input folder; tokenize refuses one given as an input. */
+bool glm_reader_is_shards_dir(const char *dir);
+
 /* Options of glm_reader_open_ex (zero = glm_reader_open's behaviour, except max_samples: set it
  * to -1 for none). */
 typedef struct glm_reader_opts {

@@ -48,6 +48,8 @@
 
 #define GLM_SHARD_MAGIC "GLMSHARD"
 #define GLM_SHARD_VERSION 1
+/* The "format" of a tokenize output's manifest.json. */
+#define GLM_SHARDS_FORMAT "glmtune-shards"
 #define GLM_SHARD_HEADER_BYTES 128
 
 typedef struct glm_shard_doc {

@@ -629,19 +629,6 @@ static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dat
     return GLM_OK;
 }
 
-/* Whether path is a directory written by glmtune tokenize (its manifest.json says
- * "format": "glmtune-shards"): given as an input, its manifest and report would be read as corpora. */
-static bool is_shards_dir(const char *path) {
-    if (!glm_is_dir(path)) return false;
-    char *m = glm_path_join(path, "manifest.json");
-    json_t *j = m && glm_is_file(m) ? json_load_file(m, 0, NULL) : NULL;
-    free(m);
-    const char *f = j ? json_string_value(json_object_get(j, "format")) : NULL;
-    bool ours = f && !strcmp(f, "glmtune-shards");
-    json_decref(j);
-    return ours;
-}
-
 static int parse_opts(int argc, char **argv, tok_opts *o) {
     memset(o, 0, sizeof *o);
     o->seq_len = 8192;
@@ -762,7 +749,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (o->threads == 0) o->threads = 1;
     }
     for (int i = 0; s == GLM_OK && !o->encode && !o->decode && i < o->n_inputs; i++)
-        if (is_shards_dir(o->inputs[i]))
+        if (glm_reader_is_shards_dir(o->inputs[i]))
             s = glm_err(GLM_ERR_ARG, "%s is the output of glmtune tokenize (shards), not a corpus; hint: train on it with "
                         "glmtune train --data %s, or give the corpus files it was made from", o->inputs[i], o->inputs[i]);
     if (s == GLM_OK && !o->encode && !o->decode) {
@@ -825,7 +812,7 @@ static glm_status tok_write_outputs(tok_report *rep, const char *tmpdir, const c
                                     const glm_shard_writer *wval) {
     (void)out;
     json_t *m = json_object();
-    json_object_set_new(m, "format", json_string("glmtune-shards"));
+    json_object_set_new(m, "format", json_string(GLM_SHARDS_FORMAT));
     json_object_set_new(m, "version", json_integer(GLM_SHARD_VERSION));
     json_object_set_new(m, "seq_len", json_integer((json_int_t)o->seq_len));
     if (tok) {
