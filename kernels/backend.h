@@ -418,6 +418,11 @@ void glm_backend_cuda_close(const glm_backend *be);
 int glm_cuda_device_count(void);
 /* "NVIDIA H200 (sm_90, 139 GiB)" for device `device` (a static buffer). */
 const char *glm_cuda_device_name(int device);
+/* The attention implementation a CUDA backend has used so far (a static buffer): "cuDNN 9.19.0
+ * fused attention" (kernels/cuda/attention_ragged.cu; "..., glmtune kernels where it declines"
+ * once it declined a shape) or "glmtune kernels" (no cuDNN, GLMTUNE_ATTENTION=glmtune, or no
+ * attention call yet). */
+const char *glm_cuda_attention_impl(const glm_backend *be);
 glm_status glm_cuda_nccl_id(unsigned char id[128]);
 #endif
 

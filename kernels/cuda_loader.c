@@ -11,7 +11,7 @@
  * The module (the .cu files of kernels/cuda) is looked up next to the running program
  * (<dir of /proc/self/exe>/libglm_cuda.so, then <that dir>/../lib/glmtune/libglm_cuda.so, where
  * `cmake --install` puts it), then at its place in the build tree. It takes the few functions it
- * needs from the program (glm_err, glm_dtype_size, glm_mpi_abort: one error-message state for
+ * needs from the program (glm_err, glm_errmsg, glm_dtype_size, glm_mpi_abort: one error-message state for
  * both), which every program that links glm_kernels exports (kernels/CMakeLists.txt).
  * When it cannot be loaded, glm_cuda_device_count() is 0 with a warning that names the reason,
  * and glm_backend_cuda* fail with that reason. */
@@ -33,7 +33,7 @@
 
 /* The module's use of the program's functions: referenced here so that every program with the
  * loader links them (and kernels/CMakeLists.txt exports them). */
-__attribute__((used)) static void *const needed_by_module[] = {(void *)glm_err, (void *)glm_dtype_size,
+__attribute__((used)) static void *const needed_by_module[] = {(void *)glm_err, (void *)glm_errmsg, (void *)glm_dtype_size,
                                                                  (void *)glm_mpi_abort};
 
 static struct {
@@ -43,6 +43,7 @@ static struct {
     int (*device_count)(void);
     const char *(*device_name)(int);
     glm_status (*nccl_id)(unsigned char *);
+    const char *(*attention_impl)(const glm_backend *);
 } fn;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char why[1024]; /* why the module could not be loaded; "" = loaded */
@@ -78,7 +79,10 @@ static void load(void) {
         *(void **)&fn.device_count = dlsym(h, "glm_cuda_device_count");
         *(void **)&fn.device_name = dlsym(h, "glm_cuda_device_name");
         *(void **)&fn.nccl_id = dlsym(h, "glm_cuda_nccl_id");
-        if (fn.backend && fn.backend_dist && fn.close && fn.device_count && fn.device_name && fn.nccl_id) return;
+        *(void **)&fn.attention_impl = dlsym(h, "glm_cuda_attention_impl");
+        if (fn.backend && fn.backend_dist && fn.close && fn.device_count && fn.device_name && fn.nccl_id &&
+            fn.attention_impl)
+            return;
         snprintf(errs, sizeof errs, "libglm_cuda.so lacks an entry point (a module of another glmtune version?)");
         memset(&fn, 0, sizeof fn);
     }
@@ -112,6 +116,10 @@ void glm_backend_cuda_close(const glm_backend *be) {
 int glm_cuda_device_count(void) { return ready() ? fn.device_count() : 0; }
 
 const char *glm_cuda_device_name(int device) { return ready() ? fn.device_name(device) : "(no CUDA backend)"; }
+
+const char *glm_cuda_attention_impl(const glm_backend *be) {
+    return ready() ? fn.attention_impl(be) : "(no CUDA backend)";
+}
 
 glm_status glm_cuda_nccl_id(unsigned char id[128]) {
     if (ready()) return fn.nccl_id(id);

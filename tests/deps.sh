@@ -17,12 +17,48 @@ glm_install_deps() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# glm_cudnn_frontend: the header-only cudnn-frontend (NVIDIA's C++ API of cuDNN's graphs; the CUDA
+# build's fused attention uses it, kernels/cuda/attention_cudnn.cpp) from PyPI's wheel into a cache
+# (GLM_CACHE, default ~/.cache/glmtune); prints the include directory, or nothing when it cannot
+# be had (the build then runs glmtune's own attention kernels only). Needs cudnn.h too.
+GLM_CUDNN_FRONTEND_VERSION=1.32.0
+glm_cudnn_frontend() {
+    local dir="${GLM_CACHE:-$HOME/.cache/glmtune}/cudnn-frontend-$GLM_CUDNN_FRONTEND_VERSION"
+    if [ ! -f "$dir/include/cudnn_frontend.h" ]; then
+        command -v python3 >/dev/null || return 0
+        local tmp
+        tmp=$(mktemp -d) || return 0
+        if timeout 300 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+               --python-version 3.12 -d "$tmp" "nvidia-cudnn-frontend==$GLM_CUDNN_FRONTEND_VERSION" >/dev/null 2>&1 \
+           && python3 - "$tmp" "$dir" <<'PY'
+import glob, os, sys, zipfile
+tmp, dest = sys.argv[1], sys.argv[2]
+whl = glob.glob(os.path.join(tmp, "*.whl"))[0]
+part = dest + ".part"
+with zipfile.ZipFile(whl) as z:
+    for n in z.namelist():
+        if n.startswith("include/"):
+            z.extract(n, part)
+os.rename(part, dest)
+PY
+        then :; else echo "note: cudnn-frontend not fetched (no network or pip?): CUDA attention without cuDNN" >&2; fi
+        rm -rf "$tmp" "$dir.part"
+    fi
+    [ -f "$dir/include/cudnn_frontend.h" ] && echo "$dir/include"
+    return 0
+}
+
 # glm_build BUILD_DIR: configure (CUDA on when nvcc is found; GLMTUNE_CUDA=OFF/ON overrides) and build.
 glm_build() {
     local dir="$1"
     local cuda_flag=()
     if [ -n "${GLMTUNE_CUDA:-}" ]; then cuda_flag=(-DGLMTUNE_CUDA="$GLMTUNE_CUDA"); fi
     if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+    if command -v nvcc >/dev/null && [ "${GLMTUNE_CUDA:-ON}" != OFF ]; then
+        local fe
+        fe=$(glm_cudnn_frontend)
+        [ -n "$fe" ] && cuda_flag+=(-DGLMTUNE_CUDNN_FRONTEND_DIR="$fe")
+    fi
     mkdir -p "$dir"
     echo "building in $dir (logs: $dir/configure.log, $dir/build.log)" >&2
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}" >"$dir/configure.log" 2>&1 \

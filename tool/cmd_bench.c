@@ -374,6 +374,9 @@ int cmd_bench(int argc, char **argv) {
         printf("\nplans:\n");
         for (int k = 0; k < o.nseq; k++)
             if (res[k].ok) glm_plan_print(&res[k].plan, &cfg, stdout);
+#ifdef GLMTUNE_HAVE_CUDA
+        if (!strcmp(be->name, "cuda")) printf("\nattention: %s\n", glm_cuda_attention_impl(be));
+#endif
     }
     free(res);
     if (have_opt) glm_optim_free(&opt);

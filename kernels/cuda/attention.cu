@@ -21,6 +21,9 @@
  * are never loaded. Only tiles that straddle the diagonal or a document boundary evaluate the
  * mask (j <= i and doc[j] == doc[i]) per element.
  *
+ * Where cuDNN is there, whole rows go to its fused flash attention first (attention_ragged.cu);
+ * these kernels run where it is absent or declines, and always for ring blocks.
+ *
  * Backward: D = rowsum(dO * O) (fp32), then two kernels without atomics, so results are
  * deterministic: dQ per query tile (recomputes S and dP), and dK, dV per key tile summed over the
  * H / Hkv query heads of its KV group (recomputes S and dP too: 7 tile products in all, against
@@ -921,6 +924,8 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
     const void *ptrs[] = {out, q, k, v};
     const int64_t lds[] = {ldo, ldq, ldk, ldv};
     GLM_TRY(check_attn(B, T, H, Hkv, Dh, ptrs, 4, lds, 4));
+    glm_status cst = attn_ragged_fwd(be, out, ldo, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+    if (cst != GLM_ERR_UNSUPPORTED || IMPL(be)->attn_mode == ATTN_CUDNN) return cst; /* cuDNN did it, or failed */
     cuda_impl *I = IMPL(be);
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
@@ -938,6 +943,8 @@ glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
     const int64_t lds[] = {ldo, ldq, ldk, ldv};
     GLM_TRY(check_attn(B, T, H, Hkv, Dh, ptrs, 8, lds, 4));
+    glm_status cst = attn_ragged_bwd(be, dq, dk, dv, dout, ldo, out, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+    if (cst != GLM_ERR_UNSUPPORTED || IMPL(be)->attn_mode == ATTN_CUDNN) return cst; /* cuDNN did it, or failed */
     cuda_impl *I = IMPL(be);
     const float scale = (float)(1.0 / sqrt((double)Dh)), sl2 = scale * LOG2E;
     int64_t rows = (int64_t)B * H * T;

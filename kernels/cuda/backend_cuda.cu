@@ -280,6 +280,7 @@ static void destroy(cuda_impl *I) {
     for (int i = 0; i < SCR_COUNT; i++)
         if (I->scratch[i]) cudaFree(I->scratch[i]);
     if (I->flag) cudaFree(I->flag);
+    attn_ragged_destroy(I);
     gemm_destroy(I);
     if (I->blas) cublasDestroy(I->blas);
 #ifdef GLMTUNE_HAVE_NCCL
@@ -328,6 +329,9 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     I->prof = new prof_state();
     const char *dbg = getenv("GLMTUNE_DEBUG_SYNC");
     I->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
+    const char *am = getenv("GLMTUNE_ATTENTION");
+    I->attn_mode = !am || !*am || !strcmp(am, "auto") ? ATTN_AUTO : !strcmp(am, "glmtune") ? ATTN_OWN
+                 : !strcmp(am, "cudnn") ? ATTN_CUDNN : -1;
     glm_status st = GLM_OK;
     cublasStatus_t bs;
 #define FAIL_IF(cond, ...)                                                                                               \
@@ -337,6 +341,10 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     }
     e = cudaSetDevice(device);
     FAIL_IF(e != cudaSuccess, "cuda backend: cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+    if (I->attn_mode < 0) {
+        st = glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: expected auto, cudnn or glmtune", am);
+        goto fail;
+    }
     e = cudaStreamCreateWithFlags(&I->s, cudaStreamNonBlocking);
     FAIL_IF(e != cudaSuccess, "cuda backend: cudaStreamCreate: %s", cudaGetErrorString(e));
     e = cudaMalloc(&I->flag, 64);
@@ -461,6 +469,8 @@ extern "C" void glm_backend_cuda_close(const glm_backend *be) {
     cudaStreamSynchronize(I->s);
     destroy(I);
 }
+
+extern "C" const char *glm_cuda_attention_impl(const glm_backend *be) { return attn_impl_name(IMPL(be)); }
 
 extern "C" const char *glm_cuda_device_name(int device) {
     static char name[256];

@@ -6,6 +6,8 @@
  *   norm.cu           RMSNorm forward and backward
  *   rope.cu           partial interleaved RoPE, in place
  *   attention.cu      FlashAttention-2-style forward / dQ / dK dV on tensor cores (mma.sync)
+ *   attention_ragged.cu  the attention ops through cuDNN's fused flash attention when cuDNN is
+ *                     there (packed rows as ragged batches; attention_cudnn.cpp builds the graphs)
  *   cross_entropy.cu  fused softmax cross-entropy over a logits chunk
  *   optim.cu          AdamW, sum of squares
  *   comm.cu           the communicator: NCCL collectives on a second stream, requests, timeouts
@@ -35,8 +37,10 @@ namespace glmcu {
 struct gemm_cache; /* gemm.cu: cuBLASLt descriptors and algorithms by shape */
 struct prof_state; /* backend_cuda.cu: profiling events */
 struct comm_state; /* comm.cu: outstanding communication requests */
+struct cudnn_attn; /* attention_cudnn.cpp: cuDNN's handle and attention graphs */
 
-enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COMM, SCR_COUNT };
+enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COMM, SCR_CUDNN_RUNS,
+       SCR_CUDNN_RAGGED, SCR_CUDNN_STATS, SCR_CUDNN_WS, SCR_COUNT };
 
 struct cuda_impl {
     int device;
@@ -57,6 +61,14 @@ struct cuda_impl {
     prof_state *prof;
     cudaStream_t cs;      /* communication stream (NCCL collectives; comm.cu) */
     comm_state *cstate;
+    /* attention implementation (GLMTUNE_ATTENTION): ATTN_AUTO cuDNN's fused attention where it
+     * takes the shape, else glmtune's kernels; ATTN_OWN glmtune's only; ATTN_CUDNN cuDNN's only
+     * (an error where it declines: for tests) */
+    int attn_mode;
+    cudnn_attn *cudnn;    /* NULL until the first attention call loads cuDNN */
+    bool cudnn_tried;     /* loading was tried (cudnn may still be NULL) */
+    bool cudnn_noted;     /* the note that cuDNN is not used was printed */
+    int32_t *runs_host;   /* pinned int32[2]: document runs and the longest (attention_ragged.cu) */
 #ifdef GLMTUNE_HAVE_NCCL
     ncclComm_t comm;
 #endif
@@ -144,6 +156,8 @@ struct __align__(16) bf16x8 {
 
 /* ---- the ops, by file ------------------------------------------------------------------- */
 
+enum { ATTN_AUTO, ATTN_OWN, ATTN_CUDNN };
+
 /* gemm.cu */
 glm_status gemm_init(cuda_impl *I);
 void gemm_destroy(cuda_impl *I);
@@ -189,6 +203,20 @@ glm_status cu_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq,
                                   int64_t ldl, const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
                                   int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq,
                                   int Tk, int H, int Hkv, int Dh);
+/* attention_ragged.cu: the whole-row attention ops through cuDNN. Each returns GLM_OK when cuDNN
+ * computed the op, GLM_ERR_UNSUPPORTED when the caller should run glmtune's kernels instead
+ * (cuDNN absent or declining the shape, GLMTUNE_ATTENTION=glmtune; with GLMTUNE_ATTENTION=cudnn
+ * that is an error instead), other errors as they come. attn_ragged_destroy frees the cuDNN state. */
+glm_status attn_ragged_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse, const void *q, int64_t ldq,
+                           const void *k, int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H,
+                           int Hkv, int Dh);
+glm_status attn_ragged_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout, int64_t ldo,
+                           const void *out, const float *lse, const void *q, int64_t ldq, const void *k, int64_t ldk,
+                           const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh);
+void attn_ragged_destroy(cuda_impl *I);
+/* The attention implementation in use, for reports: "cuDNN 9.19.0 fused attention" or "glmtune
+ * kernels" (static storage). */
+const char *attn_impl_name(cuda_impl *I);
 /* cross_entropy.cu */
 glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels, int64_t n,
                             int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets);

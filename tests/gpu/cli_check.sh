@@ -7,7 +7,7 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pre=$root/.device/gpu
 G=$pre/bin/glmtune
-export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. "$root/tests/gpu/env.sh" # LD_LIBRARY_PATH: staged libraries, CUDA, cuDNN / NCCL from the wheels
 flags=$(cat "$root/tests/gpu/cli_flags.txt")
 T=$(mktemp -d)
 fail=0

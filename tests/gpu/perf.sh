@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 pre=$root/.device/gpu
 out=${OUT:-/tmp/glm-perf}
 mkdir -p "$out"
-export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. "$root/tests/gpu/env.sh" # LD_LIBRARY_PATH: staged libraries, CUDA, cuDNN / NCCL from the wheels
 export GLM_SHARED=$pre/shared
 G=$pre/bin/glmtune
 md=$out/perf.md

@@ -16,7 +16,7 @@ pre=$root/.device/gpu
 logdir=${OUT:-/tmp}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # NCCL and cuBLAS from the Python wheels as a last resort (the system ones come first)
-for d in /usr/local/lib/python3*/dist-packages/nvidia/{nccl,cublas,cu13}/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/{nccl,cublas,cu13}/lib; do
+for d in /usr/local/lib/python3*/dist-packages/nvidia/{nccl,cublas,cu13,cudnn}/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/{nccl,cublas,cu13,cudnn}/lib; do
   [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
 done
 nvidia-smi -L 2>/dev/null || echo "nvidia-smi: no GPU listed"

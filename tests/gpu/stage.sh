@@ -16,8 +16,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${GLM_SHARED:-$root/../shared}
 build=$root/build-cuda
 out=$root/.device/gpu
+. "$root/tests/deps.sh"
+fe=$(glm_cudnn_frontend)
 cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDACXX:-/usr/local/cuda/bin/nvcc} \
-      -DCMAKE_CUDA_ARCHITECTURES="${GLM_CUDA_ARCHS:-90}" >/dev/null
+      -DCMAKE_CUDA_ARCHITECTURES="${GLM_CUDA_ARCHS:-90}" ${fe:+-DGLMTUNE_CUDNN_FRONTEND_DIR="$fe"} >/dev/null
 ninja -C "$build" test_cuda_ops test_cuda_model bench_cuda glmtune
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/shared/fixtures" "$out/cli"
