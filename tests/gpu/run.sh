@@ -37,6 +37,16 @@ if [ -x "$pre/bin/test_cuda_ops" ]; then
     esac
     printf '%-18s %-18s %8.1f s\n' "$t" "$res" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" >>"$logdir/summary.txt"
   done
+  # the whole-row attention ops once with each implementation (the runs above use cuDNN's where
+  # it is there): glmtune's own kernels, and cuDNN's forced (skipped when cuDNN cannot be loaded)
+  for impl in glmtune cudnn; do
+    GLMTUNE_ATTENTION=$impl "$pre/bin/test_cuda_ops" attention >"$logdir/cuda_ops_attention_$impl.log" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then res=passed
+    elif [ $impl = cudnn ] && grep -q "cuDNN not used" "$logdir/cuda_ops_attention_$impl.log"; then res="skipped (no cuDNN)"
+    else res="FAILED (exit $rc)"; fail=1; fi
+    printf '%-18s %-18s\n' "attention ($impl)" "$res" >>"$logdir/summary.txt"
+  done
 else
   build=$root/build-gpu
   if cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON >"$logdir/build.log" 2>&1 &&

@@ -866,6 +866,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nrows; i++)
         printf("%-30s %-32s %10.2e %8.0e %9.3f%s\n", rows[i].op, rows[i].shape, rows[i].err, rows[i].tol, rows[i].ms,
                rows[i].err <= rows[i].tol ? "" : "  FAIL");
+    printf("attention implementation: %s\n", glm_cuda_attention_impl(gpu));
     glm_backend_cuda_close(gpu);
     return check_summary("test_cuda_ops");
 }
