@@ -164,9 +164,11 @@ struct glm_backend {
      * kept for the backward) are overwritten. CPU: dot products and softmax sums in double,
      * probabilities rounded to f32 once. doc [B*T] int32 in backend memory; each document is one
      * contiguous run of positions of its row (as the packer writes them), which lets CUDA skip
-     * whole tiles outside a query tile's documents. CUDA (kernels/cuda/attention.cu): bf16
-     * tensor-core tiles with fp32 accumulation; needs Dh <= 128 and a multiple of 8, row strides
-     * multiples of 8 elements and 16-byte aligned q/k/v (GLM_ERR_UNSUPPORTED otherwise). */
+     * whole tiles outside a query tile's documents. CUDA: cuDNN's fused flash attention with each
+     * document a ragged sequence where cuDNN is there and takes the shape
+     * (kernels/cuda/attention_ragged.cu), else glmtune's bf16 tensor-core tiles with fp32
+     * accumulation (kernels/cuda/attention.cu); both need Dh <= 128 and a multiple of 8, row
+     * strides multiples of 8 elements and 16-byte aligned q/k/v (GLM_ERR_UNSUPPORTED otherwise). */
     glm_status (*attention_fwd)(const glm_backend *be, void *out, int64_t ldo, float *lse,
                                 const void *q, int64_t ldq, const void *k, int64_t ldk,
                                 const void *v, int64_t ldv, const int32_t *doc,
