@@ -67,6 +67,18 @@ struct glm_backend {
     glm_status (*zero)(const glm_backend *be, void *p, size_t bytes);
     /* Backend -> backend copy of `bytes` bytes (regions must not overlap). */
     glm_status (*copy)(const glm_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host memory for activations offloaded during a step (lora/model_step.c): page-locked on
+     * CUDA (cudaMallocHost), so that the async copies below run at full PCIe speed without a
+     * staging copy; plain malloc on the CPU. Errors: GLM_ERR_NOMEM naming `what`. host_free(NULL)
+     * is a no-op. */
+    glm_status (*host_alloc)(const glm_backend *be, size_t bytes, const char *what, void **out);
+    void (*host_free)(const glm_backend *be, void *p);
+    /* Copies between backend memory and host memory from host_alloc, queued in order with the
+     * ops (CUDA: on the compute stream, not waited for): a later op sees what an earlier upload
+     * wrote, and a download reads what the earlier ops wrote. The host must not read a download's
+     * destination or change an upload's source before be->sync. CPU: memcpy. */
+    glm_status (*upload_async)(const glm_backend *be, void *dst, const void *host_src, size_t bytes);
+    glm_status (*download_async)(const glm_backend *be, void *host_dst, const void *src, size_t bytes);
 
     /* ---- dense algebra ------------------------------------------------------------------ */
 

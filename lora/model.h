@@ -51,6 +51,8 @@ typedef struct glm_model {
     int64_t loss_chunk;        /* tokens per loss-head chunk; 0 (default): the planner's choice */
     int64_t mlp_chunk;         /* tokens per MLP chunk; 0 (default): the planner's choice */
     double max_bytes;          /* memory budget of the whole training state; 0: what the device has */
+    int offload;               /* layer inputs in host memory (lora/plan.h): 0 (default) when a step does not
+                                  fit the GPU without it, 1 always, -1 never */
     int optimizer;             /* count AdamW moments in plans (set by the trainer) */
     /* Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
      * after layer l's LoRA gradients are final for the micro-batch (l = L-1 down to 0; on CUDA the

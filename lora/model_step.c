@@ -2,7 +2,12 @@
  * ops (lora/model.h), with the memory plan of lora/plan.h.
  *
  * Buffers (the workspace, allocated once per batch shape and reused by every step):
- *   xs[0..L]            the residual stream at each layer boundary [N, C] (always kept)
+ *   xs[0..L]            the residual stream at each layer boundary [N, C] (always kept): on the
+ *                       device, or with the plan's offload in host memory (xh, be->host_alloc:
+ *                       page-locked on CUDA) with two device slots, layer l's input in slot l % 2
+ *                       (the forward downloads each layer's output behind it, the backward
+ *                       uploads each layer's input before it; queued in order with the compute,
+ *                       not yet overlapped with it)
  *   per layer, by plan  keep: xn1, qkv (after RoPE), o, x_mid, xn2, h, a, rstd1, rstd2, lse;
  *                       selective: qkv, o, x_mid, lse; full: nothing
  *   scratch             the same for the layer being recomputed; the MLP's xn2/h/a and their
@@ -38,8 +43,12 @@ struct glm_ws {
     int TL, cp;
     double max_bytes;
     int64_t mlp_over, loss_over;
+    int offload_over;        /* m->offload when the workspace was made */
     size_t esz;
-    void **xs;               /* [L + 1] */
+    void **xs;               /* [L + 1] (NULL entries with offload) */
+    void **xh;               /* offload: [L + 1] host copies of the layer inputs; NULL: off */
+    void *xslot[2];          /* offload: the device slots (layer l's input in slot l % 2) */
+    int n_xh;                /* offload: xh entries allocated */
     saved *S;                /* [L] (backward only) */
     /* scratch for the layer being computed or recomputed */
     void *xn1, *qkv, *o, *x_mid;
@@ -66,6 +75,8 @@ void glm_ws_free(struct glm_ws *w) {
     if (!w) return;
     for (int i = 0; i < w->n_allocs; i++) w->be->free(w->be, w->allocs[i]);
     free(w->allocs);
+    for (int i = 0; i < w->n_xh; i++) w->be->host_free(w->be, w->xh[i]);
+    free(w->xh);
     free(w->xs);
     free(w->S);
     free(w->shA);
@@ -114,6 +125,10 @@ void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int 
     o.shard_world = m->shard_world;
     o.cp = m->cp;
     o.acc_bytes = (int)glm_dtype_size(m->be->acc_dtype);
+    /* layer inputs in host memory: forced (m->offload 1), or where the step does not fit on a GPU
+     * without it, within 3/4 of the machine's memory (the CPU backend's memory is host memory) */
+    o.offload = m->offload > 0;
+    o.host_budget = m->offload == 0 && strcmp(m->be->name, "cpu") ? 0.75 * glm_host_memory() : 0;
     glm_plan_make(&m->cfg, lora ? &li : NULL, B, T, backward && lora, &o, out);
 }
 
@@ -137,6 +152,7 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->max_bytes = m->max_bytes;
     w->mlp_over = m->mlp_chunk;
     w->loss_over = m->loss_chunk;
+    w->offload_over = m->offload;
     w->esz = glm_dtype_size(be->act_dtype);
     const double e = (double)w->esz, N = (double)p->N, C = c->C, F = c->F, qd = (double)c->H * c->Dh,
                  Dqkv = (double)glm_config_qkv_rows(c), H = c->H, V = c->V, mc = (double)p->mlp_chunk,
@@ -154,7 +170,18 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
 #define A_(ptr, bytes, what) if ((st = ws_alloc(w, (bytes), (what), (void **)&(ptr)))) goto fail
-    for (int l = 0; l <= c->L; l++) A_(w->xs[l], N * C * e, "layer inputs (checkpoints)");
+    if (p->offload) {
+        w->xh = calloc((size_t)c->L + 1, sizeof(void *));
+        if (!w->xh) {
+            st = glm_err(GLM_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int l = 0; l <= c->L; l++, w->n_xh++)
+            if ((st = be->host_alloc(be, (size_t)(N * C * e), "offloaded layer inputs", &w->xh[l]))) goto fail;
+        for (int k = 0; k < 2; k++) A_(w->xslot[k], N * C * e, "layer inputs (device slots of the offloaded ones)");
+    } else {
+        for (int l = 0; l <= c->L; l++) A_(w->xs[l], N * C * e, "layer inputs (checkpoints)");
+    }
     if (p->backward)
         for (int l = 0; l < c->L; l++) {
             glm_ckpt_mode pol = glm_plan_layer(p, l);
@@ -303,7 +330,7 @@ static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int back
     struct glm_ws *w = m->ws;
     if (w && w->T == T && w->cp == (m->cp > 1 ? m->cp : 0) && (w->cp == 0 || w->ring.comm == m->cp_comm) && B <= w->B_cap &&
         (!backward || w->backward) && (w->mode == mode || !backward) && (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
-        w->loss_over == m->loss_chunk)
+        w->loss_over == m->loss_chunk && w->offload_over == m->offload)
         return GLM_OK;
     glm_ws_free(m->ws);
     m->ws = NULL;
@@ -453,6 +480,9 @@ static glm_status gather_big_use(glm_model *m, int what, const void **w) {
 /* ---------------------------------------------------------------------------- layers */
 
 #define OFF(p, elems) ((void *)((char *)(p) + (size_t)(elems) * w->esz))
+
+/* Layer l's input (l = L: the last layer's output) on the device: xs[l], or with offload its slot. */
+static void *xdev(const struct glm_ws *w, int l) { return w->xh ? w->xslot[l & 1] : w->xs[l]; }
 #define PH(x) be->phase(be, (x))
 
 typedef struct ctx {
@@ -892,14 +922,19 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         GLM_TRY(gather_start(m, 0));
     }
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->embedding(be, w->xs[0], embed, w->ids, N, C, V));
+    const size_t xbytes = (size_t)(N * C) * w->esz;
+    GLM_TRY(be->embedding(be, xdev(w, 0), embed, w->ids, N, C, V));
+    if (w->xh && backward) GLM_TRY(be->download_async(be, w->xh[0], xdev(w, 0), xbytes));
     if (m->gather) GLM_TRY(gather_big_start(m, 2));
     for (int l = 0; l < c->L; l++) {
         if (m->gather) { /* this layer's weights, and the next layer's gather started behind it */
             GLM_TRY(gather_use(m, l));
             if (l + 1 < c->L) GLM_TRY(gather_start(m, l + 1));
         }
-        GLM_TRY(layer_fwd(&cx, l, w->xs[l], w->xs[l + 1]));
+        GLM_TRY(layer_fwd(&cx, l, xdev(w, l), xdev(w, l + 1)));
+        /* offload: the output to host memory before the slot is overwritten by layer l + 2's input
+         * (queued in order; the last one stays on the device for the loss head) */
+        if (w->xh && backward && l + 1 < c->L) GLM_TRY(be->download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes));
     }
     if (m->gather) GLM_TRY(gather_big_use(m, 2, &out_w)); /* every rank, whether its chunks have targets or not */
     if (backward) GLM_TRY(be->zero(be, w->dx, (size_t)(N * C) * w->esz));
@@ -912,7 +947,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
             for (int64_t i = n0; i < n0 + nc; i++) k += w->lab_host[i] >= 0;
             if (!k) continue;
         }
-        const void *xf = OFF(w->xs[c->L], n0 * C);
+        const void *xf = OFF(xdev(w, c->L), n0 * C);
         PH(GLM_PHASE_LOSS);
         GLM_TRY(be->rmsnorm_fwd(be, w->xnf, w->rstdf, xf, m->final_ln, nc, C, c->eps));
         GLM_TRY(be->matmul(be, 0, 1, nc, V, C, 1.0f, w->xnf, be->act_dtype, C, out_w, be->weight_dtype, C, 0.0f, w->logits,
@@ -940,7 +975,9 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
                 GLM_TRY(gather_use(m, l));
                 if (l > 0) GLM_TRY(gather_start(m, l - 1));
             }
-            GLM_TRY(layer_bwd(&cx, l, w->xs[l]));
+            if (w->xh && l < c->L - 1) /* offload: layer l's input back (layer L-1's is still in its slot) */
+                GLM_TRY(be->upload_async(be, xdev(w, l), w->xh[l], xbytes));
+            GLM_TRY(layer_bwd(&cx, l, xdev(w, l)));
             if (m->grad_ready) GLM_TRY(m->grad_ready(m->grad_ready_user, l)); /* layer l's LoRA grads are final */
         }
     PH(GLM_PHASE_OTHER);

@@ -3,7 +3,9 @@
 #include "lora/plan.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *glm_ckpt_name(glm_ckpt_mode m) {
     switch (m) {
@@ -111,8 +113,8 @@ static double ring_bytes(const glm_config *c, double N, double B, double Tp, int
     return e * N * kd2 * 2 + (backward ? ea * N * kd2 * 2 : 0) + ea * N * (qd + c->H) + 4 * B * Tp;
 }
 
-void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
-                   glm_plan *p) {
+static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                      glm_plan *p) {
     memset(p, 0, sizeof *p);
     const int e = o->act_bytes > 0 ? o->act_bytes : 2;
     const int cp = o->cp > 1 ? o->cp : 0;
@@ -133,9 +135,9 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
         p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0) + (o->lora_shadow ? e : 0));
     p->checkpoints = backward ? (c->L + 1.0) * N * C * e : 2.0 * N * C * e;
     p->offload = backward && o->offload;
-    if (p->offload) { /* planned: every layer input in pinned host memory, 3 on the GPU (in use, written, prefetched) */
+    if (p->offload) { /* every layer input in host memory, 2 device slots (a layer's input and output) */
         p->host = p->checkpoints;
-        p->checkpoints = 3.0 * N * C * e;
+        p->checkpoints = 2.0 * N * C * e;
     }
     p->ring = cp ? ring_bytes(c, N, B, (double)Tp, backward, e, o->acc_bytes > 0 ? o->acc_bytes : 4) : 0;
     double persistent = p->weights + p->gathered + p->lora + p->checkpoints + p->ring;
@@ -213,6 +215,25 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     p->fits = p->total <= o->budget;
 }
 
+void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                   glm_plan *p) {
+    plan_once(c, li, B, T, backward, o, p);
+    if (p->fits || !p->backward || o->offload || o->host_budget <= 0) return;
+    /* auto: the layer inputs in host memory when that is what makes the step fit */
+    glm_plan_opts oo = *o;
+    oo.offload = 1;
+    glm_plan q;
+    plan_once(c, li, B, T, backward, &oo, &q);
+    if (q.fits && q.host <= o->host_budget) *p = q;
+}
+
+double glm_host_memory(void) {
+    const char *env = getenv("GLMTUNE_HOST_MEMORY_GIB"); /* plan for another machine's memory (and tests) */
+    if (env && atof(env) > 0) return atof(env) * 1073741824.0;
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
+}
+
 int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *o,
                          int64_t step, int64_t max_T, glm_plan *best) {
     glm_plan p;
@@ -266,8 +287,8 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
                    "(%.2f GiB) and all-gathers the layer it runs and the next into %.2f GiB of gather slots\n",
                 p->shard_world, p->shard_world, p->weights / G, p->gathered / G);
     if (p->offload)
-        fprintf(f, "  layer inputs offloaded to pinned host memory: PLANNED, NOT IMPLEMENTED (a run does not do it yet): "
-                   "%.2f GiB of host memory per rank, the GPU keeping 3 layers' inputs\n", p->host / G);
+        fprintf(f, "  layer inputs offloaded to host memory: %.2f GiB of page-locked host memory per rank, the GPU "
+                   "keeping 2 layers' inputs (copied in order with the compute, not overlapped with it yet)\n", p->host / G);
     char ring[64] = "";
     if (p->cp > 1) snprintf(ring, sizeof ring, " + ring buffers %.2f", p->ring / G);
     fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f%s + kept "

@@ -59,8 +59,10 @@ typedef struct glm_plan_opts {
     int cp;                /* > 1: context parallel over this many ranks (lora/ring_attention.h): each holds
                               2 chunks of every row and the ring's buffers; 0 or 1: off */
     int acc_bytes;         /* the ring's accumulator element size (be->acc_dtype: 8 on the CPU, 4 on CUDA); 0: 4 */
-    int offload;           /* plan the layer inputs (checkpoints) in pinned host memory: PLANNED ONLY, the
-                              trainer does not implement the offload (train --dry-run prints such plans) */
+    int offload;           /* 1: the layer inputs (checkpoints) in host memory (lora/model_step.c copies them
+                              out in the forward and back in the backward); 0: only as host_budget says */
+    double host_budget;    /* > 0 (with offload 0): when a training step does not fit the device budget, plan
+                              the offload instead if that fits and its host bytes are at most this; 0: never */
 } glm_plan_opts;
 
 typedef struct glm_plan {
@@ -79,8 +81,8 @@ typedef struct glm_plan {
     double gathered;                    /* ... and gathered the slots the layers are all-gathered into */
     double recompute_gflop;             /* extra forward work per step from recomputation */
     double ring;                        /* context parallel: the ring's K|V blocks, dK|dV and f32 accumulators, document ids */
-    int offload;                        /* the layer inputs planned in host memory (not implemented): then checkpoints is ... */
-    double host;                        /* ... the device's share (3 layers' inputs) and host the pinned host bytes */
+    int offload;                        /* the layer inputs in host memory: then checkpoints is ... */
+    double host;                        /* ... the device's share (2 layers' inputs) and host the host bytes */
     int fits;
 } glm_plan;
 
@@ -95,10 +97,15 @@ glm_ckpt_mode glm_plan_layer(const glm_plan *p, int l);
  * opts->cp > 1 this rank's share of them, see glm_plan.T_local).
  * Requested NONE / SELECTIVE / FULL apply to every layer (fits = 0 when it does not fit the
  * budget); AUTO chooses per layer. Chunks: opts' values when given, else the largest that leave
- * the layers room (mlp_chunk down to 512 tokens, loss_chunk down to 64). Never fails: a plan
- * that does not fit has fits = 0 and its predicted total. */
+ * the layers room (mlp_chunk down to 512 tokens, loss_chunk down to 64). Layer inputs in host
+ * memory: always with opts->offload, else (host_budget > 0) when that is what makes a training
+ * step fit. Never fails: a plan that does not fit has fits = 0 and its predicted total. */
 void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *opts,
                    glm_plan *out);
+/* The machine's physical memory in bytes (sysconf; the environment variable
+ * GLMTUNE_HOST_MEMORY_GIB overrides it, to plan for another machine), 0 when unknown: what the
+ * offload plans are held against (glm_plan_opts.host_budget). */
+double glm_host_memory(void);
 
 /* The longest row length T, a multiple of `step`, at most max_T, whose plan (rows B, backward)
  * under `opts` fits the budget; 0 when even `step` tokens do not fit. *best (may be NULL) receives

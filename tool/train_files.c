@@ -223,8 +223,9 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
     int eb = cpu ? 4 : 2;
+    /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
     glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0, cp,
-                       cpu ? 8 : 4, 0};
+                       cpu ? 8 : 4, 0, cpu ? 0 : 0.75 * glm_host_memory()};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);
@@ -264,14 +265,14 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
             printf("  none with the layer inputs on the GPUs: even %lld tokens need more than %.2f GiB per rank\n",
                    (long long)step, budget / G);
         if (tmax_off > 0)
-            printf("  %lld tokens with the layer inputs offloaded to pinned host memory: PLANNED, NOT IMPLEMENTED (a run does "
-                   "not offload yet); it would take %.1f GiB of host memory per rank, %.1f GiB for the %d ranks\n",
+            printf("  %lld tokens with the layer inputs offloaded to page-locked host memory: %.1f GiB of host memory per "
+                   "rank, %.1f GiB for the %d ranks\n",
                    (long long)tmax_off, best_off.host / G, best_off.host * W / G, W);
         if (!p.fits) { /* the requested row with offloading */
             glm_plan po;
             glm_plan_make(&cfg, &li, B, (int)T, 1, &oo, &po);
             printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
-                   "rank): PLANNED, NOT IMPLEMENTED\n", (long long)T, po.fits ? "would fit" : "would not fit either",
+                   "rank)\n", (long long)T, po.fits ? "fits" : "does not fit either",
                    po.total / G, po.host / G);
         }
     }

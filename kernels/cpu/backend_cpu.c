@@ -54,6 +54,14 @@ static glm_status cpu_memcpy(const glm_backend *be, void *dst, const void *src, 
     return GLM_OK;
 }
 
+static glm_status cpu_host_alloc(const glm_backend *be, size_t bytes, const char *what, void **out) {
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out) return glm_err(GLM_ERR_NOMEM, "out of host memory for %s (%zu bytes)", what, bytes);
+    return GLM_OK;
+}
+
+static void cpu_host_free(const glm_backend *be, void *p) { free(p); }
+
 static glm_status cpu_upload_f32(const glm_backend *be, void *dst, glm_dtype dt, const float *src, int64_t n) {
     GLM_TRY(need_f32(dt, "upload_f32"));
     if (n > 0) memcpy(dst, src, (size_t)n * sizeof(float));
@@ -518,6 +526,10 @@ static glm_backend cpu_backend = {
     .impl = NULL,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .upload_async = cpu_memcpy,
+    .download_async = cpu_memcpy,
     .upload = cpu_memcpy,
     .download = cpu_memcpy,
     .upload_f32 = cpu_upload_f32,

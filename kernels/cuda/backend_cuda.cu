@@ -148,6 +148,31 @@ glm_status cu_download(const glm_backend *be, void *dst, const void *src, size_t
     return GLM_OK;
 }
 
+static glm_status cu_host_alloc(const glm_backend *be, size_t bytes, const char *what, void **out) {
+    cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        return glm_err(GLM_ERR_NOMEM, "cuda backend: cannot allocate %.2f GiB of page-locked host memory for %s: %s",
+                       bytes / 1073741824.0, what, cudaGetErrorString(e));
+    }
+    return GLM_OK;
+}
+
+static void cu_host_free(const glm_backend *be, void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+static glm_status cu_upload_async(const glm_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, IMPL(be)->s), "upload_async");
+    return GLM_OK;
+}
+
+static glm_status cu_download_async(const glm_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, IMPL(be)->s), "download_async");
+    return GLM_OK;
+}
+
 const int64_t CONV_CHUNK = 1 << 22; /* elements per host conversion chunk (8 MiB of bf16) */
 
 static glm_status cu_upload_f32(const glm_backend *be, void *dst, glm_dtype dt, const float *src, int64_t n) {
@@ -383,6 +408,10 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->alloc = cu_alloc;
         b->free = cu_free;
         b->upload = cu_upload;
+        b->host_alloc = cu_host_alloc;
+        b->host_free = cu_host_free;
+        b->upload_async = cu_upload_async;
+        b->download_async = cu_download_async;
         b->download = cu_download;
         b->upload_f32 = cu_upload_f32;
         b->download_f32 = cu_download_f32;

@@ -66,13 +66,18 @@ check "... the ring's buffers" has "$T/cp8" "ring buffers 3.52"
 check "... the layer inputs of 131072 tokens" has "$T/cp8" "layer inputs 41.00"
 check "... the longest row" has "$T/cp8" "longest row that fits 8 ranks of 137 GiB with --context-parallel 8"
 check "... on the GPUs" has "$T/cp8" "tokens with the layer inputs on the GPUs"
-check "... the offload labelled as planned only" has "$T/cp8" "offloaded to pinned host memory: PLANNED, NOT IMPLEMENTED"
-# 2 GPUs: 1M does not fit with the layer inputs on the GPUs (exit 1); offloaded (planned) it would
-$G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2" 2>&1; rc=$?
+check "... and offloaded" has "$T/cp8" "tokens with the layer inputs offloaded to page-locked host memory"
+# 2 GPUs: 1M does not fit with the layer inputs on the GPUs (exit 1); offloaded it would, but not in
+# the 64 GiB of host memory planned for (GLMTUNE_HOST_MEMORY_GIB: 164 GiB needed per rank)
+GLMTUNE_HOST_MEMORY_GIB=64 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2" 2>&1; rc=$?
 check "1M, --context-parallel 2 --gpus 2: exit 1 ($rc)" test $rc = 1
 check "... does not fit" has "$T/cp2" "does NOT fit"
 check "... names --context-parallel" has "$T/cp2" "more ranks per row (--context-parallel)"
-check "... would fit offloaded (planned)" has "$T/cp2" "1048576 tokens (--seq-len) with offloading: would fit"
+check "... fits offloaded" has "$T/cp2" "1048576 tokens (--seq-len) with offloading: fits"
+# with 512 GiB of host memory a run offloads the layer inputs by itself: the plan says so (exit 0)
+GLMTUNE_HOST_MEMORY_GIB=512 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2h" 2>&1; rc=$?
+check "1M, --context-parallel 2 --gpus 2, 512 GiB of host memory: exit 0 ($rc)" test $rc = 0
+check "... the layer inputs offloaded" has "$T/cp2h" "layer inputs offloaded to host memory: 164.00 GiB of page-locked host memory per rank"
 # 8 GPUs in 2 data-parallel groups of 4; a padded row
 $G train --dry-run --quiet --model "$CFG" --seq-len 1000003 --device cuda --max-gpu-memory 137 --context-parallel 4 --gpus 8 >"$T/cp4" 2>&1; rc=$?
 check "1000003 tokens, --context-parallel 4 --gpus 8: exit 0 ($rc)" test $rc = 0

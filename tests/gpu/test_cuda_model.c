@@ -132,6 +132,20 @@ static void test_layout(const char *layout) {
     report(what, rel(gk, gg, n), 1e-6);
     CHECK(ls2 == lsg, "%s: checkpointed loss %.17g vs %.17g", layout, ls2, lsg);
 
+    /* the layer inputs offloaded to page-locked host memory (copied out and back on the compute
+     * stream): the same loss and grads as checkpointed, bit for bit */
+    d.m->offload = 1;
+    glm_lora_zero_grads(d.l);
+    double lso = 0;
+    CHECK(glm_model_step(d.m, d.l, &b, scale, 1, 1, 0, &lso, &ntg) == GLM_OK, "cuda offload step: %s", glm_errmsg());
+    CHECK(glm_model_current_plan(d.m) && glm_model_current_plan(d.m)->offload, "%s: the offload plan", layout);
+    float *go = grads(gpu, d.l, &n);
+    snprintf(what, sizeof what, "%s cuda offloaded vs checkpointed (%s)", layout, memcmp(go, gk, n * 4) ? "not bitwise" : "bitwise");
+    report(what, rel(go, gk, n), 1e-6);
+    CHECK(lso == ls2, "%s: offloaded loss %.17g vs %.17g", layout, lso, ls2);
+    free(go);
+    d.m->offload = 0;
+
     /* LoRA dropout: the same masks on both backends */
     c.l->dropout = d.l->dropout = 0.3f;
     glm_lora_zero_grads(c.l);

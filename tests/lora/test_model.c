@@ -236,6 +236,28 @@ static void test_layout(const char *layout) {
         m->mlp_chunk = 0;
     }
 
+    /* the layer inputs offloaded to host memory (be->host_alloc, copied out in the forward and
+     * back in the backward through two device slots), full and no recomputation: the same loss
+     * and grads bit for bit; then a forward-only step in the same workspace */
+    for (int k = 0; k < 2; k++) {
+        glm_ckpt_mode mode = k ? GLM_CKPT_NONE : GLM_CKPT_FULL;
+        m->offload = 1;
+        glm_lora_zero_grads(l);
+        double lo;
+        CHECK(glm_model_step(m, l, &b, scale, 1, mode, 0, &lo, &nt) == GLM_OK, "%s offload %s: %s", what,
+              glm_ckpt_name(mode), glm_errmsg());
+        const glm_plan *po = glm_model_current_plan(m);
+        CHECK(po && po->offload && po->host == (m->cfg.L + 1.0) * po->N * m->cfg.C * glm_dtype_size(be->act_dtype),
+              "%s offload %s: the plan offloads (%.0f host bytes)", what, glm_ckpt_name(mode), po ? po->host : 0);
+        float **go = grab_grads(l);
+        CHECK(lo == ls && grads_equal(l, go, ref), "%s offload %s: loss %.17g vs %.17g, grads rel %.3e", what,
+              glm_ckpt_name(mode), lo, ls, grads_rel(l, go, ref));
+        free_grads(l, go);
+        CHECK(glm_model_step(m, l, &b, scale, 0, mode, 0, &lo, &nt) == GLM_OK && lo == ls, "%s offload %s: forward only",
+              what, glm_ckpt_name(mode));
+        m->offload = 0;
+    }
+
     /* micro-batch 2 == 1 + 1 accumulated */
     glm_lora_zero_grads(l);
     glm_batch b0 = golden_batch(&g, 0, 1), b1 = golden_batch(&g, 1, 1);
