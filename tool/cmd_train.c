@@ -56,6 +56,12 @@ int cmd_train(int argc, char **argv) {
         else args[n++] = argv[i];
     }
     args[n] = NULL;
+    /* the settings' notes and warnings once per run: not again in the ranks glmtune's supervisor
+     * started (it printed them: GLMTUNE_SUPERVISED) nor in ranks above 0 (errors still print) */
+    dist_info d0;
+    const int saved_level = glm_log_level;
+    if ((getenv("GLMTUNE_SUPERVISED") || (dist_detect(&d0) == GLM_OK && d0.rank > 0)) && glm_log_level > 0)
+        glm_log_level = 0;
     if (s == GLM_OK) s = glm_opts_parse(&o, n, args);
     free(args);
     if (s == GLM_OK && o.help) {
@@ -78,6 +84,7 @@ int cmd_train(int argc, char **argv) {
     if (o.eval_steps > 0 && !(o.eval_data && *o.eval_data))
         glm_log_warn("eval_steps is %lld but there is no eval_data: no evaluation will run; hint: --eval-data "
                      "OUTDIR (a tokenize output, its val split is used when it has one)", (long long)o.eval_steps);
+    glm_log_level = saved_level;
     if (o.gpus && o.context_parallel > 1) { /* before any worker starts: a usage error */
         int devs[1024], n = launch_parse_gpus(o.gpus, devs, 1024);
         if (n > 0 && n % o.context_parallel) {

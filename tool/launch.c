@@ -236,9 +236,9 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
         /* Open MPI on one machine: no single-copy kernel mechanism unless the user chose one
          * (containers forbid the ptrace-based CMA it uses by default, and then every large
          * message fails) */
-        char *env[2] = {NULL, NULL};
+        char *env[3] = {"GLMTUNE_SUPERVISED=1", NULL, NULL}; /* the ranks: the settings' notes are printed here */
         if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
-            env[0] = "OMPI_MCA_btl_vader_single_copy_mechanism=none";
+            env[1] = "OMPI_MCA_btl_vader_single_copy_mechanism=none";
         launch_child ch = {.argv = av, .env = env};
         snprintf(ch.name, sizeof ch.name, "mpirun (%d CPU ranks)", nproc);
         if (!quiet) glm_log_info("starting %d CPU ranks under mpirun", nproc);
@@ -294,18 +294,19 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
     for (int i = 0; i < argc; i++) av[i + 2] = argv[i];
     for (int r = 0; r < n; r++) {
         ch[r].argv = av;
-        ch[r].env = calloc(7, sizeof(char *));
+        ch[r].env = calloc(8, sizeof(char *));
         ch[r].env[0] = xstrdup_printf("GLMTUNE_RANK=%d", r);
         ch[r].env[1] = xstrdup_printf("GLMTUNE_WORLD_SIZE=%d", n);
         ch[r].env[2] = xstrdup_printf("GLMTUNE_LOCAL_RANK=%d", r);
         ch[r].env[3] = xstrdup_printf("GLMTUNE_DEVICE=%d", devs[r]);
         ch[r].env[4] = xstrdup_printf("GLMTUNE_NCCL_ID=%s", idhex);
+        ch[r].env[5] = xstrdup_printf("GLMTUNE_SUPERVISED=1"); /* the settings' notes are printed here */
         snprintf(ch[r].name, sizeof ch[r].name, "rank %d (GPU %d)", r, devs[r]);
     }
     if (!quiet) glm_log_info("starting %d worker(s), one per GPU (%s)", n, gpus);
     int code = launch_supervise(ch, n, 10.0);
     for (int r = 0; r < n; r++) {
-        for (int k = 0; k < 5; k++) free(ch[r].env[k]);
+        for (int k = 0; k < 6; k++) free(ch[r].env[k]);
         free(ch[r].env);
     }
     free(ch);
