@@ -73,7 +73,7 @@ static double weight_bytes(const glm_config *c, int wb, int W, double *gathered)
 /* Buffers whose size does not depend on the per-layer policy (any_full: the attention-part
  * scratch for layers that recompute everything). */
 static double fixed_bytes(const glm_config *c, const glm_lora_info *li, double N, double mc, double lc, int backward,
-                          int any_full, int e) {
+                          int any_full, int e, int cp) {
     double C = c->C, F = c->F, qd = (double)c->H * c->Dh, H = c->H;
     double b = 0;
     b += e * N * C + 8 * N;                                    /* xn1 scratch, rstd1/rstd2 scratch */
@@ -83,9 +83,11 @@ static double fixed_bytes(const glm_config *c, const glm_lora_info *li, double N
         b += e * mc * 3 * F;                                   /* d_a, d_h chunks */
         b += e * N * (2 * C + qd + qkv_rows(c));               /* dx, d_xn, d_o, d_qkv */
         b += 4 * N * H + 8 * N;                                /* attention D, document bounds (backend scratch) */
-        b += 8 * N * qd + 8 * N * H + 4 * N;                   /* cuDNN's attention backward (CUDA): its workspace
+        if (e == 2 && !cp)                                     /* cuDNN's attention backward (CUDA, whole rows; the
+                                                                  ring's blocks run glmtune's kernels): its workspace
                                                                   (8 bytes per query element measured with 9.19: 4.02
                                                                   GiB at 131072 x 4096), lse copies, document runs */
+            b += 8 * N * qd + 8 * N * H + 4 * N;
     } else {
         b += 8 * N;
     }
@@ -183,7 +185,7 @@ static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T
     } else {
         for (int k = L; k >= 0; k--) {
             for (int pass = 0; pass < 2; pass++) { /* pass 0: no full layers; pass 1: with full layers */
-                double fx = fixed_bytes(c, li, N, (double)mc, (double)lc, 1, pass, e) + p->loss_head;
+                double fx = fixed_bytes(c, li, N, (double)mc, (double)lc, 1, pass, e, cp) + p->loss_head;
                 double left = o->budget - persistent - fx - k * mk;
                 if (left < 0) continue;
                 double sd = ms > 0 ? floor(left / ms) : (double)(L - k);
@@ -208,7 +210,7 @@ static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T
     p->n_selective = best_s;
     p->n_full = L - best_k - best_s;
     p->saved = backward ? p->n_keep * mk + p->n_selective * ms : 0;
-    p->working = fixed_bytes(c, li, N, (double)mc, (double)lc, backward, p->n_full > 0, e);
+    p->working = fixed_bytes(c, li, N, (double)mc, (double)lc, backward, p->n_full > 0, e, cp);
     p->fixed = p->working;
     p->total = persistent + p->saved + p->working + p->loss_head; /* persistent includes the ring */
     p->recompute_gflop = backward ? N * (p->n_selective * f_sel + p->n_full * f_full) / 1e9 : 0;

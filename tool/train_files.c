@@ -251,9 +251,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         int B = (int)ts->per_device_train_batch_size;
         int64_t step = 2048 * (int64_t)cp, cap = (int64_t)1 << 28;
         glm_plan best, best_off;
-        glm_plan_opts oo = o;
+        glm_plan_opts og = o, oo = o;
+        og.host_budget = 0; /* on the GPUs only */
         oo.offload = 1;
-        int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &o, step, cap, &best);
+        int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &og, step, cap, &best);
         int64_t tmax_off = glm_plan_longest(&cfg, &li, B, 1, &oo, step, cap, &best_off);
         printf("longest row that fits %d rank%s of %.0f GiB with --context-parallel %d (micro-batch %d, gradient "
                "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "", budget / G, cp, B,
