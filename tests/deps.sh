@@ -4,9 +4,10 @@ GLM_DEBS="build-essential cmake ninja-build pkg-config zlib1g-dev libpcre2-dev l
 libarchive-dev libsentencepiece-dev sentencepiece libopenblas-dev libyaml-dev zstd xz-utils bzip2 zip
 libopenmpi-dev openmpi-bin"
 
-glm_install_deps() {
+# glm_apt_install PKG...: installs the Debian packages not installed yet (as root, or through sudo).
+glm_apt_install() {
     local missing=()
-    for p in $GLM_DEBS; do
+    for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
@@ -17,6 +18,11 @@ glm_install_deps() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+glm_install_deps() {
+    # shellcheck disable=SC2086
+    glm_apt_install $GLM_DEBS
+}
+
 # glm_cudnn_frontend: the header-only cudnn-frontend (NVIDIA's C++ API of cuDNN's graphs; the CUDA
 # build's fused attention uses it, kernels/cuda/attention_cudnn.cpp) from PyPI's wheel into a cache
 # (GLM_CACHE, default ~/.cache/glmtune); prints the include directory, or nothing when it cannot
@@ -25,7 +31,9 @@ GLM_CUDNN_FRONTEND_VERSION=1.32.0
 glm_cudnn_frontend() {
     local dir="${GLM_CACHE:-$HOME/.cache/glmtune}/cudnn-frontend-$GLM_CUDNN_FRONTEND_VERSION"
     if [ ! -f "$dir/include/cudnn_frontend.h" ]; then
-        command -v python3 >/dev/null || return 0
+        # pip downloads the wheel (Debian: python3-pip; nothing is installed into Python)
+        python3 -m pip --version >/dev/null 2>&1 || glm_apt_install python3-pip >&2 || true
+        python3 -m pip --version >/dev/null 2>&1 || { echo "note: no pip: CUDA attention without cuDNN" >&2; return 0; }
         local tmp
         tmp=$(mktemp -d) || return 0
         if timeout 300 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
