@@ -153,9 +153,11 @@ typedef struct {
 } tokref;
 
 static void set_key(tokref *t, int rev) {
-    uint64_t k = 0;
-    for (uint32_t i = 0; i < 8; i++) k = k << 8 | (i < t->n ? t->p[rev ? t->n - 1 - i : i] : 0);
-    t->key = k;
+    uint32_t m = t->n < 8 ? t->n : 8; /* tokens are never empty */
+    if (rev) /* the last m bytes, little endian, put the last byte on top */
+        t->key = load_head(t->p + t->n - m, m) << (64 - 8 * m);
+    else /* the first m bytes, zero padded, big endian */
+        t->key = __builtin_bswap64(load_head(t->p, m));
 }
 
 static int cmp_tokref(const void *x, const void *y) {
