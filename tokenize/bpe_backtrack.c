@@ -97,16 +97,42 @@ struct glm_bpe_bt {
     int bound_shift;  /* pstate bounds are rank >> bound_shift */
     bt_tok *t;        /* [n_ranks] */
     pstate *ps;       /* the tokens' blocks */
+    size_t nps;       /* entries of ps */
+    int borrowed;     /* cell, t and ps point into a table cache (bpe_cache.c): not freed here */
 };
 
 uint32_t glm_bpe_bt_unreachable_max(const glm_bpe_bt *bt) { return bt->unreach_max; }
 
 void glm_bpe_bt_free(glm_bpe_bt *bt) {
     if (!bt) return;
-    free(bt->cell);
-    free(bt->t);
-    free(bt->ps);
+    if (!bt->borrowed) {
+        free(bt->cell);
+        free(bt->t);
+        free(bt->ps);
+    }
     free(bt);
+}
+
+void glm_bpe_bt_export(const glm_bpe_bt *bt, glm_bpe_bt_dims *d, glm_bpe_sect sect[GLM_BPE_BT_SECTS]) {
+    *d = (glm_bpe_bt_dims){bt->ncell, bt->nps, bt->max_len, bt->unreach_max, (uint32_t)bt->bound_shift,
+                           sizeof(dat_cell), sizeof(bt_tok), sizeof(pstate)};
+    sect[0] = (glm_bpe_sect){bt->cell, bt->ncell * sizeof(dat_cell)};
+    sect[1] = (glm_bpe_sect){bt->t, 0}; /* [n_ranks]: the caller knows n_ranks */
+    sect[2] = (glm_bpe_sect){bt->ps, bt->nps * sizeof(pstate)};
+}
+
+glm_status glm_bpe_bt_import(const glm_bpe_bt_dims *d, uint32_t n_ranks, const void *cell, const void *t,
+                             const void *ps, glm_bpe_bt **out) {
+    if (d->cell_bytes != sizeof(dat_cell) || d->tok_bytes != sizeof(bt_tok) || d->pstate_bytes != sizeof(pstate) ||
+        d->ncell < 257 || d->max_len > BT_MAX_PIECE || d->unreach_max > BT_MAX_PIECE || d->bound_shift > 31 ||
+        ((uint64_t)(n_ranks - 1) >> d->bound_shift) >= 255 || d->nps == 0 || d->nps > UINT32_MAX)
+        return glm_err(GLM_ERR_FORMAT, "backtracking tables of another layout");
+    glm_bpe_bt *bt = calloc(1, sizeof *bt);
+    if (!bt) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    *bt = (glm_bpe_bt){(dat_cell *)cell, (size_t)d->ncell, d->max_len, d->unreach_max, (int)d->bound_shift,
+                       (bt_tok *)t, (pstate *)ps, (size_t)d->nps, 1};
+    *out = bt;
+    return GLM_OK;
 }
 
 /* ------------------------------------------------------------------------- derivations */
@@ -483,6 +509,7 @@ glm_status glm_bpe_bt_build(glm_bpe *b) {
     }
     pstate *fit = realloc(bt->ps, (np ? np : 1) * sizeof *bt->ps); /* give back what was not used */
     if (fit) bt->ps = fit;
+    bt->nps = np ? np : 1;
     if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done; /* and each token's next_prefix */
     b->bt = bt;
     bt = NULL;
