@@ -17,6 +17,8 @@
  * made to agree with the reference's) is in bpe_split.c. */
 #include "tokenize/bpe_internal.h"
 
+#include "common/hash.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,16 +88,23 @@ bool glm_bpe_detect(const char *data, size_t len) {
 
 void glm_bpe_free(glm_bpe *b) {
     if (!b) return;
-    free(b->blob);
-    free(b->off);
-    free(b->len);
-    free(b->slots);
-    free(b->pair_rank);
-    free(b->filter);
+    if (!b->cache.data) { /* else they point into the cache's mapping */
+        free(b->blob);
+        free(b->off);
+        free(b->len);
+        free(b->slots);
+        free(b->pair_rank);
+        free(b->filter);
+    }
     if (b->re) pcre2_code_free(b->re);
     glm_bpe_bt_free(b->bt);
+    glm_mmap_close(&b->cache);
     free(b);
 }
+
+uint64_t glm_bpe_file_hash(const glm_bpe *b) { return b->file_hash; }
+
+bool glm_bpe_from_cache(const glm_bpe *b) { return b->cache.data != NULL; }
 
 typedef struct {
     uint32_t rank, off, len, line;
@@ -138,6 +147,12 @@ glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe 
     uint32_t *line_of = NULL;
     glm_bpe *b = calloc(1, sizeof *b);
     if (!b) return glm_err(GLM_ERR_NOMEM, "out of memory loading %s", path);
+    b->file_hash = glm_fnv1a64(GLM_FNV1A64_INIT, data, len);
+    if (glm_bpe_cache_load(b, len)) { /* the tables built by an earlier run from the same bytes */
+        if ((st = glm_bpe_split_init(b)) != GLM_OK) goto fail;
+        *out = b;
+        return GLM_OK;
+    }
     uint8_t tmp[4096];
     uint32_t max_rank = 0;
     size_t pos = 0;
@@ -244,6 +259,7 @@ glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe 
     if ((st = glm_bpe_bt_build(b)) != GLM_OK) goto fail;
     free(line_of);
     glm_vec_free(ents);
+    glm_bpe_cache_save(b, len);
     *out = b;
     return GLM_OK;
 fail:

@@ -24,12 +24,24 @@ const char *glm_bpe_pcre2_pattern(void);
 bool glm_bpe_detect(const char *data, size_t len);
 
 /* Parses a tiktoken BPE file (lines "base64(token) rank", LF or CRLF, blank lines ignored) held
- * in data[0..len) and compiles the GLM-4 split regex (PCRE2, UTF+UCP, JIT).
+ * in data[0..len), builds its lookup tables and compiles the GLM-4 split regex (PCRE2, UTF+UCP,
+ * JIT). The tables built from the same bytes by an earlier load are taken from the table cache
+ * when it has them and they check out ($GLMTUNE_CACHE_DIR, else $XDG_CACHE_HOME/glmtune, else
+ * ~/.cache/glmtune, about 31 MB per tokenizer file; GLMTUNE_CACHE_DIR=off disables it; see
+ * bpe_cache.c); otherwise they are built (about 0.15 CPU-seconds for GLM-4) and saved there, on
+ * a best-effort basis (a cache that cannot be written is no error).
  * `path` only names the file in messages. Errors: GLM_ERR_FORMAT (bad base64, bad rank,
  * duplicate token or rank; the message gives the line number), GLM_ERR_NOMEM,
  * GLM_ERR_INTERNAL (the regex fails to compile). */
 glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe **out);
 void glm_bpe_free(glm_bpe *b);
+
+/* FNV-1a 64 (GLM_FNV1A64_INIT) of the bytes the table was loaded from: the start of the
+ * tokenizer's fingerprint, and the key of its table cache. */
+uint64_t glm_bpe_file_hash(const glm_bpe *b);
+
+/* True when the tables were mapped from the table cache rather than built (see bpe_cache.c). */
+bool glm_bpe_from_cache(const glm_bpe *b);
 
 /* Max rank + 1 (ids above are unassigned in the BPE table). */
 uint32_t glm_bpe_n_ranks(const glm_bpe *b);

@@ -97,16 +97,42 @@ struct glm_bpe_bt {
     int bound_shift;  /* pstate bounds are rank >> bound_shift */
     bt_tok *t;        /* [n_ranks] */
     pstate *ps;       /* the tokens' blocks */
+    size_t nps;       /* entries of ps */
+    int borrowed;     /* cell, t and ps point into a table cache (bpe_cache.c): not freed here */
 };
 
 uint32_t glm_bpe_bt_unreachable_max(const glm_bpe_bt *bt) { return bt->unreach_max; }
 
 void glm_bpe_bt_free(glm_bpe_bt *bt) {
     if (!bt) return;
-    free(bt->cell);
-    free(bt->t);
-    free(bt->ps);
+    if (!bt->borrowed) {
+        free(bt->cell);
+        free(bt->t);
+        free(bt->ps);
+    }
     free(bt);
+}
+
+void glm_bpe_bt_export(const glm_bpe_bt *bt, glm_bpe_bt_dims *d, glm_bpe_sect sect[GLM_BPE_BT_SECTS]) {
+    *d = (glm_bpe_bt_dims){bt->ncell, bt->nps, bt->max_len, bt->unreach_max, (uint32_t)bt->bound_shift,
+                           sizeof(dat_cell), sizeof(bt_tok), sizeof(pstate)};
+    sect[0] = (glm_bpe_sect){bt->cell, bt->ncell * sizeof(dat_cell)};
+    sect[1] = (glm_bpe_sect){bt->t, 0}; /* [n_ranks]: the caller knows n_ranks */
+    sect[2] = (glm_bpe_sect){bt->ps, bt->nps * sizeof(pstate)};
+}
+
+glm_status glm_bpe_bt_import(const glm_bpe_bt_dims *d, uint32_t n_ranks, const void *cell, const void *t,
+                             const void *ps, glm_bpe_bt **out) {
+    if (d->cell_bytes != sizeof(dat_cell) || d->tok_bytes != sizeof(bt_tok) || d->pstate_bytes != sizeof(pstate) ||
+        d->ncell < 257 || d->max_len > BT_MAX_PIECE || d->unreach_max > BT_MAX_PIECE || d->bound_shift > 31 ||
+        ((uint64_t)(n_ranks - 1) >> d->bound_shift) >= 255 || d->nps == 0 || d->nps > UINT32_MAX)
+        return glm_err(GLM_ERR_FORMAT, "backtracking tables of another layout");
+    glm_bpe_bt *bt = calloc(1, sizeof *bt);
+    if (!bt) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    *bt = (glm_bpe_bt){(dat_cell *)cell, (size_t)d->ncell, d->max_len, d->unreach_max, (int)d->bound_shift,
+                       (bt_tok *)t, (pstate *)ps, (size_t)d->nps, 1};
+    *out = bt;
+    return GLM_OK;
 }
 
 /* ------------------------------------------------------------------------- derivations */
@@ -153,9 +179,11 @@ typedef struct {
 } tokref;
 
 static void set_key(tokref *t, int rev) {
-    uint64_t k = 0;
-    for (uint32_t i = 0; i < 8; i++) k = k << 8 | (i < t->n ? t->p[rev ? t->n - 1 - i : i] : 0);
-    t->key = k;
+    uint32_t m = t->n < 8 ? t->n : 8; /* tokens are never empty */
+    if (rev) /* the last m bytes, little endian, put the last byte on top */
+        t->key = load_head(t->p + t->n - m, m) << (64 - 8 * m);
+    else /* the first m bytes, zero padded, big endian */
+        t->key = __builtin_bswap64(load_head(t->p, m));
 }
 
 static int cmp_tokref(const void *x, const void *y) {
@@ -390,106 +418,105 @@ static inline int walk(const glm_bpe_bt *bt, const uint8_t *s, size_t n, cand *c
 
 /* ------------------------------------------------------------------------- building */
 
+/* Appends token r's block to bt->ps (growing it as needed) from its derivation d[0..k) with the
+ * rightmost and leftmost part of each state in rpart/lpart; ext/pre: the lowest rank of a token
+ * extending a token at its end / at its start (extension_min). Sets bt->t[r].dv. */
+static glm_status add_block(glm_bpe_bt *bt, size_t *np, size_t *cap, uint32_t r, const deriv_ent *d,
+                            const uint32_t *rpart, const uint32_t *lpart, size_t k, const uint32_t *ext,
+                            const uint32_t *pre) {
+    if (*np + 2 * k + 2 > *cap) { /* the loop below writes one entry past the last it keeps */
+        size_t c = *cap + *cap / 2 + 2 * k + 2;
+        pstate *ps = realloc(bt->ps, c * sizeof *ps);
+        if (!ps) return glm_err(GLM_ERR_NOMEM, "out of memory building the tokenizer's tables");
+        bt->ps = ps;
+        *cap = c;
+    }
+    pstate *h = &bt->ps[*np];
+    bt->t[r].dv = (uint32_t)*np;
+    *h = (pstate){0};
+    size_t p = *np + 1;
+    for (int side = 0; side < 2; side++) {
+        uint32_t lo = 0, hi = 0;
+        size_t p0 = p;
+        for (size_t j = 0; j < k; j++) {
+            lo = hi;
+            hi = d[j].m == NONE_RANK ? UINT32_MAX : (d[j].m + 1 > hi ? d[j].m + 1 : hi);
+            uint32_t bound = side == 0 ? ext[rpart[j]] : pre[lpart[j]];
+            /* kept or not is hard to predict (about half are): written always, counted when
+             * kept, without a branch */
+            uint32_t keep = (bound != NONE_RANK) & (side == 0 ? bound < d[j].m : bound <= d[j].m);
+            bt->ps[p] = (pstate){lo, hi, d[j].m, side == 0 ? d[j].rl : d[j].ll,
+                                 (uint8_t)(bound >> bt->bound_shift), 0, 0};
+            p += keep;
+        }
+        if (side == 0) h->nr = (uint8_t)(p - p0);
+        else h->nl = (uint8_t)(p - p0);
+    }
+    *np = p;
+    return GLM_OK;
+}
+
 glm_status glm_bpe_bt_build(glm_bpe *b) {
     glm_status st = GLM_OK;
     glm_bpe_bt *bt = calloc(1, sizeof *bt);
-    size_t total = 0, n_reach = 0, n = b->n_ranks;
-    for (uint32_t r = 0; r < b->n_ranks; r++)
-        if (b->off[r] != NONE_RANK && b->len[r] <= BT_MAX_PIECE) total += b->len[r];
-    uint32_t *start = malloc((BT_MAX_PIECE + 1) * sizeof *start);
-    uint32_t *rank = malloc((BT_MAX_PIECE + 1) * sizeof *rank);
-    uint32_t *part = malloc((BT_MAX_PIECE + 1) * sizeof *part);
+    size_t n = b->n_ranks, n_all = 0, np = 0, cap = 0;
     uint32_t *ext = malloc(n * sizeof *ext), *pre = malloc(n * sizeof *pre);
-    uint32_t *rpart = malloc((total + 1) * sizeof *rpart), *lpart = malloc((total + 1) * sizeof *lpart);
-    uint32_t *first = malloc(n * sizeof *first);
-    deriv_ent *dv = malloc((total + 1) * sizeof *dv);
     size_t *scratch = malloc(n * sizeof *scratch);
-    tokref *refs = malloc(n * sizeof *refs), *all = malloc(n * sizeof *all), *tmp = malloc(n * sizeof *tmp);
-    size_t n_all = 0;
-    if (bt) {
-        bt->t = malloc(n * sizeof *bt->t);
-        bt->ps = malloc((total + n + 2) * sizeof *bt->ps); /* + 1: the blocks loop writes one past its last entry */
-    }
-    if (!bt || !start || !rank || !part || !ext || !pre || !rpart || !lpart || !first || !dv || !scratch ||
-        !refs || !all || !bt->t || !bt->ps) {
+    tokref *all = malloc(n * sizeof *all), *tmp = malloc(n * sizeof *tmp);
+    if (bt) bt->t = malloc(n * sizeof *bt->t);
+    if (!bt || !ext || !pre || !scratch || !all || !tmp || !bt->t) {
         st = glm_err(GLM_ERR_NOMEM, "out of memory building the tokenizer's tables");
         goto done;
     }
-    size_t used = 0;
-    for (uint32_t r = 0; r < b->n_ranks; r++) { /* derivations; which tokens are reachable */
+    for (uint32_t r = 0; r < b->n_ranks; r++) {
         bt->t[r] = (bt_tok){NONE_RANK, NONE_RANK, b->len[r]};
-        first[r] = NONE_RANK;
         if (b->off[r] == NONE_RANK || b->len[r] > BT_MAX_PIECE) continue;
-        const uint8_t *s = (const uint8_t *)b->blob + b->off[r];
-        size_t len = b->len[r], k;
-        all[n_all++] = (tokref){s, (uint32_t)len, r, 0};
-        if (derive(b, s, len, start, rank, part, dv + used, rpart + used, lpart + used, &k) != 1) {
+        all[n_all++] = (tokref){(const uint8_t *)b->blob + b->off[r], b->len[r], r, 0};
+        if (b->len[r] > bt->max_len) bt->max_len = b->len[r];
+    }
+    while (((size_t)(b->n_ranks - 1) >> bt->bound_shift) >= 255) bt->bound_shift++;
+    /* The lowest rank of a token extending each token, at its start and at its end. Only
+     * reachable tokens can be formed across an edge (fact 1); taking all of them gives a bound
+     * that is as low or lower: still a bound, and known before the derivations. */
+    for (size_t i = 0; i < n_all; i++) set_key(&all[i], 1);
+    sort_tokrefs(all, n_all, tmp, cmp_tokref_rev);
+    extension_min(all, n_all, 1, pre, scratch);
+    for (size_t i = 0; i < n_all; i++) set_key(&all[i], 0);
+    sort_tokrefs(all, n_all, tmp, cmp_tokref); /* also the order the trie is built in */
+    extension_min(all, n_all, 0, ext, scratch);
+    free(scratch);
+    free(tmp);
+    scratch = NULL;
+    tmp = NULL;
+    cap = n * 8; /* about what GLM-4 needs; add_block grows it */
+    if (!(bt->ps = malloc(cap * sizeof *bt->ps))) {
+        st = glm_err(GLM_ERR_NOMEM, "out of memory building the tokenizer's tables");
+        goto done;
+    }
+    /* Each reachable token's derivation and its block (the states where its right edge, or its
+     * left edge, can be crossed), in rank order. */
+    for (uint32_t r = 0; r < b->n_ranks; r++) {
+        if (b->off[r] == NONE_RANK || b->len[r] > BT_MAX_PIECE) continue;
+        uint32_t start[BT_MAX_PIECE + 1], rank[BT_MAX_PIECE + 1], part[BT_MAX_PIECE + 1];
+        uint32_t rpart[BT_MAX_PIECE], lpart[BT_MAX_PIECE];
+        deriv_ent d[BT_MAX_PIECE];
+        size_t k, len = b->len[r];
+        if (derive(b, (const uint8_t *)b->blob + b->off[r], len, start, rank, part, d, rpart, lpart, &k) != 1) {
             if (len > bt->unreach_max) bt->unreach_max = (uint32_t)len;
             continue;
         }
-        first[r] = (uint32_t)used;
-        used += k;
-        refs[n_reach++] = (tokref){s, (uint32_t)len, r, 0};
-    }
-    for (size_t i = 0; i < n_all; i++)
-        if (all[i].n > bt->max_len) bt->max_len = all[i].n;
-    /* the lowest rank of a token extending each part (parts are reachable tokens, fact 1) */
-    while (((size_t)(b->n_ranks - 1) >> bt->bound_shift) >= 255) bt->bound_shift++;
-    for (size_t i = 0; i < n_reach; i++) set_key(&refs[i], 1);
-    sort_tokrefs(refs, n_reach, tmp, cmp_tokref_rev);
-    extension_min(refs, n_reach, 1, pre, scratch);
-    for (size_t i = 0; i < n_all; i++) set_key(&all[i], 0);
-    sort_tokrefs(all, n_all, tmp, cmp_tokref); /* every token, for the trie */
-    n_reach = 0;
-    for (size_t i = 0; i < n_all; i++) /* the reachable ones, in the same order */
-        if (first[all[i].rank] != NONE_RANK) refs[n_reach++] = all[i];
-    extension_min(refs, n_reach, 0, ext, scratch);
-    /* each token's block: the states where its right edge, or its left edge, can be crossed */
-    size_t np = 0;
-    for (uint32_t r = 0; r < b->n_ranks; r++) { /* in rank order: dv is read in sequence */
-        uint32_t f = first[r];
-        if (f == NONE_RANK) continue;
-        size_t k = b->len[r]; /* a reachable token of n bytes has n states */
-        pstate *h = &bt->ps[np];
-        bt->t[r].dv = (uint32_t)np;
-        *h = (pstate){0};
-        np++;
-        for (int side = 0; side < 2; side++) {
-            uint32_t lo = 0, hi = 0, kept = 0;
-            for (size_t j = 0; j < k; j++) {
-                const deriv_ent *d = &dv[f + j];
-                lo = hi;
-                hi = d->m == NONE_RANK ? UINT32_MAX : (d->m + 1 > hi ? d->m + 1 : hi);
-                uint32_t bound = side == 0 ? ext[rpart[f + j]] : pre[lpart[f + j]];
-                /* kept or not is hard to predict (about half are): written always, counted when
-                 * kept, without a branch (ps has room: at most one entry per state) */
-                uint32_t keep = (bound != NONE_RANK) & (side == 0 ? bound < d->m : bound <= d->m);
-                bt->ps[np] = (pstate){lo, hi, d->m, side == 0 ? d->rl : d->ll,
-                                      (uint8_t)(bound >> bt->bound_shift), 0, 0};
-                np += keep;
-                kept += keep;
-            }
-            if (side == 0) h->nr = (uint8_t)kept;
-            else h->nl = (uint8_t)kept;
-        }
+        if ((st = add_block(bt, &np, &cap, r, d, rpart, lpart, k, ext, pre)) != GLM_OK) goto done;
     }
     pstate *fit = realloc(bt->ps, (np ? np : 1) * sizeof *bt->ps); /* give back what was not used */
     if (fit) bt->ps = fit;
+    bt->nps = np ? np : 1;
     if ((st = dat_build(bt, all, n_all)) != GLM_OK) goto done; /* and each token's next_prefix */
     b->bt = bt;
     bt = NULL;
 done:
-    free(start);
-    free(rank);
-    free(part);
     free(ext);
     free(pre);
-    free(rpart);
-    free(lpart);
-    free(first);
-    free(dv);
     free(scratch);
-    free(refs);
     free(all);
     free(tmp);
     glm_bpe_bt_free(bt);

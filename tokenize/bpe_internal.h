@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "tokenize/bpe.h"
 
 typedef struct glm_bpe_bt glm_bpe_bt;
@@ -40,6 +41,9 @@ struct glm_bpe {
     pcre2_code *re;
     int jit;           /* JIT compiled */
     glm_bpe_bt *bt;    /* the backtracking encoder's tables (bpe_backtrack.c), NULL if not built */
+    uint64_t file_hash; /* FNV-1a 64 of the tokenizer file's bytes */
+    glm_mmap cache;    /* the table cache that blob, off, len, slots, pair_rank, filter and bt's
+                          tables point into (bpe_cache.c); empty when they are malloc'd */
 };
 
 /* ------------------------------------------------------------------------- hashing */
@@ -135,6 +139,51 @@ glm_status glm_bpe_bt_build(glm_bpe *b);
  * (its bytes alone merge to other tokens): glm_bpe_bt_encode never returns such a token, so a
  * piece up to this length must be looked up whole first. */
 uint32_t glm_bpe_bt_unreachable_max(const glm_bpe_bt *bt);
+
+/* A table as bytes, for the table cache (bpe_cache.c). */
+typedef struct {
+    const void *p;
+    uint64_t bytes;
+} glm_bpe_sect;
+
+/* The sizes of the backtracking tables, and the byte sizes of their entries (the layout that a
+ * cache must have been written with). */
+typedef struct {
+    uint64_t ncell, nps;
+    uint32_t max_len, unreach_max, bound_shift;
+    uint32_t cell_bytes, tok_bytes, pstate_bytes;
+} glm_bpe_bt_dims;
+
+#define GLM_BPE_BT_SECTS 3
+
+/* The backtracking tables of bt for the cache: their sizes into *d and, into sect, the trie cells
+ * (ncell entries), the per-token entries (n_ranks of them; sect[1].bytes is left 0 for the caller
+ * to set) and the derivation blocks (nps entries), in that order. */
+void glm_bpe_bt_export(const glm_bpe_bt *bt, glm_bpe_bt_dims *d, glm_bpe_sect sect[GLM_BPE_BT_SECTS]);
+
+/* Backtracking tables over arrays that live elsewhere (a table cache's mapping, which must
+ * outlive them; glm_bpe_bt_free then frees only the struct): cell[d->ncell], t[n_ranks],
+ * ps[d->nps], as glm_bpe_bt_export gave them. Checks the entry sizes and the dimensions, not the
+ * contents (the cache's checksum does). Errors: GLM_ERR_FORMAT (another layout), GLM_ERR_NOMEM. */
+glm_status glm_bpe_bt_import(const glm_bpe_bt_dims *d, uint32_t n_ranks, const void *cell, const void *t,
+                             const void *ps, glm_bpe_bt **out);
+
+/* The table cache (bpe_cache.c): the tables that glm_bpe_load builds from a tokenizer file, saved
+ * in one file per tokenizer file content under the cache directory ($GLMTUNE_CACHE_DIR; else
+ * $XDG_CACHE_HOME/glmtune; else $HOME/.cache/glmtune; GLMTUNE_CACHE_DIR=off or empty: no cache).
+ *
+ * glm_bpe_cache_load: fills b's tables from the cache of the file whose length is `len` and
+ * whose FNV-1a 64 is b->file_hash (b->n_ranks, blob, off, len, slots, mask, byte_rank,
+ * pair_rank, edge, filter and bt, mapped read-only from the cache file into b->cache). Returns 1
+ * on success; 0 when there is no cache or it does not validate (another format version or
+ * layout, another tokenizer file, a size or checksum mismatch, any I/O error): b is then as it
+ * was and the tables must be built. Never fails otherwise. */
+int glm_bpe_cache_load(glm_bpe *b, size_t len);
+
+/* Saves b's built tables as the cache of a tokenizer file of `len` bytes (temp file, fsync,
+ * rename, so a reader sees a whole file or none). Best effort: any error leaves no cache and is
+ * not reported (the thread's error message is cleared). */
+void glm_bpe_cache_save(const glm_bpe *b, size_t len);
 
 /* Frees b->bt's tables (NULL is fine). */
 void glm_bpe_bt_free(glm_bpe_bt *bt);

@@ -371,7 +371,8 @@ glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out) {
         if (l) t->special_start[(unsigned char)t->special[i].s[0]] = 1;
         if (l > t->special_maxlen) t->special_maxlen = l;
     }
-    uint64_t h = glm_fnv1a64(GLM_FNV1A64_INIT, data, len);
+    uint64_t h = t->kind == KIND_TIKTOKEN ? glm_bpe_file_hash(t->bpe) /* the same hash, done once */
+                                          : glm_fnv1a64(GLM_FNV1A64_INIT, data, len);
     for (size_t i = 0; i < t->n_special; i++) {
         uint8_t idb[4] = {(uint8_t)t->special[i].id, (uint8_t)(t->special[i].id >> 8),
                           (uint8_t)(t->special[i].id >> 16), (uint8_t)(t->special[i].id >> 24)};

@@ -54,6 +54,9 @@ awk '
 # MB/s = input bytes on disk / wall seconds of the command; MB per CPU-second = the same bytes /
 # (user + sys) seconds, the throughput per busy core (on a shared machine the wall time also
 # counts waiting for a core). Medians of RUNS runs (env RUNS, default 5), wall and CPU each.
+# The tokenizer's table cache (tokenize/bpe_cache.c) is used as a user's runs use it: the first
+# run of a tokenizer file builds and saves it, the others map it; GLMTUNE_CACHE_DIR=off measures
+# building the tables in every run.
 glmtune=$build/tool/glmtune
 runs=${RUNS:-5}
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
