@@ -126,9 +126,10 @@ void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int 
     o.cp = m->cp;
     o.acc_bytes = (int)glm_dtype_size(m->be->acc_dtype);
     /* layer inputs in host memory: forced (m->offload 1), or where the step does not fit on a GPU
-     * without it, within 3/4 of the machine's memory (the CPU backend's memory is host memory) */
+     * without it, within this rank's share of 3/4 of the machine's memory (the CPU backend's memory
+     * is host memory) */
     o.offload = m->offload > 0;
-    o.host_budget = m->offload == 0 && strcmp(m->be->name, "cpu") ? 0.75 * glm_host_memory() : 0;
+    o.host_budget = m->offload == 0 && strcmp(m->be->name, "cpu") ? glm_host_budget(glm_local_ranks()) : 0;
     glm_plan_make(&m->cfg, lora ? &li : NULL, B, T, backward && lora, &o, out);
 }
 

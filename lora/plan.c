@@ -2,6 +2,8 @@
  * model's workspace allocates (lora/model.c ws_create); keep the two in step. */
 #include "lora/plan.h"
 
+#include "common/log.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,9 +233,33 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
 
 double glm_host_memory(void) {
     const char *env = getenv("GLMTUNE_HOST_MEMORY_GIB"); /* plan for another machine's memory (and tests) */
-    if (env && atof(env) > 0) return atof(env) * 1073741824.0;
+    if (env && *env) {
+        char *end;
+        double g = strtod(env, &end);
+        if (end != env && !*end && isfinite(g) && g > 0 && g < 1e9) return g * 1073741824.0;
+        static int warned;
+        if (!warned++)
+            glm_log_warn("GLMTUNE_HOST_MEMORY_GIB=\"%s\" is not a positive number of GiB (e.g. 512): planning with "
+                         "this machine's memory", env);
+    }
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
+}
+
+int glm_local_ranks(void) {
+    /* glmtune --gpus starts all its ranks on this machine; MPI launchers, Slurm and torchrun say how many are here */
+    const char *vars[] = {"GLMTUNE_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
+                          "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        int n = v ? atoi(v) : 0; /* Slurm may write "8(x2)": the count before the parenthesis */
+        if (n >= 1 && n <= 1 << 20) return n;
+    }
+    return 1;
+}
+
+double glm_host_budget(int ranks_here) {
+    return 0.75 * glm_host_memory() / (ranks_here > 1 ? ranks_here : 1);
 }
 
 int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *o,
@@ -309,10 +335,11 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
         } else {
             if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
                 fprintf(f, "Try --gradient-checkpointing auto (or full); ");
-            fprintf(f, "a shorter --seq-len (T = %d now)%s or a smaller --per-device-train-batch-size (%d now%s) shrinks "
-                       "every activation; the layer inputs alone take %.2f GiB.",
-                    p->T, p->cp > 1 ? ", more ranks per row (--context-parallel)" : "", p->B,
-                    p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "", p->checkpoints / G);
+            fprintf(f, "a shorter --seq-len (T = %d now), more ranks per row (--context-parallel N with --gpus) or a "
+                       "smaller --per-device-train-batch-size (%d now%s) shrinks every activation; the layer inputs alone "
+                       "take %.2f GiB (a run offloads them to host memory where that makes the step fit and the "
+                       "machine has the memory: GLMTUNE_HOST_MEMORY_GIB plans for another machine's).",
+                    p->T, p->B, p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "", p->checkpoints / G);
             if (p->shard_world <= 1 && p->weights >= 0.25 * p->budget)
                 fprintf(f, " On several GPUs, --shard-base splits the frozen base (%.2f GiB here) over them.",
                         p->weights / G);

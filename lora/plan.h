@@ -106,6 +106,11 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
  * GLMTUNE_HOST_MEMORY_GIB overrides it, to plan for another machine), 0 when unknown: what the
  * offload plans are held against (glm_plan_opts.host_budget). */
 double glm_host_memory(void);
+/* The ranks of this run on this machine, from the launcher's environment (glmtune --gpus, Open
+ * MPI, MPICH, torchrun, Slurm); 1 when none says. */
+int glm_local_ranks(void);
+/* The host bytes one rank may offload to: 3/4 of glm_host_memory() shared by ranks_here ranks. */
+double glm_host_budget(int ranks_here);
 
 /* The longest row length T, a multiple of `step`, at most max_T, whose plan (rows B, backward)
  * under `opts` fits the budget; 0 when even `step` tokens do not fit. *best (may be NULL) receives

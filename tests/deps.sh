@@ -30,13 +30,19 @@ glm_install_deps() {
 GLM_CUDNN_FRONTEND_VERSION=1.32.0
 glm_cudnn_frontend() {
     local dir="${GLM_CACHE:-$HOME/.cache/glmtune}/cudnn-frontend-$GLM_CUDNN_FRONTEND_VERSION"
+    # a failed fetch is not retried for a day (the marker's age), so builds without network do not wait
+    if [ ! -f "$dir/include/cudnn_frontend.h" ] && [ -n "$(find "$dir.failed" -mmin -1440 2>/dev/null)" ]; then
+        echo "note: cudnn-frontend could not be fetched in the last day ($dir.failed; remove it to retry): CUDA attention without cuDNN" >&2
+        return 0
+    fi
     if [ ! -f "$dir/include/cudnn_frontend.h" ]; then
+        echo "fetching cudnn-frontend $GLM_CUDNN_FRONTEND_VERSION headers from PyPI into $dir" >&2
         # pip downloads the wheel (Debian: python3-pip; nothing is installed into Python)
         python3 -m pip --version >/dev/null 2>&1 || glm_apt_install python3-pip >&2 || true
         python3 -m pip --version >/dev/null 2>&1 || { echo "note: no pip: CUDA attention without cuDNN" >&2; return 0; }
         local tmp
         tmp=$(mktemp -d) || return 0
-        if timeout 300 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+        if timeout 120 python3 -m pip download -q --timeout 15 --retries 1 --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
                --python-version 3.12 -d "$tmp" "nvidia-cudnn-frontend==$GLM_CUDNN_FRONTEND_VERSION" >/dev/null 2>&1 \
            && python3 - "$tmp" "$dir" <<'PY'
 import glob, os, sys, zipfile
@@ -49,7 +55,10 @@ with zipfile.ZipFile(whl) as z:
             z.extract(n, part)
 os.rename(part, dest)
 PY
-        then :; else echo "note: cudnn-frontend not fetched (no network or pip?): CUDA attention without cuDNN" >&2; fi
+        then :; else
+            mkdir -p "$(dirname "$dir")" && touch "$dir.failed"
+            echo "note: cudnn-frontend not fetched (no network or pip?): CUDA attention without cuDNN; not retried for a day (remove $dir.failed to retry)" >&2
+        fi
         rm -rf "$tmp" "$dir.part"
     fi
     [ -f "$dir/include/cudnn_frontend.h" ] && echo "$dir/include"

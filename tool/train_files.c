@@ -225,7 +225,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     int eb = cpu ? 4 : 2;
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
     glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0, cp,
-                       cpu ? 8 : 4, 0, cpu ? 0 : 0.75 * glm_host_memory()};
+                       cpu ? 8 : 4, 0, cpu ? 0 : glm_host_budget(W)};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);
@@ -246,6 +246,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
     printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+    if (!cpu) /* what the offload was held against */
+        printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB%s, shared by the %d rank%s of "
+               "this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,
+               getenv("GLMTUNE_HOST_MEMORY_GIB") ? " from GLMTUNE_HOST_MEMORY_GIB" : ", this machine's", W, W > 1 ? "s" : "",
+               p.offload ? "; this plan uses it" : "");
     if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
         const double G = 1073741824.0;
         int B = (int)ts->per_device_train_batch_size;
@@ -273,8 +278,9 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
             glm_plan po;
             glm_plan_make(&cfg, &li, B, (int)T, 1, &oo, &po);
             printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
-                   "rank)\n", (long long)T, po.fits ? "fits" : "does not fit either",
-                   po.total / G, po.host / G);
+                   "rank%s)\n", (long long)T, po.fits ? "fits" : "does not fit either",
+                   po.total / G, po.host / G,
+                   po.fits && po.host > o.host_budget ? ": more than the host memory planned for, see below" : "");
         }
     }
 #ifdef GLMTUNE_HAVE_CUDA

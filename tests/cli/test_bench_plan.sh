@@ -11,6 +11,7 @@ T=$(mktemp -d /tmp/glmplan.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 has() { grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
+not_has() { ! grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
 CFG="$S/glm4-tokenizer/config.glm-4-9b-chat-1m.json"
 
 # a 24 GB card: 8k fits with recomputation, 64k does not (exit 1, the reason and what to change)
@@ -72,12 +73,23 @@ check "... and offloaded" has "$T/cp8" "tokens with the layer inputs offloaded t
 GLMTUNE_HOST_MEMORY_GIB=64 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2" 2>&1; rc=$?
 check "1M, --context-parallel 2 --gpus 2: exit 1 ($rc)" test $rc = 1
 check "... does not fit" has "$T/cp2" "does NOT fit"
-check "... names --context-parallel" has "$T/cp2" "more ranks per row (--context-parallel)"
+check "... names --context-parallel" has "$T/cp2" "more ranks per row (--context-parallel N with --gpus)"
 check "... fits offloaded" has "$T/cp2" "1048576 tokens (--seq-len) with offloading: fits"
 # with 512 GiB of host memory a run offloads the layer inputs by itself: the plan says so (exit 0)
 GLMTUNE_HOST_MEMORY_GIB=512 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2h" 2>&1; rc=$?
 check "1M, --context-parallel 2 --gpus 2, 512 GiB of host memory: exit 0 ($rc)" test $rc = 0
 check "... the layer inputs offloaded" has "$T/cp2h" "layer inputs offloaded to host memory: 164.00 GiB of page-locked host memory per rank"
+check "... the host memory it was held against" has "$T/cp2h" "host memory for offloading: at most 192.0 GiB per rank (3/4 of 512.0 GiB from GLMTUNE_HOST_MEMORY_GIB, shared by the 2 ranks of this run); this plan uses it"
+# 8 data-parallel ranks on one machine share its memory: 328 GiB per rank is more than 1000 GiB x 3/4 / 8
+GLMTUNE_HOST_MEMORY_GIB=1000 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --gpus 8 >"$T/dp8h" 2>&1; rc=$?
+check "1M, --gpus 8, 1000 GiB of host memory: exit 1 ($rc)" test $rc = 1
+check "... no offload beyond the machine's share" not_has "$T/dp8h" "layer inputs offloaded to host memory"
+check "... the share printed" has "$T/dp8h" "at most 93.8 GiB per rank (3/4 of 1000.0 GiB from GLMTUNE_HOST_MEMORY_GIB, shared by the 8 ranks of this run)"
+GLMTUNE_HOST_MEMORY_GIB=12GiB $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 >"$T/badenv" 2>&1
+check "GLMTUNE_HOST_MEMORY_GIB=12GiB: a warning" has "$T/badenv" 'GLMTUNE_HOST_MEMORY_GIB="12GiB" is not a positive number of GiB'
+$G train --dry-run --quiet --model "$CFG" --seq-len 3000000000 --device cuda --max-gpu-memory 137 >"$T/huge" 2>&1; rc=$?
+check "--seq-len 3000000000: a usage error ($rc)" test $rc = 2
+check "... the range named" has "$T/huge" "--seq-len must be in 0..1073741824"
 # 8 GPUs in 2 data-parallel groups of 4; a padded row
 $G train --dry-run --quiet --model "$CFG" --seq-len 1000003 --device cuda --max-gpu-memory 137 --context-parallel 4 --gpus 8 >"$T/cp4" 2>&1; rc=$?
 check "1000003 tokens, --context-parallel 4 --gpus 8: exit 0 ($rc)" test $rc = 0
