@@ -252,7 +252,8 @@ glm_status glm_config_preset(const char *name, glm_config *cfg) {
         cfg->rope_base = 5e6;
         cfg->max_positions = 131072;
     } else {
-        return glm_err(GLM_ERR_ARG, "unknown model shape '%s'; known: glm-4-9b-chat-1m, glm-4-9b-chat, glm-4-9b", name);
+        return glm_err(GLM_ERR_ARG, "unknown model shape '%s'; known: glm-4-9b-chat-1m, glm-4-9b-chat, glm-4-9b%s", name,
+                       strchr(name, '/') || strstr(name, ".json") ? " (a config.json or model directory: --config PATH)" : "");
     }
     return GLM_OK;
 }
