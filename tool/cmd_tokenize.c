@@ -721,7 +721,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         bool through = false;
         s = glm_output_target(o->report_path, &target, &through);
         if (s != GLM_OK) {
-            s = glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg());
+            s = glm_err_context(GLM_ERR_ARG, "--report"); /* "--report: <why>" */
         } else if (through) { /* a device, FIFO or /dev/stdout: written through, so it must be writable */
             if (access(target, W_OK) != 0)
                 s = glm_err(GLM_ERR_ARG, "--report %s: cannot write to it: %s", o->report_path, strerror(errno));

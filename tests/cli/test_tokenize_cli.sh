@@ -124,6 +124,10 @@ check "inspect --json with a non-UTF-8 file name (exit $rc)" test $rc = 0 -a "$(
 check "... the name shown with U+FFFD" grep -q "lat$(printf '\357\277\275')" "$T/odd.jsonl"
 $G tokenize --tokenizer "$TOK" --report /nonexistent/r.json -o "$T/nr" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
 check "--report into a missing directory: exit 2 before any work ($rc)" test $rc = 2 -a ! -e "$T/nr"
+mkdir -p "$T/repdir"
+$G tokenize --tokenizer "$TOK" --report "$T/repdir" -o "$T/nr" "$S/corpora/axolotl/alpaca.json" 2>"$T/repdir.err"; rc=$?
+check "--report a directory: exit 2 before any work ($rc)" test $rc = 2 -a ! -e "$T/nr"
+check "... with the whole message, once" test "$(cat "$T/repdir.err")" = "glmtune: error: --report: $T/repdir is a directory; hint: name a file"
 $G inspect --sample 99999 "$T/odd" >/dev/null 2>&1; rc=$?
 check "inspect --sample out of range: exit 2 ($rc)" test $rc = 2
 

@@ -227,6 +227,14 @@ static void test_arena(void) {
 
 int main(void) {
     test_arena();
+    /* a message built from the current one (glm_err's buffer), and glm_err_context */
+    glm_err(GLM_ERR_IO, "%s is a directory; hint: name a file", "/tmp/x");
+    CHECK(glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg()) == GLM_ERR_ARG &&
+          !strcmp(glm_errmsg(), "--report: /tmp/x is a directory; hint: name a file"), "glm_err of glm_errmsg(): %s",
+          glm_errmsg());
+    CHECK(glm_err_context(GLM_ERR_IO, "in %s", "a.json") == GLM_ERR_IO &&
+          !strcmp(glm_errmsg(), "in a.json: --report: /tmp/x is a directory; hint: name a file"), "context: %s",
+          glm_errmsg());
     /* UTF-8 validation: every 3-byte string that starts with E0-EF (alone, after ASCII, and before
      * a 2nd character), and random strings built from UTF-8-like pieces, against utf8_ref */
     {
