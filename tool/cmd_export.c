@@ -1,7 +1,6 @@
 /* glmtune export-adapter: a training checkpoint -> a PEFT adapter directory, or with --merge the
  * full model W + scaling * B A in the base checkpoint's layout and sharding. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -73,8 +72,11 @@ static glm_status same_shape(const char *base, const char *trained_on) {
     return GLM_OK;
 }
 
-/* Files an export writes (adapter, or merged model); -o may replace a directory holding only these. */
-static bool export_file(const char *name, bool merge) {
+/* Files an export writes (adapter, or merged model); -o may replace a directory holding only these.
+ * *(bool *)merge: a merged model. */
+static bool export_file(const char *dir, const char *name, void *merge_p) {
+    (void)dir;
+    bool merge = *(const bool *)merge_p;
     static const char *const adapter[] = {"adapter_config.json", "adapter_model.safetensors", "README.md"};
     static const char *const model[] = {"config.json", "generation_config.json", "tokenizer.model",
                                         "tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
@@ -103,14 +105,12 @@ static glm_status check_outdir(const char *out, bool merge, const char *base, co
                         i == 0 ? "base model" : "checkpoint", others[i]);
         free(r);
     }
-    DIR *d = s == GLM_OK ? opendir(out) : NULL;
-    struct dirent *e;
-    while (d && s == GLM_OK && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || export_file(e->d_name, merge)) continue;
+    char *first = NULL;
+    if (s == GLM_OK && glm_is_dir(out)) s = glm_dir_first_foreign(out, export_file, &merge, &first);
+    if (s == GLM_OK && first)
         s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which an export does not write: the directory would be "
-                    "replaced as a whole; hint: export to a new or empty directory", out, e->d_name);
-    }
-    if (d) closedir(d);
+                    "replaced as a whole; hint: export to a new or empty directory", out, first);
+    free(first);
     free(ro);
     return s;
 }

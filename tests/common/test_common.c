@@ -181,6 +181,30 @@ static void *arena_thread(void *arg) {
     return (void *)ok;
 }
 
+/* glm_dir_first_foreign: the first entry by name (hidden ones too) that the callback refuses. */
+static bool not_x(const char *dir, const char *name, void *arg) {
+    (void)dir;
+    ++*(int *)arg;
+    return name[0] != 'x';
+}
+static void test_dir_first_foreign(const char *dir) {
+    char *sub = glm_path_join(dir, "foreign"), *first = NULL;
+    int calls = 0;
+    CHECK(glm_dir_first_foreign(sub, not_x, &calls, &first) == GLM_OK && !first && !calls, "missing dir: none");
+    CHECK(glm_mkdir_p(sub) == GLM_OK, "mkdir");
+    CHECK(glm_dir_first_foreign(sub, not_x, &calls, &first) == GLM_OK && !first && !calls, "empty dir: none");
+    const char *names[] = {"b", "xz", ".xh", "xa", "a"};
+    for (int i = 0; i < 5; i++) {
+        char *p = glm_path_join(sub, names[i]);
+        CHECK(glm_write_file_atomic(p, "", 0) == GLM_OK, "write %s", p);
+        free(p);
+    }
+    CHECK(glm_dir_first_foreign(sub, not_x, &calls, &first) == GLM_OK && first && !strcmp(first, "xa"),
+          "first foreign by name: %s", first ? first : "none");
+    free(first);
+    free(sub);
+}
+
 static void test_arena(void) {
     glm_arena a;
     glm_arena_init(&a, 1 << 20);
@@ -321,6 +345,7 @@ int main(void) {
     free(p);
     test_outputs(dir);
     test_commit_dir(dir);
+    test_dir_first_foreign(dir);
     glm_rmtree(dir);
     CHECK(!glm_is_dir(dir), "rmtree");
     CHECK(glm_edit_distance("kitten", "sitting") == 3 && glm_edit_distance("", "abc") == 3 &&
