@@ -19,7 +19,7 @@ static const char *HELP =
     "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--dtype fp32|bf16|fp16] [--merge [--base MODEL]]\n"
     "\n"
     "DIR is a checkpoint directory (checkpoint-N) or a training output directory (its latest\n"
-    "checkpoint). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
+    "checkpoint, which must be complete: a corrupt one is an error, not a fallback). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
     "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n"
     "--dtype: fp32 (default), bf16 or fp16.\n"
     "\n"
@@ -40,14 +40,29 @@ static glm_status resolve_checkpoint(const char *path, char **dir) {
         *dir = strdup(path);
         return GLM_OK;
     }
-    int64_t step;
-    glm_status s = glm_ckpt_latest(path, dir, &step);
+    char *newest = NULL, *why = NULL;
+    glm_status s = glm_ckpt_scan(path, &newest, &why, dir);
     if (s != GLM_OK)
         return glm_err_context(s, "%s is neither a checkpoint (no checksums.txt) nor an output directory with one", path);
-    if (!*dir)
-        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
-                       "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
-    return GLM_OK;
+    char *hint = why ? strstr(why, "; hint:") : NULL; /* verify's hint is about resuming */
+    if (hint) *hint = 0;
+    if (!newest)
+        s = glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
+                    "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
+    else if (why && *dir) /* not the older one without a word: it would ship stale weights */
+        s = glm_err(GLM_ERR_FORMAT, "%s: the newest checkpoint, %s, is not usable (%s); an export does not fall back "
+                    "to an older one, whose weights may be stale; hint: to export the newest complete one, name it: "
+                    "--checkpoint %s", path, newest, why, *dir);
+    else if (why)
+        s = glm_err(GLM_ERR_FORMAT, "%s: the newest checkpoint, %s, is not usable (%s), and no older one there is "
+                    "complete; hint: train again to write a checkpoint", path, newest, why);
+    free(newest);
+    free(why);
+    if (s != GLM_OK) {
+        free(*dir);
+        *dir = NULL;
+    }
+    return s;
 }
 
 /* --base for --merge must have the shape of the model the adapter was trained on. */
