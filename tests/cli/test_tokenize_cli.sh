@@ -108,6 +108,11 @@ check "... named with file, offset and hint" grep -q "cut.json:32: record 6 (off
 $G tokenize --strict --tokenizer "$TOK" --seq-len 2048 -o "$T/cuts" "$T/cut.json" 2>"$T/cutslog"; rc=$?
 check "cut-off array with --strict fails (exit $rc)" test $rc = 1 -a ! -e "$T/cuts"
 check "... naming the file" grep -q "cut.json:32" "$T/cutslog"
+# a forced --format on records of another layout: the hint names the forced layout's own key
+$G tokenize --tokenizer "$TOK" --format sharegpt -o "$T/sg" "$S/corpora/llamafactory/alpaca_en_demo.json" 2>"$T/sglog"; rc=$?
+check "--format sharegpt on Alpaca records: nothing usable (exit $rc)" test $rc = 1 -a ! -e "$T/sg"
+check "... the hint names \"conversations\"" grep -q 'alpaca_en_demo.json:2: record 0: no "conversations" list in the record; hint: check --format (sharegpt records need "conversations")' "$T/sglog"
+check "... and not \"messages\"" sh -c '! grep -q "\"messages\"" "$0"' "$T/sglog"
 mkdir -p "$T/notours" && touch "$T/notours/precious.txt"
 $G tokenize --tokenizer "$TOK" -o "$T/notours" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
 check "refuses to replace a directory it did not write (exit $rc)" test $rc = 2 -a -f "$T/notours/precious.txt"
