@@ -300,6 +300,29 @@ glm_status glm_commit_dir(const char *tmpdir, const char *dir_in) {
     return s;
 }
 
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+
+glm_status glm_dir_first_foreign(const char *dir, bool (*ours)(const char *dir, const char *name, void *arg),
+                                 void *arg, char **first) {
+    *first = NULL;
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, by_name);
+    if (n < 0) {
+        if (errno == ENOENT) return GLM_OK;
+        return glm_err(GLM_ERR_IO, "%s: cannot list the directory: %s", dir, strerror(errno));
+    }
+    glm_status s = GLM_OK;
+    for (int i = 0; i < n; i++) {
+        const char *nm = names[i]->d_name;
+        if (!*first && s == GLM_OK && strcmp(nm, ".") && strcmp(nm, "..") && !ours(dir, nm, arg) &&
+            !(*first = strdup(nm)))
+            s = glm_err(GLM_ERR_NOMEM, "out of memory");
+        free(names[i]);
+    }
+    free(names);
+    return s;
+}
+
 glm_status glm_output_target_dir(const char *path, char **target) {
     *target = NULL;
     struct stat lst;

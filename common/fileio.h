@@ -72,6 +72,14 @@ glm_status glm_commit_dir(const char *tmpdir, const char *dir);
  * two renames of the fallback swap), otherwise removed. Each action is logged. */
 void glm_cleanup_leftovers(const char *path);
 
+/* An output directory replaced as a whole (glm_commit_dir) deletes whatever it held: writers call
+ * this first to find an entry they would not write themselves. *first (malloc'd) is the first
+ * entry of `dir`, in byte order of the names, that ours(dir, name, arg) does not accept (every
+ * entry but "." and "..", hidden ones too), or NULL when ours accepts them all or `dir` does
+ * not exist. Errors: GLM_ERR_IO naming dir when it cannot be listed, GLM_ERR_NOMEM. */
+glm_status glm_dir_first_foreign(const char *dir, bool (*ours)(const char *dir, const char *name, void *arg),
+                                 void *arg, char **first);
+
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (*len excludes the NUL). */
 glm_status glm_read_file(const char *path, char **data, size_t *len);
 

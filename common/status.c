@@ -6,7 +6,11 @@
 static _Thread_local char g_msg[4096];
 
 glm_status glm_verr(glm_status code, const char *fmt, va_list ap) {
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    /* formatted aside first: an argument may be glm_errmsg() itself, i.e. g_msg (vsnprintf into
+     * a buffer it also reads from is undefined) */
+    char msg[sizeof g_msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(g_msg, msg, sizeof g_msg);
     return code;
 }
 

@@ -23,7 +23,9 @@ typedef enum {
 } glm_status;
 
 /* Records the message (printf format) for this thread and returns `code`, so call sites
- * read `return glm_err(GLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));`. */
+ * read `return glm_err(GLM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));`. An argument
+ * may be glm_errmsg() (the message is formatted aside first), but to put context before the
+ * current message glm_err_context says it directly. */
 glm_status glm_err(glm_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 glm_status glm_verr(glm_status code, const char *fmt, va_list ap);
 

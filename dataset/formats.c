@@ -925,16 +925,18 @@ glm_status glm_record_convert_ex(const glm_record *rec, const glm_convert_opts *
     } else if (f == GLM_FMT_ALPACA) {
         st = convert_alpaca(&c, obj);
     } else {
-        if (m && m->messages && map_turns) msg_key = m->messages;
-        else if (f == GLM_FMT_MESSAGES)
-            msg_key = json_object_get(obj, "messages") ? "messages" : "conversations";
-        else
-            msg_key = json_object_get(obj, "conversations") ? "conversations" : "messages";
+        /* the layout's own key; the other one when only that is there (both lists are read alike) */
+        const char *own = f == GLM_FMT_MESSAGES ? "messages" : "conversations";
+        const char *other = f == GLM_FMT_MESSAGES ? "conversations" : "messages";
+        bool mapped = m && m->messages && map_turns;
+        if (mapped) msg_key = m->messages;
+        else msg_key = !json_object_get(obj, own) && json_object_get(obj, other) ? other : own;
         json_t *list = json_object_get(obj, msg_key);
         if (!list)
             st = fail(&c, "no_messages", "no \"%s\" list in the record%s; hint: check --format "
-                      "(records of this layout need \"%s\")", msg_key,
-                      m ? " (the key comes from the dataset_info entry)" : "", msg_key);
+                      "(%s records need \"%s\")", msg_key,
+                      mapped ? " (the key comes from the dataset_info entry)" : "",
+                      mapped ? "this dataset's" : glm_format_name(f), msg_key);
         else
             st = convert_turns(&c, obj, list, msg_key);
     }

@@ -242,6 +242,15 @@ void glm_shard_release(const glm_shard *sh, uint64_t off, uint64_t len) {
 
 /* ------------------------------------------------------------------------------ writer */
 
+#define SHARD_NAME "%s-%05u.bin" /* prefix, index: glm_shard_is_file_name matches it */
+
+bool glm_shard_is_file_name(const char *name, const char *prefix) {
+    size_t p = strlen(prefix), d = 0;
+    if (strncmp(name, prefix, p) || name[p] != '-') return false;
+    while (name[p + 1 + d] >= '0' && name[p + 1 + d] <= '9') d++;
+    return d >= 5 && !strcmp(name + p + 1 + d, ".bin");
+}
+
 glm_status glm_shard_writer_init(glm_shard_writer *w, const char *dir, const char *prefix,
                                  uint32_t seq_len, uint32_t rows_per_shard, uint64_t fingerprint,
                                  uint32_t vocab_size) {
@@ -310,7 +319,7 @@ static glm_status writer_flush(glm_shard_writer *w) {
     wr32(hdr + 124, glm_crc32(0, hdr, 124));
 
     char name[512];
-    snprintf(name, sizeof name, "%s-%05u.bin", w->prefix, w->next_index);
+    snprintf(name, sizeof name, SHARD_NAME, w->prefix, w->next_index);
     char *path = glm_path_join(w->dir, name);
     glm_afile af;
     glm_status s = path ? glm_afile_open(&af, path) : glm_err(GLM_ERR_NOMEM, "out of memory");

@@ -126,6 +126,9 @@ glm_status glm_shard_writer_init(glm_shard_writer *w, const char *dir, const cha
 glm_status glm_shard_writer_add_row(glm_shard_writer *w, size_t n, const uint32_t *const *ids,
                                     const uint8_t *const *tg, const uint32_t *lens,
                                     const char *const *srcs, const uint64_t *recs);
+/* Whether `name` is a shard file name the writer gives for `prefix`: "<prefix>-<digits>.bin"
+ * (at least five digits, "train-00000.bin"). */
+bool glm_shard_is_file_name(const char *name, const char *prefix);
 /* Writes the last, partial shard (if any rows). */
 glm_status glm_shard_writer_finish(glm_shard_writer *w);
 void glm_shard_writer_free(glm_shard_writer *w);

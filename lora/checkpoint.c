@@ -585,27 +585,59 @@ glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be
     return st;
 }
 
-glm_status glm_ckpt_latest(const char *output_dir, char **path, int64_t *step) {
+/* glm_ckpt_latest and glm_ckpt_scan: the checkpoints of output_dir, newest first, until one
+ * passes glm_ckpt_verify (*path, *step; NULL and -1 when none). warn: each failing one is
+ * reported with glm_log_warn. newest (when not NULL): the newest checkpoint, complete or not, and
+ * *why its verify error when it fails (both malloc'd, NULL when none / when it passes). */
+static glm_status find_complete(const char *output_dir, bool warn, char **path, int64_t *step, char **newest,
+                                char **why) {
     *path = NULL;
     *step = -1;
+    if (newest) *newest = *why = NULL;
     int64_t *steps;
     size_t n;
     GLM_TRY(list_ckpts(output_dir, &steps, &n));
-    for (size_t i = n; i-- > 0;) {
+    glm_status st = GLM_OK;
+    for (size_t i = n; i-- > 0 && st == GLM_OK;) {
         char *p = ckpt_path(output_dir, steps[i]);
-        if (!p) break;
-        if (glm_ckpt_verify(p) == GLM_OK) {
+        if (!p) {
+            st = glm_err(GLM_ERR_NOMEM, "out of memory");
+            break;
+        }
+        bool ok = glm_ckpt_verify(p) == GLM_OK;
+        if (newest && i == n - 1 && (!(*newest = strdup(p)) || (!ok && !(*why = strdup(glm_errmsg())))))
+            st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        if (ok) {
             *path = p;
             *step = steps[i];
             break;
         }
         static char warned[4096]; /* a run looks twice (checks its output dir, then resumes): say it once */
-        if (strcmp(warned, p)) {
+        if (warn && strcmp(warned, p)) {
             glm_log_warn("skipping checkpoint %s: %s", p, glm_errmsg());
             snprintf(warned, sizeof warned, "%s", p);
         }
         free(p);
     }
     free(steps);
-    return GLM_OK;
+    if (st != GLM_OK) {
+        free(*path);
+        *path = NULL;
+        *step = -1;
+        if (newest) {
+            free(*newest);
+            free(*why);
+            *newest = *why = NULL;
+        }
+    }
+    return st;
+}
+
+glm_status glm_ckpt_latest(const char *output_dir, char **path, int64_t *step) {
+    return find_complete(output_dir, true, path, step, NULL, NULL);
+}
+
+glm_status glm_ckpt_scan(const char *output_dir, char **newest, char **why, char **latest) {
+    int64_t step;
+    return find_complete(output_dir, false, latest, &step, newest, why);
 }

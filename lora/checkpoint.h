@@ -124,4 +124,11 @@ void glm_ckpt_free(glm_ckpt *c);
  * is "none"). */
 glm_status glm_ckpt_latest(const char *output_dir, char **path, int64_t *step);
 
+/* For a reader that must not fall back to older weights without a word (an export): the
+ * checkpoints of output_dir as glm_ckpt_latest sees them, without warnings. *newest: the
+ * newest checkpoint-N directory, complete or not; *why: its glm_ckpt_verify error when it fails,
+ * else NULL; *latest: the newest one that passes (as glm_ckpt_latest; == *newest's path when
+ * *why is NULL). All malloc'd, NULL when there is none. Errors: as glm_ckpt_latest. */
+glm_status glm_ckpt_scan(const char *output_dir, char **newest, char **why, char **latest);
+
 #endif

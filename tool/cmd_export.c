@@ -1,7 +1,6 @@
 /* glmtune export-adapter: a training checkpoint -> a PEFT adapter directory, or with --merge the
  * full model W + scaling * B A in the base checkpoint's layout and sharding. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +19,7 @@ static const char *HELP =
     "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--dtype fp32|bf16|fp16] [--merge [--base MODEL]]\n"
     "\n"
     "DIR is a checkpoint directory (checkpoint-N) or a training output directory (its latest\n"
-    "checkpoint). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
+    "checkpoint, which must be complete: a corrupt one is an error, not a fallback). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
     "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n"
     "--dtype: fp32 (default), bf16 or fp16.\n"
     "\n"
@@ -41,14 +40,29 @@ static glm_status resolve_checkpoint(const char *path, char **dir) {
         *dir = strdup(path);
         return GLM_OK;
     }
-    int64_t step;
-    glm_status s = glm_ckpt_latest(path, dir, &step);
+    char *newest = NULL, *why = NULL;
+    glm_status s = glm_ckpt_scan(path, &newest, &why, dir);
     if (s != GLM_OK)
         return glm_err_context(s, "%s is neither a checkpoint (no checksums.txt) nor an output directory with one", path);
-    if (!*dir)
-        return glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
-                       "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
-    return GLM_OK;
+    char *hint = why ? strstr(why, "; hint:") : NULL; /* verify's hint is about resuming */
+    if (hint) *hint = 0;
+    if (!newest)
+        s = glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
+                    "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
+    else if (why && *dir) /* not the older one without a word: it would ship stale weights */
+        s = glm_err(GLM_ERR_FORMAT, "%s: the newest checkpoint, %s, is not usable (%s); an export does not fall back "
+                    "to an older one, whose weights may be stale; hint: to export the newest complete one, name it: "
+                    "--checkpoint %s", path, newest, why, *dir);
+    else if (why)
+        s = glm_err(GLM_ERR_FORMAT, "%s: the newest checkpoint, %s, is not usable (%s), and no older one there is "
+                    "complete; hint: train again to write a checkpoint", path, newest, why);
+    free(newest);
+    free(why);
+    if (s != GLM_OK) {
+        free(*dir);
+        *dir = NULL;
+    }
+    return s;
 }
 
 /* --base for --merge must have the shape of the model the adapter was trained on. */
@@ -73,8 +87,11 @@ static glm_status same_shape(const char *base, const char *trained_on) {
     return GLM_OK;
 }
 
-/* Files an export writes (adapter, or merged model); -o may replace a directory holding only these. */
-static bool export_file(const char *name, bool merge) {
+/* Files an export writes (adapter, or merged model); -o may replace a directory holding only these.
+ * *(bool *)merge: a merged model. */
+static bool export_file(const char *dir, const char *name, void *merge_p) {
+    (void)dir;
+    bool merge = *(const bool *)merge_p;
     static const char *const adapter[] = {"adapter_config.json", "adapter_model.safetensors", "README.md"};
     static const char *const model[] = {"config.json", "generation_config.json", "tokenizer.model",
                                         "tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
@@ -103,14 +120,12 @@ static glm_status check_outdir(const char *out, bool merge, const char *base, co
                         i == 0 ? "base model" : "checkpoint", others[i]);
         free(r);
     }
-    DIR *d = s == GLM_OK ? opendir(out) : NULL;
-    struct dirent *e;
-    while (d && s == GLM_OK && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || export_file(e->d_name, merge)) continue;
+    char *first = NULL;
+    if (s == GLM_OK && glm_is_dir(out)) s = glm_dir_first_foreign(out, export_file, &merge, &first);
+    if (s == GLM_OK && first)
         s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which an export does not write: the directory would be "
-                    "replaced as a whole; hint: export to a new or empty directory", out, e->d_name);
-    }
-    if (d) closedir(d);
+                    "replaced as a whole; hint: export to a new or empty directory", out, first);
+    free(first);
     free(ro);
     return s;
 }

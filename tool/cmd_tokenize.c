@@ -7,7 +7,6 @@
  * to the validation set or the packer (dataset/packer.h), which writes shards atomically.
  * Everything is written into a temporary directory that replaces OUTDIR only at the end. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <jansson.h>
@@ -54,7 +53,8 @@ static const char *HELP =
     "  --tokenizer PATH     model directory (tokenizer.model + tokenizer_config.json) or tokenizer\n"
     "                       file; not needed when every record is pre-tokenized\n"
     "                       (also --model-name-or-path)\n"
-    "  -o, --output OUTDIR  output directory (created; a previous glmtune output there is replaced)\n"
+    "  -o, --output OUTDIR  output directory (created; a previous tokenize output there is replaced;\n"
+    "                       a directory with other files is refused)\n"
     "  --config FILE.yaml   a LLaMA-Factory training YAML (the one glmtune train --config reads):\n"
     "                       model_name_or_path, dataset, dataset_dir, cutoff_len, max_samples,\n"
     "                       val_size, train_on_prompt, mask_history, stage (pt = plain text), seed,\n"
@@ -721,7 +721,7 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         bool through = false;
         s = glm_output_target(o->report_path, &target, &through);
         if (s != GLM_OK) {
-            s = glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg());
+            s = glm_err_context(GLM_ERR_ARG, "--report"); /* "--report: <why>" */
         } else if (through) { /* a device, FIFO or /dev/stdout: written through, so it must be writable */
             if (access(target, W_OK) != 0)
                 s = glm_err(GLM_ERR_ARG, "--report %s: cannot write to it: %s", o->report_path, strerror(errno));
@@ -768,25 +768,46 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
 
 /* ------------------------------------------------------------------ the run */
 
+/* What a tokenize output holds, all written by tok_write_outputs and the shard writers: the
+ * regular files manifest.json, report.json and the shards of the train and val splits. *arg
+ * counts them. */
+static bool tokenize_entry(const char *dir, const char *name, void *arg) {
+    if (strcmp(name, "manifest.json") && strcmp(name, "report.json") && !glm_shard_is_file_name(name, "train") &&
+        !glm_shard_is_file_name(name, "val"))
+        return false;
+    char *p = glm_path_join(dir, name);
+    struct stat sb;
+    bool file = p && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    free(p);
+    *(size_t *)arg += file;
+    return file;
+}
+
+/* -o is replaced as a whole at the end (glm_commit_dir), deleting what it held: it may be new,
+ * an empty directory or an earlier tokenize output (a manifest.json and only what tokenize
+ * writes); anything else there (the user's notes, results, another tool's files) is refused,
+ * naming the first such entry. Checked before the run and again just before the outputs are
+ * written, as the run may take long. */
+static glm_status check_outdir(const char *out) {
+    if (glm_is_file(out)) return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
+    if (!glm_is_dir(out)) return GLM_OK;
+    size_t n = 0;
+    char *first = NULL, *m = glm_path_join(out, "manifest.json");
+    glm_status s = glm_dir_first_foreign(out, tokenize_entry, &n, &first);
+    if (s == GLM_OK && first)
+        s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which tokenize does not write: the directory would be "
+                    "replaced as a whole and %s deleted; hint: choose another -o (a new or empty directory), or move "
+                    "%s out of it", out, first, first, first);
+    else if (s == GLM_OK && n > 0 && !glm_is_file(m))
+        s = glm_err(GLM_ERR_ARG, "-o %s exists and is not a glmtune tokenize output (no manifest.json); hint: choose "
+                    "another -o (a new or empty directory)", out);
+    free(first);
+    free(m);
+    return s;
+}
+
 static glm_status prepare_outdir(const char *out, char **tmp) {
-    if (glm_is_dir(out)) {
-        char *m = glm_path_join(out, "manifest.json");
-        bool ours = glm_is_file(m);
-        free(m);
-        if (!ours) { /* an empty directory is fine; anything else is not ours to replace */
-            DIR *d = opendir(out);
-            struct dirent *e;
-            bool empty = true;
-            while (d && (e = readdir(d)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
-            if (d) closedir(d);
-            if (!empty)
-                return glm_err(GLM_ERR_ARG, "%s exists and is not a glmtune tokenize output (no manifest.json); "
-                               "hint: choose a new or empty directory", out);
-        }
-    } else if (glm_is_file(out)) {
-        return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
-    }
+    GLM_TRY(check_outdir(out));
     glm_cleanup_leftovers(out); /* "<out>.tmp.<pid>" and "<out>.old.<pid>" of killed runs */
     if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_rmtree(*tmp);
@@ -1113,6 +1134,7 @@ static int tokenize_main(tok_opts *op) {
         glm_reader_dataset_info(rd, i, &ds);
         tok_report_selection(&rep, &ds);
     }
+    if (s == GLM_OK) s = check_outdir(o.out); /* files put into -o during the run */
     if (s == GLM_OK) {
         tok_report_finish(&rep, &ptrain, &pval, T, secs, glm_reader_total_bytes(rd));
         s = tok_write_outputs(&rep, tmpdir, o.out, o.report_path, &o, tok, &wtrain, &wval);

@@ -108,11 +108,43 @@ check "... named with file, offset and hint" grep -q "cut.json:32: record 6 (off
 $G tokenize --strict --tokenizer "$TOK" --seq-len 2048 -o "$T/cuts" "$T/cut.json" 2>"$T/cutslog"; rc=$?
 check "cut-off array with --strict fails (exit $rc)" test $rc = 1 -a ! -e "$T/cuts"
 check "... naming the file" grep -q "cut.json:32" "$T/cutslog"
+# a forced --format on records of another layout: the hint names the forced layout's own key
+$G tokenize --tokenizer "$TOK" --format sharegpt -o "$T/sg" "$S/corpora/llamafactory/alpaca_en_demo.json" 2>"$T/sglog"; rc=$?
+check "--format sharegpt on Alpaca records: nothing usable (exit $rc)" test $rc = 1 -a ! -e "$T/sg"
+check "... the hint names \"conversations\"" grep -q 'alpaca_en_demo.json:2: record 0: no "conversations" list in the record; hint: check --format (sharegpt records need "conversations")' "$T/sglog"
+check "... and not \"messages\"" sh -c '! grep -q "\"messages\"" "$0"' "$T/sglog"
 mkdir -p "$T/notours" && touch "$T/notours/precious.txt"
 $G tokenize --tokenizer "$TOK" -o "$T/notours" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
 check "refuses to replace a directory it did not write (exit $rc)" test $rc = 2 -a -f "$T/notours/precious.txt"
 $G tokenize --tokenizer "$TOK" --seq-len 2048 -o "$T/o1" "$S/corpora/axolotl/alpaca.json" 2>/dev/null
 check "replaces its own earlier output" test "$(jget "$T/o1/report.json" records_read)" = 2
+# the user's own files in an earlier output (notes, eval results) are never deleted: refused, naming
+# the first one, with -o as it was; its own files alone (train and val shards) are replaced
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 --val-size 2 -o "$T/mine" "$S/corpora/torchtune" 2>/dev/null
+check "an earlier output with a val split" test -f "$T/mine/val-00000.bin"
+echo notes > "$T/mine/NOTES.md" && mkdir -p "$T/mine/eval_results" && echo '{}' > "$T/mine/eval_results/r.json"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/mine" "$S/corpora/torchtune" 2>"$T/minelog"; rc=$?
+check "an earlier output holding the user's files: exit 2 ($rc)" test $rc = 2
+check "... the files kept" test -f "$T/mine/NOTES.md" -a -f "$T/mine/eval_results/r.json" -a -f "$T/mine/val-00000.bin"
+check "... naming the first, with a hint" grep -q "^glmtune: error: -o $T/mine already holds NOTES.md, which tokenize does not write: .*hint: choose another -o" "$T/minelog"
+check "... nothing left beside it" test -z "$(ls -d "$T"/mine.* 2>/dev/null)"
+rm "$T/mine/NOTES.md"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/mine" "$S/corpora/torchtune" 2>"$T/minelog"; rc=$?
+check "... then the folder eval_results: exit 2 ($rc)" test $rc = 2 -a -f "$T/mine/eval_results/r.json"
+check "... named" grep -q "already holds eval_results," "$T/minelog"
+# a file put into -o while tokenize runs (here: before its input ends) is refused before the swap
+rm -r "$T/mine/eval_results" && mkfifo "$T/fifo"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/mine" - < "$T/fifo" 2>"$T/late.err" & tpid=$!
+exec 3>"$T/fifo"
+cat "$S/corpora/torchtune/alpaca_tiny.json" >&3
+echo late > "$T/mine/late.txt"
+exec 3>&-
+wait $tpid; rc=$?
+check "a file added during the run: exit 2 ($rc)" test $rc = 2 -a -f "$T/mine/late.txt" -a -f "$T/mine/val-00000.bin"
+check "... named" grep -q "already holds late.txt" "$T/late.err"
+rm "$T/mine/late.txt"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/mine" "$S/corpora/torchtune" 2>/dev/null; rc=$?
+check "its own files alone are replaced (exit $rc)" test $rc = 0 -a ! -e "$T/mine/val-00000.bin" -a -f "$T/mine/train-00000.bin"
 
 # 6b. file names that are not UTF-8, inputs given twice, an unwritable --report
 odd="$T/$(printf 'lat\xe9').jsonl"
@@ -124,6 +156,10 @@ check "inspect --json with a non-UTF-8 file name (exit $rc)" test $rc = 0 -a "$(
 check "... the name shown with U+FFFD" grep -q "lat$(printf '\357\277\275')" "$T/odd.jsonl"
 $G tokenize --tokenizer "$TOK" --report /nonexistent/r.json -o "$T/nr" "$S/corpora/axolotl/alpaca.json" 2>/dev/null; rc=$?
 check "--report into a missing directory: exit 2 before any work ($rc)" test $rc = 2 -a ! -e "$T/nr"
+mkdir -p "$T/repdir"
+$G tokenize --tokenizer "$TOK" --report "$T/repdir" -o "$T/nr" "$S/corpora/axolotl/alpaca.json" 2>"$T/repdir.err"; rc=$?
+check "--report a directory: exit 2 before any work ($rc)" test $rc = 2 -a ! -e "$T/nr"
+check "... with the whole message, once" test "$(cat "$T/repdir.err")" = "glmtune: error: --report: $T/repdir is a directory; hint: name a file"
 $G inspect --sample 99999 "$T/odd" >/dev/null 2>&1; rc=$?
 check "inspect --sample out of range: exit 2 ($rc)" test $rc = 2
 

@@ -181,6 +181,30 @@ static void *arena_thread(void *arg) {
     return (void *)ok;
 }
 
+/* glm_dir_first_foreign: the first entry by name (hidden ones too) that the callback refuses. */
+static bool not_x(const char *dir, const char *name, void *arg) {
+    (void)dir;
+    ++*(int *)arg;
+    return name[0] != 'x';
+}
+static void test_dir_first_foreign(const char *dir) {
+    char *sub = glm_path_join(dir, "foreign"), *first = NULL;
+    int calls = 0;
+    CHECK(glm_dir_first_foreign(sub, not_x, &calls, &first) == GLM_OK && !first && !calls, "missing dir: none");
+    CHECK(glm_mkdir_p(sub) == GLM_OK, "mkdir");
+    CHECK(glm_dir_first_foreign(sub, not_x, &calls, &first) == GLM_OK && !first && !calls, "empty dir: none");
+    const char *names[] = {"b", "xz", ".xh", "xa", "a"};
+    for (int i = 0; i < 5; i++) {
+        char *p = glm_path_join(sub, names[i]);
+        CHECK(glm_write_file_atomic(p, "", 0) == GLM_OK, "write %s", p);
+        free(p);
+    }
+    CHECK(glm_dir_first_foreign(sub, not_x, &calls, &first) == GLM_OK && first && !strcmp(first, "xa"),
+          "first foreign by name: %s", first ? first : "none");
+    free(first);
+    free(sub);
+}
+
 static void test_arena(void) {
     glm_arena a;
     glm_arena_init(&a, 1 << 20);
@@ -227,6 +251,14 @@ static void test_arena(void) {
 
 int main(void) {
     test_arena();
+    /* a message built from the current one (glm_err's buffer), and glm_err_context */
+    glm_err(GLM_ERR_IO, "%s is a directory; hint: name a file", "/tmp/x");
+    CHECK(glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg()) == GLM_ERR_ARG &&
+          !strcmp(glm_errmsg(), "--report: /tmp/x is a directory; hint: name a file"), "glm_err of glm_errmsg(): %s",
+          glm_errmsg());
+    CHECK(glm_err_context(GLM_ERR_IO, "in %s", "a.json") == GLM_ERR_IO &&
+          !strcmp(glm_errmsg(), "in a.json: --report: /tmp/x is a directory; hint: name a file"), "context: %s",
+          glm_errmsg());
     /* UTF-8 validation: every 3-byte string that starts with E0-EF (alone, after ASCII, and before
      * a 2nd character), and random strings built from UTF-8-like pieces, against utf8_ref */
     {
@@ -313,6 +345,7 @@ int main(void) {
     free(p);
     test_outputs(dir);
     test_commit_dir(dir);
+    test_dir_first_foreign(dir);
     glm_rmtree(dir);
     CHECK(!glm_is_dir(dir), "rmtree");
     CHECK(glm_edit_distance("kitten", "sitting") == 3 && glm_edit_distance("", "abc") == 3 &&

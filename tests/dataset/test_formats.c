@@ -161,6 +161,14 @@ int main(void) {
     CHECK(strstr(glm_errmsg(), "\"text\""), "lists keys: %s", glm_errmsg());
     EXPECT_FAIL("{\"instruction\": \"x\", \"output\": \"y\"}", GLM_FMT_MESSAGES, NULL,
                 "no_messages");
+    CHECK(strstr(glm_errmsg(), "no \"messages\" list") && strstr(glm_errmsg(), "messages records need \"messages\""),
+          "--format messages names \"messages\": %s", glm_errmsg());
+    /* a forced layout's hint names that layout's own key */
+    EXPECT_FAIL("{\"instruction\": \"x\", \"output\": \"y\"}", GLM_FMT_SHAREGPT, NULL,
+                "no_messages");
+    CHECK(strstr(glm_errmsg(), "no \"conversations\" list") &&
+              strstr(glm_errmsg(), "sharegpt records need \"conversations\"") && !strstr(glm_errmsg(), "\"messages\""),
+          "--format sharegpt names \"conversations\": %s", glm_errmsg());
 
     /* --- ShareGPT */
     EXPECT_MSGS("{\"system\": \"S\", \"tools\": \"[{\\\"name\\\": \\\"f\\\"}]\", \"conversations\": "

@@ -45,6 +45,11 @@ static void pack_random(const char *dir, uint32_t T, int ndocs, uint32_t maxlen,
 }
 
 int main(void) {
+    CHECK(glm_shard_is_file_name("train-00000.bin", "train") && glm_shard_is_file_name("val-123456.bin", "val") &&
+              !glm_shard_is_file_name("train-0000.bin", "train") && !glm_shard_is_file_name("val-00000.bin", "train") &&
+              !glm_shard_is_file_name("train-00000.bin.tmp.12", "train") &&
+              !glm_shard_is_file_name("train-00000.binx", "train") && !glm_shard_is_file_name("train00000.bin", "train"),
+          "shard file names");
     char dir[] = "/tmp/glmshard.XXXXXX", dir2[] = "/tmp/glmshard2.XXXXXX";
     CHECK(mkdtemp(dir) && mkdtemp(dir2), "mkdtemp");
     uint32_t T = 64;

@@ -148,8 +148,20 @@ int main(void) {
     CHECK(glm_ckpt_load(c30, &c) == GLM_ERR_FORMAT, "load refuses a corrupt checkpoint");
     CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && ls == 20, "falls back to 20");
     free(latest);
+    /* an export's view: the newest (30) with why it fails, and the newest complete one (20) */
+    char *newest = NULL, *why = NULL;
+    CHECK(glm_ckpt_scan(out, &newest, &why, &latest) == GLM_OK && newest && !strcmp(newest, c30) && why &&
+              strstr(why, "optimizer.safetensors") && strstr(why, "corrupt") && latest && !strcmp(latest, c20),
+          "scan: newest %s (%s), latest %s", newest ? newest : "-", why ? why : "-", latest ? latest : "-");
+    free(newest);
+    free(why);
+    free(latest);
     corrupt_byte(opt30, 100); /* restore */
     CHECK(glm_ckpt_verify(c30) == GLM_OK, "restored: %s", glm_errmsg());
+    CHECK(glm_ckpt_scan(out, &newest, &why, &latest) == GLM_OK && newest && !strcmp(newest, c30) && !why && latest &&
+              !strcmp(latest, c30), "scan after the restore: %s", why ? why : "-");
+    free(newest);
+    free(latest);
     /* truncated adapter */
     char *ad30 = glm_path_join(c30, "adapter_model.safetensors");
     CHECK(truncate(ad30, 50) == 0, "truncate");
@@ -173,6 +185,10 @@ int main(void) {
     /* output dir that does not exist: no checkpoint, not an error */
     char *none = glm_path_join(g_tmp, "nope");
     CHECK(glm_ckpt_latest(none, &latest, &ls) == GLM_OK && latest == NULL, "missing output dir");
+    {
+        char *nw = (char *)"x", *wy = (char *)"x", *lt = (char *)"x";
+        CHECK(glm_ckpt_scan(none, &nw, &wy, &lt) == GLM_OK && !nw && !wy && !lt, "scan of a missing output dir");
+    }
 
     free(none);
     free(ts20);
