@@ -1171,6 +1171,9 @@ glm_status glm_opts_validate(glm_train_opts *o) {
         glm_path_strip_slash(*paths[i]);
     }
     if (!o->model) return glm_err(GLM_ERR_ARG, "--model is required (the base checkpoint directory)");
+    if (o->seq_len < 0 || o->seq_len > ((int64_t)1 << 30)) /* before the --data check, whose hint names --seq-len */
+        return glm_err(GLM_ERR_ARG, "--seq-len must be in 0..1073741824 (2^30; 0: from the shards; got %lld)",
+                       (long long)o->seq_len);
     if (!o->data && !(o->dry_run && o->seq_len > 0))
         return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)%s",
                        o->dry_run ? "; hint: or --seq-len T for a dry run without shards" : "");
@@ -1225,8 +1228,6 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(o->lora_dropout >= 0 && o->lora_dropout < 1, "--lora-dropout must be in [0, 1)");
     NEED(strcmp(o->device, "auto") == 0 || strcmp(o->device, "cpu") == 0 || strcmp(o->device, "cuda") == 0,
          "--device '%s' is not known; hint: auto, cpu or cuda", o->device);
-    NEED(o->seq_len >= 0 && o->seq_len <= ((int64_t)1 << 30), "--seq-len must be in 0..1073741824 (2^30; 0: from the "
-         "shards; got %lld)", (long long)o->seq_len);
     NEED(o->max_nonfinite >= 1, "--max-nonfinite must be >= 1");
     NEED(o->rope_theta >= 0, "--rope-theta must be >= 0 (0: from config.json)");
     {

@@ -231,17 +231,27 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     if (q.fits && q.host <= o->host_budget) *p = q;
 }
 
-double glm_host_memory(void) {
+/* GLMTUNE_HOST_MEMORY_GIB in GiB when it is a plain positive decimal number, else 0 (a warning
+ * once when it is set but not one) */
+static double env_host_gib(void) {
     const char *env = getenv("GLMTUNE_HOST_MEMORY_GIB"); /* plan for another machine's memory (and tests) */
-    if (env && *env) {
-        char *end;
-        double g = strtod(env, &end);
-        if (end != env && !*end && isfinite(g) && g > 0 && g < 1e9) return g * 1073741824.0;
-        static int warned;
-        if (!warned++)
-            glm_log_warn("GLMTUNE_HOST_MEMORY_GIB=\"%s\" is not a positive number of GiB (e.g. 512): planning with "
-                         "this machine's memory", env);
-    }
+    if (!env) return 0;
+    char *end;
+    double g = strtod(env, &end);
+    if (*env && strspn(env, "0123456789.eE+") == strlen(env) && end != env && !*end && isfinite(g) && g > 0 && g < 1e9)
+        return g;
+    static int warned;
+    if (!warned++)
+        glm_log_warn("GLMTUNE_HOST_MEMORY_GIB=\"%s\" is not a positive number of GiB (e.g. 512): planning with this "
+                     "machine's memory", env);
+    return 0;
+}
+
+int glm_host_memory_from_env(void) { return env_host_gib() > 0; }
+
+double glm_host_memory(void) {
+    double g = env_host_gib();
+    if (g > 0) return g * 1073741824.0;
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }

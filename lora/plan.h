@@ -106,6 +106,8 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
  * GLMTUNE_HOST_MEMORY_GIB overrides it, to plan for another machine), 0 when unknown: what the
  * offload plans are held against (glm_plan_opts.host_budget). */
 double glm_host_memory(void);
+/* Whether glm_host_memory comes from a valid GLMTUNE_HOST_MEMORY_GIB. */
+int glm_host_memory_from_env(void);
 /* The ranks of this run on this machine, from the launcher's environment (glmtune --gpus, Open
  * MPI, MPICH, torchrun, Slurm); 1 when none says. */
 int glm_local_ranks(void);

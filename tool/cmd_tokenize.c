@@ -748,6 +748,20 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (o->seq_len < 2 || o->seq_len > (1u << 24)) s = glm_err(GLM_ERR_ARG, "--seq-len must be in [2, 16777216]");
         else if (o->threads == 0) o->threads = 1;
     }
+    if (s == GLM_OK && !o->encode && !o->decode && o->report_path && o->out) {
+        /* a report inside -o would go into the old directory, which the run replaces as a whole */
+        char rdir[4096], rreal[PATH_MAX], oreal[PATH_MAX];
+        snprintf(rdir, sizeof rdir, "%s", o->report_path);
+        char *slash = strrchr(rdir, '/');
+        if (!slash) snprintf(rdir, sizeof rdir, ".");
+        else if (slash == rdir) rdir[1] = 0;
+        else *slash = 0;
+        size_t ol;
+        if (realpath(rdir, rreal) && realpath(o->out, oreal) && (ol = strlen(oreal)) &&
+            !strncmp(rreal, oreal, ol) && (rreal[ol] == 0 || rreal[ol] == '/'))
+            s = glm_err(GLM_ERR_ARG, "--report %s is inside -o %s, which the run replaces as a whole: the report would "
+                        "be lost; hint: write it elsewhere (-o gets its own report.json)", o->report_path, o->out);
+    }
     for (int i = 0; s == GLM_OK && !o->encode && !o->decode && i < o->n_inputs; i++)
         if (glm_reader_is_shards_dir(o->inputs[i]))
             s = glm_err(GLM_ERR_ARG, "%s is the output of glmtune tokenize (shards), not a corpus; hint: train on it with "
@@ -789,7 +803,14 @@ static bool tokenize_entry(const char *dir, const char *name, void *arg) {
  * naming the first such entry. Checked before the run and again just before the outputs are
  * written, as the run may take long. */
 static glm_status check_outdir(const char *out) {
-    if (glm_is_file(out)) return glm_err(GLM_ERR_ARG, "%s is a file; hint: -o takes a directory", out);
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    if (!strcmp(base, ".") || !strcmp(base, "..") || (!*base && strspn(out, "/") == strlen(out)))
+        return glm_err(GLM_ERR_ARG, "-o %s: the output directory is replaced as a whole, so it cannot be the current, "
+                       "a parent or the root directory; hint: name a directory, e.g. -o shards", out);
+    struct stat ost;
+    if (stat(out, &ost) == 0 && !S_ISDIR(ost.st_mode))
+        return glm_err(GLM_ERR_ARG, "%s exists and is not a directory; hint: -o takes a directory", out);
     if (!glm_is_dir(out)) return GLM_OK;
     size_t n = 0;
     char *first = NULL, *m = glm_path_join(out, "manifest.json");
@@ -798,9 +819,10 @@ static glm_status check_outdir(const char *out) {
         s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which tokenize does not write: the directory would be "
                     "replaced as a whole and %s deleted; hint: choose another -o (a new or empty directory), or move "
                     "%s out of it", out, first, first, first);
-    else if (s == GLM_OK && n > 0 && !glm_is_file(m))
-        s = glm_err(GLM_ERR_ARG, "-o %s exists and is not a glmtune tokenize output (no manifest.json); hint: choose "
-                    "another -o (a new or empty directory)", out);
+    else if (s == GLM_OK && n > 0 && !glm_reader_is_shards_dir(out))
+        s = glm_err(GLM_ERR_ARG, "-o %s exists and is not a glmtune tokenize output (%s); hint: choose another -o (a new "
+                    "or empty directory)", out, glm_is_file(m) ? "its manifest.json is not one tokenize wrote" :
+                    "no manifest.json");
     free(first);
     free(m);
     return s;

@@ -249,7 +249,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (!cpu) /* what the offload was held against */
         printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB%s, shared by the %d rank%s of "
                "this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,
-               getenv("GLMTUNE_HOST_MEMORY_GIB") ? " from GLMTUNE_HOST_MEMORY_GIB" : ", this machine's", W, W > 1 ? "s" : "",
+               glm_host_memory_from_env() ? " from GLMTUNE_HOST_MEMORY_GIB" : ", this machine's", W, W > 1 ? "s" : "",
                p.offload ? "; this plan uses it" : "");
     if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
         const double G = 1073741824.0;
@@ -272,8 +272,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                    (long long)step, budget / G);
         if (tmax_off > 0)
             printf("  %lld tokens with the layer inputs offloaded to page-locked host memory: %.1f GiB of host memory per "
-                   "rank, %.1f GiB for the %d ranks\n",
-                   (long long)tmax_off, best_off.host / G, best_off.host * W / G, W);
+                   "rank, %.1f GiB for the %d ranks%s\n",
+                   (long long)tmax_off, best_off.host / G, best_off.host * W / G, W,
+                   best_off.host > o.host_budget ? " (more than the host memory planned for, see above: a machine with "
+                                                   "that much)" : "");
         if (!p.fits) { /* the requested row with offloading */
             glm_plan po;
             glm_plan_make(&cfg, &li, B, (int)T, 1, &oo, &po);

@@ -145,6 +145,22 @@ check "... named" grep -q "already holds late.txt" "$T/late.err"
 rm "$T/mine/late.txt"
 $G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/mine" "$S/corpora/torchtune" 2>/dev/null; rc=$?
 check "its own files alone are replaced (exit $rc)" test $rc = 0 -a ! -e "$T/mine/val-00000.bin" -a -f "$T/mine/train-00000.bin"
+# the user's own manifest.json (a common name) is not taken for tokenize's
+mkdir -p "$T/usermf" && echo '{"my": "project manifest"}' > "$T/usermf/manifest.json"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/usermf" "$S/corpora/torchtune" 2>"$T/usermf.err"; rc=$?
+check "a folder with the user's own manifest.json: exit 2 ($rc), kept" test $rc = 2 -a "$(cat "$T/usermf/manifest.json")" = '{"my": "project manifest"}'
+check "... said" grep -q "its manifest.json is not one tokenize wrote" "$T/usermf.err"
+# --report inside -o would be replaced with it: refused before the run
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 --report "$T/mine/mine-report.json" -o "$T/mine" "$S/corpora/torchtune" 2>"$T/rin.err"; rc=$?
+check "--report inside -o: exit 2 ($rc)" test $rc = 2 -a ! -e "$T/mine/mine-report.json"
+check "... said" grep -q "is inside -o .*, which the run replaces as a whole" "$T/rin.err"
+# -o . (the current directory) and a FIFO are refused up front
+(cd "$T" && $G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o . "$S/corpora/torchtune" 2>"$T/dot.err"); rc=$?
+check "-o .: exit 2 ($rc)" test $rc = 2
+check "... said" grep -q "cannot be the current, a parent or the root directory" "$T/dot.err"
+mkfifo "$T/ofifo"
+$G tokenize --quiet --tokenizer "$TOK" --seq-len 512 -o "$T/ofifo" "$S/corpora/torchtune" 2>"$T/ofifo.err"; rc=$?
+check "-o FIFO: exit 2 ($rc), nothing read" test $rc = 2 && check "... said" grep -q "exists and is not a directory" "$T/ofifo.err"
 
 # 6b. file names that are not UTF-8, inputs given twice, an unwritable --report
 odd="$T/$(printf 'lat\xe9').jsonl"
