@@ -37,8 +37,17 @@ static const char *HELP =
 
 static glm_status resolve_checkpoint(const char *path, char **dir) {
     if (glm_ckpt_is_dir(path)) {
+        glm_status v = glm_ckpt_verify(path);
+        if (v != GLM_OK) { /* verify's hint is about resuming: name the other checkpoints of the run instead */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", glm_errmsg());
+            char *hint = strstr(why, "; hint:");
+            if (hint) *hint = 0;
+            return glm_err(v, "%s; hint: export another checkpoint of the run (--checkpoint with the run's --output-dir "
+                           "names its newest complete one)", why);
+        }
         *dir = strdup(path);
-        return GLM_OK;
+        return *dir ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
     }
     char *newest = NULL, *why = NULL;
     glm_status s = glm_ckpt_scan(path, &newest, &why, dir);
@@ -150,6 +159,11 @@ int cmd_export_adapter(int argc, char **argv) {
         if (r < 0) s = GLM_ERR_ARG;
     }
     if (s == GLM_OK && (!ckpt || !out)) s = glm_err(GLM_ERR_ARG, "export-adapter needs --checkpoint DIR and -o OUTDIR");
+    char ckptbuf[4096];
+    if (s == GLM_OK && *ckpt) { /* "run/" names "run" (no "run//checkpoint-4" in messages) */
+        snprintf(ckptbuf, sizeof ckptbuf, "%s", ckpt);
+        ckpt = glm_path_strip_slash(ckptbuf);
+    }
     if (s == GLM_OK && !*out) s = glm_err(GLM_ERR_ARG, "export-adapter: -o \"\" is empty; hint: -o OUTDIR");
     char outbuf[4096];
     if (s == GLM_OK) { /* "adapter/" names the directory "adapter" */

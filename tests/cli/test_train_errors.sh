@@ -85,11 +85,14 @@ printf 'XXXX' | dd of="$T/ck/checkpoint-4/adapter_model.safetensors" bs=1 seek=2
 $G export-adapter --checkpoint "$T/ck/checkpoint-4" -o "$T/ex" 2>"$T/e9"; rc=$?
 check "export of a corrupt checkpoint: exit 1 ($rc)" test $rc = 1
 check "... names the file" has "$T/e9" "adapter_model.safetensors"
+check "... with an export's hint, not a resume's" has "$T/e9" "hint: export another checkpoint of the run"
 # an export of the run exports its newest checkpoint or nothing: no older weights without a word
 $G export-adapter --checkpoint "$T/ck" -o "$T/ex" 2>"$T/e9c"; rc=$?
 check "export of a run whose newest checkpoint is corrupt: exit 1 ($rc)" test $rc = 1 -a ! -e "$T/ex"
 check "... naming it and the reason" has "$T/e9c" "the newest checkpoint, $T/ck/checkpoint-4, is not usable (.*adapter_model.safetensors: corrupt"
 check "... with a hint naming the complete one" has "$T/e9c" "hint: .*--checkpoint $T/ck/checkpoint-2\$"
+$G export-adapter --checkpoint "$T/ck/" -o "$T/ex" 2>"$T/e9s"
+check "... the run given with a trailing slash: no doubled slash" sh -c '! grep -q "ck//" "$0"' "$T/e9s"
 check "... and no warning about skipping it" sh -c '! grep -q skipping "$0"' "$T/e9c"
 $G export-adapter --checkpoint "$T/ck/checkpoint-2" -o "$T/ex" 2>/dev/null; rc=$?
 check "... which exports when named (exit $rc)" test $rc = 0 -a -f "$T/ex/adapter_model.safetensors"
