@@ -35,14 +35,21 @@ static const char *HELP =
     "base checkpoint's layout, shard files and dtype (or --dtype), with its config, tokenizer and\n"
     "generation files copied. The base is the run's --model unless --base is given.\n";
 
+/* glm_ckpt_verify's messages end in a hint about resuming: an export gives its own. */
+static void drop_resume_hint(char *msg) {
+    char *hint = msg ? strstr(msg, "; hint:") : NULL;
+    if (hint) *hint = 0;
+}
+
+/* The checkpoint directory to export (*dir, malloc'd), verified against its checksums.txt: path
+ * itself when it is a checkpoint, else the newest checkpoint-N of a run, which must be complete. */
 static glm_status resolve_checkpoint(const char *path, char **dir) {
     if (glm_ckpt_is_dir(path)) {
         glm_status v = glm_ckpt_verify(path);
         if (v != GLM_OK) { /* verify's hint is about resuming: name the other checkpoints of the run instead */
             char why[1024];
             snprintf(why, sizeof why, "%s", glm_errmsg());
-            char *hint = strstr(why, "; hint:");
-            if (hint) *hint = 0;
+            drop_resume_hint(why);
             return glm_err(v, "%s; hint: export another checkpoint of the run (--checkpoint with the run's --output-dir "
                            "names its newest complete one)", why);
         }
@@ -53,8 +60,7 @@ static glm_status resolve_checkpoint(const char *path, char **dir) {
     glm_status s = glm_ckpt_scan(path, &newest, &why, dir);
     if (s != GLM_OK)
         return glm_err_context(s, "%s is neither a checkpoint (no checksums.txt) nor an output directory with one", path);
-    char *hint = why ? strstr(why, "; hint:") : NULL; /* verify's hint is about resuming */
-    if (hint) *hint = 0;
+    drop_resume_hint(why);
     if (!newest)
         s = glm_err(GLM_ERR_IO, "%s: no checkpoint there (no checksums.txt, no complete checkpoint-N inside); "
                     "hint: pass a checkpoint-N directory or the --output-dir of glmtune train", path);
@@ -186,8 +192,7 @@ int cmd_export_adapter(int argc, char **argv) {
     glm_param *params = NULL;
     size_t n = 0, len;
     const char **targets = NULL;
-    s = resolve_checkpoint(ckpt, &dir);
-    if (s == GLM_OK) s = glm_ckpt_verify(dir);
+    s = resolve_checkpoint(ckpt, &dir); /* verified there, once */
     if (s == GLM_OK) {
         /* the base model: --base, else the one the checkpoint's adapter_config.json names */
         char *cp = glm_path_join(dir, "adapter_config.json");
