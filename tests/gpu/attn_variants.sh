@@ -8,10 +8,11 @@
 # docs/bench-attention.md.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-pre=${GLM_PRE:-$root/.device/gpu}
 out=${OUT:-/tmp/glm-attn}
 mkdir -p "$out"
-export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. "$root/tests/gpu/env.sh" # LD_LIBRARY_PATH: staged libraries, CUDA, the wheels' libraries
+# the variants compared are glmtune's own kernels: whole rows would otherwise go to cuDNN
+export GLMTUNE_ATTENTION=glmtune
 export GLM_SHARED=$pre/shared
 tag=$(basename "$pre")
 timeout 120 "$pre/bin/bench_cuda" attention 2>&1 | grep '^| attention'

@@ -5,10 +5,11 @@
 # warp stall reasons, scheduler, pipes, memory). Report and text to $OUT.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-pre=${GLM_PRE:-$root/.device/gpu}
 out=${OUT:-/tmp/glm-prof}
 mkdir -p "$out"
-export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. "$root/tests/gpu/env.sh" # LD_LIBRARY_PATH: staged libraries, CUDA, the wheels' libraries
+# glmtune's own kernels are what is profiled: whole rows would otherwise go to cuDNN
+export GLMTUNE_ATTENTION=glmtune
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 0; }
 tag=${GLM_PROF_TAG:-$(basename "$pre")}
