@@ -51,6 +51,18 @@ wait_ckpt() {
 # alive PID: running (a zombie waiting for its parent counts as ended); waits up to 5 s for it to go
 alive() { local t=0; while [ -e /proc/$1 ] && ! grep -q '^[0-9]* ([^)]*) Z' /proc/$1/stat 2>/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt 25 ] || return 0; done; return 1; }
 rank_pid() { sed -n "s/.*rank $2 of 2: pid \([0-9]*\),.*/\1/p" "$1" | head -1; }
+# start_run OUT LOG STEP [flags...]: a 2-rank run into OUT (stderr to LOG) in the background, until
+# it holds a checkpoint of step STEP or later; sets L (glmtune's pid), r0 and r1 (the ranks') and PIDS
+start_run() {
+    out=$1
+    local log=$2 step=$3
+    shift 3
+    "$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 "$@" 2>"$log" &
+    L=$!; PIDS="$L"
+    check 'wait_ckpt "$out" '"$step"' 120' "a checkpoint appears"
+    r1=$(rank_pid "$log" 1); r0=$(rank_pid "$log" 0)
+    PIDS="$L $r0 $r1"
+}
 wait_exit() { # pid, seconds: 0 when it ended in time (its status in $status), 1 when not
     local t=0
     while kill -0 "$1" 2>/dev/null; do sleep 0.2; t=$((t + 1)); [ $t -lt $(( $2 * 5 )) ] || return 1; done
@@ -59,12 +71,7 @@ wait_exit() { # pid, seconds: 0 when it ended in time (its status in $status), 1
 }
 
 # 1. kill -9 rank 1
-out=$tmp/run-kill
-"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/kill.log" &
-L=$!; PIDS="$L"
-check 'wait_ckpt "$out" 40 120' "a checkpoint appears"
-r1=$(rank_pid "$tmp/kill.log" 1); r0=$(rank_pid "$tmp/kill.log" 0)
-PIDS="$L $r0 $r1"
+start_run "$tmp/run-kill" "$tmp/kill.log" 40 --save-total-limit 2
 check '[ -n "$r1" ] && [ -n "$r0" ]' "the ranks' pids are logged: $(head -c 2000 "$tmp/kill.log")"
 kill -9 "$r1"
 status=0
@@ -80,12 +87,7 @@ check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $(
 check '[ -d "$out/checkpoint-$((last + 3))" ]' "the resumed run reached step $((last + 3))"
 
 # 2. Ctrl-C (SIGINT to glmtune)
-out=$tmp/run-int
-"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/int.log" &
-L=$!; PIDS="$L"
-check 'wait_ckpt "$out" 40 120' "a checkpoint appears"
-r1=$(rank_pid "$tmp/int.log" 1); r0=$(rank_pid "$tmp/int.log" 0)
-PIDS="$L $r0 $r1"
+start_run "$tmp/run-int" "$tmp/int.log" 40 --save-total-limit 2
 kill -INT "$L"
 status=0
 check 'wait_exit $L 60' "the run stops within 60 s of SIGINT"
@@ -98,12 +100,7 @@ check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $(
 
 # 2b. kill -9 of glmtune itself (the supervisor): mpirun and the ranks go with it (they were left
 #     training, orphaned, holding the output directory's lock); the last checkpoint resumes
-out=$tmp/run-sup
-"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --save-total-limit 2 2>"$tmp/sup.log" &
-L=$!; PIDS="$L"
-check 'wait_ckpt "$out" 20 120' "a checkpoint appears"
-r1=$(rank_pid "$tmp/sup.log" 1); r0=$(rank_pid "$tmp/sup.log" 0)
-PIDS="$L $r0 $r1"
+start_run "$tmp/run-sup" "$tmp/sup.log" 20 --save-total-limit 2
 kill -9 "$L"
 check '! alive "$r0" && ! alive "$r1"' "no rank left running after the supervisor was killed"
 last=$(ls -d "$out"/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
@@ -112,12 +109,7 @@ check '"$G" train $C --output-dir "$out" --resume-from-checkpoint --max-steps $(
 
 # 3. a rank that stops answering (SIGSTOP: alive, silent): the other's collective times out after
 #    --comm-timeout, names its rank and the call, and stops every rank (MPI_Abort): no silent hang
-out=$tmp/run-stop
-"$G" train $C --output-dir "$out" --max-steps 1000000 --save-steps 20 --comm-timeout 3 2>"$tmp/stop.log" &
-L=$!; PIDS="$L"
-check 'wait_ckpt "$out" 20 120' "a checkpoint appears"
-r1=$(rank_pid "$tmp/stop.log" 1); r0=$(rank_pid "$tmp/stop.log" 0)
-PIDS="$L $r0 $r1"
+start_run "$tmp/run-stop" "$tmp/stop.log" 20 --comm-timeout 3
 kill -STOP "$r1"
 status=0
 check 'wait_exit $L 60' "the run stops within 60 s when rank 1 stops answering"
