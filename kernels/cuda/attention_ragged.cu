@@ -174,11 +174,9 @@ static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int 
 
 /* ATTN_CUDNN turns a fallback into an error */
 static glm_status finish(cuda_impl *I, glm_status st) {
-    if (st == GLM_ERR_UNSUPPORTED && I->attn_mode == ATTN_CUDNN) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", glm_errmsg());
-        return glm_err(GLM_ERR_UNSUPPORTED, "GLMTUNE_ATTENTION=cudnn: %s", why);
-    }
+    /* (glm_err formats aside first, so its own message may be an argument) */
+    if (st == GLM_ERR_UNSUPPORTED && I->attn_mode == ATTN_CUDNN)
+        return glm_err(GLM_ERR_UNSUPPORTED, "GLMTUNE_ATTENTION=cudnn: %s", glm_errmsg());
     return st;
 }
 
