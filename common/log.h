@@ -1,5 +1,5 @@
 /* common/log.h: messages to stderr, with a process-wide verbosity.
- * Level 0 = errors only (--quiet), 1 = normal, 2 = verbose (--verbose).
+ * Level 0 = errors only (--quiet), 1 = normal, 2 = debug messages too (--verbose, GLMTUNE_VERBOSE=1).
  *
  * Status lines: on a terminal, long work redraws one line in place ("\r<text>\x1b[K", no
  * newline: glm_progress, the train step line). While such a line is open, any message first

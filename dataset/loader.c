@@ -138,6 +138,12 @@ glm_status glm_loader_next(glm_loader *l, uint32_t n, uint64_t *rows, uint32_t *
     return GLM_OK;
 }
 
+uint32_t glm_loader_peek(const glm_loader *l, uint32_t n, uint64_t *rows) {
+    uint32_t k = 0;
+    for (uint64_t c = l->cursor; k < n && c < l->n_rows; c++) rows[k++] = l->perm[c];
+    return k;
+}
+
 const glm_shard *glm_loader_shard_of(const glm_loader *l, uint64_t row, uint32_t *local_row) {
     size_t lo = 0, hi = l->n_shards;
     while (hi - lo > 1) {

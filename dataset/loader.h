@@ -41,6 +41,9 @@ glm_status glm_loader_seek(glm_loader *l, uint64_t epoch, uint64_t cursor);
  * starts the following epoch. */
 glm_status glm_loader_next(glm_loader *l, uint32_t n, uint64_t *rows, uint32_t *got);
 
+/* The rows the next glm_loader_next(l, n, ...) will take, without moving: returns how many were
+ * written to rows[] (0 when that call starts a new epoch, whose order is not made yet). */
+uint32_t glm_loader_peek(const glm_loader *l, uint32_t n, uint64_t *rows);
 /* Copies row `row` into ids[T], targets[T] (0/1 bytes), pos[T] (position in its document,
  * restarting at 0; padding counts 0..), doc[T] (document index within the row; the padding
  * is one more document). Returns the row's count of target tokens in *n_targets. Streaming: the

@@ -73,12 +73,21 @@ struct glm_backend {
      * is a no-op. */
     glm_status (*host_alloc)(const glm_backend *be, size_t bytes, const char *what, void **out);
     void (*host_free)(const glm_backend *be, void *p);
-    /* Copies between backend memory and host memory from host_alloc, queued in order with the
-     * ops (CUDA: on the compute stream, not waited for): a later op sees what an earlier upload
-     * wrote, and a download reads what the earlier ops wrote. The host must not read a download's
-     * destination or change an upload's source before be->sync. CPU: memcpy. */
-    glm_status (*upload_async)(const glm_backend *be, void *dst, const void *host_src, size_t bytes);
-    glm_status (*download_async)(const glm_backend *be, void *host_dst, const void *src, size_t bytes);
+    /* Copies between backend memory and host memory from host_alloc that run while the ops
+     * compute (CUDA: on a copy stream of the backend's own, in the order queued, so PCIe transfers
+     * overlap kernels). A download, and an upload with after_ops = 1, starts once the ops queued
+     * before it are done (they may write its source or read its destination); an upload with
+     * after_ops = 0 may start at once (the caller knows no queued op uses its destination).
+     * *ticket names the copy: ops queued after copy_wait(be, ticket) start once that copy, and
+     * every copy queued before it, is done; an op that reads an upload's destination or writes a
+     * download's source must be queued after its copy_wait. be->sync waits for every copy. The
+     * host must not read a download's destination or change an upload's source before be->sync.
+     * CPU: memcpy at once; the tickets are 0 and copy_wait does nothing. Errors: GLM_ERR_INTERNAL
+     * naming the copy (CUDA). */
+    glm_status (*upload_async)(const glm_backend *be, void *dst, const void *host_src, size_t bytes, int after_ops,
+                               uint64_t *ticket);
+    glm_status (*download_async)(const glm_backend *be, void *host_dst, const void *src, size_t bytes, uint64_t *ticket);
+    glm_status (*copy_wait)(const glm_backend *be, uint64_t ticket);
 
     /* ---- dense algebra ------------------------------------------------------------------ */
 

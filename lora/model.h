@@ -61,6 +61,13 @@ typedef struct glm_model {
      * earlier layers compute. An error it returns stops the step. */
     glm_status (*grad_ready)(void *user, int layer);
     void *grad_ready_user;
+    /* When set, a training glm_model_step calls next_batch(next_batch_user) once its backward is
+     * queued and before it waits for it (on CUDA the GPU is still busy then): the trainer reads
+     * its next micro-batch and hands it to glm_model_prefetch, so that the host's work and the
+     * upload overlap the backward. An error it returns stops the step. */
+    glm_status (*next_batch)(void *user);
+    void *next_batch_user;
+    int64_t batches_prefetched; /* steps whose batch glm_model_prefetch had uploaded (for tests, bench) */
     struct glm_ws *ws;         /* the workspace of the last step (reused while the shape fits) */
     /* Frozen-base sharding (--shard-base; glm_model_load_dist with world > 1): shard_world ranks
      * each hold shard `be->rank` of every base matrix: embed, out_w and each layer's wqkv, wo, w1,
@@ -150,6 +157,15 @@ const glm_plan *glm_model_current_plan(const glm_model *m);
  * without its group communicator), backend and communication errors. */
 glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,
                           int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets);
+
+/* Starts the upload of the batch a later glm_model_step will take (CUDA: ids, pos, doc and labels
+ * copied on the backend's copy stream, from page-locked host copies, while the queued work runs;
+ * typically called from the next_batch hook). The step finds it by its contents (a step whose
+ * batch differs uploads its own), so a wrong guess costs time, never correctness. Does nothing
+ * when the batch does not fit the current workspace (none yet, another T, more rows), with
+ * context parallel, or when the batch is invalid (the step reports that). The batch may be
+ * changed or freed after the call. Errors: the backend's. */
+glm_status glm_model_prefetch(glm_model *m, const glm_batch *batch);
 
 /* The logits [B*T, V] (host float32, OVERWRITTEN) of every position, for tests and inspection;
  * LoRA (without dropout) applied when lora != NULL. */

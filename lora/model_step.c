@@ -4,15 +4,19 @@
  * Buffers (the workspace, allocated once per batch shape and reused by every step):
  *   xs[0..L]            the residual stream at each layer boundary [N, C] (always kept): on the
  *                       device, or with the plan's offload in host memory (xh, be->host_alloc:
- *                       page-locked on CUDA) with two device slots, layer l's input in slot l % 2
- *                       (the forward downloads each layer's output behind it, the backward
- *                       uploads each layer's input before it; queued in order with the compute,
- *                       not yet overlapped with it)
+ *                       page-locked on CUDA) with two device slots, layer l's input in slot l % 2:
+ *                       the forward downloads each layer's output while the next layer computes,
+ *                       the backward uploads layer l-1's input while layer l's backward computes
+ *                       (be->upload_async / download_async on CUDA's copy stream, waited for by
+ *                       tickets just before the slot is overwritten or read)
  *   per layer, by plan  keep: xn1, qkv (after RoPE), o, x_mid, xn2, h, a, rstd1, rstd2, lse;
  *                       selective: qkv, o, x_mid, lse; full: nothing
  *   scratch             the same for the layer being recomputed; the MLP's xn2/h/a and their
  *                       gradients for one chunk of mlp_chunk tokens; dx, d_xn, d_o, d_qkv [N, .];
  *                       LoRA u = dropout(x) A^T and du; the loss head's chunk
+ *   batches             two sets of ids/pos/doc/labels [N] with page-locked host copies: the step
+ *                       uses the set that glm_model_prefetch filled during the previous step's
+ *                       backward (its upload overlapped that backward), or fills one itself
  *   LoRA copies         act-dtype copies of lora_A / lora_B (bf16 on CUDA), refreshed from the
  *                       fp32 weights at every step, so every LoRA GEMM has act-dtype operands;
  *                       on the CPU (act = f32) the weights themselves.
@@ -28,6 +32,19 @@
 #include "common/log.h"
 #include "lora/model.h"
 #include "lora/ring_attention.h"
+
+/* A batch held on the device (non-context-parallel steps): what glm_model_prefetch or the step
+ * uploaded, and the host copy it came from (compared with a step's batch to find it). */
+typedef struct batch_set {
+    uint32_t *ids;           /* device [N] */
+    int32_t *pos, *doc, *labels;
+    char *host;              /* be->host_alloc: ids, pos, doc, labels (4 N bytes each), targets (N bytes) */
+    int B, T;                /* the batch held (B = 0: none) */
+    int64_t n_labels;
+    uint64_t ticket;         /* its upload (be->upload_async) */
+    int pending;             /* uploaded by glm_model_prefetch during a step: the copy may be in flight */
+    int prefetched;          /* filled by glm_model_prefetch and not used yet */
+} batch_set;
 
 typedef struct saved {
     void *xn1, *qkv, *o, *x_mid, *xn2, *h, *a;
@@ -60,9 +77,11 @@ struct glm_ws {
     int shadows;                       /* 1: shA/shB are copies to refresh; 0: the fp32 weights */
     void *xnf, *logits, *dxnf;         /* loss head chunk */
     float *rstdf;
-    uint32_t *ids;
+    uint32_t *ids;                     /* the step's batch: bset[cur]'s (context parallel: its own) */
     int32_t *pos, *doc, *labels;
-    int32_t *lab_host;
+    int32_t *lab_host;                 /* the labels on the host */
+    batch_set bset[2];                 /* non-context-parallel: the batches held, the step's in bset[cur] */
+    int cur;
     /* context parallel: the ring's buffers, the rows' document ids (device [B, Tp] and host), and
      * a host scratch for the local tokens' ids and positions */
     glm_ring ring;
@@ -76,12 +95,13 @@ void glm_ws_free(struct glm_ws *w) {
     for (int i = 0; i < w->n_allocs; i++) w->be->free(w->be, w->allocs[i]);
     free(w->allocs);
     for (int i = 0; i < w->n_xh; i++) w->be->host_free(w->be, w->xh[i]);
+    for (int k = 0; k < 2; k++) w->be->host_free(w->be, w->bset[k].host);
     free(w->xh);
     free(w->xs);
     free(w->S);
     free(w->shA);
     free(w->shB);
-    free(w->lab_host);
+    if (w->cp > 1) free(w->lab_host);
     free(w->gdoc_host);
     free(w->loc_host);
     free(w);
@@ -160,13 +180,13 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
                  lc = (double)p->loss_chunk;
     w->xs = calloc((size_t)c->L + 1, sizeof(void *));
     w->S = calloc((size_t)c->L, sizeof(saved));
-    w->lab_host = malloc((size_t)p->N * sizeof(int32_t));
     glm_status st = GLM_OK;
     if (p->cp > 1) {
+        w->lab_host = malloc((size_t)p->N * sizeof(int32_t));
         w->gdoc_host = malloc((size_t)p->B * (size_t)p->T_padded * sizeof(int32_t));
         w->loc_host = malloc((size_t)p->N * sizeof(int32_t));
     }
-    if (!w->xs || !w->S || !w->lab_host || (p->cp > 1 && (!w->gdoc_host || !w->loc_host))) {
+    if (!w->xs || !w->S || (p->cp > 1 && (!w->lab_host || !w->gdoc_host || !w->loc_host))) {
         glm_ws_free(w);
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
@@ -275,10 +295,19 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     A_(w->rstdf, lc * 4, "final rstd chunk");
     A_(w->logits, lc * V * e, "logits chunk");
     if (p->backward) A_(w->dxnf, lc * C * e, "loss dxn chunk");
-    A_(w->ids, N * 4, "ids");
-    A_(w->pos, N * 4, "pos");
-    A_(w->doc, N * 4, "doc");
-    A_(w->labels, N * 4, "labels");
+    for (int k = 0; k < (p->cp > 1 ? 1 : 2); k++) {
+        batch_set *bs = &w->bset[k];
+        A_(bs->ids, N * 4, "ids");
+        A_(bs->pos, N * 4, "pos");
+        A_(bs->doc, N * 4, "doc");
+        A_(bs->labels, N * 4, "labels");
+        if (p->cp <= 1 && (st = be->host_alloc(be, (size_t)p->N * 17, "the batches' host copies", (void **)&bs->host)))
+            goto fail;
+    }
+    w->ids = w->bset[0].ids;
+    w->pos = w->bset[0].pos;
+    w->doc = w->bset[0].doc;
+    w->labels = w->bset[0].labels;
     if (p->cp > 1) { /* the ring (lora/ring_attention.h); the plan counts the same bytes */
         const double kd2 = 2.0 * c->Hkv * c->Dh, ea = (double)glm_dtype_size(be->acc_dtype);
         glm_ring *R = &w->ring;
@@ -814,16 +843,9 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
 
 /* ---------------------------------------------------------------------------- step */
 
-/* Validates the batch and uploads ids/pos/doc and the shifted labels (label of position t = the
- * target token t+1, or -1); the labels stay on the host too (w->lab_host). Context parallel: the
- * batch holds whole rows; this rank's local tokens (lora/ring_attention.h) are uploaded, with
- * their labels taken from the whole row (the label of a chunk's last token is the first token
- * of the next chunk), and the document ids of every token of the rows (w->gdoc, padded by the
- * layout's padding rule) for the ring's masks. */
-static glm_status upload_batch(const glm_model *m, struct glm_ws *w, const glm_batch *b, const glm_cp_layout *cpl,
-                               int64_t *n_labels) {
-    const glm_backend *be = m->be;
-    int64_t N = (int64_t)b->B * b->T;
+/* Checks a batch's tokens: ids inside the vocabulary, no target at a document's first token,
+ * documents as contiguous runs of increasing indices. Errors: GLM_ERR_ARG naming row and position. */
+static glm_status check_batch(const glm_model *m, const glm_batch *b) {
     for (int r = 0; r < b->B; r++)
         for (int t = 0; t < b->T; t++) {
             int64_t i = (int64_t)r * b->T + t;
@@ -838,22 +860,113 @@ static glm_status upload_batch(const glm_model *m, struct glm_ws *w, const glm_b
                                "contiguous runs with increasing indices (as the packer writes them)", r, t, b->doc[i],
                                b->doc[i - 1]);
         }
-    int32_t *lab = w->lab_host;
+    return GLM_OK;
+}
+
+/* A batch set's host copy: ids, pos, doc, labels at 4 * cap bytes apart, then the targets
+ * (cap = the workspace's B_cap * T tokens). */
+static size_t set_cap(const struct glm_ws *w) { return (size_t)w->B_cap * (size_t)w->T; }
+
+/* Whether batch set k holds batch b, token for token (a NULL targets is all zeros). */
+static int set_holds(const struct glm_ws *w, int k, const glm_batch *b) {
+    const batch_set *s = &w->bset[k];
+    if (!s->host || s->B != b->B || s->T != b->T) return 0;
+    const size_t n = (size_t)b->B * b->T, cap = set_cap(w);
+    if (memcmp(s->host, b->ids, 4 * n) || memcmp(s->host + 4 * cap, b->pos, 4 * n) || memcmp(s->host + 8 * cap, b->doc, 4 * n))
+        return 0;
+    const uint8_t *tg = (const uint8_t *)s->host + 16 * cap;
+    if (b->targets) return !memcmp(tg, b->targets, n);
+    for (size_t i = 0; i < n; i++)
+        if (tg[i]) return 0;
+    return 1;
+}
+
+/* Fills batch set k with the checked batch b: its host copy, the shifted labels (label of
+ * position t = the target token t+1, or -1) and the upload of ids/pos/doc/labels on the copy
+ * stream (after_ops: after the ops queued so far, which may still read the set's device buffers;
+ * 0: the caller knows none does). A copy still in flight from the set's host copy is waited for
+ * first (be->sync). */
+static glm_status set_fill(const glm_model *m, struct glm_ws *w, int k, const glm_batch *b, int after_ops) {
+    const glm_backend *be = m->be;
+    batch_set *s = &w->bset[k];
+    if (s->pending) GLM_TRY(be->sync(be));
+    s->pending = s->prefetched = 0;
+    s->B = 0;
+    const size_t n = (size_t)b->B * b->T, cap = set_cap(w);
+    char *h = s->host;
+    int32_t *lab = (int32_t *)(h + 12 * cap);
+    uint8_t *tg = (uint8_t *)h + 16 * cap;
+    memcpy(h, b->ids, 4 * n);
+    memcpy(h + 4 * cap, b->pos, 4 * n);
+    memcpy(h + 8 * cap, b->doc, 4 * n);
+    if (b->targets) memcpy(tg, b->targets, n);
+    else memset(tg, 0, n);
     int64_t cnt = 0;
-    if (!cpl) {
-        for (int r = 0; r < b->B; r++)
-            for (int t = 0; t < b->T; t++) {
-                int64_t i = (int64_t)r * b->T + t;
-                lab[i] = (t + 1 < b->T && b->targets && b->targets[i + 1]) ? (int32_t)b->ids[i + 1] : -1;
-                cnt += lab[i] >= 0;
-            }
-        GLM_TRY(be->upload(be, w->ids, b->ids, (size_t)N * 4));
-        GLM_TRY(be->upload(be, w->pos, b->pos, (size_t)N * 4));
-        GLM_TRY(be->upload(be, w->doc, b->doc, (size_t)N * 4));
-        GLM_TRY(be->upload(be, w->labels, lab, (size_t)N * 4));
-        *n_labels = cnt;
+    for (int r = 0; r < b->B; r++)
+        for (int t = 0; t < b->T; t++) {
+            int64_t i = (int64_t)r * b->T + t;
+            lab[i] = (t + 1 < b->T && tg[i + 1]) ? (int32_t)b->ids[i + 1] : -1;
+            cnt += lab[i] >= 0;
+        }
+    uint64_t tk;
+    GLM_TRY(be->upload_async(be, s->ids, h, 4 * n, after_ops, &tk)); /* the copy stream is in order: */
+    GLM_TRY(be->upload_async(be, s->pos, h + 4 * cap, 4 * n, 0, &tk)); /* the first one's wait holds */
+    GLM_TRY(be->upload_async(be, s->doc, h + 8 * cap, 4 * n, 0, &tk)); /* for the others */
+    GLM_TRY(be->upload_async(be, s->labels, lab, 4 * n, 0, &s->ticket));
+    s->B = b->B;
+    s->T = b->T;
+    s->n_labels = cnt;
+    return GLM_OK;
+}
+
+glm_status glm_model_prefetch(glm_model *m, const glm_batch *b) {
+    struct glm_ws *w = m->ws;
+    if (!w || w->cp > 1 || m->cp > 1 || !b || b->B <= 0 || b->B > w->B_cap || b->T != w->T || !b->ids || !b->pos || !b->doc)
+        return GLM_OK; /* not for this workspace: the step uploads it */
+    const int k = 1 - w->cur;
+    if (set_holds(w, k, b) || set_holds(w, w->cur, b)) return GLM_OK;
+    if (check_batch(m, b) != GLM_OK) { /* the step reports it, with the step's context */
+        glm_err_clear();
         return GLM_OK;
     }
+    /* set k was last read by the step before the current one, which has completed */
+    GLM_TRY(set_fill(m, w, k, b, 0));
+    w->bset[k].pending = w->bset[k].prefetched = 1;
+    return GLM_OK;
+}
+
+/* The step's batch on the device: the batch set holding it (filled by glm_model_prefetch, or
+ * the previous step's), else a set filled now; the step's ops wait for its upload (copy_wait).
+ * Context parallel: the batch holds whole rows; this rank's local tokens (lora/ring_attention.h)
+ * are uploaded, with their labels taken from the whole row (the label of a chunk's last token is
+ * the first token of the next chunk), and the document ids of every token of the rows (w->gdoc,
+ * padded by the layout's padding rule) for the ring's masks. The labels stay on the host too
+ * (w->lab_host). Errors: check_batch's, the backend's. */
+static glm_status upload_batch(glm_model *m, struct glm_ws *w, const glm_batch *b, const glm_cp_layout *cpl,
+                               int64_t *n_labels) {
+    const glm_backend *be = m->be;
+    if (!cpl) {
+        int k = set_holds(w, 1 - w->cur, b) ? 1 - w->cur : set_holds(w, w->cur, b) ? w->cur : -1;
+        if (k < 0) {
+            GLM_TRY(check_batch(m, b));
+            k = 1 - w->cur;
+            GLM_TRY(set_fill(m, w, k, b, 1));
+        }
+        batch_set *s = &w->bset[k];
+        m->batches_prefetched += s->prefetched;
+        s->prefetched = 0;
+        w->cur = k;
+        w->ids = s->ids;
+        w->pos = s->pos;
+        w->doc = s->doc;
+        w->labels = s->labels;
+        w->lab_host = (int32_t *)(s->host + 12 * set_cap(w));
+        *n_labels = s->n_labels;
+        return be->copy_wait(be, s->ticket);
+    }
+    GLM_TRY(check_batch(m, b));
+    int32_t *lab = w->lab_host;
+    int64_t cnt = 0;
     const int T = b->T, TL = glm_cp_local(cpl), Tp = cpl->Tp;
     const int64_t NL = (int64_t)b->B * TL;
     int32_t *loc = w->loc_host, *gd = w->gdoc_host;
@@ -924,18 +1037,24 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     }
     PH(GLM_PHASE_ELEMENTWISE);
     const size_t xbytes = (size_t)(N * C) * w->esz;
+    const int off = w->xh && backward;
+    uint64_t down_prev = 0, down_last = 0; /* offload: the downloads of the last two layer inputs */
     GLM_TRY(be->embedding(be, xdev(w, 0), embed, w->ids, N, C, V));
-    if (w->xh && backward) GLM_TRY(be->download_async(be, w->xh[0], xdev(w, 0), xbytes));
+    if (off) GLM_TRY(be->download_async(be, w->xh[0], xdev(w, 0), xbytes, &down_last));
     if (m->gather) GLM_TRY(gather_big_start(m, 2));
     for (int l = 0; l < c->L; l++) {
         if (m->gather) { /* this layer's weights, and the next layer's gather started behind it */
             GLM_TRY(gather_use(m, l));
             if (l + 1 < c->L) GLM_TRY(gather_start(m, l + 1));
         }
+        /* offload: layer l writes the slot of layer l-1's input, whose download ran during layer
+         * l-1 (layer l's input downloads while layer l computes) */
+        if (off) GLM_TRY(be->copy_wait(be, down_prev));
         GLM_TRY(layer_fwd(&cx, l, xdev(w, l), xdev(w, l + 1)));
-        /* offload: the output to host memory before the slot is overwritten by layer l + 2's input
-         * (queued in order; the last one stays on the device for the loss head) */
-        if (w->xh && backward && l + 1 < c->L) GLM_TRY(be->download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes));
+        if (off && l + 1 < c->L) { /* the output to host memory (the last one stays on the device for the loss head) */
+            down_prev = down_last;
+            GLM_TRY(be->download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes, &down_last));
+        }
     }
     if (m->gather) GLM_TRY(gather_big_use(m, 2, &out_w)); /* every rank, whether its chunks have targets or not */
     if (backward) GLM_TRY(be->zero(be, w->dx, (size_t)(N * C) * w->esz));
@@ -970,19 +1089,29 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     }
     if (loss_sum) *loss_sum = total;
     if (n_targets) *n_targets = logits_out ? nlab : ntot;
-    if (backward)
+    if (backward) {
+        uint64_t up = 0; /* offload: the upload of layer l's input */
         for (int l = c->L - 1; l >= 0; l--) {
             if (m->gather) { /* backward order: layer l (still in its slot after the forward for the last two), l-1 prefetched */
                 GLM_TRY(gather_use(m, l));
                 if (l > 0) GLM_TRY(gather_start(m, l - 1));
             }
-            if (w->xh && l < c->L - 1) /* offload: layer l's input back (layer L-1's is still in its slot) */
-                GLM_TRY(be->upload_async(be, xdev(w, l), w->xh[l], xbytes));
+            /* offload: layer L-1's input is still in its slot; layer l-1's goes into the other slot
+             * (layer l+1's input or, for l = L-1, the loss head's) while layer l's backward runs */
+            uint64_t up_next = 0;
+            if (off && l > 0) GLM_TRY(be->upload_async(be, xdev(w, l - 1), w->xh[l - 1], xbytes, 1, &up_next));
+            if (off) GLM_TRY(be->copy_wait(be, up));
             GLM_TRY(layer_bwd(&cx, l, xdev(w, l)));
+            up = up_next;
             if (m->grad_ready) GLM_TRY(m->grad_ready(m->grad_ready_user, l)); /* layer l's LoRA grads are final */
         }
+    }
     PH(GLM_PHASE_OTHER);
-    return be->sync(be);
+    /* the host is idle until the queued work is done: the trainer prepares the next batch */
+    if (backward && m->next_batch) GLM_TRY(m->next_batch(m->next_batch_user));
+    GLM_TRY(be->sync(be));
+    w->bset[0].pending = w->bset[1].pending = 0; /* every copy is done */
+    return GLM_OK;
 }
 
 glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,

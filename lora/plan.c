@@ -101,7 +101,8 @@ static double fixed_bytes(const glm_config *c, const glm_lora_info *li, double N
             b += e * (d1 > d2 ? d1 : d2);                      /* dropped-out input copy */
         }
     }
-    b += 16 * N;                                               /* ids, pos, doc, labels */
+    b += 16 * N * (cp ? 1 : 2);                                /* ids, pos, doc, labels (two batches: the
+                                                                  next one's upload overlaps this step) */
     b += (32.0 + 256.0) * 1048576;                             /* cuBLASLt workspace, allocator slack */
     return b;
 }

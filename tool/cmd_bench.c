@@ -150,7 +150,22 @@ typedef struct result {
     char err[512];
     glm_plan plan;
     double step_s, tok_s, tflops, mfu, peak_gib, loss, phase_ms[GLM_PHASE_COUNT];
+    int64_t prefetched;   /* timed steps whose batch was uploaded during the step before */
 } result;
+
+/* The next_batch hook: the next of three batches is uploaded while this step's backward runs, as
+ * train does with the next micro-batch (three, so that the model's two batch sets never already
+ * hold it). */
+typedef struct alternate {
+    glm_model *m;
+    const glm_batch *b[3];
+    int next;
+} alternate;
+
+static glm_status prefetch_other(void *user) {
+    alternate *a = user;
+    return glm_model_prefetch(a->m, a->b[a->next]);
+}
 
 /* One sequence length: plan, warm-up, timed steps. */
 static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const bench_opts *o, glm_ckpt_mode mode, int64_t T,
@@ -159,7 +174,9 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     const glm_config *c = &m->cfg;
     int B = o->B;
     int64_t N = (int64_t)B * T;
-    uint32_t *ids = malloc((size_t)N * 4);
+    /* three batches of random tokens (the same positions and targets), taken in turn: each step's
+     * batch is uploaded during the step before, as in training */
+    uint32_t *ids = malloc((size_t)N * 12);
     uint8_t *tg = malloc((size_t)N);
     int32_t *pos = malloc((size_t)N * 4), *doc = malloc((size_t)N * 4);
     double *times = malloc(sizeof(double) * (size_t)o->steps);
@@ -167,28 +184,36 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     glm_rng rng;
     glm_rng_seed(&rng, 1234, (uint64_t)T);
     int64_t ntg = 0;
-    for (int64_t i = 0; !st && i < N; i++) {
+    for (int64_t i = 0; !st && i < 3 * N; i++) {
         int64_t t = i % T;
         uint32_t id = 100 + (uint32_t)(glm_rng_uniform(&rng) * (double)((c->V > 151000 ? 151000 : c->V) - 100));
         ids[i] = id < (uint32_t)c->V ? id : (uint32_t)c->V - 1;
+        if (i >= N) continue;
         pos[i] = (int32_t)t;
         doc[i] = 0;
         tg[i] = t >= T / 2 && t > 0;
         ntg += tg[i];
     }
-    glm_batch b = {B, (int)T, ids, tg, pos, doc};
+    glm_batch bs[3] = {{B, (int)T, ids, tg, pos, doc}, {B, (int)T, ids + N, tg, pos, doc}, {B, (int)T, ids + 2 * N, tg, pos, doc}};
+    alternate alt = {m, {&bs[0], &bs[1], &bs[2]}, 0};
     int n_params = 0;
     glm_param *params = glm_lora_params(lora, &n_params);
     if (!st) st = glm_model_prepare(m, lora, B, (int)T, 1, mode, &res->plan);
     if (!st) be->mem_reset_peak(be);
     memset(res->phase_ms, 0, sizeof res->phase_ms);
     const int W = o->warmup;
+    m->next_batch = prefetch_other;
+    m->next_batch_user = &alt;
     for (int s = 0; s < W + o->steps && !st; s++) {
-        if (s == W) be->prof_enable(be, 1);
+        if (s == W) {
+            be->prof_enable(be, 1);
+            res->prefetched = -m->batches_prefetched;
+        }
+        alt.next = (s + 1) % 3;
         double t0 = now_s(), ls = 0;
         int64_t nt = 0;
         st = glm_lora_zero_grads(lora);
-        if (!st) st = glm_model_step(m, lora, &b, (float)(1.0 / (double)ntg), 1, mode, 0, &ls, &nt);
+        if (!st) st = glm_model_step(m, lora, &bs[s % 3], (float)(1.0 / (double)ntg), 1, mode, 0, &ls, &nt);
         be->phase(be, GLM_PHASE_OPTIMIZER);
         if (!st) st = glm_optim_step(opt, params, (size_t)n_params, 1e-5, NULL);
         if (st == GLM_ERR_NUMERIC) st = GLM_OK; /* random weights: a non-finite step is skipped, as train does */
@@ -201,6 +226,8 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
         res->loss = nt ? ls / (double)nt : NAN;
     }
     be->prof_enable(be, 0);
+    m->next_batch = NULL;
+    res->prefetched += m->batches_prefetched;
     if (!st) {
         qsort(times, (size_t)o->steps, sizeof(double), cmp_d);
         res->step_s = times[o->steps / 2];
@@ -333,9 +360,10 @@ int cmd_bench(int argc, char **argv) {
                 }
                 printf("\"step_s\": %.4f, \"tok_s\": %.1f, \"useful_tflops\": %.1f, \"mfu\": %s, \"peak_gib\": %s, "
                        "\"predicted_gib\": %.2f, \"loss\": %.4f, \"keep\": %d, \"selective\": %d, \"full\": %d, \"mlp_chunk\": %lld, "
-                       "\"phase_ms\": {",
+                       "\"offload\": %s, \"prefetched_steps\": %lld, \"phase_ms\": {",
                        r->step_s, r->tok_s, r->tflops, mfu, peak, r->plan.total / 1073741824.0, r->loss, r->plan.n_keep,
-                       r->plan.n_selective, r->plan.n_full, (long long)r->plan.mlp_chunk);
+                       r->plan.n_selective, r->plan.n_full, (long long)r->plan.mlp_chunk, r->plan.offload ? "true" : "false",
+                       (long long)r->prefetched);
                 for (int p = 0; p < GLM_PHASE_COUNT; p++) printf("%s\"%s\": %.2f", p ? ", " : "", glm_phase_name(p), r->phase_ms[p]);
                 printf("}}\n");
             } else {
@@ -371,7 +399,10 @@ int cmd_bench(int argc, char **argv) {
             }
             printf(" %.1f |\n", tot);
         }
-        printf("\nplans:\n");
+        printf("\nbatches uploaded during the step before (glm_model_prefetch):");
+        for (int k = 0; k < o.nseq; k++)
+            if (res[k].ok) printf(" %lld: %lld of %d steps;", (long long)res[k].T, (long long)res[k].prefetched, o.steps);
+        printf("\n\nplans:\n");
         for (int k = 0; k < o.nseq; k++)
             if (res[k].ok) glm_plan_print(&res[k].plan, &cfg, stdout);
 #ifdef GLMTUNE_HAVE_CUDA

@@ -1,5 +1,6 @@
 /* glmtune: LoRA fine-tuning for GLM-4 (see README.md). Dispatches the subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -16,9 +17,19 @@ static const char *USAGE =
     "  init-model      write a randomly initialised GLM-4-shaped model (demos and tests)\n"
     "  bench           time LoRA training steps on this GPU (random weights, no checkpoint needed)\n"
     "\n"
-    "Run `glmtune COMMAND --help` for a command's options.\n";
+    "Run `glmtune COMMAND --help` for a command's options. --verbose (anywhere; or the environment\n"
+    "variable GLMTUNE_VERBOSE=1) adds debug messages.\n";
 
 int main(int argc, char **argv) {
+    /* --verbose anywhere: debug messages; exported so that the ranks a launcher starts inherit it */
+    int k = 1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--verbose")) setenv("GLMTUNE_VERBOSE", "1", 1);
+        else argv[k++] = argv[i];
+    argv[k] = NULL;
+    argc = k;
+    const char *vb = getenv("GLMTUNE_VERBOSE");
+    if (vb && *vb && strcmp(vb, "0")) glm_log_level = 2;
     char *help_argv[3];
     if (argc == 3 && cli_flag(argv[1], "help") && argv[2][0] != '-') { /* `glmtune help train` = `glmtune train --help` */
         help_argv[0] = argv[0];

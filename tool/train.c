@@ -210,6 +210,15 @@ typedef struct {
     glm_loader data, eval;
     bool has_eval;
     batch_buf bb;
+    /* the next micro-batch, read during this one's backward (prefetch_next): its buffer, the
+     * next step's global rows and this rank's share of them; the current step's place */
+    batch_buf bb_next;
+    uint64_t *pf_rows, *pf_mine;
+    uint32_t pf_global;
+    const uint64_t *pf_cur_mine;
+    uint32_t pf_n_mine, pf_micro, pf_n_micro;
+    int pf_B;
+    int64_t n_micro_run;   /* training micro-batches run (with batches_prefetched: the --verbose summary) */
     json_t *history;
     int64_t step, total_steps;
     const char *targets[8];
@@ -367,6 +376,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     }
     if (global_rows > rs->data.n_rows) global_rows = rs->data.n_rows;
     GLM_TRY(batch_alloc(&rs->bb, B_eff, (int)rs->data.T));
+    GLM_TRY(batch_alloc(&rs->bb_next, B_eff, (int)rs->data.T));
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
@@ -414,6 +424,9 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
 
 static void teardown(run_state *rs) {
     batch_free(&rs->bb);
+    batch_free(&rs->bb_next);
+    free(rs->pf_rows);
+    free(rs->pf_mine);
     glm_optim_free(&rs->optim);
     glm_lora_free(rs->lora);
     glm_model_free(rs->model);
@@ -516,6 +529,42 @@ static glm_status bucket_ready(void *user, int layer) {
     return GLM_OK;
 }
 
+/* This rank's rows of a global batch (every dp-th, from its data-parallel group's index) into
+ * mine[]; returns how many. */
+static uint32_t rows_of_rank(const run_state *rs, const uint64_t *rows, uint32_t got, uint64_t *mine) {
+    uint32_t n = 0;
+    for (uint32_t i = (uint32_t)rs->dp_rank; i < got; i += (uint32_t)rs->dp) mine[n++] = rows[i];
+    return n;
+}
+
+/* Rows of micro-batch `micro` (of B) out of n_mine: 0 for a placeholder past them. */
+static int micro_rows(uint32_t n_mine, uint32_t micro, int B) {
+    uint32_t m0 = micro * (uint32_t)B;
+    return m0 >= n_mine ? 0 : (int)(n_mine - m0 < (uint32_t)B ? n_mine - m0 : (uint32_t)B);
+}
+
+/* glm_model_step's next_batch hook: during a micro-batch's backward, the next micro-batch of the
+ * step, or the first of the next step (its rows peeked from the loader, which does not move), is
+ * read and its upload started (glm_model_prefetch). Nothing at an epoch's end, after the last
+ * step, or for a placeholder; the step still uploads whatever it is given. */
+static glm_status prefetch_next(void *user) {
+    run_state *rs = user;
+    const int B = rs->pf_B;
+    const uint64_t *mine = rs->pf_cur_mine;
+    uint32_t micro = rs->pf_micro + 1, n_mine = rs->pf_n_mine;
+    if (micro >= rs->pf_n_micro) { /* the next step's first micro-batch */
+        if (rs->step + 1 >= rs->total_steps || !rs->pf_rows) return GLM_OK;
+        uint32_t got = glm_loader_peek(&rs->data, rs->pf_global, rs->pf_rows);
+        n_mine = rows_of_rank(rs, rs->pf_rows, got, rs->pf_mine);
+        mine = rs->pf_mine;
+        micro = 0;
+    }
+    int n = micro_rows(n_mine, micro, B);
+    if (!n) return GLM_OK;
+    glm_batch b = batch_fill(&rs->bb_next, &rs->data, mine + micro * (uint32_t)B, n);
+    return glm_model_prefetch(rs->model, &b);
+}
+
 /* One optimizer step's forward/backward passes on this rank: its group's rows (every dp-th row of
  * the global batch; dp = world without context parallel) in micro-batches of B; the gradients'
  * all-reduce starts layer by layer during the last micro-batch's backward and is waited for at
@@ -528,17 +577,20 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
                               int64_t n_global, double *loss_sum, double *tokens) {
     const glm_backend *be = rs->be;
     int B = (int)ts->per_device_train_batch_size, W = be->world, DP = rs->dp;
-    uint32_t n_mine = 0;
-    for (uint32_t i = (uint32_t)rs->dp_rank; i < got; i += (uint32_t)DP) mine[n_mine++] = rows[i];
+    uint32_t n_mine = rows_of_rank(rs, rows, got, mine);
     uint32_t most = DP > 1 ? (got + (uint32_t)DP - 1) / (uint32_t)DP : n_mine;
     uint32_t n_micro = (most + (uint32_t)B - 1) / (uint32_t)B;
     *loss_sum = 0;
     *tokens = 0;
     rs->n_buckets_started = 0;
     glm_status s = GLM_OK;
+    rs->pf_B = B;
+    rs->pf_cur_mine = mine;
+    rs->pf_n_mine = n_mine;
+    rs->pf_n_micro = n_micro;
     for (uint32_t micro = 0; micro < n_micro && s == GLM_OK; micro++) {
         uint32_t m0 = micro * (uint32_t)B;
-        int n = m0 >= n_mine ? 0 : (int)(n_mine - m0 < (uint32_t)B ? n_mine - m0 : (uint32_t)B);
+        int n = micro_rows(n_mine, micro, B);
         glm_batch b = batch_fill(&rs->bb, &rs->data, n ? mine + m0 : rows, n ? n : 1);
         if (n == 0) memset(rs->bb.targets, 0, (size_t)rs->bb.T); /* placeholder: no target, zero gradient */
         double ls = 0;
@@ -551,8 +603,13 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
             rs->model->grad_ready = bucket_ready;
             rs->model->grad_ready_user = rs;
         }
+        rs->pf_micro = micro;
+        rs->model->next_batch = prefetch_next;
+        rs->model->next_batch_user = rs;
         s = glm_model_step(rs->model, rs->lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
         rs->model->grad_ready = NULL;
+        rs->model->next_batch = NULL;
+        rs->n_micro_run++;
         *loss_sum += ls;
         if (n) *tokens += (double)n * rs->data.T / rs->cp;
     }
@@ -627,8 +684,11 @@ glm_status train_run(const train_settings *ts) {
     int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
     uint32_t global_rows = (uint32_t)(B * accum * rs.dp);
     uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
+    rs.pf_global = global_rows;
+    rs.pf_rows = calloc(global_rows, sizeof *rs.pf_rows);
+    rs.pf_mine = calloc(global_rows, sizeof *rs.pf_mine);
     double *ranks_stats = calloc(3 * (size_t)W, sizeof(double)), *tps_rank = calloc((size_t)W, sizeof(double));
-    if (s == GLM_OK && (!rows || !mine || !ranks_stats || !tps_rank))
+    if (s == GLM_OK && (!rows || !mine || !ranks_stats || !tps_rank || !rs.pf_rows || !rs.pf_mine))
         s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
     int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
     double t_start = glm_now(), run_loss_sum = 0;
@@ -782,6 +842,10 @@ glm_status train_run(const train_settings *ts) {
         glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
                      "export-adapter --checkpoint %s -o DIR)", (long long)(rs.step - start_step), (long long)tokens_total,
                      W > 1 ? " on this rank" : "", glm_now() - t_start, ts->output_dir, ts->output_dir);
+    if (s == GLM_OK && rs.model)
+        glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward (the rest: the first, "
+                      "after an epoch's end, after an evaluation, placeholders)", (long long)rs.model->batches_prefetched,
+                      (long long)rs.n_micro_run);
     free(rows);
     free(mine);
     free(ranks_stats);

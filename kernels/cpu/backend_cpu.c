@@ -62,6 +62,20 @@ static glm_status cpu_host_alloc(const glm_backend *be, size_t bytes, const char
 
 static void cpu_host_free(const glm_backend *be, void *p) { free(p); }
 
+static glm_status cpu_upload_async(const glm_backend *be, void *dst, const void *src, size_t bytes, int after_ops,
+                                   uint64_t *ticket) {
+    (void)after_ops;
+    *ticket = 0;
+    return cpu_memcpy(be, dst, src, bytes);
+}
+
+static glm_status cpu_download_async(const glm_backend *be, void *dst, const void *src, size_t bytes, uint64_t *ticket) {
+    *ticket = 0;
+    return cpu_memcpy(be, dst, src, bytes);
+}
+
+static glm_status cpu_copy_wait(const glm_backend *be, uint64_t ticket) { return GLM_OK; }
+
 static glm_status cpu_upload_f32(const glm_backend *be, void *dst, glm_dtype dt, const float *src, int64_t n) {
     GLM_TRY(need_f32(dt, "upload_f32"));
     if (n > 0) memcpy(dst, src, (size_t)n * sizeof(float));
@@ -528,8 +542,9 @@ static glm_backend cpu_backend = {
     .free = cpu_free,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
-    .upload_async = cpu_memcpy,
-    .download_async = cpu_memcpy,
+    .upload_async = cpu_upload_async,
+    .download_async = cpu_download_async,
+    .copy_wait = cpu_copy_wait,
     .upload = cpu_memcpy,
     .download = cpu_memcpy,
     .upload_f32 = cpu_upload_f32,

@@ -7,11 +7,13 @@
  * bf16 as float, computes in fp32 and rounds to bf16 once, at the store. GEMMs: cuBLASLt, fp32
  * accumulation, no TF32. Attention: bf16 tensor-core tiles, fp32 accumulation and softmax.
  *
- * Everything is queued on one stream per backend; ops that return a host value (sumsq,
- * cross_entropy, download*, embedding's range check) synchronise. Every CUDA / cuBLAS / NCCL call
- * is checked, and the last error is read after every launch; GLMTUNE_DEBUG_SYNC=1 also
- * synchronises after each op and names the one that faulted. Needs compute capability 8.0 or
- * later (the tensor-core instructions of the attention kernels). */
+ * The ops are queued on one stream per backend, the host <-> device copies that overlap them
+ * (upload_async / download_async) on a second, NCCL's collectives on a third (comm.cu). Ops that
+ * return a host value (sumsq, cross_entropy, download*, embedding's range check) synchronise.
+ * Every CUDA / cuBLAS / NCCL call is checked, and the last error is read after every launch;
+ * GLMTUNE_DEBUG_SYNC=1 also synchronises after each op (and copy) and names the one that
+ * faulted. Needs compute capability 8.0 or later (the tensor-core instructions of the attention
+ * kernels). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,13 +165,43 @@ static void cu_host_free(const glm_backend *be, void *p) {
     if (p) cudaFreeHost(p);
 }
 
-static glm_status cu_upload_async(const glm_backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, IMPL(be)->s), "upload_async");
+/* The copy stream's side of upload_async / download_async (kernels/backend.h). */
+static glm_status copy_async(cuda_impl *I, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int after_ops,
+                             uint64_t *ticket, const char *op) {
+    const int NEV = (int)(sizeof I->copy_ev / sizeof I->copy_ev[0]);
+    if (after_ops) { /* the ops queued so far (the source's writers, the destination's readers) first */
+        CU(cudaEventRecord(I->ops_ev, I->s), op);
+        CU(cudaStreamWaitEvent(I->xs, I->ops_ev, 0), op);
+    }
+    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, kind, I->xs), op);
+    uint64_t t = ++I->n_copies;
+    CU(cudaEventRecord(I->copy_ev[t % NEV], I->xs), op);
+    *ticket = t;
+    if (I->debug_sync) {
+        cudaError_t e = cudaStreamSynchronize(I->xs);
+        if (e != cudaSuccess)
+            return glm_err(GLM_ERR_INTERNAL, "cuda backend: %s failed on the device (GLMTUNE_DEBUG_SYNC): %s", op,
+                           cudaGetErrorString(e));
+    }
     return GLM_OK;
 }
 
-static glm_status cu_download_async(const glm_backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, IMPL(be)->s), "download_async");
+static glm_status cu_upload_async(const glm_backend *be, void *dst, const void *src, size_t bytes, int after_ops,
+                                  uint64_t *ticket) {
+    return copy_async(IMPL(be), dst, src, bytes, cudaMemcpyHostToDevice, after_ops, ticket, "upload_async");
+}
+
+static glm_status cu_download_async(const glm_backend *be, void *dst, const void *src, size_t bytes, uint64_t *ticket) {
+    return copy_async(IMPL(be), dst, src, bytes, cudaMemcpyDeviceToHost, 1, ticket, "download_async");
+}
+
+static glm_status cu_copy_wait(const glm_backend *be, uint64_t ticket) {
+    cuda_impl *I = IMPL(be);
+    const int NEV = (int)(sizeof I->copy_ev / sizeof I->copy_ev[0]);
+    if (ticket == 0 || ticket > I->n_copies)
+        return ticket ? glm_err(GLM_ERR_INTERNAL, "cuda backend: copy_wait: ticket %llu was never issued",
+                                (unsigned long long)ticket) : GLM_OK;
+    CU(cudaStreamWaitEvent(I->s, I->copy_ev[ticket % NEV], 0), "copy_wait");
     return GLM_OK;
 }
 
@@ -211,6 +243,7 @@ static glm_status cu_copy(const glm_backend *be, void *dst, const void *src, siz
 
 static glm_status cu_sync(const glm_backend *be) {
     CU(cudaStreamSynchronize(IMPL(be)->s), "sync");
+    CU(cudaStreamSynchronize(IMPL(be)->xs), "sync (copies)");
     comm_release_waited(IMPL(be)); /* what the compute stream waited for is complete now */
     return GLM_OK;
 }
@@ -317,6 +350,10 @@ static void destroy(cuda_impl *I) {
         delete I->prof;
     }
     delete (size_map *)I->sizes;
+    if (I->xs) cudaStreamDestroy(I->xs);
+    if (I->ops_ev) cudaEventDestroy(I->ops_ev);
+    for (cudaEvent_t e : I->copy_ev)
+        if (e) cudaEventDestroy(e);
     if (I->s) cudaStreamDestroy(I->s);
     free(I);
 }
@@ -372,6 +409,12 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     }
     e = cudaStreamCreateWithFlags(&I->s, cudaStreamNonBlocking);
     FAIL_IF(e != cudaSuccess, "cuda backend: cudaStreamCreate: %s", cudaGetErrorString(e));
+    e = cudaStreamCreateWithFlags(&I->xs, cudaStreamNonBlocking);
+    FAIL_IF(e != cudaSuccess, "cuda backend: cudaStreamCreate (copies): %s", cudaGetErrorString(e));
+    e = cudaEventCreateWithFlags(&I->ops_ev, cudaEventDisableTiming);
+    for (cudaEvent_t &ev : I->copy_ev)
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    FAIL_IF(e != cudaSuccess, "cuda backend: cudaEventCreate (copies): %s", cudaGetErrorString(e));
     e = cudaMalloc(&I->flag, 64);
     FAIL_IF(e != cudaSuccess, "cuda backend: cudaMalloc: %s", cudaGetErrorString(e));
     bs = cublasCreate(&I->blas);
@@ -412,6 +455,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->host_free = cu_host_free;
         b->upload_async = cu_upload_async;
         b->download_async = cu_download_async;
+        b->copy_wait = cu_copy_wait;
         b->download = cu_download;
         b->upload_f32 = cu_upload_f32;
         b->download_f32 = cu_download_f32;

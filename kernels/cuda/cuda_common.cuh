@@ -60,6 +60,14 @@ struct cuda_impl {
     void *sizes;          /* std::unordered_map<void *, size_t> */
     prof_state *prof;
     cudaStream_t cs;      /* communication stream (NCCL collectives; comm.cu) */
+    /* host <-> device copies that overlap compute (upload_async / download_async): their stream,
+     * an event marking the ops queued before a copy, and a ring of events, copy t recorded in
+     * copy_ev[t % COPY_EVENTS] (a wait on an older ticket whose event was re-recorded waits for a
+     * later copy: still correct, the copy stream being in order) */
+    cudaStream_t xs;
+    cudaEvent_t ops_ev;
+    cudaEvent_t copy_ev[8];
+    uint64_t n_copies;
     comm_state *cstate;
     /* attention implementation (GLMTUNE_ATTENTION): ATTN_AUTO cuDNN's fused attention where it
      * takes the shape, else glmtune's kernels; ATTN_OWN glmtune's only; ATTN_CUDNN cuDNN's only

@@ -148,6 +148,18 @@ fi
 "$G" train --device cpu --model "$T/model" --data "$T/shards" --output-dir "$T/lp2" --max-steps 1 --loraplus_lr_ratio 16 2>"$T/lp.log"
 check "LoRA+ reaches the optimizer" has "$T/lp.log" "LoRA+: the lora_B weights learn at 16 x"
 
+# ---- 6. --verbose (anywhere on the line): debug messages, among them how many micro-batches were
+# uploaded during the previous one's backward (glm_model_prefetch): all but the first when the run
+# stays inside an epoch (4 steps x 2 micro-batches of the 35 rows per epoch's 140); the losses are
+# those of the run without --verbose
+"$G" train $TR --output-dir "$T/vb" --max-steps 4 --gradient-accumulation-steps 2 --logging-steps 1 --verbose 2>"$T/vb.log"
+"$G" --verbose train $TR --output-dir "$T/vb2" --max-steps 4 --gradient-accumulation-steps 2 --logging-steps 1 2>"$T/vb2.log"
+check "--verbose: the next micro-batch uploaded ahead in 7 of 8" has "$T/vb.log" "debug: 7 of 8 micro-batches were uploaded"
+check "... glmtune --verbose train is the same" has "$T/vb2.log" "debug: 7 of 8 micro-batches were uploaded"
+"$G" train $TR --output-dir "$T/nv" --max-steps 4 --gradient-accumulation-steps 2 --logging-steps 1 2>"$T/nv.log"
+check "... without --verbose, no debug line" test "$(grep -c 'debug:' "$T/nv.log")" = 0
+check "... and the same losses" test "$(vals "$T/vb/metrics.jsonl" loss)" = "$(vals "$T/nv/metrics.jsonl" loss)"
+
 echo "test_train_logging: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
 [ $fail = 0 ]

@@ -132,7 +132,7 @@ static void test_layout(const char *layout) {
     report(what, rel(gk, gg, n), 1e-6);
     CHECK(ls2 == lsg, "%s: checkpointed loss %.17g vs %.17g", layout, ls2, lsg);
 
-    /* the layer inputs offloaded to page-locked host memory (copied out and back on the compute
+    /* the layer inputs offloaded to page-locked host memory (copied out and back on the copy
      * stream): the same loss and grads as checkpointed, bit for bit */
     d.m->offload = 1;
     glm_lora_zero_grads(d.l);
@@ -249,6 +249,104 @@ out:
     glm_model_free(gm), glm_model_free(cm);
 }
 
+/* One training step's loss and LoRA grads (host fp32, malloc'ed) on the GPU. */
+static float *step_grads(glm_model *m, glm_lora *l, const glm_batch *b, float scale, glm_ckpt_mode mode, double *loss) {
+    int64_t nt = 0, n = 0;
+    glm_lora_zero_grads(l);
+    *loss = NAN;
+    if (glm_model_step(m, l, b, scale, 1, mode, 0, loss, &nt) != GLM_OK) return NULL;
+    return grads(gpu, l, &n);
+}
+
+/* The copies that overlap compute (the copy stream): 8 layers of a mid-size shape, rows of 8192
+ * tokens in 5 documents, so that each layer input's copy (16 MiB) runs beside a layer's kernels.
+ * (1) the layer inputs offloaded to host memory, downloaded during the next layer's forward and
+ * uploaded during the later layer's backward: the same loss and grads as kept on the GPU, three
+ * times over (bitwise unless a kernel's reduction order varies between runs; a missing wait
+ * would show as a stale or torn slot, far above the tolerance); (2) the next batch uploaded
+ * during a step's backward (glm_model_prefetch from the next_batch hook, three batches in turn):
+ * each step equal to the same batch uploaded by the step itself, and the prefetched batches used. */
+typedef struct rot { glm_model *m; const glm_batch *b; } rot;
+static glm_status prefetch_hook(void *user) {
+    rot *r = user;
+    return glm_model_prefetch(r->m, r->b);
+}
+
+static void test_overlap(void) {
+    glm_config cfg;
+    CHECK(glm_config_preset("glm-4-9b-chat-1m", &cfg) == GLM_OK, "preset");
+    cfg.L = 8, cfg.C = 1024, cfg.H = 8, cfg.Hkv = 2, cfg.Dh = 128, cfg.rope_dim = 64, cfg.F = 2816, cfg.V = 8192;
+    glm_model *m = NULL;
+    glm_lora *l = NULL;
+    CHECK(glm_model_create_random(&cfg, gpu, 4, &m) == GLM_OK, "overlap model: %s", glm_errmsg());
+    glm_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .use_rslora = false, .targets = "all"};
+    if (!m || glm_lora_create(m, &lc, 5, &l) != GLM_OK) {
+        CHECK(0, "overlap lora: %s", glm_errmsg());
+        glm_model_free(m);
+        return;
+    }
+    for (int i = 1; i < l->n_params; i += 2) /* lora_B nonzero: lora_A gets gradients */
+        CHECK(gpu->fill_normal(gpu, l->params[i].w, GLM_DT_F32, l->params[i].numel, 0.0f, 0.02f, 9, (uint64_t)i) == GLM_OK, "fill");
+    enum { T = 8192 };
+    static uint32_t ids[3][T];
+    static uint8_t tg[T];
+    static int32_t pos[T], doc[T];
+    const int starts[] = {0, 1000, 3001, 3100, 6000, T};
+    for (int d = 0; d < 5; d++)
+        for (int t = starts[d]; t < starts[d + 1]; t++) doc[t] = d, pos[t] = t - starts[d], tg[t] = pos[t] > 0;
+    for (int k = 0; k < 3; k++)
+        for (int t = 0; t < T; t++) ids[k][t] = (uint32_t)(((uint64_t)(t + 7919 * k) * 2654435761u) % (uint32_t)cfg.V);
+    glm_batch b[3];
+    for (int k = 0; k < 3; k++) b[k] = (glm_batch){1, T, ids[k], tg, pos, doc};
+    const float scale = 1.0f / (T - 5);
+    int64_t n = 0;
+    for (int i = 0; i < l->n_params; i++) n += l->params[i].numel;
+    double ref_loss[3];
+    float *ref[3];
+    m->offload = -1;
+    for (int k = 0; k < 3; k++) ref[k] = step_grads(m, l, &b[k], scale, GLM_CKPT_FULL, &ref_loss[k]);
+    CHECK(ref[0] && ref[1] && ref[2], "overlap reference steps: %s", glm_errmsg());
+    if (!ref[0] || !ref[1] || !ref[2]) goto out;
+    m->offload = 1;
+    for (int rep = 0; rep < 3; rep++) {
+        double lo;
+        float *g = step_grads(m, l, &b[rep], scale, GLM_CKPT_FULL, &lo);
+        CHECK(g && glm_model_current_plan(m)->offload, "offload step: %s", glm_errmsg());
+        char what[160];
+        snprintf(what, sizeof what, "8 layers x 8192 tokens, offloaded (copies beside the kernels) vs on the GPU, run %d (%s)",
+                 rep + 1, g && !memcmp(g, ref[rep], (size_t)n * 4) && lo == ref_loss[rep] ? "bitwise" : "NOT bitwise");
+        report(what, g ? fmax(rel(g, ref[rep], n), fabs(lo - ref_loss[rep]) / fabs(ref_loss[rep])) : 1.0, 1e-6);
+        free(g);
+    }
+    {
+        rot r = {m, NULL};
+        m->next_batch = prefetch_hook;
+        m->next_batch_user = &r;
+        int64_t hits = m->batches_prefetched;
+        int same = 1;
+        double worst = 0;
+        for (int s = 0; s < 6; s++) {
+            r.b = &b[(s + 1) % 3];
+            double lo;
+            float *g = step_grads(m, l, &b[s % 3], scale, GLM_CKPT_FULL, &lo);
+            CHECK(g, "prefetch step %d: %s", s, glm_errmsg());
+            same &= g && !memcmp(g, ref[s % 3], (size_t)n * 4) && lo == ref_loss[s % 3];
+            worst = fmax(worst, g ? fmax(rel(g, ref[s % 3], n), fabs(lo - ref_loss[s % 3]) / fabs(ref_loss[s % 3])) : 1.0);
+            free(g);
+        }
+        m->next_batch = NULL;
+        report(same ? "6 steps, each batch uploaded during the step before (and offloaded): bitwise as uploaded by the step"
+                    : "6 steps, each batch uploaded during the step before (and offloaded): not bitwise", worst, 1e-6);
+        CHECK(m->batches_prefetched - hits == 5, "the steps used the prefetched batches: %lld of 5",
+              (long long)(m->batches_prefetched - hits));
+    }
+out:
+    m->offload = 0;
+    for (int k = 0; k < 3; k++) free(ref[k]);
+    glm_lora_free(l);
+    glm_model_free(m);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
     if (glm_cuda_device_count() == 0) {
@@ -265,6 +363,7 @@ int main(void) {
     }
     cpu = glm_backend_cpu();
     test_9b_shape();
+    test_overlap();
     test_layout("chatglm");
     test_layout("hf");
     glm_backend_cuda_close(gpu);

@@ -100,6 +100,12 @@ static int grads_equal(glm_lora *l, float **a, float **b) {
     return 1;
 }
 
+/* A next_batch hook that prefetches one batch (struct {glm_model *m; const glm_batch *b;}). */
+static glm_status prefetch_hook(void *user) {
+    struct pf { glm_model *m; const glm_batch *b; } *p = user;
+    return glm_model_prefetch(p->m, p->b);
+}
+
 static void test_layout(const char *layout) {
     const glm_backend *be = glm_backend_cpu();
     char dir[1200], adir[1300];
@@ -269,6 +275,48 @@ static void test_layout(const char *layout) {
     double r12 = grads_rel(l, acc, ref);
     CHECK(r12 < 1e-6, "%s: 1+1 accumulation vs micro-batch 2: rel %.3e", what, r12);
     CHECK(na + nb == g.n_target && check_close(la + lb, ls, 1e-6, 0), "%s: 1+1 loss sums", what);
+
+    /* the next batch uploaded ahead (glm_model_prefetch, from the next_batch hook during a step's
+     * backward): the step that takes it uses it, with the same loss and grads as uploading it
+     * itself; a prefetched batch the step does not take, or an invalid one, changes nothing */
+    {
+        double lp, l0, l1;
+        int64_t np_;
+        glm_lora_zero_grads(l); /* the reference: each step uploads its own batch */
+        CHECK(glm_model_step(m, l, &b0, scale, 1, 0, 0, &l0, &np_) == GLM_OK &&
+              glm_model_step(m, l, &b1, scale, 1, 0, 0, &l1, &np_) == GLM_OK, "%s prefetch: %s", what, glm_errmsg());
+        float **g01 = grab_grads(l);
+        CHECK(glm_model_step(m, l, &b, scale, 0, 0, 0, &lp, &np_) == GLM_OK, "%s prefetch: %s", what, glm_errmsg());
+        glm_lora_zero_grads(l); /* the two batch sets now hold b and b1: b1 is prefetched into b's */
+        int64_t hits = m->batches_prefetched;
+        struct pf { glm_model *m; const glm_batch *b; } ctx = {m, &b1};
+        m->next_batch = prefetch_hook;
+        m->next_batch_user = &ctx;
+        CHECK(glm_model_step(m, l, &b0, scale, 1, 0, 0, &lp, &np_) == GLM_OK && lp == l0, "%s prefetch: row 0 %s", what,
+              glm_errmsg());
+        m->next_batch = NULL;
+        CHECK(glm_model_step(m, l, &b1, scale, 1, 0, 0, &lp, &np_) == GLM_OK && lp == l1 && np_ == nb, "%s prefetch: row 1 "
+              "loss %.17g vs %.17g", what, lp, l1);
+        CHECK(m->batches_prefetched == hits + 1, "%s prefetch: the step used the prefetched batch (%lld)", what,
+              (long long)(m->batches_prefetched - hits));
+        float **gp = grab_grads(l);
+        CHECK(grads_equal(l, gp, g01), "%s prefetch: grads rel %.3e", what, grads_rel(l, gp, g01));
+        free_grads(l, gp);
+        free_grads(l, g01);
+        CHECK(glm_model_prefetch(m, &b) == GLM_OK, "%s prefetch: %s", what, glm_errmsg());
+        CHECK(glm_model_step(m, l, &b1, scale, 0, 0, 0, &lp, &np_) == GLM_OK && lp == l1, "%s prefetch: another batch "
+              "prefetched", what);
+        CHECK(m->batches_prefetched == hits + 1, "%s prefetch: the other batch not used", what);
+        glm_batch bad = b1;
+        uint32_t *ids = malloc((size_t)b1.T * 4);
+        memcpy(ids, b1.ids, (size_t)b1.T * 4);
+        ids[b1.T / 2] = (uint32_t)m->cfg.V;
+        bad.ids = ids;
+        CHECK(glm_model_prefetch(m, &bad) == GLM_OK, "%s prefetch: an invalid batch is left to the step", what);
+        CHECK(glm_model_step(m, l, &bad, scale, 0, 0, 0, &lp, &np_) == GLM_ERR_ARG && strstr(glm_errmsg(), "vocabulary"),
+              "%s prefetch: the step reports the invalid batch: %s", what, glm_errmsg());
+        free(ids);
+    }
     free_grads(l, acc);
 
     /* forward only: no grads touched */
