@@ -24,8 +24,14 @@
  *   the tiny GLM-4 with bf16 weights, residual stream and activation gradients rounds a few
  *   dozen times along the path (each ~2e-3 relative, partly cancelling); the loss, a mean over
  *   targets, averages much of it out (measured 1.4e-4 to 4.2e-4); the LoRA grads are products of
- *   two such chains (measured 1.3e-2 to 1.4e-2 overall, worst single tensor 1.9e-2). The CPU side uses the same bf16-rounded weights (the fixture
- *   is stored in bf16), so the gap measures activation rounding only. */
+ *   two such chains (measured 1.3e-2 to 1.4e-2 overall, worst single tensor 1.9e-2). The CPU
+ *   side uses the same bf16-rounded weights (the fixture is stored in bf16), so the gap measures
+ *   activation rounding only.
+ * TOL_RERUN_CUDNN = 1e-2 (test_cuda_model's copy-overlap test): the same step run twice on the
+ *   GPU with cuDNN's attention, whose backward accumulates dQ with atomics (the order varies), so
+ *   the LoRA grads of two runs differ in the last bf16 bits, amplified like the grads above:
+ *   measured 1.6e-3 to 2.8e-3 (8 layers, 8192 tokens, H200). With glmtune's own attention kernels
+ *   the same comparison is exact (tolerance 0). A stale or torn layer input gives O(1). */
 #ifndef GLM_TESTS_GPU_TOL_H
 #define GLM_TESTS_GPU_TOL_H
 
@@ -35,5 +41,6 @@ static const double TOL_SUMSQ = 1e-10;
 static const double TOL_MODEL_LOGITS = 3e-2;
 static const double TOL_MODEL_LOSS = 1e-2;
 static const double TOL_MODEL_GRAD = 5e-2;
+static const double TOL_RERUN_CUDNN = 1e-2;
 
 #endif
