@@ -327,7 +327,7 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
                 p->shard_world, p->shard_world, p->weights / G, p->gathered / G);
     if (p->offload)
         fprintf(f, "  layer inputs offloaded to host memory: %.2f GiB of page-locked host memory per rank, the GPU "
-                   "keeping 2 layers' inputs (copied in order with the compute, not overlapped with it yet)\n", p->host / G);
+                   "keeping 2 layers' inputs (copied while the neighbouring layers compute)\n", p->host / G);
     char ring[64] = "";
     if (p->cp > 1) snprintf(ring, sizeof ring, " + ring buffers %.2f", p->ring / G);
     fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f%s + kept "
