@@ -68,6 +68,7 @@ typedef struct glm_model {
     glm_status (*next_batch)(void *user);
     void *next_batch_user;
     int64_t batches_prefetched; /* steps whose batch glm_model_prefetch had uploaded (for tests, bench) */
+    int64_t batches_kept;       /* steps whose batch was still on the device from an earlier step */
     struct glm_ws *ws;         /* the workspace of the last step (reused while the shape fits) */
     /* Frozen-base sharding (--shard-base; glm_model_load_dist with world > 1): shard_world ranks
      * each hold shard `be->rank` of every base matrix: embed, out_w and each layer's wqkv, wo, w1,

@@ -947,13 +947,15 @@ static glm_status upload_batch(glm_model *m, struct glm_ws *w, const glm_batch *
     const glm_backend *be = m->be;
     if (!cpl) {
         int k = set_holds(w, 1 - w->cur, b) ? 1 - w->cur : set_holds(w, w->cur, b) ? w->cur : -1;
-        if (k < 0) {
+        if (k >= 0) {
+            m->batches_prefetched += w->bset[k].prefetched;
+            m->batches_kept += !w->bset[k].prefetched;
+        } else {
             GLM_TRY(check_batch(m, b));
             k = 1 - w->cur;
             GLM_TRY(set_fill(m, w, k, b, 1));
         }
         batch_set *s = &w->bset[k];
-        m->batches_prefetched += s->prefetched;
         s->prefetched = 0;
         w->cur = k;
         w->ids = s->ids;

@@ -843,9 +843,10 @@ glm_status train_run(const train_settings *ts) {
                      "export-adapter --checkpoint %s -o DIR)", (long long)(rs.step - start_step), (long long)tokens_total,
                      W > 1 ? " on this rank" : "", glm_now() - t_start, ts->output_dir, ts->output_dir);
     if (s == GLM_OK && rs.model)
-        glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward (the rest: the first, "
-                      "after an epoch's end, after an evaluation, placeholders)", (long long)rs.model->batches_prefetched,
-                      (long long)rs.n_micro_run);
+        glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward, %lld were still on the "
+                      "device from an earlier step (the others, uploaded by their own step: the first, those after an "
+                      "epoch's end or an evaluation, placeholders)", (long long)rs.model->batches_prefetched,
+                      (long long)rs.n_micro_run, (long long)rs.model->batches_kept);
     free(rows);
     free(mine);
     free(ranks_stats);

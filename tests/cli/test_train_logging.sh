@@ -154,7 +154,7 @@ check "LoRA+ reaches the optimizer" has "$T/lp.log" "LoRA+: the lora_B weights l
 # those of the run without --verbose
 "$G" train $TR --output-dir "$T/vb" --max-steps 4 --gradient-accumulation-steps 2 --logging-steps 1 --verbose 2>"$T/vb.log"
 "$G" --verbose train $TR --output-dir "$T/vb2" --max-steps 4 --gradient-accumulation-steps 2 --logging-steps 1 2>"$T/vb2.log"
-check "--verbose: the next micro-batch uploaded ahead in 7 of 8" has "$T/vb.log" "debug: 7 of 8 micro-batches were uploaded"
+check "--verbose: the next micro-batch uploaded ahead in 7 of 8" has "$T/vb.log" "debug: 7 of 8 micro-batches were uploaded during the previous one's backward, 0 were still"
 check "... glmtune --verbose train is the same" has "$T/vb2.log" "debug: 7 of 8 micro-batches were uploaded"
 "$G" train $TR --output-dir "$T/nv" --max-steps 4 --gradient-accumulation-steps 2 --logging-steps 1 2>"$T/nv.log"
 check "... without --verbose, no debug line" test "$(grep -c 'debug:' "$T/nv.log")" = 0

@@ -288,7 +288,7 @@ static void test_layout(const char *layout) {
         float **g01 = grab_grads(l);
         CHECK(glm_model_step(m, l, &b, scale, 0, 0, 0, &lp, &np_) == GLM_OK, "%s prefetch: %s", what, glm_errmsg());
         glm_lora_zero_grads(l); /* the two batch sets now hold b and b1: b1 is prefetched into b's */
-        int64_t hits = m->batches_prefetched;
+        int64_t hits = m->batches_prefetched, kept = m->batches_kept;
         struct pf { glm_model *m; const glm_batch *b; } ctx = {m, &b1};
         m->next_batch = prefetch_hook;
         m->next_batch_user = &ctx;
@@ -297,8 +297,8 @@ static void test_layout(const char *layout) {
         m->next_batch = NULL;
         CHECK(glm_model_step(m, l, &b1, scale, 1, 0, 0, &lp, &np_) == GLM_OK && lp == l1 && np_ == nb, "%s prefetch: row 1 "
               "loss %.17g vs %.17g", what, lp, l1);
-        CHECK(m->batches_prefetched == hits + 1, "%s prefetch: the step used the prefetched batch (%lld)", what,
-              (long long)(m->batches_prefetched - hits));
+        CHECK(m->batches_prefetched == hits + 1 && m->batches_kept == kept, "%s prefetch: the step used the prefetched "
+              "batch (%lld)", what, (long long)(m->batches_prefetched - hits));
         float **gp = grab_grads(l);
         CHECK(grads_equal(l, gp, g01), "%s prefetch: grads rel %.3e", what, grads_rel(l, gp, g01));
         free_grads(l, gp);
@@ -306,7 +306,8 @@ static void test_layout(const char *layout) {
         CHECK(glm_model_prefetch(m, &b) == GLM_OK, "%s prefetch: %s", what, glm_errmsg());
         CHECK(glm_model_step(m, l, &b1, scale, 0, 0, 0, &lp, &np_) == GLM_OK && lp == l1, "%s prefetch: another batch "
               "prefetched", what);
-        CHECK(m->batches_prefetched == hits + 1, "%s prefetch: the other batch not used", what);
+        CHECK(m->batches_prefetched == hits + 1 && m->batches_kept == kept + 1, "%s prefetch: the other batch not used; "
+              "the step's batch still on the device", what);
         glm_batch bad = b1;
         uint32_t *ids = malloc((size_t)b1.T * 4);
         memcpy(ids, b1.ids, (size_t)b1.T * 4);
