@@ -112,50 +112,10 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
  * per multiprocessor there are not enough warps to hide the shared-memory latency otherwise. */
 constexpr int RING = 4;
 
-/* acc[ND] += a (registers: KK k-steps of 16) x B, B a [KK * 16 rows (k)][ND * 8 (n)] row-major
- * shared tile read with ldmatrix.trans (O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q). */
-template <int KK, int ND>
-__device__ __forceinline__ void gemm_rA_sBt(float (&acc)[ND][4], const uint32_t (&a)[KK][4], const bf16 *B, int SR, int lane) {
-    constexpr int DP = ND / 2, S = KK * DP;
-    uint32_t f[RING][4];
-#pragma unroll
-    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4t(f[t], bt_frag(B, SR, (t / DP) * 16, (t % DP) * 16, lane));
-#pragma unroll
-    for (int s = 0; s < S; s++) {
-        if (s + RING - 1 < S) {
-            const int t = s + RING - 1;
-            ldsm4t(f[t % RING], bt_frag(B, SR, (t / DP) * 16, (t % DP) * 16, lane));
-        }
-        const int kk = s / DP, dp = s % DP;
-        mma16816(acc[2 * dp], a[kk], f[s % RING][0], f[s % RING][1]);
-        mma16816(acc[2 * dp + 1], a[kk], f[s % RING][2], f[s % RING][3]);
-    }
-}
-
-/* acc[NT] += A x B^T with both from shared memory: A the 16 rows r0.. of an [rows][KD * 16] tile
- * (keys: S^T = K Q^T, dP^T = V dO^T), B as in gemm_rA_sB. */
-template <int KD, int NT>
-__device__ __forceinline__ void gemm_sA_sB(float (&acc)[NT][4], const bf16 *A, int r0, const bf16 *B, int SR, int lane) {
-    constexpr int NP = NT / 2, S = KD * NP;
-    uint32_t fa[2][4], f[RING][4];
-    ldsm4(fa[0], a_frag(A, SR, r0, 0, lane));
-#pragma unroll
-    for (int t = 0; t < RING - 1 && t < S; t++) ldsm4(f[t], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
-#pragma unroll
-    for (int s = 0; s < S; s++) {
-        const int kk = s / NP, np = s % NP;
-        if (np == 0 && kk + 1 < KD) ldsm4(fa[(kk + 1) & 1], a_frag(A, SR, r0, (kk + 1) * 16, lane));
-        if (s + RING - 1 < S) {
-            const int t = s + RING - 1;
-            ldsm4(f[t % RING], b_frag(B, SR, (t % NP) * 16, (t / NP) * 16, lane));
-        }
-        mma16816(acc[2 * np], fa[kk & 1], f[s % RING][0], f[s % RING][1]);
-        mma16816(acc[2 * np + 1], fa[kk & 1], f[s % RING][2], f[s % RING][3]);
-    }
-}
-
-/* The same with MT m-tiles of A per warp (rows r0 + 16 mt), each B fragment feeding MT x 2 MMAs:
- * half the shared-memory traffic per MMA of a one-tile form. */
+/* acc[MT][NT] += A x B^T with both from shared memory: A the rows r0 + 16 mt.. (mt < MT) of an
+ * [rows][KD * 16] tile (S = Q K^T, dP = dO V^T; keys in dK/dV: S^T = K Q^T, dP^T = V dO^T), B an
+ * [NT * 8 rows (n)][KD * 16 (k)] tile. Each B fragment feeds MT x 2 MMAs: with MT > 1, half the
+ * shared-memory traffic per MMA of the one-tile form. */
 template <int KD, int NT, int MT>
 __device__ __forceinline__ void gemm_sAm_sB(float (&acc)[MT][NT][4], const bf16 *A, int r0, const bf16 *B, int SR, int lane) {
     constexpr int NP = NT / 2, S = KD * NP;
@@ -182,6 +142,9 @@ __device__ __forceinline__ void gemm_sAm_sB(float (&acc)[MT][NT][4], const bf16 
     }
 }
 
+/* acc[MT][ND] += a[MT] (registers: KK k-steps of 16) x B, B a [KK * 16 rows (k)][ND * 8 (n)]
+ * row-major shared tile read with ldmatrix.trans (O += P V, dQ += dS K, dV += P^T dO,
+ * dK += dS^T Q). */
 template <int KK, int ND, int MT>
 __device__ __forceinline__ void gemm_rAm_sBt(float (&acc)[MT][ND][4], const uint32_t (&a)[MT][KK][4], const bf16 *B, int SR,
                                              int lane) {
@@ -202,6 +165,17 @@ __device__ __forceinline__ void gemm_rAm_sBt(float (&acc)[MT][ND][4], const uint
             mma16816(acc[mt][2 * dp + 1], a[mt][kk], f[s % RING][2], f[s % RING][3]);
         }
     }
+}
+
+/* The one-tile forms (MT = 1) with [NT][4] / [ND][4] accumulators: the dK/dV kernel's. */
+template <int KD, int NT>
+__device__ __forceinline__ void gemm_sA_sB(float (&acc)[NT][4], const bf16 *A, int r0, const bf16 *B, int SR, int lane) {
+    gemm_sAm_sB<KD, NT, 1>(reinterpret_cast<float(&)[1][NT][4]>(acc), A, r0, B, SR, lane);
+}
+template <int KK, int ND>
+__device__ __forceinline__ void gemm_rA_sBt(float (&acc)[ND][4], const uint32_t (&a)[KK][4], const bf16 *B, int SR, int lane) {
+    gemm_rAm_sBt<KK, ND, 1>(reinterpret_cast<float(&)[1][ND][4]>(acc), reinterpret_cast<const uint32_t(&)[1][KK][4]>(a), B, SR,
+                            lane);
 }
 
 /* Rows [r0, r0 + R) of a [T, ld] bf16 matrix (g: its row 0, first channel of the head), DHP
@@ -226,6 +200,57 @@ __device__ __forceinline__ void load_kv_tile(bf16 *Ks, bf16 *Vs, int *dks, int b
     load_rows<BN, DHP, NT>(Ks + buf * BN * SR, kg, ldk, n0, T, Dh);
     load_rows<BN, DHP, NT>(Vs + buf * BN * SR, vg, ldv, n0, T, Dh);
     for (int j = threadIdx.x; j < BN; j += NT) dks[buf * BN + j] = n0 + j < T ? docb[n0 + j] : -1;
+}
+
+/* The query-block kernels' K/V double buffer at key tile kt (of kt0..kt1): starts loading tile
+ * kt + 1 into the other buffer, waits for tile kt's loads (issued one iteration before, or by the
+ * prologue for kt0) and the whole block; returns the buffer kt is in. */
+template <int BN, int DHP, int NT>
+__device__ __forceinline__ int kv_tile_next(bf16 *Ks, bf16 *Vs, int *dks, int kt, int kt0, int kt1, const bf16 *kg,
+                                            int64_t ldk, const bf16 *vg, int64_t ldv, const int32_t *kdoc, int Tk, int Dh) {
+    const int buf = (kt - kt0) & 1;
+    if (kt < kt1) {
+        load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, kdoc, (kt + 1) * BN, Tk, Dh);
+        cp_commit();
+        cp_wait<1>();
+    } else {
+        cp_wait<0>();
+    }
+    __syncthreads();
+    return buf;
+}
+
+/* Whether every query row q0.. of the block sees every key of tile k0..k0+BN-1 (keys' documents
+ * dk), so that the tile needs no mask: whole rows, the block in one document that starts at or
+ * before k0 and the tile at or before the first row; ring blocks (BLK), the tile's first and
+ * last keys in the rows' document and causal with the block's offset delta. */
+template <int BN, bool BLK>
+__device__ __forceinline__ bool tile_unmasked(bool one_doc, const int *dk, const int32_t *docb, int k0, int q0, int kstart,
+                                              int delta) {
+    if constexpr (BLK) return one_doc && dk[0] == docb[q0] && dk[BN - 1] == docb[q0] && k0 + BN - 1 <= q0 + delta;
+    else return one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+}
+
+/* Whether query row i (document di) sees key j (document dj): causal (with the ring block's
+ * offset delta, 0 for whole rows) and in the same document. */
+__device__ __forceinline__ bool key_visible(int i, int di, int j, int dj, int delta) { return j <= i + delta && dj == di; }
+
+/* acc = 0 for an array of mma accumulator fragments ([B] or [A][B]). */
+template <int B>
+__device__ __forceinline__ void zero_frags(float (&acc)[B][4]) {
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[b][e] = 0.0f;
+}
+template <int A, int B>
+__device__ __forceinline__ void zero_frags(float (&acc)[A][B][4]) {
+#pragma unroll
+    for (int a = 0; a < A; a++)
+#pragma unroll
+        for (int b = 0; b < B; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[a][b][e] = 0.0f;
 }
 
 /* ---- document bounds ---------------------------------------------------------------------- */
@@ -420,35 +445,22 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
             rd[mt][hf] = ri[mt][hf] < T ? docb[ri[mt][hf]] : -2;
         }
     float o[MT][ND][4], m[MT][2], l[MT][2];
+    zero_frags(o);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int n = 0; n < ND; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0.0f;
     }
 
     for (int kt = kt0; kt <= kt1; kt++) {
-        const int buf = (kt - kt0) & 1;
-        if (kt < kt1) {
-            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, kdoc, (kt + 1) * BN, Tk, Dh);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
+        const int buf = kv_tile_next<BN, DHP, NT>(Ks, Vs, dks, kt, kt0, kt1, kg, ldk, vg, ldv, kdoc, Tk, Dh);
         const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
         const int *dk = dks + buf * BN;
         float s[MT][NTN][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NTN; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+        zero_frags(s);
         gemm_sAm_sB<KD, NTN, MT>(s, Qs, r0, Kb, SR, lane);
         const int k0 = kt * BN;
-        const bool full = BLK ? one_doc && dk[0] == docb[q0] && dk[BN - 1] == docb[q0] && k0 + BN - 1 <= q0 + delta
-                              : one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        const bool full = tile_unmasked<BN, BLK>(one_doc, dk, docb, k0, q0, kstart, delta);
         uint32_t pa[MT][BN / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -459,8 +471,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
                 for (int e = 0; e < 4; e++) {
                     float x = s[mt][nt][e] * sl2;
                     if (!full) {
-                        const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl, hf = e >> 1;
-                        if (!(j <= ri[mt][hf] + delta && dk[jl] == rd[mt][hf])) x = -INFINITY;
+                        const int jl = nt * 8 + 2 * tig + (e & 1), hf = e >> 1;
+                        if (!key_visible(ri[mt][hf], rd[mt][hf], k0 + jl, dk[jl], delta)) x = -INFINITY;
                     }
                     s[mt][nt][e] = x;
                     mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -598,35 +610,19 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
             Dd[mt][hf] = i < T ? Dr[i] : 0.0f;
         }
     float acc[MT][ND][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int n = 0; n < ND; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+    zero_frags(acc);
 
     for (int kt = kt0; kt <= kt1; kt++) {
-        const int buf = (kt - kt0) & 1;
-        if (kt < kt1) {
-            load_kv_tile<BN, DHP, NT>(Ks, Vs, dks, buf ^ 1, kg, ldk, vg, ldv, kdoc, (kt + 1) * BN, Tk, Dh);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
+        const int buf = kv_tile_next<BN, DHP, NT>(Ks, Vs, dks, kt, kt0, kt1, kg, ldk, vg, ldv, kdoc, Tk, Dh);
         const bf16 *Kb = Ks + buf * BN * SR, *Vb = Vs + buf * BN * SR;
         const int *dk = dks + buf * BN;
         float s[MT][NTN][4], dp[MT][NTN][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int n = 0; n < NTN; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[mt][n][e] = dp[mt][n][e] = 0.0f;
+        zero_frags(s);
+        zero_frags(dp);
         gemm_sAm_sB<KD, NTN, MT>(s, Qs, r0, Kb, SR, lane);
         gemm_sAm_sB<KD, NTN, MT>(dp, dOs, r0, Vb, SR, lane);
         const int k0 = kt * BN;
-        const bool full = BLK ? one_doc && dk[0] == docb[q0] && dk[BN - 1] == docb[q0] && k0 + BN - 1 <= q0 + delta
-                              : one_doc && k0 >= kstart && k0 + BN - 1 <= q0;
+        const bool full = tile_unmasked<BN, BLK>(one_doc, dk, docb, k0, q0, kstart, delta);
         uint32_t da[MT][BN / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -637,6 +633,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dq_mt(bf16 *dq, int64_t lddq, co
                     const int hf = e >> 1;
                     bool ok = true;
                     if (!full) {
+                        /* key_visible written out: through the helper, nvcc 13 spills 24 bytes in
+                         * the Dh 128 instance of this kernel (ptxas -v) */
                         const int jl = nt * 8 + 2 * tig + (e & 1), j = k0 + jl;
                         ok = j <= ri[mt][hf] + delta && dk[jl] == rd[mt][hf];
                     }
@@ -735,10 +733,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
     const int dj_lo = j_lo < Tk ? kdoc[j_lo] : -1, dj_hi = j_hi < Tk ? kdoc[j_hi] : -1;
     const int kd0 = kdoc[k0], kdl = kdoc[klast];
     float adk[ND][4], adv[ND][4];
-#pragma unroll
-    for (int n = 0; n < ND; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) adk[n][e] = adv[n][e] = 0.0f;
+    zero_frags(adk);
+    zero_frags(adv);
 
     for (int it = 0; it < total; it++) {
         {
@@ -754,10 +750,8 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
         const int *dqb = dqs + buf * BM;
         const int q0 = (qt0 + it % nq) * BM, qlast = min(q0 + BM, T) - 1;
         float st_[NTM][4], dpt[NTM][4];
-#pragma unroll
-        for (int n = 0; n < NTM; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) st_[n][e] = dpt[n][e] = 0.0f;
+        zero_frags(st_);
+        zero_frags(dpt);
         gemm_sA_sB<KD, NTM>(st_, Ks, warp * 16, Qb, SR, lane);
         gemm_sA_sB<KD, NTM>(dpt, Vs, warp * 16, dOb, SR, lane);
         const bool full = BLK ? q0 + BM <= T && klast == k0 + BN - 1 && klast <= q0 + delta && dqb[0] == kd0 &&
@@ -769,7 +763,7 @@ __global__ void __launch_bounds__(NW * 32) k_fa_dkdv(bf16 *dk, int64_t lddk, bf1
             for (int e = 0; e < 4; e++) {
                 const int il = nt * 8 + 2 * tig + (e & 1), i = q0 + il;
                 bool ok = true;
-                if (!full) ok = e < 2 ? (j_lo <= i + delta && dqb[il] == dj_lo) : (j_hi <= i + delta && dqb[il] == dj_hi);
+                if (!full) ok = e < 2 ? key_visible(i, dqb[il], j_lo, dj_lo, delta) : key_visible(i, dqb[il], j_hi, dj_hi, delta);
                 const float p = ok ? exp2f(st_[nt][e] * sl2 - Lb[il]) : 0.0f;
                 st_[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - Db[il]);
