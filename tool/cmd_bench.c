@@ -399,9 +399,12 @@ int cmd_bench(int argc, char **argv) {
             }
             printf(" %.1f |\n", tot);
         }
-        printf("\nbatches uploaded during the step before (glm_model_prefetch):");
-        for (int k = 0; k < o.nseq; k++)
-            if (res[k].ok) printf(" %lld: %lld of %d steps;", (long long)res[k].T, (long long)res[k].prefetched, o.steps);
+        printf("\ntimed steps whose batch was uploaded during the step before:");
+        for (int k = 0, first = 1; k < o.nseq; k++)
+            if (res[k].ok) {
+                printf("%s %lld tokens: %lld of %d", first ? "" : ",", (long long)res[k].T, (long long)res[k].prefetched, o.steps);
+                first = 0;
+            }
         printf("\n\nplans:\n");
         for (int k = 0; k < o.nseq; k++)
             if (res[k].ok) glm_plan_print(&res[k].plan, &cfg, stdout);

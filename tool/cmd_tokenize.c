@@ -88,6 +88,7 @@ static const char *HELP =
     "  --report FILE        also write the report as JSON\n"
     "  --shard-rows N       rows per shard file (default: about 16 Mi tokens)\n"
     "  --quiet              no progress display\n"
+    "  --verbose            debug messages too (files skipped and why)\n"
     "  --encode             read JSONL {\"text\": ...} on stdin, write JSONL {\"ids\": [...]}\n"
     "  --decode             read JSONL {\"ids\": [...]} on stdin, write JSONL {\"text\": ...}\n";
 

@@ -68,7 +68,7 @@ int cmd_train(int argc, char **argv) {
         printf("usage: glmtune train [--config FILE.yaml] [options]\n\n"
                "LoRA fine-tuning of a GLM-4 checkpoint on shards from `glmtune tokenize`. Every option is also\n"
                "a snake_case key of --config (LLaMA-Factory-style YAML); flags override the file.\n"
-               "(-q, --quiet: no progress lines; command line only.)\n\n");
+               "(-q, --quiet: no progress lines; --verbose: debug messages too; command line only.)\n\n");
         if (!glm_mpi_built())
             printf("(this glmtune was built without MPI: --nproc and runs under mpirun are not available)\n\n");
         glm_opts_help(stdout);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 #include "tool/cli.h"
@@ -29,7 +30,11 @@ int main(int argc, char **argv) {
     argv[k] = NULL;
     argc = k;
     const char *vb = getenv("GLMTUNE_VERBOSE");
-    if (vb && *vb && strcmp(vb, "0")) glm_log_level = 2;
+    if (vb && *vb) {
+        if (!strcmp(vb, "1") || !strcasecmp(vb, "true") || !strcasecmp(vb, "yes") || !strcasecmp(vb, "on")) glm_log_level = 2;
+        else if (strcmp(vb, "0") && strcasecmp(vb, "false") && strcasecmp(vb, "no") && strcasecmp(vb, "off"))
+            glm_log_warn("GLMTUNE_VERBOSE=%s: expected 1 (true, yes, on) or 0 (false, no, off); ignored", vb);
+    }
     char *help_argv[3];
     if (argc == 3 && cli_flag(argv[1], "help") && argv[2][0] != '-') { /* `glmtune help train` = `glmtune train --help` */
         help_argv[0] = argv[0];
@@ -57,6 +62,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
     glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model, bench%s", argv[1],
-                  argv[1][0] == '-' ? " (options of glmtune itself: --help, --version)" : "");
+                  argv[1][0] == '-' ? " (options of glmtune itself: --help, --version, --verbose)" : "");
     return GLM_EXIT_USAGE;
 }

@@ -397,10 +397,10 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     int64_t np = 0;
     for (int i = 0; i < rs->n_params; i++) np += rs->params[i].numel;
     glm_log_info("LoRA r=%d alpha=%g on %d modules (%lld trainable parameters); data: %llu rows x %u tokens "
-                 "(%llu targets); %lld optimizer steps, %llu rows each (%llu per epoch)", rs->lora->r, rs->lora->alpha,
+                 "(%llu targets); %lld optimizer steps, %llu row%s each (%llu per epoch)", rs->lora->r, rs->lora->alpha,
                  rs->lora->n_sites, (long long)np, (unsigned long long)rs->data.n_rows, rs->data.T,
                  (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows,
-                 (unsigned long long)steps_per_epoch);
+                 global_rows == 1 ? "" : "s", (unsigned long long)steps_per_epoch);
     if (ts->resume) GLM_TRY(restore(rs, ts));
     if (rs->cp > 1) {
         glm_cp_layout L;
@@ -842,11 +842,12 @@ glm_status train_run(const train_settings *ts) {
         glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
                      "export-adapter --checkpoint %s -o DIR)", (long long)(rs.step - start_step), (long long)tokens_total,
                      W > 1 ? " on this rank" : "", glm_now() - t_start, ts->output_dir, ts->output_dir);
-    if (s == GLM_OK && rs.model)
+    if (s == GLM_OK && rs.model && rs.n_micro_run)
         glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward, %lld were still on the "
-                      "device from an earlier step (the others, uploaded by their own step: the first, those after an "
-                      "epoch's end or an evaluation, placeholders)", (long long)rs.model->batches_prefetched,
-                      (long long)rs.n_micro_run, (long long)rs.model->batches_kept);
+                      "device from an earlier step (the others, uploaded by their own step: %s)",
+                      (long long)rs.model->batches_prefetched, (long long)rs.n_micro_run, (long long)rs.model->batches_kept,
+                      rs.cp > 1 ? "all, as context parallel uploads each rank's chunks itself"
+                                : "the first, those after an epoch's end or an evaluation, placeholders");
     free(rows);
     free(mine);
     free(ranks_stats);
