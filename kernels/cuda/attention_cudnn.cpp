@@ -29,7 +29,7 @@ namespace glmcu {
 enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_V,
        U_OFF_O, U_OFF_S };
 
-typedef std::tuple<int, int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int> shape_key;
+typedef std::tuple<int, int, int, int, int, int, int64_t, int64_t, int64_t, int64_t> shape_key;
 
 struct cudnn_attn {
     cudnnHandle_t handle = nullptr;
@@ -39,7 +39,7 @@ struct cudnn_attn {
 };
 
 static shape_key key_of(const cudnn_attn_shape *s) {
-    return shape_key(s->bwd, s->nb, s->s_max, s->H, s->Hkv, s->Dh, s->ldq, s->ldk, s->ldv, s->ldo, s->stats_packed);
+    return shape_key(s->bwd, s->nb, s->s_max, s->H, s->Hkv, s->Dh, s->ldq, s->ldk, s->ldv, s->ldo);
 }
 
 cudnn_attn *cudnn_attn_create(const char **why) {
@@ -108,8 +108,7 @@ static std::shared_ptr<fe::graph::Graph> build(cudnn_attn *c, const cudnn_attn_s
                              .set_stride({s * ld, d, ld, 1}).set_ragged_offset(off));
     };
     std::vector<int64_t> sdim = {b, H, s, 1};
-    std::vector<int64_t> sstride = sh->stats_packed ? std::vector<int64_t>{H * s, 1, H, 1}
-                                                    : std::vector<int64_t>{H * s, s, 1, 1};
+    std::vector<int64_t> sstride = {H * s, 1, H, 1}; /* token-major: a ragged offset of pos * H */
     auto q = act(U_Q, "q", H, sh->ldq, oq), k = act(U_K, "k", Hkv, sh->ldk, ok), v = act(U_V, "v", Hkv, sh->ldv, ov);
     const float scale = (float)(1.0 / sqrt((double)d));
     if (!sh->bwd) {

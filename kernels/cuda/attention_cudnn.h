@@ -25,22 +25,21 @@ namespace glmcu {
 
 struct cudnn_attn; /* the handle, the loaded library and the graphs built so far, by shape */
 
-/* One graph's shape. stats_packed: the log-sum-exp tensor cuDNN reads / writes is token-major
- * ([n, H] f32, "TH1", the layout cuDNN's ragged kernels take; attention_ragged.cu always uses
- * it) instead of head-major ([B, H, T], the backend's own lse layout). */
+/* One graph's shape. The log-sum-exp tensor cuDNN reads / writes is token-major ([n, H] f32,
+ * "TH1", the only layout its ragged kernels take; attention_ragged.cu transposes it to / from the
+ * backend's head-major [B, H, T]). */
 struct cudnn_attn_shape {
     int bwd;                  /* 0 forward, 1 backward */
     int nb, s_max;            /* graph batch (sequences) and maximum sequence length */
     int H, Hkv, Dh;
     int64_t ldq, ldk, ldv, ldo; /* row strides (elements) of q / dq, k / dk, v / dv, out / dout */
-    int stats_packed;
 };
 
 /* Device pointers of one call. Offsets: int64 [nb + 1] each (elements); seq_len int32 [nb]. */
 struct cudnn_attn_args {
     const void *q, *k, *v;
     void *out;          /* forward: written; backward: read */
-    float *stats;       /* forward: written; backward: read (layout per stats_packed) */
+    float *stats;       /* forward: written; backward: read (token-major [n, H]) */
     const void *dout;   /* backward */
     void *dq, *dk, *dv; /* backward: written */
     const int32_t *seq_len;

@@ -149,7 +149,6 @@ static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int 
                                   "(over 4x the %d tokens: %.2f GiB of workspace)", R, longest, sh.nb, sh.s_max, n,
                                   padded_gib));
     int64_t ws_bytes = 0;
-    sh.stats_packed = 1;
     glm_status st = cudnn_attn_plan(I->cudnn, &sh, &rc->plan, &ws_bytes);
     if (st) return decline(I, st);
     GLM_TRY(scratch(I, SCR_CUDNN_RAGGED, (size_t)sh.nb * 4 + (size_t)(sh.nb + 1) * 5 * 8 + 16, &p));
