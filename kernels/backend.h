@@ -6,7 +6,9 @@
  * - Every tensor an op touches lives in backend memory, obtained from be->alloc. Host <-> backend
  *   transfers are explicit (upload / download / upload_f32). On the CPU backend backend memory is
  *   host memory; on CUDA it is device memory and pointers must not be dereferenced by the host.
- * - Element types: buffers holding base weights have type be->weight_dtype; activations and their
+ * - Element types: the frozen base's dense tensors (norms, the qkv bias, the embedding, the output
+ *   layer, and the linear matrices when their format is dense) have type be->weight_dtype; a linear
+ *   matrix is a glm_weight (kernels/weight.h), dense or 4-bit; activations and their
  *   gradients (residual stream, normed inputs, q/k/v, attention output, MLP hidden, logits chunk)
  *   have type be->act_dtype. CPU: both GLM_DT_F32. CUDA: GLM_DT_BF16. LoRA weights, their grads,
  *   AdamW moments, softmax / RMSNorm statistics (lse, rstd) and the LoRA rank-r intermediates are
@@ -29,6 +31,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/weight.h"
 
 /* GLM_DT_F64 exists only as the CPU backend's acc_dtype (the context-parallel ring's accumulators). */
 typedef enum { GLM_DT_F32 = 0, GLM_DT_BF16 = 1, GLM_DT_F64 = 2 } glm_dtype;
@@ -137,6 +140,22 @@ struct glm_backend {
      * weights generated where they live (no host copy). */
     glm_status (*fill_normal)(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std,
                               uint64_t seed, uint64_t stream);
+
+    /* ---- frozen base weights in other formats (kernels/weight.h) --------------------------- */
+
+    /* Quantizes src, dst->n elements of dtype `st` (the flattened tensor, or a shard of it starting
+     * at a double-quantization group boundary), into dst's buffers (allocated by the caller with
+     * glm_weight_bytes of dst->fmt, dst->n, dst->double_quant): bitsandbytes' quantize_4bit with
+     * blocksize 64 (and compress_statistics: dst->offset is set to the mean absmax of these
+     * elements, unless `offset` is given: pass NAN to compute it). The CPU op is the specification
+     * (kernels/cpu/quant4.c); CUDA computes the same bits. Errors: GLM_ERR_ARG (dense dst format),
+     * GLM_ERR_UNSUPPORTED (source dtype). */
+    glm_status (*weight_quantize)(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st, float offset);
+    /* Dequantizes src (a 4-bit glm_weight of src->n elements) into dst, n elements of dtype dt:
+     * value = code value x absmax in f32, rounded once to bf16 (what bitsandbytes' dequantize_4bit
+     * returns for bf16 input); dt = f32 stores that bf16 value exactly. OVERWRITES dst.
+     * Errors: GLM_ERR_ARG (a dense src), GLM_ERR_UNSUPPORTED (dt). */
+    glm_status (*weight_dequantize)(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
 
     /* ---- transformer ops ---------------------------------------------------------------- */
 
@@ -352,6 +371,12 @@ struct glm_backend {
 
     /* ---- memory accounting and profiling ---------------------------------------------------- */
 
+    /* The most workspace the attention ops may take for a library's fused kernels (CUDA: cuDNN's
+     * backward workspace, about 8 bytes per query element), as the memory plan leaves it: a call
+     * whose workspace would be larger runs glmtune's own kernels, which need none (one line on
+     * stderr says so, once). bytes < 0: no cap (the default). CPU: nothing to cap. */
+    void (*set_attention_ws_cap)(const glm_backend *be, double bytes);
+
     /* Memory of the device the backend computes on, in bytes: *total and *free as the device
      * reports them (CPU: physical and available RAM), *in_use and *peak the bytes held through
      * be->alloc now and at most since the last mem_reset_peak (CPU: 0, not tracked). */
@@ -367,6 +392,15 @@ struct glm_backend {
     void (*phase)(const glm_backend *be, int p);
     glm_status (*prof_collect)(const glm_backend *be, double *ms);
 };
+
+/* The one linear of the frozen base (every backend): with transpose == 0, y [M, W->rows] = beta y +
+ * x [M, W->cols] W^T (the forward); with transpose != 0, y [M, W->cols] = beta y + x [M, W->rows] W
+ * (the input gradient). x and y are act with row strides ldx, ldy; accumulation fp32 (be->matmul).
+ * W must be whole and dense (f32 or bf16): a 4-bit weight is dequantized into a dense slot first
+ * (be->weight_dequantize), a shard gathered first. Errors: GLM_ERR_ARG (no weight, a shard),
+ * GLM_ERR_UNSUPPORTED (a packed format), the backend's matmul errors. */
+glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,
+                           float beta, void *y, int64_t ldy);
 
 /* The phases of a training step, for profiling (be->phase). */
 typedef enum {

@@ -352,6 +352,7 @@ static void info_add(glm_lora_info *o, const glm_config *c, glm_layout layout, i
         int64_t row0, out, in;
         module_geometry(c, layout, m, &lin, &row0, &out, &in);
         o->params += (int64_t)c->L * r * (in + out);
+        o->n_sites += c->L;
         per_lin[lin]++;
         if (lin == GLM_LIN_QKV || lin == GLM_LIN_DENSE) {
             if (in > o->max_in_attn) o->max_in_attn = in;
@@ -382,6 +383,7 @@ void glm_lora_info_of(const glm_lora *l, glm_lora_info *out) {
     out->r = l->r;
     out->dropout = l->dropout > 0;
     for (int i = 0; i < l->n_params; i++) out->params += l->params[i].numel;
+    out->n_sites = l->n_sites;
     for (int layer = 0; layer < l->L; layer++) {
         int per_lin[4] = {0, 0, 0, 0};
         for (int k = 0; k < l->layer_count[layer]; k++) {

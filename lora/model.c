@@ -13,30 +13,112 @@
 /* ---------------------------------------------------------------------------- loading */
 
 void glm_ws_free(struct glm_ws *w);          /* lora/model_step.c */
-void glm_gather_free(glm_model *m);          /* lora/model_step.c */
+
+static void weight_free(const glm_backend *be, glm_weight *w) {
+    be->free(be, w->data);
+    be->free(be, w->absmax);
+    be->free(be, w->absmax2);
+    w->data = w->absmax = NULL;
+    w->absmax2 = NULL;
+}
 
 void glm_model_free(glm_model *m) {
     if (!m) return;
     const glm_backend *be = m->be;
     glm_ws_free(m->ws);
-    glm_gather_free(m);
-    be->free(be, m->embed);
+    weight_free(be, &m->embed);
     be->free(be, m->final_ln);
-    be->free(be, m->out_w);
+    weight_free(be, &m->out_w);
     be->free(be, m->inv_freq);
     if (m->layers)
         for (int l = 0; l < m->cfg.L; l++) {
             glm_layer_weights *w = &m->layers[l];
             be->free(be, w->ln1);
-            be->free(be, w->wqkv);
+            weight_free(be, &w->wqkv);
             be->free(be, w->bqkv);
-            be->free(be, w->wo);
+            weight_free(be, &w->wo);
             be->free(be, w->ln2);
-            be->free(be, w->w1);
-            be->free(be, w->w2);
+            weight_free(be, &w->w1);
+            weight_free(be, &w->w2);
         }
     free(m->layers);
     free(m);
+}
+
+const char *glm_base_format_name(const glm_model *m) {
+    if (m->fmt.quant_bits != 4) return m->be->weight_dtype == GLM_DT_BF16 ? "bf16" : "f32";
+    if (m->fmt.q4 == GLM_WF_FP4) return m->fmt.double_quant ? "fp4 + double quantization" : "fp4";
+    return m->fmt.double_quant ? "nf4 + double quantization" : "nf4";
+}
+
+static glm_status check_fmt(const glm_base_format *f) {
+    if (!f || f->quant_bits == 0) return GLM_OK;
+    if (f->quant_bits != 4)
+        return glm_err(GLM_ERR_ARG, "quantization to %d bits: glmtune quantizes the base to 4 bits (QLoRA's nf4 or fp4); "
+                       "hint: --quantization-bit 4, or none for the bf16 base", f->quant_bits);
+    if (f->q4 != GLM_WF_NF4 && f->q4 != GLM_WF_FP4)
+        return glm_err(GLM_ERR_ARG, "4-bit quantization type %s: expected nf4 or fp4", glm_wformat_name(f->q4));
+    return GLM_OK;
+}
+
+/* The stored format of the model's linear matrices. */
+static glm_wformat linear_fmt(const glm_model *m) {
+    if (m->fmt.quant_bits == 4) return m->fmt.q4;
+    return m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
+}
+
+static glm_wformat dense_fmt(const glm_backend *be) { return be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32; }
+
+/* Allocates w's buffers for n elements of format f (shape rows x cols). */
+static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat f, int64_t rows, int64_t cols, int64_t n,
+                               int dq, const char *what) {
+    memset(w, 0, sizeof *w);
+    w->fmt = f;
+    w->rows = rows;
+    w->cols = cols;
+    w->n = n;
+    w->double_quant = glm_wformat_packed(f) && dq;
+    glm_weight_bytes_t b = glm_weight_bytes(f, n, w->double_quant);
+    GLM_TRY(be->alloc(be, b.data, what, &w->data));
+    if (b.absmax) GLM_TRY(be->alloc(be, b.absmax, what, &w->absmax));
+    if (b.absmax2) GLM_TRY(be->alloc(be, b.absmax2, what, (void **)&w->absmax2));
+    return GLM_OK;
+}
+
+/* Quantizes the dense matrix src (rows x cols, dtype be->weight_dtype, in backend memory) into w:
+ * whole, or with sharding over `world` ranks this rank's shard (the whole tensor quantized into
+ * `tmp`, then the shard's slices copied: a shard is whole double-quantization groups). */
+static glm_status quantize_matrix(const glm_backend *be, glm_weight *w, glm_wformat f, int dq, int64_t rows, int64_t cols,
+                                  const void *src, int world, int rank, const char *what) {
+    const int64_t n = rows * cols;
+    if (world <= 1) {
+        GLM_TRY(weight_alloc(be, w, f, rows, cols, n, dq, what));
+        return be->weight_quantize(be, w, src, be->weight_dtype, NAN);
+    }
+    glm_weight whole;
+    glm_status st = weight_alloc(be, &whole, f, rows, cols, n, dq, what);
+    if (!st) st = be->weight_quantize(be, &whole, src, be->weight_dtype, NAN);
+    const int64_t sn = glm_weight_shard_elems(f, n, world), first = (int64_t)rank * sn;
+    if (!st) st = weight_alloc(be, w, f, rows, cols, sn, dq, what);
+    if (!st) {
+        w->offset = whole.offset;
+        glm_weight_bytes_t hb = glm_weight_bytes(f, n, whole.double_quant), sb = glm_weight_bytes(f, sn, w->double_quant),
+                           fb = glm_weight_bytes(f, first, w->double_quant);
+        void *dst[3] = {w->data, w->absmax, w->absmax2};
+        const void *from[3] = {whole.data, whole.absmax, whole.absmax2};
+        size_t have[3] = {hb.data, hb.absmax, hb.absmax2}, want[3] = {sb.data, sb.absmax, sb.absmax2},
+               at[3] = {fb.data, fb.absmax, fb.absmax2};
+        for (int i = 0; i < 3 && !st; i++) {
+            if (!want[i]) continue;
+            size_t k = at[i] < have[i] ? have[i] - at[i] : 0;
+            if (k > want[i]) k = want[i];
+            st = be->zero(be, dst[i], want[i]);
+            if (!st && k) st = be->copy(be, dst[i], (const char *)from[i] + at[i], k);
+        }
+    }
+    if (!st) st = be->sync(be);
+    weight_free(be, &whole);
+    return st;
 }
 
 typedef struct loader {
@@ -44,6 +126,9 @@ typedef struct loader {
     glm_st_set *set;
     float *host;     /* scratch, large enough for the biggest tensor */
     int world, rank; /* world > 1: keep only this rank's shard of the base matrices */
+    glm_wformat fmt; /* the linear matrices' format */
+    int dq;
+    void *dev;       /* a 4-bit base: backend scratch for one dense matrix (quantized from there) */
 } loader;
 
 /* Reads `name` (shape ndim/shape) into host[off ...] as f32. */
@@ -57,17 +142,26 @@ static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst)
     return ld->be->upload_f32(ld->be, *dst, ld->be->weight_dtype, ld->host, n);
 }
 
-/* A base matrix of n elements (in ld->host): whole, or with sharding this rank's shard of
- * glm_shard_elems(n, world) elements, zero-padded past the tensor's end. */
-static glm_status ld_upload_matrix(loader *ld, const char *what, int64_t n, void **dst) {
-    if (ld->world <= 1) return ld_upload(ld, what, n, dst);
-    int64_t sn = glm_shard_elems(n, ld->world), first = (int64_t)ld->rank * sn, have = n - first;
-    if (have > sn) have = sn;
-    if (have < 0) have = 0;
-    /* the shard at the front of the scratch (the scratch holds the whole tensor, and sn <= n) */
-    memmove(ld->host, ld->host + first, (size_t)have * sizeof(float));
-    memset(ld->host + have, 0, (size_t)(sn - have) * sizeof(float));
-    return ld_upload(ld, what, sn, dst);
+/* A matrix [d0, d1] (in ld->host) in `fmt`: dense whole, dense sharded (this rank's shard of
+ * glm_weight_shard_elems elements, zero-padded past the tensor's end), or 4-bit (quantized on the
+ * backend from the dense upload). */
+static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int64_t d1, glm_wformat fmt, glm_weight *dst) {
+    const glm_backend *be = ld->be;
+    const int64_t n = d0 * d1;
+    if (glm_wformat_packed(fmt)) {
+        GLM_TRY(be->upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
+        return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, ld->dev, ld->world, ld->rank, what);
+    }
+    int64_t sn = glm_weight_shard_elems(fmt, n, ld->world);
+    if (ld->world > 1) { /* the shard at the front of the scratch (the scratch holds the whole tensor, and sn <= n) */
+        int64_t first = (int64_t)ld->rank * sn, have = n - first;
+        if (have > sn) have = sn;
+        if (have < 0) have = 0;
+        memmove(ld->host, ld->host + first, (size_t)have * sizeof(float));
+        memset(ld->host + have, 0, (size_t)(sn - have) * sizeof(float));
+    }
+    GLM_TRY(weight_alloc(be, dst, fmt, d0, d1, sn, 0, what));
+    return be->upload_f32(be, dst->data, be->weight_dtype, ld->host, sn);
 }
 
 /* One tensor, whole. */
@@ -76,10 +170,16 @@ static glm_status ld_tensor(loader *ld, const char *name, int ndim, int64_t d0, 
     return ld_upload(ld, name, ndim == 1 ? d0 : d0 * d1, dst);
 }
 
-/* One base matrix (sharded when the loader shards). */
-static glm_status ld_matrix(loader *ld, const char *name, int64_t d0, int64_t d1, void **dst) {
+/* One linear matrix of a layer (the base format; sharded when the loader shards). */
+static glm_status ld_matrix(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
     GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
-    return ld_upload_matrix(ld, name, d0 * d1, dst);
+    return ld_upload_weight(ld, name, d0, d1, ld->fmt, dst);
+}
+
+/* The embedding or the output layer: dense (sharded when the loader shards). */
+static glm_status ld_big(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
+    GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
+    return ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), dst);
 }
 
 static glm_status load_weights(glm_model *m, loader *ld) {
@@ -88,9 +188,9 @@ static glm_status load_weights(glm_model *m, loader *ld) {
     int64_t Dqkv = qd + 2 * kd;
     bool hf = c->layout == GLM_LAYOUT_HF;
     char n[256];
-    GLM_TRY(ld_matrix(ld, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", V, C, &m->embed));
+    GLM_TRY(ld_big(ld, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", V, C, &m->embed));
     GLM_TRY(ld_tensor(ld, hf ? "model.norm.weight" : "transformer.encoder.final_layernorm.weight", 1, C, 0, &m->final_ln));
-    GLM_TRY(ld_matrix(ld, hf ? "lm_head.weight" : "transformer.output_layer.weight", V, C, &m->out_w));
+    GLM_TRY(ld_big(ld, hf ? "lm_head.weight" : "transformer.output_layer.weight", V, C, &m->out_w));
     for (int l = 0; l < c->L; l++) {
         glm_layer_weights *w = &m->layers[l];
         const char *p = hf ? "model.layers" : "transformer.encoder.layers";
@@ -101,7 +201,7 @@ static glm_status load_weights(glm_model *m, loader *ld) {
             GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.weight"), 2, qd, C, 0));
             GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.weight"), 2, kd, C, qd * C));
             GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.weight"), 2, kd, C, (qd + kd) * C));
-            GLM_TRY(ld_upload_matrix(ld, NAME("self_attn.qkv"), Dqkv * C, &w->wqkv));
+            GLM_TRY(ld_upload_weight(ld, NAME("self_attn.qkv"), Dqkv, C, ld->fmt, &w->wqkv));
             if (c->qkv_bias) {
                 GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.bias"), 1, qd, 0, 0));
                 GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.bias"), 1, kd, 0, qd));
@@ -129,9 +229,16 @@ glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_th
 
 glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
                                glm_model **out) {
+    return glm_model_load_fmt(dir, be, rope_theta_override, shard_base, NULL, out);
+}
+
+glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                              const glm_base_format *fmt, glm_model **out) {
+    GLM_TRY(check_fmt(fmt));
     glm_model *m = calloc(1, sizeof *m);
     if (!m) return glm_err(GLM_ERR_NOMEM, "out of memory");
     m->be = be;
+    if (fmt) m->fmt = *fmt;
     m->shard_world = shard_base && be->world > 1 ? be->world : 0;
     glm_status st = glm_config_load(dir, rope_theta_override, &m->cfg);
     if (st) {
@@ -144,7 +251,8 @@ glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double ro
     int64_t qkv = glm_config_qkv_rows(c) * C, ff = 2 * (int64_t)c->F * C;
     if (qkv > biggest) biggest = qkv;
     if (ff > biggest) biggest = ff;
-    loader ld = {be, NULL, malloc((size_t)biggest * sizeof(float)), m->shard_world, be->rank};
+    loader ld = {be, NULL, malloc((size_t)biggest * sizeof(float)), m->shard_world, be->rank, linear_fmt(m),
+                 m->fmt.double_quant, NULL};
     if (!m->layers || !ld.host) {
         free(ld.host);
         glm_model_free(m);
@@ -157,10 +265,13 @@ glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double ro
         glm_rope_inv_freq(c->rope_base, c->rope_dim, invf);
         st = be->upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
     }
+    if (!st && glm_wformat_packed(ld.fmt)) /* the dense matrix a 4-bit one is quantized from */
+        st = be->alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
     if (!st) st = glm_st_open(dir, &ld.set);
     if (st == GLM_OK) st = load_weights(m, &ld);
     if (ld.set) glm_st_close(ld.set);
     free(ld.host);
+    be->free(be, ld.dev);
     if (st) {
         glm_layout lay = c->layout;
         glm_model_free(m);
@@ -184,30 +295,59 @@ static glm_status rnd_tensor(glm_model *m, const char *what, int64_t n, float me
     return be->fill_normal(be, *dst, be->weight_dtype, n, mean, std, seed, (*stream)++);
 }
 
+/* A matrix [rows, cols] of format f: dense, filled where it lives; 4-bit, filled into the dense
+ * scratch `tmp` and quantized from there. */
+static glm_status rnd_matrix(glm_model *m, const char *what, glm_wformat f, int64_t rows, int64_t cols, float std,
+                             uint64_t seed, uint64_t *stream, void *tmp, glm_weight *dst) {
+    const glm_backend *be = m->be;
+    if (!glm_wformat_packed(f)) {
+        GLM_TRY(weight_alloc(be, dst, f, rows, cols, rows * cols, 0, what));
+        return be->fill_normal(be, dst->data, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++);
+    }
+    GLM_TRY(be->fill_normal(be, tmp, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++));
+    return quantize_matrix(be, dst, f, m->fmt.double_quant, rows, cols, tmp, 1, 0, what);
+}
+
 glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be, uint64_t seed, glm_model **out) {
+    return glm_model_create_random_fmt(cfg, be, seed, NULL, out);
+}
+
+glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend *be, uint64_t seed,
+                                       const glm_base_format *fmt, glm_model **out) {
     GLM_TRY(glm_config_validate(cfg, "random model config"));
+    GLM_TRY(check_fmt(fmt));
     glm_model *m = calloc(1, sizeof *m);
     if (!m) return glm_err(GLM_ERR_NOMEM, "out of memory");
     m->be = be;
     m->cfg = *cfg;
+    if (fmt) m->fmt = *fmt;
     const glm_config *c = &m->cfg;
     m->layers = calloc((size_t)c->L, sizeof *m->layers);
     glm_status st = m->layers ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
     int64_t C = c->C, F = c->F, V = c->V, qd = (int64_t)c->H * c->Dh, Dqkv = glm_config_qkv_rows(c);
+    const glm_wformat lf = linear_fmt(m), df = dense_fmt(be);
+    void *tmp = NULL;
+    if (!st && glm_wformat_packed(lf)) {
+        int64_t big = 2 * F * C > Dqkv * C ? 2 * F * C : Dqkv * C;
+        st = be->alloc(be, (size_t)big * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &tmp);
+    }
     uint64_t sm = 1;
-    if (!st) st = rnd_tensor(m, "embedding", V * C, 0.0f, 0.5f, seed, &sm, &m->embed);
+    const float sc = (float)(1.0 / sqrt((double)C)), sq = (float)(1.0 / sqrt((double)qd)), sf = (float)(1.0 / sqrt((double)F));
+    if (!st) st = rnd_matrix(m, "embedding", df, V, C, 0.5f, seed, &sm, NULL, &m->embed);
     if (!st) st = rnd_tensor(m, "final norm", C, 1.0f, 0.1f, seed, &sm, &m->final_ln);
-    if (!st) st = rnd_tensor(m, "output layer", V * C, 0.0f, (float)(1.0 / sqrt((double)C)), seed, &sm, &m->out_w);
+    if (!st) st = rnd_matrix(m, "output layer", df, V, C, sc, seed, &sm, NULL, &m->out_w);
     for (int l = 0; l < c->L && !st; l++) {
         glm_layer_weights *w = &m->layers[l];
         if (!st) st = rnd_tensor(m, "input_layernorm", C, 1.0f, 0.1f, seed, &sm, &w->ln1);
-        if (!st) st = rnd_tensor(m, "query_key_value", Dqkv * C, 0.0f, (float)(1.0 / sqrt((double)C)), seed, &sm, &w->wqkv);
+        if (!st) st = rnd_matrix(m, "query_key_value", lf, Dqkv, C, sc, seed, &sm, tmp, &w->wqkv);
         if (!st && c->qkv_bias) st = rnd_tensor(m, "query_key_value bias", Dqkv, 0.0f, 0.1f, seed, &sm, &w->bqkv);
-        if (!st) st = rnd_tensor(m, "dense", C * qd, 0.0f, (float)(1.0 / sqrt((double)qd)), seed, &sm, &w->wo);
+        if (!st) st = rnd_matrix(m, "dense", lf, C, qd, sq, seed, &sm, tmp, &w->wo);
         if (!st) st = rnd_tensor(m, "post_attention_layernorm", C, 1.0f, 0.1f, seed, &sm, &w->ln2);
-        if (!st) st = rnd_tensor(m, "dense_h_to_4h", 2 * F * C, 0.0f, (float)(1.0 / sqrt((double)C)), seed, &sm, &w->w1);
-        if (!st) st = rnd_tensor(m, "dense_4h_to_h", C * F, 0.0f, (float)(1.0 / sqrt((double)F)), seed, &sm, &w->w2);
+        if (!st) st = rnd_matrix(m, "dense_h_to_4h", lf, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
+        if (!st) st = rnd_matrix(m, "dense_4h_to_h", lf, C, F, sf, seed, &sm, tmp, &w->w2);
     }
+    if (!st) st = be->sync(be);
+    be->free(be, tmp);
     float invf[512];
     if (!st && c->rope_dim / 2 > 512) st = glm_err(GLM_ERR_UNSUPPORTED, "%d rotary dims per head is more than glmtune supports", c->rope_dim);
     if (!st) st = be->alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);

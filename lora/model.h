@@ -27,25 +27,35 @@ typedef struct glm_batch {
     const int32_t *doc;      /* [B*T] document index within the row; attention never crosses documents; padding is its own document with no targets */
 } glm_batch;
 
-/* One layer's frozen weights (backend memory, be->weight_dtype). */
+/* One layer's frozen weights: the norms and the bias dense (be->weight_dtype), the four linear
+ * matrices glm_weights (kernels/weight.h) in the model's base format (dense, or 4-bit). */
 typedef struct glm_layer_weights {
-    void *ln1;   /* input_layernorm [C] */
-    void *wqkv;  /* query_key_value [(H+2Hkv) Dh, C] (hf: q_proj; k_proj; v_proj stacked) */
-    void *bqkv;  /* its bias [(H+2Hkv) Dh], or NULL without qkv bias */
-    void *wo;    /* self_attention.dense / o_proj [C, H Dh] */
-    void *ln2;   /* post_attention_layernorm [C] */
-    void *w1;    /* dense_h_to_4h / gate_up_proj [2F, C] ([gate | up] rows) */
-    void *w2;    /* dense_4h_to_h / down_proj [C, F] */
+    void *ln1;        /* input_layernorm [C] */
+    glm_weight wqkv;  /* query_key_value [(H+2Hkv) Dh, C] (hf: q_proj; k_proj; v_proj stacked) */
+    void *bqkv;       /* its bias [(H+2Hkv) Dh], or NULL without qkv bias */
+    glm_weight wo;    /* self_attention.dense / o_proj [C, H Dh] */
+    void *ln2;        /* post_attention_layernorm [C] */
+    glm_weight w1;    /* dense_h_to_4h / gate_up_proj [2F, C] ([gate | up] rows) */
+    glm_weight w2;    /* dense_4h_to_h / down_proj [C, F] */
 } glm_layer_weights;
+
+/* The frozen base's format: the linear matrices' (dense as the backend stores them, or 4-bit as
+ * QLoRA quantizes them; the embedding, the output layer, the norms and the bias stay dense). */
+typedef struct glm_base_format {
+    int quant_bits;    /* 0: dense (be->weight_dtype); 4: 4-bit */
+    glm_wformat q4;    /* with quant_bits 4: GLM_WF_NF4 or GLM_WF_FP4 */
+    int double_quant;  /* with quant_bits 4: absmax double-quantized */
+} glm_base_format;
 
 struct glm_ws; /* lora/model.c: the step's buffers, allocated once per batch shape */
 
 typedef struct glm_model {
     glm_config cfg;
     const glm_backend *be;
-    void *embed;      /* word_embeddings / embed_tokens [V, C] */
-    void *final_ln;   /* final_layernorm / norm [C] */
-    void *out_w;      /* output_layer / lm_head [V, C] */
+    glm_base_format fmt;       /* the linear matrices' format (set at load) */
+    glm_weight embed;          /* word_embeddings / embed_tokens [V, C], dense */
+    void *final_ln;            /* final_layernorm / norm [C] */
+    glm_weight out_w;          /* output_layer / lm_head [V, C], dense */
     glm_layer_weights *layers; /* [L] */
     float *inv_freq;           /* RoPE frequencies [rope_dim/2] f32, backend memory (glm_rope_inv_freq) */
     int64_t loss_chunk;        /* tokens per loss-head chunk; 0 (default): the planner's choice */
@@ -53,6 +63,7 @@ typedef struct glm_model {
     double max_bytes;          /* memory budget of the whole training state; 0: what the device has */
     int offload;               /* layer inputs in host memory (lora/plan.h): 0 (default) when a step does not
                                   fit the GPU without it, 1 always, -1 never */
+    int offload_layers;        /* with offload 1: how many layer inputs (the first ones) go to host memory; 0: all */
     int optimizer;             /* count AdamW moments in plans (set by the trainer) */
     /* Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
      * after layer l's LoRA gradients are final for the micro-batch (l = L-1 down to 0; on CUDA the
@@ -72,16 +83,17 @@ typedef struct glm_model {
     struct glm_ws *ws;         /* the workspace of the last step (reused while the shape fits) */
     /* Frozen-base sharding (--shard-base; glm_model_load_dist with world > 1): shard_world ranks
      * each hold shard `be->rank` of every base matrix: embed, out_w and each layer's wqkv, wo, w1,
-     * w2 point to ceil(numel / shard_world) elements (element k of the shard is element
-     * rank * ceil(numel / shard_world) + k of the row-major tensor; the last shard zero-padded).
-     * Norm weights and the qkv bias stay whole. glm_model_step all-gathers a layer's four
-     * matrices into one of two gather slots just before the layer runs and prefetches the next
+     * w2 hold glm_weight_shard_elems(fmt, numel, shard_world) = sn elements (element k of the shard
+     * is element rank * sn + k of the row-major tensor; the last shard zero-padded), in their
+     * stored format (a 4-bit shard is whole double-quantization groups: its codes, absmax and
+     * absmax2 are slices of the whole tensor's). Norm weights and the qkv bias stay whole.
+     * glm_model_step all-gathers a layer's four matrices, in the stored format, into one of two
+     * gather slots just before the layer runs (then dequantizes a 4-bit layer) and prefetches the next
      * one (forward l+1, backward l-1) into the other while it computes; the embedding and the
      * output layer share a third slot (embedding at the start, output layer prefetched right
      * after it). Every rank must run the same sequence of steps (the gathers are collectives).
      * 0: every rank holds the whole base. */
     int shard_world;
-    struct glm_gather *gather; /* the gather slots (model_step.c; NULL unless sharded) */
     /* Context parallel (--context-parallel, lora/ring_attention.h): cp > 1 splits every row of a
      * batch over the cp ranks of cp_comm (a comm_split group; cp_comm->world == cp, its rank is
      * this rank's place). glm_model_step then takes whole rows (every rank of the group the same
@@ -108,6 +120,12 @@ glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_th
  * is glm_model_load. Errors: as glm_model_load. */
 glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
                                glm_model **out);
+/* glm_model_load_dist with the linear matrices in format `fmt` (NULL: dense): a 4-bit format is
+ * quantized while loading (be->weight_quantize of each bf16 matrix, flattened, as bitsandbytes'
+ * quantize_4bit does: deterministic, the same bits on every backend). Errors: as glm_model_load,
+ * GLM_ERR_ARG (an invalid format). */
+glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                              const glm_base_format *fmt, glm_model **out);
 void glm_model_free(glm_model *m);
 
 /* Replaces the RoPE frequency table (host float32 [rope_dim/2]). The default is
@@ -123,6 +141,12 @@ glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq);
  * not those of glm_model_init_random (another generator). Errors: GLM_ERR_NOMEM (naming the
  * tensor), GLM_ERR_FORMAT (invalid cfg). */
 glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be, uint64_t seed, glm_model **out);
+/* glm_model_create_random with the linear matrices in format `fmt` (NULL: dense): each matrix is
+ * drawn dense into a scratch buffer and quantized where it lives. Errors: as above, GLM_ERR_ARG. */
+glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend *be, uint64_t seed,
+                                       const glm_base_format *fmt, glm_model **out);
+/* "bf16" / "f32" (dense, the backend's dtype), "nf4", "nf4 + double quantization", "fp4", ... */
+const char *glm_base_format_name(const glm_model *m);
 
 /* The memory budget (bytes) for plans: the device's free memory plus what glmtune already holds,
  * less a 1 GiB margin, capped by m->max_bytes when set. */

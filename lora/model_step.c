@@ -1,28 +1,38 @@
 /* lora/model_step.c: the GLM-4 forward, loss and backward to the LoRA weights, over the backend
  * ops (lora/model.h), with the memory plan of lora/plan.h.
  *
- * Buffers (the workspace, allocated once per batch shape and reused by every step):
- *   xs[0..L]            the residual stream at each layer boundary [N, C] (always kept): on the
- *                       device, or with the plan's offload in host memory (xh, be->host_alloc:
- *                       page-locked on CUDA) with two device slots, layer l's input in slot l % 2:
- *                       the forward downloads each layer's output while the next layer computes,
- *                       the backward uploads layer l-1's input while layer l's backward computes
- *                       (be->upload_async / download_async on CUDA's copy stream, waited for by
- *                       tickets just before the slot is overwritten or read)
- *   per layer, by plan  keep: xn1, qkv (after RoPE), o, x_mid, xn2, h, a, rstd1, rstd2, lse;
+ * Buffers: the workspace, allocated once per batch shape from the plan's table (glm_plan.buf:
+ * the plan decides every size, this file only allocates and uses them):
+ *   layer inputs        the residual stream at each layer boundary [N, C] (always kept): on the
+ *                       device, or for the plan's first n_host layers in host memory (xh,
+ *                       be->host_alloc: page-locked on CUDA) through two device slots, input l in
+ *                       slot l % 2 (the last layer's output too, when any input is offloaded): the
+ *                       forward downloads each offloaded input while the next layer computes, the
+ *                       backward uploads layer l-1's input while layer l's backward computes
+ *                       (be->upload_async / download_async, waited for by tickets just before the
+ *                       slot is overwritten or read)
+ *   kept, per layer     keep: xn1, qkv (after RoPE), o, x_mid, xn2, h, a, rstd1, rstd2, lse;
  *                       selective: qkv, o, x_mid, lse; full: nothing
- *   scratch             the same for the layer being recomputed; the MLP's xn2/h/a and their
- *                       gradients for one chunk of mlp_chunk tokens; dx, d_xn, d_o, d_qkv [N, .];
- *                       LoRA u = dropout(x) A^T and du; the loss head's chunk
+ *   row-spanning        attention's operands for layers that do not keep them (qkv, o, lse), the
+ *                       recomputed x_mid (whose buffer then holds d_o), dx and d_qkv [N, .]:
+ *                       attention is the only op whose inputs span the row
+ *   chunks              every token-local op (norms, the four projections with their LoRA, SwiGLU,
+ *                       residual adds, their gradients) runs over chunks of mlp_chunk tokens: a
+ *                       norm's output, rstd, the MLP's h and a and their gradients, d_xn, LoRA's u,
+ *                       du and dropped-out input exist for one chunk; the loss head's chunk
  *   batches             two sets of ids/pos/doc/labels [N] with page-locked host copies: the step
  *                       uses the set that glm_model_prefetch filled during the previous step's
  *                       backward (its upload overlapped that backward), or fills one itself
  *   LoRA copies         act-dtype copies of lora_A / lora_B (bf16 on CUDA), refreshed from the
  *                       fp32 weights at every step, so every LoRA GEMM has act-dtype operands;
  *                       on the CPU (act = f32) the weights themselves.
+ *   weight slots        a sharded base's gather slots (two layers' matrices in their stored
+ *                       format, one [V, C]); a 4-bit base's dequantized layer (act dtype)
  * Linear layers: y = x W^T (+ bias) + scaling * dropout(x) A^T B^T. The LoRA up-projection and
  * the bias go into y first and the base GEMM accumulates onto them (beta = 1); residual linears
- * (dense, dense_4h_to_h) accumulate all three onto the residual stream. Every op is preceded by
+ * (dense, dense_4h_to_h) accumulate all three onto the residual stream. The frozen matrices go
+ * through glm_base_matmul; a layer's 4-bit matrices are dequantized into the slot just before the
+ * layer runs (once per forward, recomputation and backward of that layer). Every op is preceded by
  * be->phase() so `glmtune bench` can time the step by phase. */
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +61,29 @@ typedef struct saved {
     float *rstd1, *rstd2, *lse;
 } saved;
 
+/* The frozen base's working copies (the plan's GLM_BUF_WGATHER*, GLM_BUF_WDENSE). A gather slot's
+ * matrices are all-gathered from every rank's shard (be->all_gather_start), in the stored format,
+ * and waited for (be->comm_wait) just before use; CUDA orders the gather after the compute queued
+ * before it, so refilling the slot of layer l-1 while layer l computes is safe. A 4-bit layer is
+ * dequantized (be->weight_dequantize) into the dense slot just before it runs. */
+typedef struct wslots {
+    int sharded, packed;
+    void *slot[2];              /* gather: two layers, each the four matrices' buffers at offsets */
+    size_t off[4][3];           /* byte offset in a slot of matrix i's data, absmax, absmax2 */
+    size_t shard_b[4][3];       /* bytes of matrix i's buffers in one shard */
+    int layer[2];               /* the layer a gather slot holds (or is being filled with); -1: none */
+    int req[2][4][3];           /* outstanding gathers of a slot (-1: none) */
+    glm_layer_weights view[2];  /* gathered layer weights (the stored format, whole) */
+    void *big;                  /* [V, C]: the embedding or the output layer */
+    int big_what, big_req;      /* 0 none, 1 embedding, 2 output layer; its outstanding gather */
+    size_t big_shard_b;
+    glm_weight big_view;
+    void *dense;                /* 4-bit base: one layer's matrices in act dtype */
+    size_t dense_off[4];
+    int dense_layer;            /* the layer the dense slot holds; -1: none */
+    glm_layer_weights dview;    /* its view */
+} wslots;
+
 struct glm_ws {
     const glm_backend *be;
     glm_plan plan;
@@ -60,35 +93,33 @@ struct glm_ws {
     int TL, cp;
     double max_bytes;
     int64_t mlp_over, loss_over;
-    int offload_over;        /* m->offload when the workspace was made */
+    int offload_over;        /* m->offload and m->offload_layers when the workspace was made */
+    int plan_offload_layers;
     size_t esz;
-    void **xs;               /* [L + 1] (NULL entries with offload) */
-    void **xh;               /* offload: [L + 1] host copies of the layer inputs; NULL: off */
-    void *xslot[2];          /* offload: the device slots (layer l's input in slot l % 2) */
-    int n_xh;                /* offload: xh entries allocated */
+    void **buf[GLM_BUF_COUNT]; /* plan.buf[id].count buffers each */
+    void **xs;               /* [L + 1]: layer input l on the device (its own buffer, or its slot) */
+    void **xh;               /* [n_host]: host copies of the offloaded layer inputs */
+    int n_xh;
     saved *S;                /* [L] (backward only) */
-    /* scratch for the layer being computed or recomputed */
-    void *xn1, *qkv, *o, *x_mid;
-    float *rstd1, *rstd2, *lse;
-    void *xn2c, *hc, *ac, *dac, *dhc; /* MLP chunk */
-    void *dx, *dxn, *d_o, *dqkv;       /* backward [N, .] */
-    void *u, *du, *drop;               /* LoRA */
-    void **shA, **shB;                 /* per site: act-dtype lora_A [r, in], lora_B [out, r] */
-    int shadows;                       /* 1: shA/shB are copies to refresh; 0: the fp32 weights */
-    void *xnf, *logits, *dxnf;         /* loss head chunk */
-    float *rstdf;
-    uint32_t *ids;                     /* the step's batch: bset[cur]'s (context parallel: its own) */
+    void *u, *du, *drop;     /* LoRA chunk buffers */
+    void **shA, **shB;       /* per site: act-dtype lora_A [r, in], lora_B [out, r] */
+    int shadows;             /* 1: shA/shB are copies to refresh; 0: the fp32 weights */
+    uint32_t *ids;           /* the step's batch: bset[cur]'s (context parallel: its own) */
     int32_t *pos, *doc, *labels;
-    int32_t *lab_host;                 /* the labels on the host */
-    batch_set bset[2];                 /* non-context-parallel: the batches held, the step's in bset[cur] */
+    int32_t *lab_host;       /* the labels on the host */
+    batch_set bset[2];       /* non-context-parallel: the batches held, the step's in bset[cur] */
     int cur;
     /* context parallel: the ring's buffers, the rows' document ids (device [B, Tp] and host), and
      * a host scratch for the local tokens' ids and positions */
     glm_ring ring;
     int32_t *gdoc, *gdoc_host, *loc_host;
+    wslots W;
     void **allocs;
     int n_allocs, cap_allocs;
 };
+
+/* The first buffer of plan buffer `id` (NULL when the plan has none). */
+#define WB(w, id) ((w)->buf[id] ? (w)->buf[id][0] : NULL)
 
 void glm_ws_free(struct glm_ws *w) {
     if (!w) return;
@@ -96,6 +127,7 @@ void glm_ws_free(struct glm_ws *w) {
     free(w->allocs);
     for (int i = 0; i < w->n_xh; i++) w->be->host_free(w->be, w->xh[i]);
     for (int k = 0; k < 2; k++) w->be->host_free(w->be, w->bset[k].host);
+    for (int i = 0; i < GLM_BUF_COUNT; i++) free(w->buf[i]);
     free(w->xh);
     free(w->xs);
     free(w->S);
@@ -115,8 +147,7 @@ static glm_status ws_alloc(struct glm_ws *w, double bytes, const char *what, voi
         w->allocs = a;
         w->cap_allocs = cap;
     }
-    size_t b = bytes > 0 ? (size_t)bytes : 16;
-    b = (b + 255) / 256 * 256; /* keep every buffer 256-byte aligned for vector loads */
+    size_t b = bytes > 0 ? (size_t)bytes : 16; /* the plan rounds every buffer to 256 bytes (vector loads) */
     GLM_TRY(w->be->alloc(w->be, b, what, p));
     w->allocs[w->n_allocs++] = *p;
     return GLM_OK;
@@ -130,35 +161,80 @@ double glm_model_budget(const glm_model *m) {
     return b;
 }
 
-void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
-    glm_lora_info li;
-    glm_lora_info_of(lora, &li);
-    glm_plan_opts o = {0};
-    o.mode = mode;
-    o.budget = glm_model_budget(m);
-    o.mlp_chunk = m->mlp_chunk;
-    o.loss_chunk = m->loss_chunk;
-    o.act_bytes = (int)glm_dtype_size(m->be->act_dtype);
-    o.weight_bytes = (int)glm_dtype_size(m->be->weight_dtype);
-    o.lora_shadow = m->be->act_dtype != GLM_DT_F32;
-    o.optimizer = m->optimizer;
-    o.shard_world = m->shard_world;
-    o.cp = m->cp;
-    o.acc_bytes = (int)glm_dtype_size(m->be->acc_dtype);
+/* The planner's options for this model on its backend. */
+static void plan_opts(const glm_model *m, glm_ckpt_mode mode, glm_plan_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->mode = mode;
+    o->budget = glm_model_budget(m);
+    o->mlp_chunk = m->mlp_chunk;
+    o->loss_chunk = m->loss_chunk;
+    o->act_bytes = (int)glm_dtype_size(m->be->act_dtype);
+    o->weight_bytes = (int)glm_dtype_size(m->be->weight_dtype);
+    o->lora_shadow = m->be->act_dtype != GLM_DT_F32;
+    o->optimizer = m->optimizer;
+    o->shard_world = m->shard_world;
+    o->cp = m->cp;
+    o->acc_bytes = (int)glm_dtype_size(m->be->acc_dtype);
+    o->base_format = m->fmt.quant_bits == 4 ? m->fmt.q4 : m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
+    o->double_quant = m->fmt.double_quant;
     /* layer inputs in host memory: forced (m->offload 1), or where the step does not fit on a GPU
      * without it, within this rank's share of 3/4 of the machine's memory (the CPU backend's memory
      * is host memory) */
-    o.offload = m->offload > 0;
-    o.host_budget = m->offload == 0 && strcmp(m->be->name, "cpu") ? glm_host_budget(glm_local_ranks()) : 0;
+    o->offload = m->offload > 0;
+    o->offload_layers = m->offload_layers;
+    o->host_budget = m->offload == 0 && strcmp(m->be->name, "cpu") ? glm_host_budget(glm_local_ranks()) : 0;
+}
+
+void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
+    glm_lora_info li;
+    glm_lora_info_of(lora, &li);
+    glm_plan_opts o;
+    plan_opts(m, mode, &o);
     glm_plan_make(&m->cfg, lora ? &li : NULL, B, T, backward && lora, &o, out);
 }
 
 const glm_plan *glm_model_current_plan(const glm_model *m) { return m->ws ? &m->ws->plan : NULL; }
 
-/* The workspace for plan p (and the LoRA copies of lora). */
+/* The weight slots' layout in the plan's buffers (lora/plan.c sizes them with the same
+ * glm_weight_slot_bytes). */
+static void wslots_layout(const glm_model *m, struct glm_ws *w) {
+    wslots *g = &w->W;
+    const glm_layer_weights *l0 = &m->layers[0];
+    const glm_weight *mats[4] = {&l0->wqkv, &l0->wo, &l0->w1, &l0->w2};
+    const int W = m->shard_world;
+    g->sharded = W > 1;
+    g->packed = glm_wformat_packed(l0->wqkv.fmt);
+    g->layer[0] = g->layer[1] = -1;
+    g->dense_layer = -1;
+    g->big_req = -1;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 3; j++) g->req[k][i][j] = -1;
+    size_t off = 0, doff = 0;
+    for (int i = 0; i < 4; i++) {
+        glm_weight_bytes_t sb = glm_weight_bytes(mats[i]->fmt, mats[i]->n, mats[i]->double_quant);
+        size_t b[3] = {sb.data, sb.absmax, sb.absmax2};
+        for (int j = 0; j < 3; j++) {
+            g->shard_b[i][j] = b[j];
+            g->off[i][j] = off;
+            off += ((size_t)(W > 1 ? W : 1) * b[j] + 255) / 256 * 256;
+        }
+        g->dense_off[i] = doff;
+        doff += (size_t)glm_weight_slot_bytes(m->be->act_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32,
+                                              mats[i]->rows * mats[i]->cols, 0);
+    }
+    g->big_shard_b = glm_weight_bytes(m->embed.fmt, m->embed.n, 0).data;
+    g->slot[0] = WB(w, GLM_BUF_WGATHER);
+    g->slot[1] = w->buf[GLM_BUF_WGATHER] && w->plan.buf[GLM_BUF_WGATHER].count > 1 ? w->buf[GLM_BUF_WGATHER][1] : NULL;
+    g->big = WB(w, GLM_BUF_WGATHER_BIG);
+    g->dense = WB(w, GLM_BUF_WDENSE);
+}
+
+/* The workspace for plan p (and the LoRA copies of lora): every buffer of the plan's table. */
 static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *p, glm_ckpt_mode mode, struct glm_ws **out) {
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
+    const int L = c->L;
     struct glm_ws *w = calloc(1, sizeof *w);
     if (!w) return glm_err(GLM_ERR_NOMEM, "out of memory");
     w->be = be;
@@ -174,12 +250,10 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->mlp_over = m->mlp_chunk;
     w->loss_over = m->loss_chunk;
     w->offload_over = m->offload;
+    w->plan_offload_layers = m->offload_layers;
     w->esz = glm_dtype_size(be->act_dtype);
-    const double e = (double)w->esz, N = (double)p->N, C = c->C, F = c->F, qd = (double)c->H * c->Dh,
-                 Dqkv = (double)glm_config_qkv_rows(c), H = c->H, V = c->V, mc = (double)p->mlp_chunk,
-                 lc = (double)p->loss_chunk;
-    w->xs = calloc((size_t)c->L + 1, sizeof(void *));
-    w->S = calloc((size_t)c->L, sizeof(saved));
+    w->xs = calloc((size_t)L + 1, sizeof(void *));
+    w->S = calloc((size_t)L, sizeof(saved));
     glm_status st = GLM_OK;
     if (p->cp > 1) {
         w->lab_host = malloc((size_t)p->N * sizeof(int32_t));
@@ -190,68 +264,51 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
         glm_ws_free(w);
         return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
-#define A_(ptr, bytes, what) if ((st = ws_alloc(w, (bytes), (what), (void **)&(ptr)))) goto fail
-    if (p->offload) {
-        w->xh = calloc((size_t)c->L + 1, sizeof(void *));
-        if (!w->xh) {
-            st = glm_err(GLM_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        for (int l = 0; l <= c->L; l++, w->n_xh++)
-            if ((st = be->host_alloc(be, (size_t)(N * C * e), "offloaded layer inputs", &w->xh[l]))) goto fail;
-        for (int k = 0; k < 2; k++) A_(w->xslot[k], N * C * e, "layer inputs (device slots of the offloaded ones)");
-    } else {
-        for (int l = 0; l <= c->L; l++) A_(w->xs[l], N * C * e, "layer inputs (checkpoints)");
+    /* every buffer of the plan, in the table's order */
+    for (int id = 0; id < GLM_BUF_COUNT && !st; id++) {
+        const glm_plan_buf *pb = &p->buf[id];
+        if (pb->count <= 0 || id == GLM_BUF_BACKEND) continue; /* the backend grows its own scratch */
+        if (!(w->buf[id] = calloc((size_t)pb->count, sizeof(void *)))) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < pb->count && !st; k++) st = ws_alloc(w, pb->bytes, glm_buf_name((glm_buf_id)id), &w->buf[id][k]);
     }
-    if (p->backward)
-        for (int l = 0; l < c->L; l++) {
-            glm_ckpt_mode pol = glm_plan_layer(p, l);
-            saved *s = &w->S[l];
-            if (pol == GLM_CKPT_FULL) continue;
-            A_(s->qkv, N * Dqkv * e, "kept qkv");
-            A_(s->o, N * qd * e, "kept attention output");
-            A_(s->x_mid, N * C * e, "kept residual");
-            A_(s->lse, N * H * 4, "kept lse");
-            if (pol == GLM_CKPT_SELECTIVE) continue;
-            A_(s->xn1, N * C * e, "kept xn1");
-            A_(s->xn2, N * C * e, "kept xn2");
-            A_(s->h, N * 2 * F * e, "kept mlp h");
-            A_(s->a, N * F * e, "kept mlp a");
-            A_(s->rstd1, N * 4, "kept rstd1");
-            A_(s->rstd2, N * 4, "kept rstd2");
-        }
-    A_(w->xn1, N * C * e, "xn1");
-    A_(w->rstd1, N * 4, "rstd1");
-    A_(w->rstd2, N * 4, "rstd2");
-    if (!p->backward || p->n_full > 0) {
-        A_(w->qkv, N * Dqkv * e, "qkv");
-        A_(w->o, N * qd * e, "attention output");
-        A_(w->x_mid, N * C * e, "x_mid");
-        A_(w->lse, N * H * 4, "lse");
-    }
-    if (!p->backward || p->n_keep < c->L) {
-        A_(w->xn2c, mc * C * e, "mlp xn2 chunk");
-        A_(w->hc, mc * 2 * F * e, "mlp h chunk");
-        A_(w->ac, mc * F * e, "mlp a chunk");
-    }
+    if (st) goto fail;
+    /* layer inputs: the offloaded ones through the slots, the others in their own buffers */
     if (p->backward) {
-        A_(w->dac, mc * F * e, "mlp d_a chunk");
-        A_(w->dhc, mc * 2 * F * e, "mlp d_h chunk");
-        A_(w->dx, N * C * e, "dx");
-        A_(w->dxn, N * C * e, "d_xn");
-        A_(w->d_o, N * qd * e, "d_o");
-        A_(w->dqkv, N * Dqkv * e, "d_qkv");
-    }
-    if (lora) {
-        glm_lora_info li;
-        glm_lora_info_of(lora, &li);
-        double r = lora->r, maxs = li.max_sites_lin > 0 ? li.max_sites_lin : 1;
-        A_(w->u, N * r * maxs * e, "lora u");
-        if (p->backward) A_(w->du, N * r * e, "lora du");
-        if (lora->dropout > 0) {
-            double d1 = N * (double)li.max_in_attn, d2 = mc * (double)li.max_in_mlp;
-            A_(w->drop, (d1 > d2 ? d1 : d2) * e, "lora dropout copy");
+        int next = 0;
+        for (int l = 0; l <= L; l++)
+            w->xs[l] = glm_plan_x_in_slot(p, L, l) ? w->buf[GLM_BUF_XSLOT][l & 1] : w->buf[GLM_BUF_X][next++];
+        if (p->n_host > 0) {
+            if (!(w->xh = calloc((size_t)p->n_host, sizeof(void *)))) {
+                st = glm_err(GLM_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            for (int l = 0; l < p->n_host; l++, w->n_xh++)
+                if ((st = be->host_alloc(be, (size_t)p->buf[GLM_BUF_XSLOT].bytes, "offloaded layer inputs", &w->xh[l])))
+                    goto fail;
         }
+        for (int l = 0; l < L; l++) { /* kept activations: layers [0, n_keep + n_selective) keep attention's */
+            saved *s = &w->S[l];
+            glm_ckpt_mode pol = glm_plan_layer(p, l);
+            if (pol == GLM_CKPT_FULL) continue;
+            s->qkv = w->buf[GLM_BUF_KEEP_QKV][l];
+            s->o = w->buf[GLM_BUF_KEEP_O][l];
+            s->x_mid = w->buf[GLM_BUF_KEEP_XMID][l];
+            s->lse = w->buf[GLM_BUF_KEEP_LSE][l];
+            if (pol == GLM_CKPT_SELECTIVE) continue;
+            s->xn1 = w->buf[GLM_BUF_KEEP_XN1][l];
+            s->xn2 = w->buf[GLM_BUF_KEEP_XN2][l];
+            s->h = w->buf[GLM_BUF_KEEP_H][l];
+            s->a = w->buf[GLM_BUF_KEEP_A][l];
+            s->rstd1 = w->buf[GLM_BUF_KEEP_RSTD1][l];
+            s->rstd2 = w->buf[GLM_BUF_KEEP_RSTD2][l];
+        }
+    } else {
+        for (int l = 0; l <= L; l++) w->xs[l] = w->buf[GLM_BUF_X][l & 1];
+    }
+    w->u = WB(w, GLM_BUF_LORA_U);
+    w->du = WB(w, GLM_BUF_LORA_DU);
+    w->drop = WB(w, GLM_BUF_LORA_DROP);
+    if (lora) {
         w->shA = calloc((size_t)lora->n_sites, sizeof(void *));
         w->shB = calloc((size_t)lora->n_sites, sizeof(void *));
         if (!w->shA || !w->shB) {
@@ -262,10 +319,7 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
         if (w->shadows) {
             /* one buffer; per (layer, linear) the lora_A copies of its adapters are contiguous, so
              * one GEMM can compute u for all of them ([sites * r, in] stacked) */
-            double tot = 0;
-            for (int i = 0; i < lora->n_params; i++) tot += (double)lora->params[i].numel;
-            char *base;
-            A_(base, tot * e + 512.0 * lora->n_sites + 256.0, "lora act-dtype copies");
+            char *base = WB(w, GLM_BUF_LORA_COPIES);
             size_t off = 0;
             for (int l = 0; l < lora->L; l++)
                 for (int lin = 0; lin < 4; lin++) {
@@ -284,6 +338,11 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
                         off = (off + 255) / 256 * 256;
                     }
                 }
+            if (!base || off > p->buf[GLM_BUF_LORA_COPIES].bytes) {
+                st = glm_err(GLM_ERR_INTERNAL, "model step: the LoRA copies take %zu bytes, the plan sized %.0f", off,
+                             p->buf[GLM_BUF_LORA_COPIES].bytes);
+                goto fail;
+            }
         } else {
             for (int si = 0; si < lora->n_sites; si++) {
                 w->shA[si] = lora->params[lora->sites[si].pa].w;
@@ -291,16 +350,13 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
             }
         }
     }
-    A_(w->xnf, lc * C * e, "final norm chunk");
-    A_(w->rstdf, lc * 4, "final rstd chunk");
-    A_(w->logits, lc * V * e, "logits chunk");
-    if (p->backward) A_(w->dxnf, lc * C * e, "loss dxn chunk");
     for (int k = 0; k < (p->cp > 1 ? 1 : 2); k++) {
         batch_set *bs = &w->bset[k];
-        A_(bs->ids, N * 4, "ids");
-        A_(bs->pos, N * 4, "pos");
-        A_(bs->doc, N * 4, "doc");
-        A_(bs->labels, N * 4, "labels");
+        void **bb = w->buf[GLM_BUF_BATCH] + 4 * k;
+        bs->ids = bb[0];
+        bs->pos = bb[1];
+        bs->doc = bb[2];
+        bs->labels = bb[3];
         if (p->cp <= 1 && (st = be->host_alloc(be, (size_t)p->N * 17, "the batches' host copies", (void **)&bs->host)))
             goto fail;
     }
@@ -308,8 +364,7 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->pos = w->bset[0].pos;
     w->doc = w->bset[0].doc;
     w->labels = w->bset[0].labels;
-    if (p->cp > 1) { /* the ring (lora/ring_attention.h); the plan counts the same bytes */
-        const double kd2 = 2.0 * c->Hkv * c->Dh, ea = (double)glm_dtype_size(be->acc_dtype);
+    if (p->cp > 1) { /* the ring (lora/ring_attention.h) */
         glm_ring *R = &w->ring;
         R->be = be;
         R->comm = m->cp_comm;
@@ -318,19 +373,19 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
         R->H = c->H;
         R->Hkv = c->Hkv;
         R->Dh = c->Dh;
-        A_(R->kv[0], N * kd2 * e, "ring K|V block");
-        A_(R->kv[1], N * kd2 * e, "ring K|V block (arriving)");
+        R->kv[0] = w->buf[GLM_BUF_RING_KV][0];
+        R->kv[1] = w->buf[GLM_BUF_RING_KV][1];
         if (p->backward) {
-            A_(R->dkv[0], N * kd2 * ea, "ring dK|dV accumulator");
-            A_(R->dkv[1], N * kd2 * ea, "ring dK|dV accumulator (arriving)");
+            R->dkv[0] = w->buf[GLM_BUF_RING_DKV][0];
+            R->dkv[1] = w->buf[GLM_BUF_RING_DKV][1];
         }
-        A_(R->acc, N * qd * ea, "ring output / dQ accumulator");
-        A_(R->lse_acc, N * H * ea, "ring lse accumulator");
-        A_(w->gdoc, (double)p->B * p->T_padded * 4, "the rows' document ids");
+        R->acc = WB(w, GLM_BUF_RING_ACC);
+        R->lse_acc = WB(w, GLM_BUF_RING_LSE);
+        w->gdoc = WB(w, GLM_BUF_RING_GDOC);
         R->gdoc = w->gdoc;
         R->gdoc_host = w->gdoc_host;
     }
-#undef A_
+    wslots_layout(m, w);
     *out = w;
     return GLM_OK;
 fail:
@@ -347,20 +402,20 @@ static glm_status oom_context(glm_status st, const glm_model *m, const glm_plan 
                            "the training step's buffers for %d x %d tokens (gradient checkpointing %s: %d layers keep, %d "
                            "selective, %d full; predicted %.2f GiB of a %.2f GiB budget) do not fit on the %s device; hint: "
                            "--gradient-checkpointing auto or full, a shorter --seq-len, a smaller --per-device-train-batch-size, "
-                           "or --max-gpu-memory below what the card has free (glmtune train --dry-run prints the plan)",
+                           "--quantization-bit 4, or --max-gpu-memory below what the card has free (glmtune train --dry-run "
+                           "prints the plan)",
                            p->B, p->T, glm_ckpt_name(p->requested), p->n_keep, p->n_selective, p->n_full, p->total / G,
                            p->budget / G, m->be->name);
 }
-
-static glm_status gather_make(glm_model *m); /* below: the sharded base's gather slots */
 
 /* The workspace for this call: the current one when it fits (shape, mode, adapter, dropout
  * buffer when dropout is on), else a new one from a new plan. */
 static glm_status ensure_ws(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout) {
     struct glm_ws *w = m->ws;
     if (w && w->T == T && w->cp == (m->cp > 1 ? m->cp : 0) && (w->cp == 0 || w->ring.comm == m->cp_comm) && B <= w->B_cap &&
-        (!backward || w->backward) && (w->mode == mode || !backward) && (!lora || w->lora == lora) && (!dropout || w->drop) && w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk &&
-        w->loss_over == m->loss_chunk && w->offload_over == m->offload)
+        (!backward || w->backward) && (w->mode == mode || !backward) && (!lora || w->lora == lora) && (!dropout || w->drop) &&
+        w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk && w->loss_over == m->loss_chunk &&
+        w->offload_over == m->offload && w->plan_offload_layers == m->offload_layers)
         return GLM_OK;
     glm_ws_free(m->ws);
     m->ws = NULL;
@@ -380,130 +435,133 @@ static glm_status check_cp(const glm_model *m) {
 
 glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out) {
     GLM_TRY(check_cp(m));
-    GLM_TRY(gather_make(m));
     GLM_TRY(ensure_ws(m, lora, B, T, backward && lora, mode, lora && lora->dropout > 0));
     if (out) *out = m->ws->plan;
     return GLM_OK;
 }
 
-/* ---------------------------------------------------------------------------- sharded base */
+/* ---------------------------------------------------------------------------- weight slots */
 
-/* The gather slots of frozen-base sharding (glm_model.shard_world > 1, see lora/model.h). A
- * slot's matrices are all-gathered from every rank's shard (be->all_gather_start) and waited for
- * (be->comm_wait) just before use; CUDA orders the gather after the compute queued before it, so
- * refilling the slot of layer l-1 while layer l computes is safe. */
-struct glm_gather {
-    void *slot[2];            /* two layers: wqkv, wo, w1, w2, each shard_elems * world elements */
-    int64_t off[4], sn[4];    /* element offset in a slot and shard elements of each matrix */
-    int layer[2];             /* the layer a slot holds (or is being filled with); -1: none */
-    int req[2][4];            /* outstanding gathers of a slot (-1: none) */
-    glm_layer_weights view[2];/* the whole weights of the slot's layer */
-    void *big;                /* [V, C]: the embedding or the output layer */
-    int big_what, big_req;    /* 0 none, 1 embedding, 2 output layer; its outstanding gather */
-    int64_t big_sn;
-};
-
-void glm_gather_free(glm_model *m) {
-    struct glm_gather *g = m->gather;
-    if (!g) return;
-    m->be->free(m->be, g->slot[0]);
-    m->be->free(m->be, g->slot[1]);
-    m->be->free(m->be, g->big);
-    free(g);
-    m->gather = NULL;
-}
-
-static glm_status gather_make(glm_model *m) {
-    if (!m->shard_world || m->gather) return GLM_OK;
-    const glm_config *c = &m->cfg;
-    const glm_backend *be = m->be;
-    int W = m->shard_world;
-    size_t esz = glm_dtype_size(be->weight_dtype);
-    struct glm_gather *g = calloc(1, sizeof *g);
-    if (!g) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    int64_t C = c->C, F = c->F, qd = (int64_t)c->H * c->Dh, mats[4] = {glm_config_qkv_rows(c) * C, C * qd, 2 * F * C, C * F};
-    int64_t tot = 0;
-    for (int i = 0; i < 4; i++) {
-        g->sn[i] = glm_shard_elems(mats[i], W);
-        g->off[i] = tot;
-        tot += g->sn[i] * W;
-    }
-    g->big_sn = glm_shard_elems((int64_t)c->V * C, W);
-    g->layer[0] = g->layer[1] = -1;
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < 4; i++) g->req[k][i] = -1;
-    g->big_req = -1;
-    glm_status st = be->alloc(be, (size_t)tot * esz, "gathered layer weights (slot 0)", &g->slot[0]);
-    if (!st) st = be->alloc(be, (size_t)tot * esz, "gathered layer weights (slot 1)", &g->slot[1]);
-    if (!st) st = be->alloc(be, (size_t)(g->big_sn * W) * esz, "gathered embedding / output layer", &g->big);
-    m->gather = g;
-    if (st) glm_gather_free(m);
-    return st;
-}
-
-static void *shard_of(const glm_layer_weights *lw, int i) {
-    return i == 0 ? lw->wqkv : i == 1 ? lw->wo : i == 2 ? lw->w1 : lw->w2;
+static glm_weight *mat_of(glm_layer_weights *lw, int i) {
+    return i == 0 ? &lw->wqkv : i == 1 ? &lw->wo : i == 2 ? &lw->w1 : &lw->w2;
 }
 
 /* Starts gathering layer l into its slot (l % 2) unless the slot holds it already. */
-static glm_status gather_start(glm_model *m, int l) {
-    struct glm_gather *g = m->gather;
+static glm_status gather_start(glm_model *m, struct glm_ws *w, int l) {
+    wslots *g = &w->W;
     const glm_backend *be = m->be;
     int k = l % 2;
-    if (g->layer[k] == l) return GLM_OK;
-    size_t esz = glm_dtype_size(be->weight_dtype);
+    if (!g->sharded || g->layer[k] == l) return GLM_OK;
     g->layer[k] = l;
-    for (int i = 0; i < 4; i++)
-        GLM_TRY(be->all_gather_start(be, (char *)g->slot[k] + (size_t)g->off[i] * esz, shard_of(&m->layers[l], i),
-                                     (size_t)g->sn[i] * esz, &g->req[k][i]));
+    for (int i = 0; i < 4; i++) {
+        const glm_weight *src = mat_of(&m->layers[l], i);
+        const void *from[3] = {src->data, src->absmax, src->absmax2};
+        for (int j = 0; j < 3; j++)
+            if (g->shard_b[i][j])
+                GLM_TRY(be->all_gather_start(be, (char *)g->slot[k] + g->off[i][j], from[j], g->shard_b[i][j],
+                                             &g->req[k][i][j]));
+    }
     be->comm_progress(be);
     return GLM_OK;
 }
 
-/* Layer l's whole weights, gathered (waiting for its slot). */
-static glm_status gather_use(glm_model *m, int l) {
-    struct glm_gather *g = m->gather;
+/* Layer l's whole weights in the stored format: the model's, or gathered (waiting for its slot). */
+static glm_status gathered(glm_model *m, struct glm_ws *w, int l, const glm_layer_weights **out) {
+    wslots *g = &w->W;
     const glm_backend *be = m->be;
-    GLM_TRY(gather_start(m, l));
+    if (!g->sharded) {
+        *out = &m->layers[l];
+        return GLM_OK;
+    }
+    GLM_TRY(gather_start(m, w, l));
     int k = l % 2;
     for (int i = 0; i < 4; i++)
-        if (g->req[k][i] >= 0) {
-            glm_status st = be->comm_wait(be, g->req[k][i]);
-            g->req[k][i] = -1;
-            GLM_TRY(st);
-        }
-    size_t esz = glm_dtype_size(be->weight_dtype);
+        for (int j = 0; j < 3; j++)
+            if (g->req[k][i][j] >= 0) {
+                glm_status st = be->comm_wait(be, g->req[k][i][j]);
+                g->req[k][i][j] = -1;
+                GLM_TRY(st);
+            }
     glm_layer_weights *v = &g->view[k];
     *v = m->layers[l]; /* the norms and the bias are whole */
-    v->wqkv = (char *)g->slot[k] + (size_t)g->off[0] * esz;
-    v->wo = (char *)g->slot[k] + (size_t)g->off[1] * esz;
-    v->w1 = (char *)g->slot[k] + (size_t)g->off[2] * esz;
-    v->w2 = (char *)g->slot[k] + (size_t)g->off[3] * esz;
+    for (int i = 0; i < 4; i++) {
+        glm_weight *d = mat_of(v, i);
+        const glm_weight *s = mat_of(&m->layers[l], i);
+        char *base = g->slot[k];
+        d->n = d->rows * d->cols; /* the gathered tensor (its padding past the end unused) */
+        d->data = base + g->off[i][0];
+        d->absmax = s->absmax ? base + g->off[i][1] : NULL;
+        d->absmax2 = s->absmax2 ? (float *)(base + g->off[i][2]) : NULL;
+    }
+    *out = v;
+    return GLM_OK;
+}
+
+/* Layer l's weights for its GEMMs: dense and whole (gathered, then dequantized for a 4-bit base). */
+static glm_status layer_weights(glm_model *m, struct glm_ws *w, int l, const glm_layer_weights **out) {
+    wslots *g = &w->W;
+    const glm_layer_weights *lw;
+    if (g->packed && g->dense_layer == l) {
+        *out = &g->dview;
+        return GLM_OK;
+    }
+    GLM_TRY(gathered(m, w, l, &lw));
+    if (!g->packed) {
+        *out = lw;
+        return GLM_OK;
+    }
+    const glm_backend *be = m->be;
+    be->phase(be, GLM_PHASE_GEMM);
+    glm_layer_weights *v = &g->dview;
+    *v = *lw;
+    for (int i = 0; i < 4; i++) {
+        glm_weight *d = mat_of(v, i);
+        const glm_weight *s = mat_of((glm_layer_weights *)lw, i);
+        glm_weight q = *s;
+        q.n = s->rows * s->cols;
+        memset(d, 0, sizeof *d);
+        d->fmt = be->act_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
+        d->rows = s->rows;
+        d->cols = s->cols;
+        d->n = q.n;
+        d->data = (char *)g->dense + g->dense_off[i];
+        GLM_TRY(be->weight_dequantize(be, d->data, be->act_dtype, &q));
+    }
+    g->dense_layer = l;
+    *out = v;
     return GLM_OK;
 }
 
 /* Starts gathering the embedding (what 1) or the output layer (what 2) into the [V, C] slot. */
-static glm_status gather_big_start(glm_model *m, int what) {
-    struct glm_gather *g = m->gather;
+static glm_status gather_big_start(glm_model *m, struct glm_ws *w, int what) {
+    wslots *g = &w->W;
     if (g->big_what == what) return GLM_OK;
     if (g->big_req >= 0) { /* the other one still in flight: it must land before being overwritten */
         GLM_TRY(m->be->comm_wait(m->be, g->big_req));
         g->big_req = -1;
     }
-    size_t esz = glm_dtype_size(m->be->weight_dtype);
     g->big_what = what;
-    return m->be->all_gather_start(m->be, g->big, what == 1 ? m->embed : m->out_w, (size_t)g->big_sn * esz, &g->big_req);
+    return m->be->all_gather_start(m->be, g->big, what == 1 ? m->embed.data : m->out_w.data, g->big_shard_b, &g->big_req);
 }
 
-static glm_status gather_big_use(glm_model *m, int what, const void **w) {
-    struct glm_gather *g = m->gather;
-    GLM_TRY(gather_big_start(m, what));
+/* The embedding (what 1) or the output layer (what 2), whole and dense. */
+static glm_status big_use(glm_model *m, struct glm_ws *w, int what, const glm_weight **out) {
+    wslots *g = &w->W;
+    const glm_weight *whole = what == 1 ? &m->embed : &m->out_w;
+    if (!g->sharded) {
+        *out = whole;
+        return GLM_OK;
+    }
+    GLM_TRY(gather_big_start(m, w, what));
     if (g->big_req >= 0) {
         glm_status st = m->be->comm_wait(m->be, g->big_req);
         g->big_req = -1;
         GLM_TRY(st);
     }
-    *w = g->big;
+    g->big_view = *whole;
+    g->big_view.n = whole->rows * whole->cols;
+    g->big_view.data = g->big;
+    *out = &g->big_view;
     return GLM_OK;
 }
 
@@ -511,9 +569,12 @@ static glm_status gather_big_use(glm_model *m, int what, const void **w) {
 
 #define OFF(p, elems) ((void *)((char *)(p) + (size_t)(elems) * w->esz))
 
-/* Layer l's input (l = L: the last layer's output) on the device: xs[l], or with offload its slot. */
-static void *xdev(const struct glm_ws *w, int l) { return w->xh ? w->xslot[l & 1] : w->xs[l]; }
+/* Layer input l (l = L: the last layer's output) on the device: its buffer, or its slot. */
+static void *xdev(const struct glm_ws *w, int l) { return w->xs[l]; }
 #define PH(x) be->phase(be, (x))
+/* for (n0, rows) over the chunks of mc tokens of N */
+#define FOR_CHUNKS(n0, rows, N, mc) \
+    for (int64_t n0 = 0, rows = (N) < (mc) ? (N) : (mc); n0 < (N); n0 += (mc), rows = (N) - n0 < (mc) ? (N) - n0 : (mc))
 
 typedef struct ctx {
     glm_model *m;
@@ -525,6 +586,7 @@ typedef struct ctx {
     float p_drop;   /* 0 when no dropout (logits path) */
     int T_row;      /* the rows' whole length (the dropout masks index tokens of the whole rows) */
     const glm_cp_layout *cpl; /* context parallel: this rank's chunks; NULL: off */
+    const glm_layer_weights *lw; /* the current layer's weights (layer_weights) */
 } ctx;
 
 /* Inverted dropout over rows [row0, row0 + rows) of the step's tokens (see be->dropout). The mask
@@ -548,19 +610,12 @@ static glm_status drop_rows(const ctx *cx, void *y, int64_t ldy, const void *x, 
     return GLM_OK;
 }
 
-/* Layer l's frozen weights: the model's, or with a sharded base the gathered slot's (gather_use
- * was called for l before the layer runs). */
-static const glm_layer_weights *LW(const ctx *cx, int l) {
-    const struct glm_gather *g = cx->m->gather;
-    return g ? &g->view[l % 2] : &cx->m->layers[l];
-}
-
-static const void *base_weight(const glm_layer_weights *lw, glm_linear lin) {
+static const glm_weight *base_weight(const glm_layer_weights *lw, glm_linear lin) {
     switch (lin) {
-    case GLM_LIN_QKV: return lw->wqkv;
-    case GLM_LIN_DENSE: return lw->wo;
-    case GLM_LIN_H4H: return lw->w1;
-    default: return lw->w2;
+    case GLM_LIN_QKV: return &lw->wqkv;
+    case GLM_LIN_DENSE: return &lw->wo;
+    case GLM_LIN_H4H: return &lw->w1;
+    default: return &lw->w2;
     }
 }
 
@@ -624,8 +679,7 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
 static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0,
                              void *y, int64_t ldy, int64_t out, int residual) {
     const glm_backend *be = cx->m->be;
-    const glm_layer_weights *lw = LW(cx, layer);
-    glm_dtype ad = be->act_dtype, wd = be->weight_dtype;
+    const glm_layer_weights *lw = cx->lw;
     const void *bias = lin == GLM_LIN_QKV ? lw->bqkv : NULL;
     glm_lora *L = cx->lora;
     int64_t covered = 0;
@@ -648,11 +702,10 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
             GLM_TRY(be->add_bias(be, y, ldy, bias, rows, out));
         }
         PH(GLM_PHASE_GEMM);
-        return be->matmul(be, 0, 1, rows, out, in, 1.0f, x, ad, in, base_weight(lw, lin), wd, in, 1.0f, y, ad, ldy);
+        return glm_base_matmul(be, 0, rows, x, in, base_weight(lw, lin), 1.0f, y, ldy);
     }
     PH(GLM_PHASE_GEMM);
-    GLM_TRY(be->matmul(be, 0, 1, rows, out, in, 1.0f, x, ad, in, base_weight(lw, lin), wd, in, residual ? 1.0f : 0.0f, y, ad,
-                       ldy));
+    GLM_TRY(glm_base_matmul(be, 0, rows, x, in, base_weight(lw, lin), residual ? 1.0f : 0.0f, y, ldy));
     if (bias) {
         PH(GLM_PHASE_ELEMENTWISE);
         GLM_TRY(be->add_bias(be, y, ldy, bias, rows, out));
@@ -667,10 +720,10 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
                              const void *dy, int64_t ldy, int64_t out, void *dx) {
     const glm_backend *be = cx->m->be;
     struct glm_ws *w = cx->w;
-    glm_dtype ad = be->act_dtype, wd = be->weight_dtype;
+    glm_dtype ad = be->act_dtype;
+    (void)out;
     PH(GLM_PHASE_GEMM);
-    GLM_TRY(be->matmul(be, 0, 0, rows, in, out, 1.0f, dy, ad, ldy, base_weight(LW(cx, layer), lin), wd, in, 0.0f, dx,
-                       ad, in));
+    GLM_TRY(glm_base_matmul(be, 1, rows, dy, ldy, base_weight(cx->lw, lin), 0.0f, dx, in));
     glm_lora *L = cx->lora;
     if (!L) return GLM_OK;
     const int r = L->r;
@@ -703,12 +756,14 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     return GLM_OK;
 }
 
-/* Where layer l's activations live under the plan. */
+/* Where layer l's activations live under the plan: the kept buffers (keep: all of them;
+ * selective: attention's), else the working buffers. */
 typedef struct bufs {
     glm_ckpt_mode pol;
-    void *xn1, *qkv, *o, *x_mid;
-    float *rstd1, *rstd2, *lse;
-    const saved *S;   /* non-NULL for keep layers (their xn2, h, a) */
+    void *qkv, *o;
+    float *lse;
+    const saved *S;   /* keep layers: their xn1, xn2, h, a, rstd1, rstd2 */
+    void *x_mid;      /* keep and selective layers: the kept residual after attention; else NULL */
 } bufs;
 
 static bufs layer_bufs(ctx *cx, int l) {
@@ -717,28 +772,31 @@ static bufs layer_bufs(ctx *cx, int l) {
     b.pol = w->backward ? glm_plan_layer(&w->plan, l) : GLM_CKPT_FULL;
     const saved *s = &w->S[l];
     int keep = b.pol == GLM_CKPT_NONE, attn = b.pol != GLM_CKPT_FULL;
-    b.xn1 = keep ? s->xn1 : w->xn1;
-    b.rstd1 = keep ? s->rstd1 : w->rstd1;
-    b.rstd2 = keep ? s->rstd2 : w->rstd2;
-    b.qkv = attn ? s->qkv : w->qkv;
-    b.o = attn ? s->o : w->o;
-    b.x_mid = attn ? s->x_mid : w->x_mid;
-    b.lse = attn ? s->lse : w->lse;
+    b.qkv = attn ? s->qkv : WB(w, GLM_BUF_QKV);
+    b.o = attn ? s->o : WB(w, GLM_BUF_O);
+    b.lse = attn ? s->lse : (float *)WB(w, GLM_BUF_LSE);
+    b.x_mid = attn ? s->x_mid : NULL;
     b.S = keep ? s : NULL;
     return b;
 }
 
-/* The attention half of layer l: xn1, qkv (+ RoPE), o, lse and x_mid = x_in + dense(o). */
-static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b) {
+/* The attention half of layer l: per chunk xn1 and qkv, RoPE, attention (o, lse), then per chunk
+ * x_mid = x_in + dense(o) (x_mid may be the layer's output buffer). */
+static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b, void *x_mid) {
     const glm_model *m = cx->m;
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
-    const glm_layer_weights *lw = LW(cx, l);
+    const glm_layer_weights *lw = cx->lw;
     struct glm_ws *w = cx->w;
     int64_t N = cx->N, C = c->C, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, Dqkv = qd + 2 * kd;
-    PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rmsnorm_fwd(be, b->xn1, b->rstd1, x_in, lw->ln1, N, C, c->eps));
-    GLM_TRY(linear_fwd(cx, l, GLM_LIN_QKV, b->xn1, C, N, 0, b->qkv, Dqkv, Dqkv, 0));
+    const int64_t mc = w->plan.mlp_chunk;
+    FOR_CHUNKS(n0, rows, N, mc) {
+        void *xn = b->S ? OFF(b->S->xn1, n0 * C) : WB(w, GLM_BUF_XN_C);
+        float *rs = b->S ? b->S->rstd1 + n0 : (float *)WB(w, GLM_BUF_RSTD_C);
+        PH(GLM_PHASE_ELEMENTWISE);
+        GLM_TRY(be->rmsnorm_fwd(be, xn, rs, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
+        GLM_TRY(linear_fwd(cx, l, GLM_LIN_QKV, xn, C, rows, n0, OFF(b->qkv, n0 * Dqkv), Dqkv, Dqkv, 0));
+    }
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(be->rope(be, b->qkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 0));
     PH(GLM_PHASE_ATTN_FWD);
@@ -748,97 +806,116 @@ static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b) {
     else
         GLM_TRY(be->attention_fwd(be, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd), Dqkv,
                                   w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
-    PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->copy(be, b->x_mid, x_in, (size_t)(N * C) * w->esz));
-    return linear_fwd(cx, l, GLM_LIN_DENSE, b->o, qd, N, 0, b->x_mid, C, C, 1);
+    FOR_CHUNKS(n0, rows, N, mc) {
+        PH(GLM_PHASE_ELEMENTWISE);
+        GLM_TRY(be->copy(be, OFF(x_mid, n0 * C), OFF(x_in, n0 * C), (size_t)(rows * C) * w->esz));
+        GLM_TRY(linear_fwd(cx, l, GLM_LIN_DENSE, OFF(b->o, n0 * qd), qd, rows, n0, OFF(x_mid, n0 * C), C, C, 1));
+    }
+    return GLM_OK;
 }
 
-/* The MLP input side for tokens [n0, n0 + rows): xn2, h, a, computed into the layer's kept
- * buffers (keep layers) or the chunk scratch. */
-static glm_status mlp_in(ctx *cx, int l, const bufs *b, int64_t n0, int64_t rows, void **xn2, void **h, void **a) {
+/* The MLP input side for tokens [n0, n0 + rows): xn2, rstd2, h, a from x_mid's rows, computed into
+ * the layer's kept buffers (keep layers) or the chunk buffers. */
+static glm_status mlp_in(ctx *cx, int l, const bufs *b, const void *x_mid, int64_t n0, int64_t rows, void **xn2, float **rstd2,
+                         void **h, void **a) {
     const glm_model *m = cx->m;
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
     struct glm_ws *w = cx->w;
     int64_t C = c->C, F = c->F;
-    *xn2 = b->S ? OFF(b->S->xn2, n0 * C) : w->xn2c;
-    *h = b->S ? OFF(b->S->h, n0 * 2 * F) : w->hc;
-    *a = b->S ? OFF(b->S->a, n0 * F) : w->ac;
+    *xn2 = b->S ? OFF(b->S->xn2, n0 * C) : WB(w, GLM_BUF_XN_C);
+    *rstd2 = b->S ? b->S->rstd2 + n0 : (float *)WB(w, GLM_BUF_RSTD_C);
+    *h = b->S ? OFF(b->S->h, n0 * 2 * F) : WB(w, GLM_BUF_H_C);
+    *a = b->S ? OFF(b->S->a, n0 * F) : WB(w, GLM_BUF_A_C);
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rmsnorm_fwd(be, *xn2, b->rstd2 + n0, OFF(b->x_mid, n0 * C), LW(cx, l)->ln2, rows, C, c->eps));
+    GLM_TRY(be->rmsnorm_fwd(be, *xn2, *rstd2, OFF(x_mid, n0 * C), cx->lw->ln2, rows, C, c->eps));
     GLM_TRY(linear_fwd(cx, l, GLM_LIN_H4H, *xn2, C, rows, n0, *h, 2 * F, 2 * F, 0));
     PH(GLM_PHASE_ELEMENTWISE);
     return be->swiglu_fwd(be, *a, *h, rows, F);
 }
 
-/* One decoder layer: x_out = layer(x_in), keeping what the plan keeps. */
+/* One decoder layer: x_out = layer(x_in), keeping what the plan keeps. A layer that keeps no
+ * activations builds x_mid in x_out, which the MLP then accumulates onto chunk by chunk. */
 static glm_status layer_fwd(ctx *cx, int l, const void *x_in, void *x_out) {
     const glm_config *c = &cx->m->cfg;
     const glm_backend *be = cx->m->be;
     struct glm_ws *w = cx->w;
     bufs b = layer_bufs(cx, l);
-    GLM_TRY(attn_fwd(cx, l, x_in, &b));
+    void *xm = b.x_mid ? b.x_mid : x_out;
+    GLM_TRY(attn_fwd(cx, l, x_in, &b, xm));
     int64_t C = c->C, F = c->F, mc = w->plan.mlp_chunk;
-    for (int64_t n0 = 0; n0 < cx->N; n0 += mc) {
-        int64_t rows = cx->N - n0 < mc ? cx->N - n0 : mc;
+    FOR_CHUNKS(n0, rows, cx->N, mc) {
         void *xn2, *h, *a;
-        GLM_TRY(mlp_in(cx, l, &b, n0, rows, &xn2, &h, &a));
-        PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->copy(be, OFF(x_out, n0 * C), OFF(b.x_mid, n0 * C), (size_t)(rows * C) * w->esz));
+        float *rstd2;
+        GLM_TRY(mlp_in(cx, l, &b, xm, n0, rows, &xn2, &rstd2, &h, &a));
+        if (xm != x_out) {
+            PH(GLM_PHASE_ELEMENTWISE);
+            GLM_TRY(be->copy(be, OFF(x_out, n0 * C), OFF(xm, n0 * C), (size_t)(rows * C) * w->esz));
+        }
         GLM_TRY(linear_fwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, OFF(x_out, n0 * C), C, C, 1));
     }
     return GLM_OK;
 }
 
-/* Backward of layer l: on entry w->dx = d loss / d x_out; on return d loss / d x_in. */
+/* Backward of layer l: on entry dx = d loss / d x_out; on return d loss / d x_in. */
 static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
     const glm_model *m = cx->m;
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
-    const glm_layer_weights *lw = LW(cx, l);
+    const glm_layer_weights *lw = cx->lw;
     struct glm_ws *w = cx->w;
     int64_t N = cx->N, C = c->C, F = c->F, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, Dqkv = qd + 2 * kd;
+    const int64_t mc = w->plan.mlp_chunk;
+    void *dx = WB(w, GLM_BUF_DX), *xmid_buf = WB(w, GLM_BUF_XMID), *dqkv = WB(w, GLM_BUF_DQKV), *dxn = WB(w, GLM_BUF_DXN_C);
     bufs b = layer_bufs(cx, l);
-    if (b.pol == GLM_CKPT_FULL) {
-        GLM_TRY(attn_fwd(cx, l, x_in, &b)); /* recompute the attention half */
-    } else if (b.pol == GLM_CKPT_SELECTIVE) {
-        PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->rmsnorm_fwd(be, b.xn1, b.rstd1, x_in, lw->ln1, N, C, c->eps));
-    }
+    void *xm = b.x_mid ? b.x_mid : xmid_buf;
+    if (b.pol == GLM_CKPT_FULL) GLM_TRY(attn_fwd(cx, l, x_in, &b, xm)); /* recompute the attention half */
     /* the MLP, chunk by chunk (recomputing its inputs unless the layer keeps them) */
-    int64_t mc = w->plan.mlp_chunk;
-    for (int64_t n0 = 0; n0 < N; n0 += mc) {
-        int64_t rows = N - n0 < mc ? N - n0 : mc;
+    FOR_CHUNKS(n0, rows, N, mc) {
         void *xn2, *h, *a;
+        float *rstd2;
         if (b.S) {
             xn2 = OFF(b.S->xn2, n0 * C);
+            rstd2 = b.S->rstd2 + n0;
             h = OFF(b.S->h, n0 * 2 * F);
             a = OFF(b.S->a, n0 * F);
         } else {
-            GLM_TRY(mlp_in(cx, l, &b, n0, rows, &xn2, &h, &a));
+            GLM_TRY(mlp_in(cx, l, &b, xm, n0, rows, &xn2, &rstd2, &h, &a));
         }
-        void *dyc = OFF(w->dx, n0 * C), *dxnc = OFF(w->dxn, n0 * C);
-        GLM_TRY(linear_bwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, dyc, C, C, w->dac));
+        void *dyc = OFF(dx, n0 * C);
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, dyc, C, C, WB(w, GLM_BUF_DA_C)));
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->swiglu_bwd(be, w->dhc, w->dac, h, rows, F));
-        GLM_TRY(linear_bwd(cx, l, GLM_LIN_H4H, xn2, C, rows, n0, w->dhc, 2 * F, 2 * F, dxnc));
+        GLM_TRY(be->swiglu_bwd(be, WB(w, GLM_BUF_DH_C), WB(w, GLM_BUF_DA_C), h, rows, F));
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_H4H, xn2, C, rows, n0, WB(w, GLM_BUF_DH_C), 2 * F, 2 * F, dxn));
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->rmsnorm_bwd(be, dyc, dxnc, OFF(b.x_mid, n0 * C), lw->ln2, b.rstd2 + n0, rows, C));
+        GLM_TRY(be->rmsnorm_bwd(be, dyc, dxn, OFF(xm, n0 * C), lw->ln2, rstd2, rows, C));
     }
-    /* the attention half */
-    GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, b.o, qd, N, 0, w->dx, C, C, w->d_o));
+    /* the attention half: d_o into the x_mid buffer (the recomputed x_mid is dead now) */
+    void *d_o = xmid_buf;
+    FOR_CHUNKS(n0, rows, N, mc)
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, OFF(d_o, n0 * qd)));
     PH(GLM_PHASE_ATTN_BWD);
     if (cx->cpl)
-        GLM_TRY(glm_ring_attention_bwd(&w->ring, w->dqkv, Dqkv, OFF(w->dqkv, qd), Dqkv, OFF(w->dqkv, qd + kd), Dqkv, w->d_o, qd,
-                                       b.o, b.lse, b.qkv, OFF(b.qkv, qd), OFF(b.qkv, qd + kd)));
+        GLM_TRY(glm_ring_attention_bwd(&w->ring, dqkv, Dqkv, OFF(dqkv, qd), Dqkv, OFF(dqkv, qd + kd), Dqkv, d_o, qd, b.o, b.lse,
+                                       b.qkv, OFF(b.qkv, qd), OFF(b.qkv, qd + kd)));
     else
-        GLM_TRY(be->attention_bwd(be, w->dqkv, OFF(w->dqkv, qd), OFF(w->dqkv, qd + kd), w->d_o, qd, b.o, b.lse, b.qkv, Dqkv,
-                                  OFF(b.qkv, qd), Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
+        GLM_TRY(be->attention_bwd(be, dqkv, OFF(dqkv, qd), OFF(dqkv, qd + kd), d_o, qd, b.o, b.lse, b.qkv, Dqkv, OFF(b.qkv, qd),
+                                  Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rope(be, w->dqkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 1));
-    GLM_TRY(linear_bwd(cx, l, GLM_LIN_QKV, b.xn1, C, N, 0, w->dqkv, Dqkv, Dqkv, w->dxn));
-    PH(GLM_PHASE_ELEMENTWISE);
-    return be->rmsnorm_bwd(be, w->dx, w->dxn, x_in, lw->ln1, b.rstd1, N, C);
+    GLM_TRY(be->rope(be, dqkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 1));
+    /* query_key_value and input_layernorm, chunk by chunk (xn1 recomputed unless kept) */
+    FOR_CHUNKS(n0, rows, N, mc) {
+        void *xn1 = b.S ? OFF(b.S->xn1, n0 * C) : WB(w, GLM_BUF_XN_C);
+        float *rstd1 = b.S ? b.S->rstd1 + n0 : (float *)WB(w, GLM_BUF_RSTD_C);
+        if (!b.S) {
+            PH(GLM_PHASE_ELEMENTWISE);
+            GLM_TRY(be->rmsnorm_fwd(be, xn1, rstd1, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
+        }
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_QKV, xn1, C, rows, n0, OFF(dqkv, n0 * Dqkv), Dqkv, Dqkv, dxn));
+        PH(GLM_PHASE_ELEMENTWISE);
+        GLM_TRY(be->rmsnorm_bwd(be, OFF(dx, n0 * C), dxn, OFF(x_in, n0 * C), lw->ln1, rstd1, rows, C));
+    }
+    return GLM_OK;
 }
 
 /* ---------------------------------------------------------------------------- step */
@@ -1022,44 +1099,41 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         return glm_err(GLM_ERR_UNSUPPORTED, "model logits with context parallel: each rank holds only its chunks of a row; "
                        "hint: compute logits without --context-parallel");
     GLM_TRY(ensure_ws(m, lora, b->B, b->T, backward, mode, lora && p_drop > 0));
-    GLM_TRY(gather_make(m));
     struct glm_ws *w = m->ws;
+    /* the plan left no room for cuDNN's attention workspace: glmtune's kernels, which need none */
+    be->set_attention_ws_cap(be, w->plan.attn_lean ? 0 : -1);
     w->ring.B = b->B; /* this batch's rows (at most the workspace's) */
     const glm_cp_layout *cpl = cp ? &w->ring.L : NULL;
     const int TL = cp ? w->TL : b->T;
-    ctx cx = {m, lora, w, b->B, TL, (int64_t)b->B * TL, seed, p_drop, b->T, cpl};
+    ctx cx = {m, lora, w, b->B, TL, (int64_t)b->B * TL, seed, p_drop, b->T, cpl, NULL};
+    const int L = c->L;
     int64_t N = cx.N, C = c->C, V = c->V, nlab = 0;
     glm_status st = upload_batch(m, w, b, cpl, &nlab);
     if (!st) st = refresh_lora_copies(be, w, lora);
     if (st) return st;
-    const void *embed = m->embed, *out_w = m->out_w;
-    if (m->gather) { /* sharded base: the embedding gathered, then the output layer prefetched into its slot */
-        GLM_TRY(gather_big_use(m, 1, &embed));
-        GLM_TRY(gather_start(m, 0));
-    }
+    const glm_weight *embed, *out_w;
+    GLM_TRY(big_use(m, w, 1, &embed)); /* sharded base: the embedding gathered ... */
+    if (w->W.sharded) GLM_TRY(gather_start(m, w, 0));
     PH(GLM_PHASE_ELEMENTWISE);
     const size_t xbytes = (size_t)(N * C) * w->esz;
-    const int off = w->xh && backward;
-    uint64_t down_prev = 0, down_last = 0; /* offload: the downloads of the last two layer inputs */
-    GLM_TRY(be->embedding(be, xdev(w, 0), embed, w->ids, N, C, V));
-    if (off) GLM_TRY(be->download_async(be, w->xh[0], xdev(w, 0), xbytes, &down_last));
-    if (m->gather) GLM_TRY(gather_big_start(m, 2));
-    for (int l = 0; l < c->L; l++) {
-        if (m->gather) { /* this layer's weights, and the next layer's gather started behind it */
-            GLM_TRY(gather_use(m, l));
-            if (l + 1 < c->L) GLM_TRY(gather_start(m, l + 1));
-        }
-        /* offload: layer l writes the slot of layer l-1's input, whose download ran during layer
-         * l-1 (layer l's input downloads while layer l computes) */
-        if (off) GLM_TRY(be->copy_wait(be, down_prev));
+    const int n_host = backward ? w->plan.n_host : 0;
+    uint64_t slot_down[2] = {0, 0}; /* offload: the last download from each slot */
+    GLM_TRY(be->embedding(be, xdev(w, 0), embed->data, w->ids, N, C, V));
+    if (w->W.sharded) GLM_TRY(gather_big_start(m, w, 2)); /* ... then the output layer prefetched into its slot */
+    if (n_host > 0) GLM_TRY(be->download_async(be, w->xh[0], xdev(w, 0), xbytes, &slot_down[0]));
+    for (int l = 0; l < L; l++) {
+        GLM_TRY(layer_weights(m, w, l, &cx.lw)); /* gathered, dequantized ... */
+        if (w->W.sharded && l + 1 < L) GLM_TRY(gather_start(m, w, l + 1)); /* ... and the next gather started behind it */
+        /* offload: layer l's output overwrites a slot whose last input must have reached host memory */
+        if (n_host > 0 && glm_plan_x_in_slot(&w->plan, L, l + 1)) GLM_TRY(be->copy_wait(be, slot_down[(l + 1) & 1]));
         GLM_TRY(layer_fwd(&cx, l, xdev(w, l), xdev(w, l + 1)));
-        if (off && l + 1 < c->L) { /* the output to host memory (the last one stays on the device for the loss head) */
-            down_prev = down_last;
-            GLM_TRY(be->download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes, &down_last));
-        }
+        if (l + 1 < n_host) GLM_TRY(be->download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes, &slot_down[(l + 1) & 1]));
     }
-    if (m->gather) GLM_TRY(gather_big_use(m, 2, &out_w)); /* every rank, whether its chunks have targets or not */
-    if (backward) GLM_TRY(be->zero(be, w->dx, (size_t)(N * C) * w->esz));
+    GLM_TRY(big_use(m, w, 2, &out_w)); /* every rank, whether its chunks have targets or not */
+    void *dx = WB(w, GLM_BUF_DX);
+    if (backward) GLM_TRY(be->zero(be, dx, (size_t)(N * C) * w->esz));
+    void *xnf = WB(w, GLM_BUF_LOSS_XN), *logits = WB(w, GLM_BUF_LOSS_LOGITS), *dxnf = WB(w, GLM_BUF_LOSS_DXN);
+    float *rstdf = WB(w, GLM_BUF_LOSS_RSTD);
     double total = 0;
     int64_t ntot = 0, lc = w->plan.loss_chunk;
     for (int64_t n0 = 0; n0 < N; n0 += lc) {
@@ -1069,42 +1143,39 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
             for (int64_t i = n0; i < n0 + nc; i++) k += w->lab_host[i] >= 0;
             if (!k) continue;
         }
-        const void *xf = OFF(xdev(w, c->L), n0 * C);
+        const void *xf = OFF(xdev(w, L), n0 * C);
         PH(GLM_PHASE_LOSS);
-        GLM_TRY(be->rmsnorm_fwd(be, w->xnf, w->rstdf, xf, m->final_ln, nc, C, c->eps));
-        GLM_TRY(be->matmul(be, 0, 1, nc, V, C, 1.0f, w->xnf, be->act_dtype, C, out_w, be->weight_dtype, C, 0.0f, w->logits,
-                           be->act_dtype, V));
+        GLM_TRY(be->rmsnorm_fwd(be, xnf, rstdf, xf, m->final_ln, nc, C, c->eps));
+        GLM_TRY(glm_base_matmul(be, 0, nc, xnf, C, out_w, 0.0f, logits, V));
         if (logits_out) {
-            GLM_TRY(be->download_f32(be, logits_out + n0 * V, be->act_dtype, w->logits, nc * V));
+            GLM_TRY(be->download_f32(be, logits_out + n0 * V, be->act_dtype, logits, nc * V));
             continue;
         }
         double ls = 0;
         int64_t nt = 0;
-        GLM_TRY(be->cross_entropy(be, backward ? w->logits : NULL, w->logits, w->labels + n0, nc, V, loss_scale, &ls, &nt));
+        GLM_TRY(be->cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, nc, V, loss_scale, &ls, &nt));
         total += ls;
         ntot += nt;
         if (backward) {
-            GLM_TRY(be->matmul(be, 0, 0, nc, C, V, 1.0f, w->logits, be->act_dtype, V, out_w, be->weight_dtype, C, 0.0f,
-                               w->dxnf, be->act_dtype, C));
-            GLM_TRY(be->rmsnorm_bwd(be, OFF(w->dx, n0 * C), w->dxnf, xf, m->final_ln, w->rstdf, nc, C));
+            GLM_TRY(glm_base_matmul(be, 1, nc, logits, V, out_w, 0.0f, dxnf, C));
+            GLM_TRY(be->rmsnorm_bwd(be, OFF(dx, n0 * C), dxnf, xf, m->final_ln, rstdf, nc, C));
         }
     }
     if (loss_sum) *loss_sum = total;
     if (n_targets) *n_targets = logits_out ? nlab : ntot;
     if (backward) {
-        uint64_t up = 0; /* offload: the upload of layer l's input */
-        for (int l = c->L - 1; l >= 0; l--) {
-            if (m->gather) { /* backward order: layer l (still in its slot after the forward for the last two), l-1 prefetched */
-                GLM_TRY(gather_use(m, l));
-                if (l > 0) GLM_TRY(gather_start(m, l - 1));
-            }
-            /* offload: layer L-1's input is still in its slot; layer l-1's goes into the other slot
-             * (layer l+1's input or, for l = L-1, the loss head's) while layer l's backward runs */
-            uint64_t up_next = 0;
-            if (off && l > 0) GLM_TRY(be->upload_async(be, xdev(w, l - 1), w->xh[l - 1], xbytes, 1, &up_next));
-            if (off) GLM_TRY(be->copy_wait(be, up));
+        uint64_t up[2] = {0, 0}; /* offload: the last upload into each slot */
+        for (int l = L - 1; l >= 0; l--) {
+            GLM_TRY(layer_weights(m, w, l, &cx.lw)); /* backward order: layer l (still there after the forward for the
+                                                        last ones), l-1's gather prefetched */
+            if (w->W.sharded && l > 0) GLM_TRY(gather_start(m, w, l - 1));
+            /* offload: layer l-1's input goes into its slot (free: it held layer l+1's input or the
+             * loss head's) while layer l's backward runs; layer l's own was uploaded during layer
+             * l+1's (or, for the last layer, never left its slot) */
+            if (l > 0 && l - 1 < n_host)
+                GLM_TRY(be->upload_async(be, xdev(w, l - 1), w->xh[l - 1], xbytes, 1, &up[(l - 1) & 1]));
+            if (l < n_host) GLM_TRY(be->copy_wait(be, up[l & 1]));
             GLM_TRY(layer_bwd(&cx, l, xdev(w, l)));
-            up = up_next;
             if (m->grad_ready) GLM_TRY(m->grad_ready(m->grad_ready_user, l)); /* layer l's LoRA grads are final */
         }
     }

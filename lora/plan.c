@@ -1,5 +1,6 @@
-/* lora/plan.c: the memory planner (lora/plan.h). Every byte count below mirrors a buffer the
- * model's workspace allocates (lora/model.c ws_create); keep the two in step. */
+/* lora/plan.c: the memory planner (lora/plan.h). It sizes every buffer of a training step
+ * (glm_plan.buf); the model's workspace (lora/model_step.c) allocates exactly those, so the plan is
+ * the one place a size is decided. */
 #include "lora/plan.h"
 
 #include "common/log.h"
@@ -54,77 +55,234 @@ double glm_plan_bytes_selective(const glm_config *c, int e) {
     return e * (qkv_rows(c) + qd + c->C) + 4.0 * c->H;
 }
 
-/* The base weights a rank holds: whole, or with --shard-base over W ranks its shard of each
- * matrix (embedding, output layer, per layer query_key_value, dense, dense_h_to_4h,
- * dense_4h_to_h) plus the whole norms and bias; *gathered: the gather slots (two layers' four
- * matrices and one [V, C]) that sharding adds (0 without). Mirrors lora/model.c and model_step.c. */
-static double weight_bytes(const glm_config *c, int wb, int W, double *gathered) {
-    int64_t C = c->C, qd = (int64_t)c->H * c->Dh, F = c->F, V = c->V, qkv = (int64_t)qkv_rows(c);
-    int64_t mats[4] = {qkv * C, C * qd, 2 * F * C, C * F};
-    double small = C + c->L * (2.0 * C + (c->qkv_bias ? (double)qkv : 0));
-    double layer = 0, layer_full = 0;
-    for (int i = 0; i < 4; i++) {
-        layer += (double)glm_shard_elems(mats[i], W);
-        layer_full += (double)glm_shard_elems(mats[i], W) * (W > 1 ? W : 1);
-    }
-    double vc = (double)glm_shard_elems(V * C, W);
-    *gathered = W > 1 ? wb * (2.0 * layer_full + vc * W) : 0;
-    return wb * (2.0 * vc + small + c->L * layer);
+static const struct {
+    const char *name;
+    glm_buf_cat cat;
+} BUFS[GLM_BUF_COUNT] = {
+    [GLM_BUF_X] = {"layer inputs", GLM_BUFCAT_INPUTS},
+    [GLM_BUF_XSLOT] = {"layer inputs (device slots of the offloaded ones)", GLM_BUFCAT_INPUTS},
+    [GLM_BUF_KEEP_QKV] = {"kept qkv", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_O] = {"kept attention output", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_XMID] = {"kept residual after attention", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_LSE] = {"kept lse", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_XN1] = {"kept xn1", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_XN2] = {"kept xn2", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_H] = {"kept MLP h", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_A] = {"kept MLP a", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_RSTD1] = {"kept rstd1", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_RSTD2] = {"kept rstd2", GLM_BUFCAT_KEPT},
+    [GLM_BUF_QKV] = {"qkv", GLM_BUFCAT_WORKING},
+    [GLM_BUF_O] = {"attention output", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LSE] = {"lse", GLM_BUFCAT_WORKING},
+    [GLM_BUF_XMID] = {"x_mid / d_o", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DX] = {"dx", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DQKV] = {"d_qkv", GLM_BUFCAT_WORKING},
+    [GLM_BUF_XN_C] = {"norm output chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_RSTD_C] = {"rstd chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_H_C] = {"MLP h chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_A_C] = {"MLP a chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DA_C] = {"MLP d_a chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DH_C] = {"MLP d_h chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DXN_C] = {"d_xn chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_U] = {"lora u", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_DU] = {"lora du", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_DROP] = {"lora dropout copy", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_COPIES] = {"lora act-dtype copies", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_LOSS_XN] = {"final norm chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_LOSS_RSTD] = {"final rstd chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_LOSS_LOGITS] = {"logits chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_LOSS_DXN] = {"loss dxn chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_BATCH] = {"batch ids / pos / doc / labels", GLM_BUFCAT_WORKING},
+    [GLM_BUF_RING_KV] = {"ring K|V block", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_DKV] = {"ring dK|dV accumulator", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_ACC] = {"ring output / dQ accumulator", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_LSE] = {"ring lse accumulator", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_GDOC] = {"the rows' document ids", GLM_BUFCAT_RING},
+    [GLM_BUF_WGATHER] = {"gathered layer weights", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_WGATHER_BIG] = {"gathered embedding / output layer", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_WDENSE] = {"dequantized layer weights", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_BACKEND] = {"backend scratch", GLM_BUFCAT_WORKING},
+};
+
+const char *glm_buf_name(glm_buf_id id) { return id >= 0 && id < GLM_BUF_COUNT ? BUFS[id].name : "?"; }
+glm_buf_cat glm_buf_category(glm_buf_id id) { return id >= 0 && id < GLM_BUF_COUNT ? BUFS[id].cat : GLM_BUFCAT_WORKING; }
+
+int glm_plan_x_in_slot(const glm_plan *p, int L, int l) { return p->n_host > 0 && (l < p->n_host || l == L); }
+
+static void setb(glm_plan *p, glm_buf_id id, double bytes, int count) {
+    p->buf[id].bytes = count > 0 ? ceil(fmax(bytes, 16.0) / 256.0) * 256.0 : 0;
+    p->buf[id].count = count > 0 ? count : 0;
 }
 
-/* Buffers whose size does not depend on the per-layer policy (any_full: the attention-part
- * scratch for layers that recompute everything). */
-static double fixed_bytes(const glm_config *c, const glm_lora_info *li, double N, double mc, double lc, int backward,
-                          int any_full, int e, int cp) {
-    double C = c->C, F = c->F, qd = (double)c->H * c->Dh, H = c->H;
-    double b = 0;
-    b += e * N * C + 8 * N;                                    /* xn1 scratch, rstd1/rstd2 scratch */
-    if (any_full || !backward) b += e * N * (qkv_rows(c) + qd + C) + 4 * N * H; /* qkv, o, x_mid, lse scratch */
-    b += e * mc * (C + 3 * F);                                 /* MLP chunk: xn2, h, a */
-    if (backward) {
-        b += e * mc * 3 * F;                                   /* d_a, d_h chunks */
-        b += e * N * (2 * C + qd + qkv_rows(c));               /* dx, d_xn, d_o, d_qkv */
-        b += 4 * N * H + 8 * N;                                /* attention D, document bounds (backend scratch) */
-        if (e == 2 && !cp)                                     /* cuDNN's attention backward (CUDA, whole rows; the
-                                                                  ring's blocks run glmtune's kernels): its workspace
-                                                                  (8 bytes per query element measured with 9.19: 4.02
-                                                                  GiB at 131072 x 4096), lse copies, document runs */
-            b += 8 * N * qd + 8 * N * H + 4 * N;
-    } else {
-        b += 8 * N;
+static double bufs_of(const glm_plan *p, glm_buf_cat cat) {
+    double t = 0;
+    for (int i = 0; i < GLM_BUF_COUNT; i++)
+        if (BUFS[i].cat == cat) t += p->buf[i].bytes * p->buf[i].count;
+    return t;
+}
+
+/* The linear matrices of a layer: query_key_value, dense, dense_h_to_4h, dense_4h_to_h (elements). */
+static void layer_mats(const glm_config *c, int64_t mats[4]) {
+    int64_t C = c->C, qd = (int64_t)c->H * c->Dh, F = c->F, qkv = (int64_t)qkv_rows(c);
+    mats[0] = qkv * C;
+    mats[1] = C * qd;
+    mats[2] = 2 * F * C;
+    mats[3] = C * F;
+}
+
+static glm_wformat linear_format(const glm_plan_opts *o, int wb) {
+    if (glm_wformat_packed(o->base_format)) return o->base_format;
+    return wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
+}
+
+/* The base weights a rank holds (whole, or with --shard-base over W ranks its shard of each matrix:
+ * embedding, output layer, per layer query_key_value, dense, dense_h_to_4h, dense_4h_to_h; the norms
+ * and the bias whole), and the working copies: gather slots (two layers' four matrices in their
+ * stored format and one [V, C]) with sharding, one layer dequantized to act dtype with a 4-bit base.
+ * The model allocates the same (lora/model.c, lora/model_step.c) from glm_weight_bytes. */
+static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, int e, int W, glm_plan *p) {
+    int64_t mats[4];
+    layer_mats(c, mats);
+    const glm_wformat lf = linear_format(o, wb), df = wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
+    double layer = 0, slot = 0, dense = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t sn = glm_weight_shard_elems(lf, mats[i], W);
+        layer += glm_weight_total_bytes(lf, sn, o->double_quant);
+        slot += glm_weight_slot_bytes(lf, sn * (W > 1 ? W : 1), o->double_quant);
+        dense += glm_weight_slot_bytes(e == 2 ? GLM_WF_BF16 : GLM_WF_F32, mats[i], 0);
     }
-    if (li && li->r > 0) {
-        double rows_u = N * li->r * (li->max_sites_lin > 0 ? li->max_sites_lin : 1);
-        b += e * rows_u * (backward ? 2 : 1);                  /* u (and du) */
-        if (li->dropout) {
-            double d1 = N * li->max_in_attn, d2 = mc * li->max_in_mlp;
-            b += e * (d1 > d2 ? d1 : d2);                      /* dropped-out input copy */
-        }
+    int64_t vs = glm_weight_shard_elems(df, (int64_t)c->V * c->C, W);
+    double vc = glm_weight_total_bytes(df, vs, 0);
+    double small = wb * (c->C + c->L * (2.0 * c->C + (c->qkv_bias ? qkv_rows(c) : 0)));
+    setb(p, GLM_BUF_WGATHER, slot, W > 1 ? 2 : 0);
+    setb(p, GLM_BUF_WGATHER_BIG, glm_weight_slot_bytes(df, vs * W, 0), W > 1 ? 1 : 0);
+    setb(p, GLM_BUF_WDENSE, dense, glm_wformat_packed(lf) ? 1 : 0);
+    return 2.0 * vc + small + c->L * layer;
+}
+
+/* The backend's scratch for a step when it does not say (the CUDA backend's, measured): attention's
+ * D (4 bytes per query head) and document bounds (8 per token); cuDNN's backward workspace for whole
+ * rows (8 bytes per query element, measured with cuDNN 9.19: 4.02 GiB at 131072 x 4096), its lse
+ * copies and document runs; 32 MiB of cuBLASLt workspace and 256 MiB of allocator slack. */
+static double scratch_estimate(const glm_config *c, double N, int backward, int e, int cp, double *attn_ws) {
+    double qd = (double)c->H * c->Dh, H = c->H, b = (32.0 + 256.0) * 1048576;
+    *attn_ws = 0;
+    if (e != 2) return 0;
+    if (!backward) return b + 8 * N;
+    b += 4 * N * H + 8 * N;
+    if (!cp) {
+        *attn_ws = 8 * N * qd;
+        b += 8 * N * qd + 8 * N * H + 4 * N;
     }
-    b += 16 * N * (cp ? 1 : 2);                                /* ids, pos, doc, labels (two batches: the
-                                                                  next one's upload overlaps this step) */
-    b += (32.0 + 256.0) * 1048576;                             /* cuBLASLt workspace, allocator slack */
     return b;
 }
 
-static double loss_bytes(const glm_config *c, double lc, int backward, int e) {
-    return lc * (e * (double)c->C * (backward ? 2 : 1) + e * (double)c->V + 4 + 8);
+/* Sets every buffer of plan p (its B, T, N, cp, chunks, policy and n_host already set) for the
+ * options o, and the totals. */
+static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_plan_opts *o, int e, glm_plan *p) {
+    const int L = c->L, backward = p->backward, cp = p->cp;
+    const double N = (double)p->N, C = c->C, F = c->F, H = c->H, qd = (double)c->H * c->Dh, Dqkv = qkv_rows(c);
+    const double mc = (double)p->mlp_chunk, lc = (double)p->loss_chunk;
+    const int wb = o->weight_bytes > 0 ? o->weight_bytes : e;
+    const int n_attn = p->n_keep + p->n_selective, any_chunked = !backward || p->n_keep < L;
+    memset(p->buf, 0, sizeof p->buf);
+    /* layer inputs */
+    if (!backward) {
+        setb(p, GLM_BUF_X, N * C * e, 2);
+    } else {
+        int in_slots = p->n_host > 0 ? p->n_host + 1 : 0;
+        setb(p, GLM_BUF_X, N * C * e, L + 1 - in_slots);
+        setb(p, GLM_BUF_XSLOT, N * C * e, p->n_host > 0 ? 2 : 0);
+    }
+    /* kept activations */
+    if (backward) {
+        setb(p, GLM_BUF_KEEP_QKV, N * Dqkv * e, n_attn);
+        setb(p, GLM_BUF_KEEP_O, N * qd * e, n_attn);
+        setb(p, GLM_BUF_KEEP_XMID, N * C * e, n_attn);
+        setb(p, GLM_BUF_KEEP_LSE, N * H * 4, n_attn);
+        setb(p, GLM_BUF_KEEP_XN1, N * C * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_XN2, N * C * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_H, N * 2 * F * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_A, N * F * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_RSTD1, N * 4, p->n_keep);
+        setb(p, GLM_BUF_KEEP_RSTD2, N * 4, p->n_keep);
+    }
+    /* row-spanning working buffers */
+    const int scratch_attn = !backward || p->n_full > 0;
+    setb(p, GLM_BUF_QKV, N * Dqkv * e, scratch_attn);
+    setb(p, GLM_BUF_O, N * qd * e, scratch_attn);
+    setb(p, GLM_BUF_LSE, N * H * 4, scratch_attn);
+    setb(p, GLM_BUF_XMID, N * fmax(C, qd) * e, backward);
+    setb(p, GLM_BUF_DX, N * C * e, backward);
+    setb(p, GLM_BUF_DQKV, N * Dqkv * e, backward);
+    /* chunks */
+    setb(p, GLM_BUF_XN_C, mc * C * e, any_chunked);
+    setb(p, GLM_BUF_RSTD_C, mc * 4, any_chunked);
+    setb(p, GLM_BUF_H_C, mc * 2 * F * e, any_chunked);
+    setb(p, GLM_BUF_A_C, mc * F * e, any_chunked);
+    setb(p, GLM_BUF_DA_C, mc * F * e, backward);
+    setb(p, GLM_BUF_DH_C, mc * 2 * F * e, backward);
+    setb(p, GLM_BUF_DXN_C, mc * C * e, backward);
+    p->lora = 0;
+    if (li && li->r > 0) {
+        double sites = li->max_sites_lin > 0 ? li->max_sites_lin : 1;
+        double in = fmax((double)li->max_in_attn, (double)li->max_in_mlp);
+        setb(p, GLM_BUF_LORA_U, mc * li->r * sites * e, 1);
+        setb(p, GLM_BUF_LORA_DU, mc * li->r * e, backward);
+        setb(p, GLM_BUF_LORA_DROP, mc * in * e, li->dropout);
+        setb(p, GLM_BUF_LORA_COPIES, (double)li->params * e + 512.0 * li->n_sites + 256.0, o->lora_shadow);
+        p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0));
+    }
+    /* loss head */
+    setb(p, GLM_BUF_LOSS_XN, lc * C * e, 1);
+    setb(p, GLM_BUF_LOSS_RSTD, lc * 4, 1);
+    setb(p, GLM_BUF_LOSS_LOGITS, lc * c->V * e, 1);
+    setb(p, GLM_BUF_LOSS_DXN, lc * C * e, backward);
+    setb(p, GLM_BUF_BATCH, N * 4, 4 * (cp ? 1 : 2));
+    if (cp) { /* the ring (lora/ring_attention.h) */
+        const double kd2 = 2.0 * c->Hkv * c->Dh, ea = o->acc_bytes > 0 ? o->acc_bytes : 4;
+        setb(p, GLM_BUF_RING_KV, N * kd2 * e, 2);
+        setb(p, GLM_BUF_RING_DKV, N * kd2 * ea, backward ? 2 : 0);
+        setb(p, GLM_BUF_RING_ACC, N * qd * ea, 1);
+        setb(p, GLM_BUF_RING_LSE, N * H * ea, 1);
+        setb(p, GLM_BUF_RING_GDOC, (double)p->B * (double)p->T_padded * 4, 1);
+    }
+    p->weights = base_bytes(c, o, wb, e, p->shard_world, p);
+    double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, &est_ws);
+    p->scratch = o->scratch > 0 ? o->scratch : o->scratch < 0 ? 0 : est;
+    p->attn_ws = o->scratch > 0 ? o->attn_ws : o->scratch < 0 ? 0 : est_ws;
+    if (p->attn_lean) { /* glmtune's attention kernels: no library workspace */
+        p->scratch -= p->attn_ws;
+        p->attn_ws = 0;
+    }
+    setb(p, GLM_BUF_BACKEND, p->scratch, p->scratch > 0);
+    p->gathered = p->buf[GLM_BUF_WGATHER].bytes * p->buf[GLM_BUF_WGATHER].count +
+                  p->buf[GLM_BUF_WGATHER_BIG].bytes * p->buf[GLM_BUF_WGATHER_BIG].count;
+    p->dequant = p->buf[GLM_BUF_WDENSE].bytes * p->buf[GLM_BUF_WDENSE].count;
+    p->lora += p->buf[GLM_BUF_LORA_COPIES].bytes * p->buf[GLM_BUF_LORA_COPIES].count;
+    p->checkpoints = bufs_of(p, GLM_BUFCAT_INPUTS);
+    p->host = backward ? p->n_host * N * C * e : 0;
+    p->offload = p->n_host > 0;
+    p->saved = bufs_of(p, GLM_BUFCAT_KEPT);
+    p->working = bufs_of(p, GLM_BUFCAT_WORKING);
+    p->fixed = p->working;
+    p->loss_head = bufs_of(p, GLM_BUFCAT_LOSS);
+    p->ring = bufs_of(p, GLM_BUFCAT_RING);
+    p->total = p->weights + p->gathered + p->dequant + p->lora + p->checkpoints + p->saved + p->working + p->loss_head +
+               p->ring;
+    p->fits = p->total <= o->budget;
 }
 
-/* The ring's buffers (lora/model_step.c ws_create): two K|V blocks (act), two dK|dV accumulators
- * (acc, backward only), the output / dQ and lse accumulators (acc), the rows' document ids. */
-static double ring_bytes(const glm_config *c, double N, double B, double Tp, int backward, int e, int ea) {
-    double kd2 = 2.0 * c->Hkv * c->Dh, qd = (double)c->H * c->Dh;
-    return e * N * kd2 * 2 + (backward ? ea * N * kd2 * 2 : 0) + ea * N * (qd + c->H) + 4 * B * Tp;
-}
-
+/* The plan for n_host offloaded layer inputs: chunks, then the policy (AUTO: the cheapest mix of
+ * keep / selective / full layers that fits). */
 static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
-                      glm_plan *p) {
+                      int n_host, int lean, glm_plan *p) {
     memset(p, 0, sizeof *p);
     const int e = o->act_bytes > 0 ? o->act_bytes : 2;
     const int cp = o->cp > 1 ? o->cp : 0;
     const int64_t Tp = cp ? ((int64_t)T + 2 * cp - 1) / (2 * cp) * (2 * cp) : T, TL = cp ? Tp / cp : T;
     const double N = (double)B * TL, C = c->C, F = c->F;
+    const int L = c->L;
     p->B = B;
     p->T = T;
     p->cp = cp;
@@ -135,61 +293,68 @@ static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T
     p->requested = o->mode;
     p->budget = o->budget;
     p->shard_world = o->shard_world > 1 ? o->shard_world : 0;
-    p->weights = weight_bytes(c, o->weight_bytes > 0 ? o->weight_bytes : e, p->shard_world, &p->gathered);
-    if (li && li->r > 0)
-        p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0) + (o->lora_shadow ? e : 0));
-    p->checkpoints = backward ? (c->L + 1.0) * N * C * e : 2.0 * N * C * e;
-    p->offload = backward && o->offload;
-    if (p->offload) { /* every layer input in host memory, 2 device slots (a layer's input and output) */
-        p->host = p->checkpoints;
-        p->checkpoints = 2.0 * N * C * e;
-    }
-    p->ring = cp ? ring_bytes(c, N, B, (double)Tp, backward, e, o->acc_bytes > 0 ? o->acc_bytes : 4) : 0;
-    double persistent = p->weights + p->gathered + p->lora + p->checkpoints + p->ring;
-    double room = o->budget - persistent;
+    p->n_host = backward ? n_host : 0;
+    p->attn_lean = lean;
+    p->base_format = linear_format(o, o->weight_bytes > 0 ? o->weight_bytes : e);
 
-    /* chunks: at most 2048 tokens of logits and 8192 tokens of MLP (GEMMs of that height already
-     * run at full speed), fewer when they would take more than 1/16 (logits) or 1/8 (MLP) of the
-     * room left */
+    /* what exists whatever the chunks and the policy: the room left for them */
+    p->n_keep = 0;
+    p->n_selective = 0;
+    p->n_full = L;
+    p->mlp_chunk = p->loss_chunk = 1;
+    p->attn_lean = lean;
+    size_bufs(c, li, o, e, p);
+    double room = o->budget - (p->total - p->working - p->loss_head);
+
+    /* chunks: at most 2048 tokens of logits and 8192 tokens of every token-local op (GEMMs of that
+     * height already run at full speed), fewer when they would take more than 1/16 (logits) or 1/8
+     * (the chunk buffers) of the room left */
     int64_t lc = o->loss_chunk, mc = o->mlp_chunk;
     if (lc <= 0) {
         lc = 2048;
-        while (lc > 64 && loss_bytes(c, (double)lc, backward, e) > fmax(room / 16, 64.0 * 1048576)) lc /= 2;
+        double per = e * (C * (backward ? 2 : 1) + c->V) + 4;
+        while (lc > 64 && lc * per > fmax(room / 16, 64.0 * 1048576)) lc /= 2;
     }
     if (lc > p->N) lc = p->N;
     if (mc <= 0) {
         mc = p->N < 8192 ? p->N : 8192;
-        double per = e * (C + 6 * F);
+        double per = e * (3 * C + 6 * F);
         while (mc > 512 && mc * per > fmax(room / 8, 256.0 * 1048576)) mc = (mc + 1) / 2;
     }
     if (mc > p->N) mc = p->N;
     p->mlp_chunk = mc;
     p->loss_chunk = lc;
-    p->loss_head = loss_bytes(c, (double)lc, backward, e);
 
-    const double mk = glm_plan_bytes_keep(c, e) * N, ms = glm_plan_bytes_selective(c, e) * N;
     const double qd = (double)c->H * c->Dh;
+    /* one layer's kept activations as the buffers are rounded (setb) */
+#define R256(x) (ceil((x) / 256.0) * 256.0)
+    const double ms = R256(N * qkv_rows(c) * e) + R256(N * qd * e) + R256(N * C * e) + R256(N * c->H * 4.0),
+                 mk = ms + 2 * R256(N * C * e) + R256(N * 2 * F * e) + R256(N * F * e) + 2 * R256(N * 4.0);
+#undef R256
     /* recomputation per token and layer, in FLOP: selective redoes dense_h_to_4h; full redoes
      * query_key_value, dense, dense_h_to_4h and the attention forward (4 (T/2) H Dh: QK^T and PV
      * over half the keys on average). The planner's cost weighs attention x2 (it runs at about
      * half a GEMM's rate); the reported figure counts FLOP once. */
     const double f_attn = 4.0 * (T / 2.0) * qd, f_sel = 2.0 * 2 * F * C,
                  f_full = 2.0 * (qkv_rows(c) + qd + 2 * F) * C + f_attn, f_full_cost = f_full + f_attn;
-    const int L = c->L;
-    int best_k = 0, best_s = 0, found = 0;
-    double best_cost = INFINITY;
+    int best_k = 0, best_s = 0;
     if (!backward) {
         best_k = best_s = 0;
-        found = 1;
     } else if (o->mode != GLM_CKPT_AUTO) {
         best_k = o->mode == GLM_CKPT_NONE ? L : 0;
         best_s = o->mode == GLM_CKPT_SELECTIVE ? L : 0;
-        found = 1;
     } else {
+        int found = 0;
+        double best_cost = INFINITY;
         for (int k = L; k >= 0; k--) {
             for (int pass = 0; pass < 2; pass++) { /* pass 0: no full layers; pass 1: with full layers */
-                double fx = fixed_bytes(c, li, N, (double)mc, (double)lc, 1, pass, e, cp) + p->loss_head;
-                double left = o->budget - persistent - fx - k * mk;
+                /* the bytes apart from the kept activations, for this k and whether any layer is full */
+                p->n_keep = k;
+                p->n_selective = pass ? 0 : L - k;
+                p->n_full = L - p->n_keep - p->n_selective;
+                if (pass && p->n_full == 0) continue;
+                size_bufs(c, li, o, e, p);
+                double left = o->budget - (p->total - p->saved) - k * mk;
                 if (left < 0) continue;
                 double sd = ms > 0 ? floor(left / ms) : (double)(L - k);
                 int s = sd > L - k ? L - k : (int)sd; /* compared in double: a huge budget must not overflow */
@@ -212,24 +377,45 @@ static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T
     p->n_keep = best_k;
     p->n_selective = best_s;
     p->n_full = L - best_k - best_s;
-    p->saved = backward ? p->n_keep * mk + p->n_selective * ms : 0;
-    p->working = fixed_bytes(c, li, N, (double)mc, (double)lc, backward, p->n_full > 0, e, cp);
-    p->fixed = p->working;
-    p->total = persistent + p->saved + p->working + p->loss_head; /* persistent includes the ring */
+    size_bufs(c, li, o, e, p);
     p->recompute_gflop = backward ? N * (p->n_selective * f_sel + p->n_full * f_full) / 1e9 : 0;
-    p->fits = p->total <= o->budget;
+}
+
+/* The plan with the fewest layer inputs in host memory that fits (none when it fits without), for
+ * one attention choice; *p is the plan without offloading when none fits. */
+static void plan_offload(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                         int lean, glm_plan *p) {
+    const int L = c->L;
+    if (backward && o->offload) {
+        plan_once(c, li, B, T, backward, o, o->offload_layers > 0 && o->offload_layers < L ? o->offload_layers : L, lean, p);
+        return;
+    }
+    plan_once(c, li, B, T, backward, o, 0, lean, p);
+    if (p->fits || !p->backward || o->host_budget <= 0) return;
+    /* more offloaded, less on the device: a bisection over n_host, within the host budget */
+    glm_plan q;
+    plan_once(c, li, B, T, backward, o, L, lean, &q);
+    if (!q.fits) return;
+    int lo = 0, hi = L; /* lo does not fit, hi fits */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        plan_once(c, li, B, T, backward, o, mid, lean, &q);
+        if (q.fits) hi = mid;
+        else lo = mid;
+    }
+    plan_once(c, li, B, T, backward, o, hi, lean, &q);
+    if (q.host <= o->host_budget) *p = q;
 }
 
 void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
                    glm_plan *p) {
-    plan_once(c, li, B, T, backward, o, p);
-    if (p->fits || !p->backward || o->offload || o->host_budget <= 0) return;
-    /* auto: the layer inputs in host memory when that is what makes the step fit */
-    glm_plan_opts oo = *o;
-    oo.offload = 1;
+    /* cuDNN's fused attention where its workspace fits (offloading layer inputs costs less than
+     * glmtune's slower attention kernels), else glmtune's kernels, which need no workspace */
+    plan_offload(c, li, B, T, backward, o, 0, p);
+    if (p->fits || p->attn_ws <= 0) return;
     glm_plan q;
-    plan_once(c, li, B, T, backward, &oo, &q);
-    if (q.fits && q.host <= o->host_budget) *p = q;
+    plan_offload(c, li, B, T, backward, o, 1, &q);
+    if (q.fits) *p = q;
 }
 
 /* GLMTUNE_HOST_MEMORY_GIB in GiB when it is a plain positive decimal number, else 0 (a warning
@@ -326,19 +512,30 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
                    "(%.2f GiB) and all-gathers the layer it runs and the next into %.2f GiB of gather slots\n",
                 p->shard_world, p->shard_world, p->weights / G, p->gathered / G);
     if (p->offload)
-        fprintf(f, "  layer inputs offloaded to host memory: %.2f GiB of page-locked host memory per rank, the GPU "
-                   "keeping 2 layers' inputs (copied while the neighbouring layers compute)\n", p->host / G);
+        fprintf(f, "  layer inputs offloaded to host memory: %d of %d (layers 0-%d), %.2f GiB of page-locked host memory "
+                   "per rank, copied through 2 device slots while the neighbouring layers compute\n", p->n_host,
+                c->L, p->n_host - 1, p->host / G);
+    if (glm_wformat_packed(p->base_format))
+        fprintf(f, "  frozen linear layers in %s (4-bit, blocks of 64): each layer dequantized to bf16 just before its GEMMs "
+                   "(a %.2f GiB slot)\n", glm_wformat_name(p->base_format), p->dequant / G);
     char ring[64] = "";
     if (p->cp > 1) snprintf(ring, sizeof ring, " + ring buffers %.2f", p->ring / G);
     fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f%s + kept "
                "activations %.2f + working buffers %.2f%s + loss head %.2f = %.2f of a %.2f budget\n",
-            (p->weights + p->gathered) / G, p->shard_world > 1 ? " (shard + gather slots)" : "", p->lora / G,
+            (p->weights + p->gathered + p->dequant) / G,
+            p->shard_world > 1 ? " (shard + gather slots)" : p->dequant > 0 ? " (incl. the dequantized layer)" : "", p->lora / G,
             p->checkpoints / G, p->offload ? " (on the GPU)" : "", p->saved / G, p->working / G, ring, p->loss_head / G,
             p->total / G, p->budget / G);
+    if (p->attn_lean)
+        fprintf(f, "  attention: glmtune's kernels (no room for a fused-attention library's workspace in this budget)\n");
+    if (p->N > 0)
+        fprintf(f, "  working buffers: %.1f KB per token (%.2f GiB, backend scratch %.2f GiB of it)\n",
+                (p->working - p->scratch) / (double)p->N / 1000.0 + p->scratch / (double)p->N / 1000.0, p->working / G,
+                p->scratch / G);
     if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
     if (!p->fits) {
         fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
-        if (p->weights + p->lora + p->gathered >= p->budget) {
+        if (p->weights + p->lora + p->gathered + p->dequant >= p->budget) {
             /* no activation setting helps: the model itself is too big for this memory */
             fprintf(f, "The weights alone take %.2f GiB: a card with more memory, or several GPUs with the frozen base "
                        "sharded over them (--gpus N --shard-base).\n",

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "common/status.h"
+#include "kernels/weight.h"
 #include "lora/config.h"
 
 typedef enum { GLM_CKPT_NONE = 0, GLM_CKPT_FULL = 1, GLM_CKPT_SELECTIVE = 2, GLM_CKPT_AUTO = 3 } glm_ckpt_mode;
@@ -44,26 +45,91 @@ typedef struct glm_lora_info {
     int64_t max_in_attn;   /* widest input of an adapter on query_key_value / dense */
     int64_t max_in_mlp;    /* widest input of an adapter on dense_h_to_4h / dense_4h_to_h */
     int dropout;           /* lora_dropout > 0 (needs a dropped-out copy of the input) */
+    int n_sites;           /* adapted (layer, module) pairs */
 } glm_lora_info;
 
 typedef struct glm_plan_opts {
     glm_ckpt_mode mode;    /* requested policy */
     double budget;         /* bytes the whole training state may take on the device */
-    int64_t mlp_chunk;     /* 0: chosen by the planner */
+    int64_t mlp_chunk;     /* tokens per chunk of every token-local op (norms, projections, MLP); 0: the planner's */
     int64_t loss_chunk;    /* 0: chosen by the planner */
     int act_bytes;         /* activation element size (2: bf16 on CUDA, 4: CPU) */
-    int weight_bytes;      /* base weight element size */
+    int weight_bytes;      /* dense base weight element size (norms, bias, embedding, output layer, dense linears) */
     int lora_shadow;       /* the backend keeps act-dtype copies of the LoRA weights */
     int optimizer;         /* count AdamW's two moments (training) */
     int shard_world;       /* > 1: --shard-base over this many ranks (the model's shard_world); 0: whole base */
     int cp;                /* > 1: context parallel over this many ranks (lora/ring_attention.h): each holds
                               2 chunks of every row and the ring's buffers; 0 or 1: off */
     int acc_bytes;         /* the ring's accumulator element size (be->acc_dtype: 8 on the CPU, 4 on CUDA); 0: 4 */
-    int offload;           /* 1: the layer inputs (checkpoints) in host memory (lora/model_step.c copies them
-                              out in the forward and back in the backward); 0: only as host_budget says */
+    int offload;           /* 1: every layer input in host memory (offload_layers > 0: the first that many);
+                              0: as few as host_budget allows where that makes a training step fit */
     double host_budget;    /* > 0 (with offload 0): when a training step does not fit the device budget, plan
-                              the offload instead if that fits and its host bytes are at most this; 0: never */
+                              the fewest layer inputs in host memory that make it fit, within this many bytes;
+                              0: never */
+    glm_wformat base_format; /* the linear matrices' format: a 4-bit one (nf4, fp4), else dense of weight_bytes */
+    int double_quant;      /* 4-bit: absmax double-quantized */
+    int offload_layers;    /* with offload 1: the layer inputs 0 .. offload_layers-1 in host memory; 0: all */
+    double scratch;        /* bytes of scratch the backend grows for such a step (its own query); < 0: none;
+                              0: the planner's estimate for a CUDA backend (act_bytes 2), none on the CPU */
+    double attn_ws;        /* of that, the fused attention library's workspace (cuDNN's), which the plan may
+                              leave out (glmtune's own kernels need none); 0 with scratch 0: the estimate */
 } glm_plan_opts;
+
+/* The step's buffers, each sized by the plan (glm_plan.buf) and allocated from it by the model's
+ * workspace (lora/model_step.c): the plan is the one place where a buffer's size is decided. */
+typedef enum {
+    /* layer inputs (the checkpoints; [N, C] act each) */
+    GLM_BUF_X,          /* on the device: count = layer inputs kept there */
+    GLM_BUF_XSLOT,      /* the two device slots of the offloaded ones */
+    /* activations kept between forward and backward, per keep / selective layer */
+    GLM_BUF_KEEP_QKV, GLM_BUF_KEEP_O, GLM_BUF_KEEP_XMID, GLM_BUF_KEEP_LSE, /* keep and selective layers */
+    GLM_BUF_KEEP_XN1, GLM_BUF_KEEP_XN2, GLM_BUF_KEEP_H, GLM_BUF_KEEP_A, GLM_BUF_KEEP_RSTD1, GLM_BUF_KEEP_RSTD2, /* keep */
+    /* working buffers that span the whole row: attention's operands and the residual gradient */
+    GLM_BUF_QKV,        /* [N, (H+2Hkv)Dh] q, k, v after RoPE (layers that do not keep them) */
+    GLM_BUF_O,          /* [N, H Dh] attention output */
+    GLM_BUF_LSE,        /* [N, H] f32 */
+    GLM_BUF_XMID,       /* [N, max(C, H Dh)]: the recomputed residual after attention, then d_o */
+    GLM_BUF_DX,         /* [N, C] the residual stream's gradient */
+    GLM_BUF_DQKV,       /* [N, (H+2Hkv)Dh] attention's input gradients */
+    /* working buffers of one chunk of mlp_chunk tokens */
+    GLM_BUF_XN_C,       /* [mc, C] a norm's output (xn1 or xn2) */
+    GLM_BUF_RSTD_C,     /* [mc] f32 */
+    GLM_BUF_H_C,        /* [mc, 2F] gate | up */
+    GLM_BUF_A_C,        /* [mc, F] SwiGLU output */
+    GLM_BUF_DA_C,       /* [mc, F] */
+    GLM_BUF_DH_C,       /* [mc, 2F] */
+    GLM_BUF_DXN_C,      /* [mc, C] a norm output's gradient */
+    GLM_BUF_LORA_U,     /* [mc, sites r] */
+    GLM_BUF_LORA_DU,    /* [mc, r] */
+    GLM_BUF_LORA_DROP,  /* [mc, widest adapter input] the dropped-out input */
+    GLM_BUF_LORA_COPIES,/* act-dtype copies of lora_A / lora_B */
+    /* the loss head's chunk of loss_chunk tokens */
+    GLM_BUF_LOSS_XN, GLM_BUF_LOSS_RSTD, GLM_BUF_LOSS_LOGITS, GLM_BUF_LOSS_DXN,
+    /* the batch: ids, pos, doc, labels [N] (two sets: the next batch's upload overlaps this step) */
+    GLM_BUF_BATCH,
+    /* context parallel's ring (lora/ring_attention.h) */
+    GLM_BUF_RING_KV, GLM_BUF_RING_DKV, GLM_BUF_RING_ACC, GLM_BUF_RING_LSE, GLM_BUF_RING_GDOC,
+    /* the frozen base's working copies: gathered shards (--shard-base) and dequantized 4-bit layers */
+    GLM_BUF_WGATHER,    /* count 2: two layers' matrices in the stored format, gathered */
+    GLM_BUF_WGATHER_BIG,/* the embedding or output layer, gathered */
+    GLM_BUF_WDENSE,     /* one layer's four matrices dequantized to act dtype (4-bit base) */
+    /* scratch the backend grows inside its ops (attention, cuDNN's workspace, reductions, cuBLASLt) */
+    GLM_BUF_BACKEND,
+    GLM_BUF_COUNT
+} glm_buf_id;
+
+/* What a buffer is counted as in the plan's summary. */
+typedef enum { GLM_BUFCAT_INPUTS, GLM_BUFCAT_KEPT, GLM_BUFCAT_WORKING, GLM_BUFCAT_LOSS, GLM_BUFCAT_RING,
+               GLM_BUFCAT_WEIGHTS } glm_buf_cat;
+
+typedef struct glm_plan_buf {
+    double bytes;      /* one buffer, rounded up to 256 bytes (the workspace's alignment) */
+    int count;         /* how many (0: not allocated) */
+} glm_plan_buf;
+
+/* The display name and category of buffer id. */
+const char *glm_buf_name(glm_buf_id id);
+glm_buf_cat glm_buf_category(glm_buf_id id);
 
 typedef struct glm_plan {
     int B, T;              /* rows per micro-batch and the rows' length */
@@ -75,20 +141,28 @@ typedef struct glm_plan {
     glm_ckpt_mode requested;
     int n_keep, n_selective, n_full;   /* layers [0, n_keep) keep, the next n_selective selective, the rest full */
     int64_t mlp_chunk, loss_chunk;
-    /* predicted bytes on the device */
+    glm_plan_buf buf[GLM_BUF_COUNT];   /* every buffer of the step (the workspace allocates exactly these) */
+    /* predicted bytes on the device, summed from buf and the model's weights */
     double weights, lora, checkpoints, saved, working, loss_head, fixed, total, budget;
     int shard_world;                    /* > 1: weights is this rank's shard of the base ... */
     double gathered;                    /* ... and gathered the slots the layers are all-gathered into */
+    double dequant;                     /* a 4-bit base: the slot one layer is dequantized into */
+    double scratch;                     /* the backend's scratch (in working) */
+    int attn_lean;                      /* 1: no room for cuDNN's attention workspace: glmtune's kernels run */
+    double attn_ws;                     /* the workspace the attention library may take (0 with attn_lean) */
     double recompute_gflop;             /* extra forward work per step from recomputation */
     double ring;                        /* context parallel: the ring's K|V blocks, dK|dV and f32 accumulators, document ids */
-    int offload;                        /* the layer inputs in host memory: then checkpoints is ... */
-    double host;                        /* ... the device's share (2 layers' inputs) and host the host bytes */
+    int offload;                        /* n_host > 0 */
+    int n_host;                         /* the layer inputs 0 .. n_host-1 live in host memory (page-locked) */
+    double host;                        /* their bytes; checkpoints then counts the device's share and its 2 slots */
+    glm_wformat base_format;
     int fits;
 } glm_plan;
 
-/* Elements of one shard when a tensor of n elements is split over `world` ranks (the last shard
- * zero-padded): ceil(n / world). */
-static inline int64_t glm_shard_elems(int64_t n, int world) { return world > 1 ? (n + world - 1) / world : n; }
+/* Whether layer input l (0 .. L; L is the last layer's output) lives in one of the offload slots
+ * under plan p: the first n_host inputs, and the last layer's output when any is offloaded. */
+int glm_plan_x_in_slot(const glm_plan *p, int L, int l);
+
 
 /* Layer l's policy under the plan. */
 glm_ckpt_mode glm_plan_layer(const glm_plan *p, int l);
@@ -120,7 +194,7 @@ double glm_host_budget(int ranks_here);
 int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *opts,
                          int64_t step, int64_t max_T, glm_plan *best);
 
-/* Byte counts per token (or per chunk token) of the plan's pieces, for the model's workspace. */
+/* Bytes per token of one keep layer's and one selective layer's kept activations. */
 double glm_plan_bytes_keep(const glm_config *c, int act_bytes);      /* one keep layer, per token */
 double glm_plan_bytes_selective(const glm_config *c, int act_bytes); /* one selective layer, per token */
 

@@ -224,8 +224,9 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
     int eb = cpu ? 4 : 2;
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
-    glm_plan_opts o = {(glm_ckpt_mode)ts->ckpt_mode, budget, 0, 0, eb, eb, !cpu, 1, ts->shard_base && W > 1 ? W : 0, cp,
-                       cpu ? 8 : 4, 0, cpu ? 0 : glm_host_budget(W)};
+    glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
+                       .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = cp,
+                       .acc_bytes = cpu ? 8 : 4, .host_budget = cpu ? 0 : glm_host_budget(W)};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);

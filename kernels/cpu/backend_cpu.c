@@ -11,6 +11,12 @@
 
 #include "kernels/backend.h"
 
+static void cpu_set_attention_ws_cap(const glm_backend *be, double bytes) { (void)be, (void)bytes; }
+
+/* kernels/cpu/weight_cpu.c */
+glm_status glm_cpu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st, float offset);
+glm_status glm_cpu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
+
 /* attention_block.c */
 glm_status glm_cpu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
                                        const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
@@ -552,6 +558,8 @@ static glm_backend cpu_backend = {
     .zero = cpu_zero,
     .copy = cpu_memcpy,
     .matmul = cpu_matmul,
+    .weight_quantize = glm_cpu_weight_quantize,
+    .weight_dequantize = glm_cpu_weight_dequantize,
     .add_bias = cpu_add_bias,
     .axpy = cpu_axpy,
     .dropout = cpu_dropout,
@@ -572,6 +580,7 @@ static glm_backend cpu_backend = {
     .cast = cpu_cast,
     .cast_2d = cpu_cast_2d,
     .fill_normal = cpu_fill_normal,
+    .set_attention_ws_cap = cpu_set_attention_ws_cap,
     .mem_info = cpu_mem_info,
     .mem_reset_peak = cpu_mem_reset_peak,
     .prof_enable = cpu_prof_enable,

@@ -231,6 +231,8 @@ static glm_status cu_download_f32(const glm_backend *be, float *dst, glm_dtype d
     return GLM_OK;
 }
 
+static void cu_set_attention_ws_cap(const glm_backend *be, double bytes) { IMPL(be)->attn_ws_cap = bytes; }
+
 static glm_status cu_zero(const glm_backend *be, void *p, size_t bytes) {
     if (bytes) CU(cudaMemsetAsync(p, 0, bytes, IMPL(be)->s), "zero");
     return GLM_OK;
@@ -392,6 +394,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     const char *dbg = getenv("GLMTUNE_DEBUG_SYNC");
     I->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
     const char *am = getenv("GLMTUNE_ATTENTION");
+    I->attn_ws_cap = -1;
     I->attn_mode = !am || !*am || !strcmp(am, "auto") ? ATTN_AUTO : !strcmp(am, "glmtune") ? ATTN_OWN
                  : !strcmp(am, "cudnn") ? ATTN_CUDNN : -1;
     glm_status st = GLM_OK;
@@ -468,6 +471,9 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->cast = cu_cast;
         b->cast_2d = cu_cast_2d;
         b->fill_normal = cu_fill_normal;
+        b->set_attention_ws_cap = cu_set_attention_ws_cap;
+        b->weight_quantize = cu_weight_quantize;
+        b->weight_dequantize = cu_weight_dequantize;
         b->embedding = cu_embedding;
         b->rmsnorm_fwd = cu_rmsnorm_fwd;
         b->rmsnorm_bwd = cu_rmsnorm_bwd;

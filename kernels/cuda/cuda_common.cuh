@@ -73,6 +73,7 @@ struct cuda_impl {
      * takes the shape, else glmtune's kernels; ATTN_OWN glmtune's only; ATTN_CUDNN cuDNN's only
      * (an error where it declines: for tests) */
     int attn_mode;
+    double attn_ws_cap;   /* set_attention_ws_cap: the most bytes of cuDNN workspace; < 0: no cap */
     cudnn_attn *cudnn;    /* NULL until the first attention call loads cuDNN */
     bool cudnn_tried;     /* loading was tried (cudnn may still be NULL) */
     bool cudnn_noted;     /* the note that cuDNN is not used was printed */
@@ -182,6 +183,9 @@ glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ld
                       int64_t lds, int64_t rows, int64_t cols);
 glm_status cu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std, uint64_t seed,
                           uint64_t stream);
+/* kernels/cuda/weight.cu: the 4-bit base formats (kernels/weight.h) */
+glm_status cu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st, float offset);
+glm_status cu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
 glm_status cu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids, int64_t N, int64_t C,
                         int64_t V);
 glm_status cu_swiglu_fwd(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F);

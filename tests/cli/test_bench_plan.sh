@@ -78,7 +78,7 @@ check "... fits offloaded" has "$T/cp2" "1048576 tokens (--seq-len) with offload
 # with 512 GiB of host memory a run offloads the layer inputs by itself: the plan says so (exit 0)
 GLMTUNE_HOST_MEMORY_GIB=512 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --context-parallel 2 --gpus 2 >"$T/cp2h" 2>&1; rc=$?
 check "1M, --context-parallel 2 --gpus 2, 512 GiB of host memory: exit 0 ($rc)" test $rc = 0
-check "... the layer inputs offloaded" has "$T/cp2h" "layer inputs offloaded to host memory: 164.00 GiB of page-locked host memory per rank"
+check "... the fewest layer inputs offloaded" has "$T/cp2h" "layer inputs offloaded to host memory: 22 of 40 (layers 0-21), 88.00 GiB of page-locked host memory per rank"
 check "... the host memory it was held against" has "$T/cp2h" "host memory for offloading: at most 192.0 GiB per rank (3/4 of 512.0 GiB from GLMTUNE_HOST_MEMORY_GIB, shared by the 2 ranks of this run); this plan uses it"
 # 8 data-parallel ranks on one machine share its memory: 328 GiB per rank is more than 1000 GiB x 3/4 / 8
 GLMTUNE_HOST_MEMORY_GIB=1000 $G train --dry-run --quiet --model "$CFG" --seq-len 1048576 --device cuda --max-gpu-memory 137 --gpus 8 >"$T/dp8h" 2>&1; rc=$?

@@ -185,14 +185,14 @@ static void test_9b_shape(void) {
     CHECK(glm_model_create_random(&cfg, cpu, 3, &cm) == GLM_OK, "cpu model: %s", glm_errmsg());
     if (!gm || !cm) return;
     int64_t C = cfg.C, F = cfg.F, V = cfg.V, qd = (int64_t)cfg.H * cfg.Dh, Dqkv = glm_config_qkv_rows(&cfg);
-    to_cpu(cm->embed, gm->embed, V * C);
-    to_cpu(cm->out_w, gm->out_w, V * C);
+    to_cpu(cm->embed.data, gm->embed.data, V * C);
+    to_cpu(cm->out_w.data, gm->out_w.data, V * C);
     to_cpu(cm->final_ln, gm->final_ln, C);
     for (int l = 0; l < cfg.L; l++) {
         glm_layer_weights *a = &cm->layers[l], *b = &gm->layers[l];
-        to_cpu(a->ln1, b->ln1, C), to_cpu(a->ln2, b->ln2, C), to_cpu(a->wqkv, b->wqkv, Dqkv * C);
-        to_cpu(a->bqkv, b->bqkv, Dqkv), to_cpu(a->wo, b->wo, C * qd), to_cpu(a->w1, b->w1, 2 * F * C);
-        to_cpu(a->w2, b->w2, C * F);
+        to_cpu(a->ln1, b->ln1, C), to_cpu(a->ln2, b->ln2, C), to_cpu(a->wqkv.data, b->wqkv.data, Dqkv * C);
+        to_cpu(a->bqkv, b->bqkv, Dqkv), to_cpu(a->wo.data, b->wo.data, C * qd), to_cpu(a->w1.data, b->w1.data, 2 * F * C);
+        to_cpu(a->w2.data, b->w2.data, C * F);
     }
     glm_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .use_rslora = false, .targets = "all"};
     CHECK(glm_lora_create(gm, &lc, 5, &gl) == GLM_OK && glm_lora_create(cm, &lc, 5, &cl) == GLM_OK, "lora: %s", glm_errmsg());

@@ -245,16 +245,20 @@ static void test_layout(const char *layout) {
     /* the layer inputs offloaded to host memory (be->host_alloc, copied out in the forward and
      * back in the backward through two device slots), full and no recomputation: the same loss
      * and grads bit for bit; then a forward-only step in the same workspace */
-    for (int k = 0; k < 2; k++) {
-        glm_ckpt_mode mode = k ? GLM_CKPT_NONE : GLM_CKPT_FULL;
+    for (int k = 0; k < 4; k++) { /* full and none; every layer input offloaded, then only the first */
+        glm_ckpt_mode mode = k % 2 ? GLM_CKPT_NONE : GLM_CKPT_FULL;
+        const int n_host = k < 2 ? m->cfg.L : 1;
         m->offload = 1;
+        m->offload_layers = k < 2 ? 0 : 1;
         glm_lora_zero_grads(l);
         double lo;
         CHECK(glm_model_step(m, l, &b, scale, 1, mode, 0, &lo, &nt) == GLM_OK, "%s offload %s: %s", what,
               glm_ckpt_name(mode), glm_errmsg());
         const glm_plan *po = glm_model_current_plan(m);
-        CHECK(po && po->offload && po->host == (m->cfg.L + 1.0) * po->N * m->cfg.C * glm_dtype_size(be->act_dtype),
-              "%s offload %s: the plan offloads (%.0f host bytes)", what, glm_ckpt_name(mode), po ? po->host : 0);
+        CHECK(po && po->offload && po->n_host == n_host &&
+                  po->host == (double)n_host * po->N * m->cfg.C * glm_dtype_size(be->act_dtype),
+              "%s offload %s: the plan offloads %d layer inputs (%.0f host bytes)", what, glm_ckpt_name(mode), n_host,
+              po ? po->host : 0);
         float **go = grab_grads(l);
         CHECK(lo == ls && grads_equal(l, go, ref), "%s offload %s: loss %.17g vs %.17g, grads rel %.3e", what,
               glm_ckpt_name(mode), lo, ls, grads_rel(l, go, ref));
@@ -262,6 +266,7 @@ static void test_layout(const char *layout) {
         CHECK(glm_model_step(m, l, &b, scale, 0, mode, 0, &lo, &nt) == GLM_OK && lo == ls, "%s offload %s: forward only",
               what, glm_ckpt_name(mode));
         m->offload = 0;
+        m->offload_layers = 0;
     }
 
     /* micro-batch 2 == 1 + 1 accumulated */

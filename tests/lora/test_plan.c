@@ -12,7 +12,8 @@
 static const double GiB = 1073741824.0;
 
 static glm_plan plan(const glm_config *c, const glm_lora_info *li, int T, glm_ckpt_mode mode, double budget_gib) {
-    glm_plan_opts o = {mode, budget_gib * GiB, 0, 0, 2, 2, 1, 1, 0, 0, 0, 0, 0};
+    glm_plan_opts o = {.mode = mode, .budget = budget_gib * GiB, .act_bytes = 2, .weight_bytes = 2, .lora_shadow = 1,
+                       .optimizer = 1};
     glm_plan p;
     glm_plan_make(c, li, 1, T, 1, &o, &p);
     return p;
@@ -44,8 +45,9 @@ int main(void) {
      * parameters = 18967715840 bytes */
     glm_plan p = plan(&c, &li, 8192, GLM_CKPT_AUTO, 137);
     CHECK(p.weights == 18967715840.0, "weights %.0f bytes", p.weights);
-    /* LoRA: w, g, AdamW m and v in fp32 plus a bf16 copy: 18 bytes per parameter */
-    CHECK(p.lora == 21340160.0 * 18, "lora %.0f", p.lora);
+    /* LoRA: w, g, AdamW m and v in fp32 plus a bf16 copy of the 160 adapters' weights, each lora_A and
+     * lora_B aligned to 256 bytes (at most 512 bytes of padding per adapter), rounded to 256 */
+    CHECK(p.lora == 21340160.0 * 16 + ceil((21340160.0 * 2 + 512 * 160 + 256) / 256) * 256, "lora %.0f", p.lora);
     /* layer inputs: 41 x 8192 x 4096 bf16 */
     CHECK(p.checkpoints == 41.0 * 8192 * 4096 * 2, "checkpoints %.0f", p.checkpoints);
     /* kept per token and layer: (3 C + 5120 + 4096 + 3 F) bf16 + (2 + H) fp32 */
@@ -96,7 +98,8 @@ int main(void) {
      * output / dQ (32 x 128) and lse (32) accumulators, and the row's document ids (4 bytes per
      * token of the whole row). */
     {
-        glm_plan_opts o = {GLM_CKPT_AUTO, 137 * GiB, 0, 0, 2, 2, 1, 1, 0, 8, 4, 0, 0};
+        glm_plan_opts o = {.mode = GLM_CKPT_AUTO, .budget = 137 * GiB, .act_bytes = 2, .weight_bytes = 2, .lora_shadow = 1,
+                           .optimizer = 1, .cp = 8, .acc_bytes = 4};
         glm_plan q, u;
         glm_plan_make(&c, &li, 1, 1048576, 1, &o, &q);
         glm_plan_print(&q, &c, stdout);
@@ -127,16 +130,30 @@ int main(void) {
         CHECK(!q.fits, "1M on 2 x 137 GiB does not fit with the layer inputs on the GPU (%.1f GiB)", q.total / GiB);
         o.offload = 1;
         glm_plan_make(&c, &li, 1, 1048576, 1, &o, &u);
-        CHECK(u.offload && u.fits && u.checkpoints == 2.0 * 524288 * 4096 * 2 && u.host == 41.0 * 524288 * 4096 * 2,
+        CHECK(u.offload && u.fits && u.checkpoints == 2.0 * 524288 * 4096 * 2 && u.host == 40.0 * 524288 * 4096 * 2,
               "offloaded: %.1f GiB on the GPU, %.1f GiB of host memory", u.total / GiB, u.host / GiB);
         /* auto (host_budget): offloaded only when it fits the host budget */
         o.offload = 0;
         o.host_budget = 200 * GiB;
         glm_plan_make(&c, &li, 1, 1048576, 1, &o, &q);
         CHECK(q.offload && q.fits, "auto: 1M on 2 x 137 GiB offloads within 200 GiB of host memory");
+        /* ... and only as many layer inputs as it takes: the first n_host, the fewest that fit */
         o.host_budget = 100 * GiB;
         glm_plan_make(&c, &li, 1, 1048576, 1, &o, &q);
-        CHECK(!q.offload && !q.fits, "auto: ... but not within 100 GiB (%.1f GiB needed)", u.host / GiB);
+        CHECK(q.offload && q.fits && q.n_host > 0 && q.n_host < 40 && q.host == q.n_host * 524288.0 * 4096 * 2 &&
+                  q.host <= 100 * GiB,
+              "auto within 100 GiB: %d of 40 layer inputs offloaded (%.1f GiB)", q.n_host, q.host / GiB);
+        {
+            glm_plan_opts of = o;
+            glm_plan r;
+            of.offload = 1;
+            of.offload_layers = q.n_host - 1;
+            glm_plan_make(&c, &li, 1, 1048576, 1, &of, &r);
+            CHECK(!r.fits && r.n_host == q.n_host - 1, "one layer input fewer offloaded does not fit (%.2f GiB)", r.total / GiB);
+        }
+        o.host_budget = 20 * GiB;
+        glm_plan_make(&c, &li, 1, 1048576, 1, &o, &q);
+        CHECK(!q.offload && !q.fits, "auto: ... but not within 20 GiB");
         o.host_budget = 0;
         o.cp = 0;
         glm_plan_make(&c, &li, 1, 8192, 1, &o, &q);

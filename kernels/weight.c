@@ -1,0 +1,85 @@
+/* kernels/weight.c: the base-weight descriptor's sizes and names (kernels/weight.h) and the one
+ * entry point the model calls for every frozen linear, glm_base_matmul (kernels/backend.h). */
+#include "kernels/weight.h"
+
+#include <string.h>
+
+#include "kernels/backend.h"
+
+const char *glm_wformat_name(glm_wformat f) {
+    switch (f) {
+    case GLM_WF_F32: return "f32";
+    case GLM_WF_BF16: return "bf16";
+    case GLM_WF_NF4: return "nf4";
+    case GLM_WF_FP4: return "fp4";
+    }
+    return "?";
+}
+
+int glm_wformat_packed(glm_wformat f) { return f == GLM_WF_NF4 || f == GLM_WF_FP4; }
+
+glm_status glm_wformat_parse(const char *s, glm_wformat *out) {
+    static const glm_wformat all[] = {GLM_WF_F32, GLM_WF_BF16, GLM_WF_NF4, GLM_WF_FP4};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(s, glm_wformat_name(all[i]))) {
+            *out = all[i];
+            return GLM_OK;
+        }
+    return glm_err(GLM_ERR_ARG, "weight format '%s': expected f32, bf16, nf4 or fp4", s ? s : "");
+}
+
+glm_weight_bytes_t glm_weight_bytes(glm_wformat f, int64_t n, int double_quant) {
+    glm_weight_bytes_t b = {0, 0, 0};
+    if (n < 0) n = 0;
+    if (!glm_wformat_packed(f)) {
+        b.data = (size_t)n * (f == GLM_WF_BF16 ? 2 : 4);
+        return b;
+    }
+    int64_t blocks = (n + GLM_Q4_BLOCK - 1) / GLM_Q4_BLOCK;
+    b.data = (size_t)(n + 1) / 2;
+    b.absmax = (size_t)blocks * (double_quant ? 1 : 4);
+    b.absmax2 = double_quant ? (size_t)((blocks + GLM_Q4_GROUP - 1) / GLM_Q4_GROUP) * 4 : 0;
+    return b;
+}
+
+double glm_weight_total_bytes(glm_wformat f, int64_t n, int double_quant) {
+    glm_weight_bytes_t b = glm_weight_bytes(f, n, double_quant);
+    return (double)b.data + (double)b.absmax + (double)b.absmax2;
+}
+
+static double round256(size_t b) { return (double)((b + 255) / 256 * 256); }
+
+double glm_weight_slot_bytes(glm_wformat f, int64_t n, int double_quant) {
+    glm_weight_bytes_t b = glm_weight_bytes(f, n, double_quant);
+    return round256(b.data) + round256(b.absmax) + round256(b.absmax2);
+}
+
+int64_t glm_weight_shard_elems(glm_wformat f, int64_t n, int world) {
+    if (world <= 1) return n;
+    int64_t s = (n + world - 1) / world;
+    if (glm_wformat_packed(f)) {
+        const int64_t g = (int64_t)GLM_Q4_BLOCK * GLM_Q4_GROUP;
+        s = (s + g - 1) / g * g;
+    }
+    return s;
+}
+
+static glm_dtype dense_dtype(glm_wformat f) { return f == GLM_WF_BF16 ? GLM_DT_BF16 : GLM_DT_F32; }
+
+glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,
+                           float beta, void *y, int64_t ldy) {
+    if (!W || !W->data)
+        return glm_err(GLM_ERR_ARG, "base matmul: no weight");
+    if (glm_wformat_packed(W->fmt))
+        return glm_err(GLM_ERR_UNSUPPORTED, "base matmul: a %s weight [%lld, %lld] must be dequantized first "
+                       "(be->weight_dequantize into a dense slot)", glm_wformat_name(W->fmt), (long long)W->rows,
+                       (long long)W->cols);
+    if (W->n != W->rows * W->cols)
+        return glm_err(GLM_ERR_ARG, "base matmul: the weight holds %lld of its %lld x %lld elements (a shard: gather it "
+                       "first)", (long long)W->n, (long long)W->rows, (long long)W->cols);
+    const glm_dtype ad = be->act_dtype, wd = dense_dtype(W->fmt);
+    if (!transpose) /* y [M, rows] = x [M, cols] W^T */
+        return be->matmul(be, 0, 1, M, W->rows, W->cols, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);
+    /* y [M, cols] = x [M, rows] W */
+    return be->matmul(be, 0, 0, M, W->cols, W->rows, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);
+}
