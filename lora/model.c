@@ -46,6 +46,7 @@ void glm_model_free(glm_model *m) {
 }
 
 const char *glm_base_format_name(const glm_model *m) {
+    if (!m) return "none";
     if (m->fmt.quant_bits != 4) return m->be->weight_dtype == GLM_DT_BF16 ? "bf16" : "f32";
     if (m->fmt.q4 == GLM_WF_FP4) return m->fmt.double_quant ? "fp4 + double quantization" : "fp4";
     return m->fmt.double_quant ? "nf4 + double quantization" : "nf4";

@@ -125,6 +125,18 @@ static const glm_opt_def k_opts[] = {
     {"shard-base", "shard_base", NULL, GLM_OPT_BOOL, "false", "",
      "hold 1/N of every frozen base weight on each of the N ranks and all-gather a layer's weights just before it "
      "runs (the next layer prefetched): the 9B model on 24 GB cards (ZeRO-3 for the frozen base)", OFF(shard_base), false},
+    {"quantization-bit", "quantization_bit", NULL, GLM_OPT_INT, "0", "bits",
+     "4: QLoRA: the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h) quantized to 4 bits "
+     "while loading, in bitsandbytes' format (blocks of 64, bit-exact to its quantize_4bit), dequantized to bf16 "
+     "just before each layer runs; the embedding and the output layer stay bf16; the adapter exports as any other "
+     "(applied to the bf16 base); 0: the bf16 base", OFF(quantization_bit), false},
+    {"quantization-type", "quantization_type", NULL, GLM_OPT_STRING, "nf4", "", "4-bit code book: nf4 | fp4",
+     OFF(quantization_type), false},
+    {"double-quantization", "double_quantization", NULL, GLM_OPT_BOOL, "true", "",
+     "4-bit: quantize the blocks' absmax too (8-bit, blocks of 256; about 0.37 bits per weight saved), as "
+     "LLaMA-Factory does by default", OFF(double_quantization), false},
+    {"quantization-method", "quantization_method", NULL, GLM_OPT_STRING, "bnb", "",
+     "bnb (bitsandbytes' 4-bit format, the only one glmtune has)", OFF(quantization_method), false},
     {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
      "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
      "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
@@ -377,9 +389,6 @@ static const struct {
     {"profiler_with_stack", KEY_INFO, R_PROF},
     {"profile_modules", KEY_INFO, R_PROF},
     /* settings of other methods, stages and modalities: harmless at their defaults */
-    {"quantization_method", KEY_INFO, "quantization_bit is what would quantize"},
-    {"quantization_type", KEY_INFO, "quantization_bit is what would quantize"},
-    {"double_quantization", KEY_INFO, "quantization_bit is what would quantize"},
     {"quantization_device_map", KEY_INFO, "quantization_bit is what would quantize"},
     {"moe_aux_loss_coef", KEY_INFO, "GLM-4-9B is a dense model"},
     {"pissa_iter", KEY_INFO, "pissa_init is what would use it"},
@@ -496,7 +505,6 @@ static const struct {
     {"use_fast_tokenizer", KEY_TOKENIZE, NULL},
     {"split_special_tokens", KEY_TOKENIZE, NULL},
     /* features glmtune does not have: fine when off, refused when on */
-    {"quantization_bit", KEY_REFUSE, "glmtune trains plain LoRA on a bf16 base (no QLoRA)"},
     {"use_dora", KEY_REFUSE, "glmtune trains plain LoRA (no DoRA)"},
     {"pissa_init", KEY_REFUSE, "glmtune initialises LoRA as PEFT does (A random, B zero), not by PiSSA"},
     {"additional_target", KEY_REFUSE, "glmtune trains only the LoRA weights (no modules_to_save)"},
@@ -1230,6 +1238,14 @@ glm_status glm_opts_validate(glm_train_opts *o) {
          "--device '%s' is not known; hint: auto, cpu or cuda", o->device);
     NEED(o->max_nonfinite >= 1, "--max-nonfinite must be >= 1");
     NEED(o->rope_theta >= 0, "--rope-theta must be >= 0 (0: from config.json)");
+    NEED(o->quantization_bit == 0 || o->quantization_bit == 4,
+         "--quantization-bit %lld: glmtune quantizes the frozen base to 4 bits (QLoRA) or not at all (0); 8-bit is not "
+         "offered (hint: 4, or 0 for the bf16 base)", (long long)o->quantization_bit);
+    NEED(!strcmp(o->quantization_type, "nf4") || !strcmp(o->quantization_type, "fp4"),
+         "--quantization-type %s: expected nf4 or fp4", o->quantization_type);
+    NEED(!strcmp(o->quantization_method, "bnb") || !strcmp(o->quantization_method, "bitsandbytes"),
+         "--quantization-method %s: glmtune quantizes in bitsandbytes' 4-bit format only (bnb); GPTQ, AWQ, HQQ and EETQ "
+         "checkpoints are not read (hint: quantization_method: bnb with the bf16 checkpoint)", o->quantization_method);
     {
         glm_ckpt_mode cm;
         GLM_TRY(glm_ckpt_parse(o->gradient_checkpointing, &cm));

@@ -67,6 +67,10 @@ typedef struct glm_train_opts {
     char *gpus;                         /* "N" or "0,2,3": start one worker per GPU (tool/launch.c); NULL: this process */
     int64_t nproc;                      /* CPU ranks to start under mpirun (--device cpu); 0: this process */
     bool shard_base;                    /* each rank holds 1/world of the frozen base weights */
+    int64_t quantization_bit;           /* 4: the frozen linear layers in 4 bits (QLoRA); 0: bf16 */
+    char *quantization_type;            /* nf4 | fp4 */
+    bool double_quantization;           /* 4-bit absmax quantized too */
+    char *quantization_method;          /* bnb */
     double comm_timeout;                /* seconds a collective may wait (transformers' ddp_timeout) */
     int64_t context_parallel;           /* ranks per row (lora/ring_attention.h); 1: off */
     int64_t seq_len;                    /* 0: the shards' row length; else must match it */

@@ -25,6 +25,7 @@ static const char *HELP =
     "usage: glmtune bench [--shape NAME | --model DIR | --config FILE] [--seq-len T[,T...]] [--steps N] [--warmup N]\n"
     "                     [--batch-size B] [--gradient-checkpointing auto|none|selective|full]\n"
     "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
+    "                     [--quantization-bit 4 [--quantization-type nf4|fp4] [--double-quantization B]]\n"
     "                     [--device cuda|cpu] [--json]\n"
     "\n"
     "Times LoRA training steps of a GLM-4 model with random bf16 weights made on the GPU (seconds for\n"
@@ -41,6 +42,9 @@ static const char *HELP =
     "  --gradient-checkpointing MODE   as glmtune train (default auto: the planner's choice)\n"
     "  --max-gpu-memory GiB            plan for a smaller card, e.g. 22 for 24 GB (default: the GPU's)\n"
     "  --lora-rank R, --lora-alpha A, --lora-target LIST   the adapter (default 8, 2 R, all)\n"
+    "  --quantization-bit 4            the QLoRA base: the linear layers quantized to 4 bits where they are\n"
+    "                    made (bitsandbytes' format; --quantization-type nf4 (default) or fp4,\n"
+    "                    --double-quantization true (default) or false), as glmtune train\n"
     "  --json            one JSON object per sequence length instead of the tables\n"
     "Useful work per token = 4 N_matmul + 6 L T H Dh (forward and input-gradient GEMMs, causal\n"
     "attention forward and backward; recomputation not counted); MFU = useful FLOP/s / 989e12.\n";
@@ -50,6 +54,7 @@ typedef struct bench_opts {
     int64_t seqs[32];
     int nseq, steps, warmup, B, rank, json;
     double alpha, max_gib;
+    glm_base_format fmt;   /* the linear layers' format (quant_bits 0: bf16) */
 } bench_opts;
 
 static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
@@ -65,6 +70,8 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
     o->alpha = NAN;
     o->seqs[0] = 8192;
     o->nseq = 1;
+    o->fmt.q4 = GLM_WF_NF4;
+    o->fmt.double_quant = 1;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int r;
@@ -114,6 +121,17 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
             o->rank = (int)u;
         } else if (r == 0 && (r = VAL("--lora-alpha")) > 0) {
             GLM_TRY(cli_double("--lora-alpha", v, &o->alpha));
+        } else if (r == 0 && (r = VAL("--quantization-bit")) > 0) {
+            GLM_TRY(cli_u64("--quantization-bit", v, &u));
+            if (u != 0 && u != 4) return glm_err(GLM_ERR_ARG, "--quantization-bit %s: expected 4 (QLoRA) or 0", v);
+            o->fmt.quant_bits = (int)u;
+        } else if (r == 0 && (r = VAL("--quantization-type")) > 0) {
+            if (strcmp(v, "nf4") && strcmp(v, "fp4")) return glm_err(GLM_ERR_ARG, "--quantization-type %s: expected nf4 or fp4", v);
+            o->fmt.q4 = strcmp(v, "fp4") ? GLM_WF_NF4 : GLM_WF_FP4;
+        } else if (r == 0 && (r = VAL("--double-quantization")) > 0) {
+            if (!strcmp(v, "true") || !strcmp(v, "1")) o->fmt.double_quant = 1;
+            else if (!strcmp(v, "false") || !strcmp(v, "0")) o->fmt.double_quant = 0;
+            else return glm_err(GLM_ERR_ARG, "--double-quantization %s: expected true or false", v);
         } else if (r == 0 && (r = VAL("--max-gpu-memory")) > 0) {
             GLM_TRY(cli_double("--max-gpu-memory", v, &o->max_gib));
             if (!(o->max_gib >= 0)) return glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0", v);
@@ -302,6 +320,10 @@ int cmd_bench(int argc, char **argv) {
         po.budget = 1e30;
         po.act_bytes = (int)glm_dtype_size(be->act_dtype);
         po.weight_bytes = (int)glm_dtype_size(be->weight_dtype);
+        if (o.fmt.quant_bits == 4) {
+            po.base_format = o.fmt.q4;
+            po.double_quant = o.fmt.double_quant;
+        }
         glm_plan wp;
         glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
         double have = o.max_gib > 0 ? o.max_gib * 1073741824.0 : (double)fr;
@@ -313,7 +335,7 @@ int cmd_bench(int argc, char **argv) {
                          strcmp(be->name, "cpu") ? "a GPU with more memory, or a smaller --config"
                                                  : "--device cuda on a GPU, or a smaller shape (--config FILE)");
     }
-    if (!st) st = glm_model_create_random(&cfg, be, 7, &m);
+    if (!st) st = glm_model_create_random_fmt(&cfg, be, 7, &o.fmt, &m);
     glm_lora_config lc = {o.rank, (float)o.alpha, 0.0f, false, o.targets};
     if (!st) st = glm_lora_create(m, &lc, 7, &lora);
     int n_params = 0;
@@ -328,9 +350,9 @@ int cmd_bench(int argc, char **argv) {
     int64_t np = 0;
     for (int i = 0; i < n_params; i++) np += params[i].numel;
     if (!st && !o.json) {
-        printf("glmtune bench: %s on %s; LoRA r=%d alpha=%g on %s (%lld parameters), AdamW; micro-batch %d, one document "
-               "per row, second half of the tokens as targets; random weights made in %.1f s\n\n",
-               shape_name, devname, o.rank, o.alpha, o.targets, (long long)np, o.B, t_init);
+        printf("glmtune bench: %s on %s; base %s; LoRA r=%d alpha=%g on %s (%lld parameters), AdamW; micro-batch %d, one "
+               "document per row, second half of the tokens as targets; random weights made in %.1f s\n\n",
+               shape_name, devname, glm_base_format_name(m), o.rank, o.alpha, o.targets, (long long)np, o.B, t_init);
         printf("| seq len | tokens/s | step s | useful TFLOP/s | MFU | peak GiB | plan |\n");
         printf("|---|---|---|---|---|---|---|\n");
         fflush(stdout);
@@ -351,7 +373,8 @@ int cmd_bench(int argc, char **argv) {
         snprintf(planstr, sizeof planstr, "keep %d / selective %d / full %d, MLP chunk %lld", r->plan.n_keep, r->plan.n_selective,
                  r->plan.n_full, (long long)r->plan.mlp_chunk);
         if (o.json) {
-            printf("{\"who\": \"glmtune\", \"seq\": %lld, \"batch\": %d, \"gc\": \"%s\", ", (long long)r->T, o.B, glm_ckpt_name(mode));
+            printf("{\"who\": \"glmtune\", \"base\": \"%s\", \"seq\": %lld, \"batch\": %d, \"gc\": \"%s\", ",
+                   glm_base_format_name(m), (long long)r->T, o.B, glm_ckpt_name(mode));
             if (r->ok) {
                 char mfu[32] = "null", peak[32] = "null"; /* no GPU: MFU and device memory do not apply */
                 if (strcmp(be->name, "cpu")) {

@@ -314,7 +314,15 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
     else if (ts->shard_base)
         glm_log_warn("--shard-base with one rank: nothing to shard; the base is held whole");
-    GLM_TRY(glm_model_load_dist(ts->model, be, ts->rope_theta, ts->shard_base && be->world > 1, &rs->model));
+    glm_base_format bf = {0, GLM_WF_NF4, 0};
+    if (ts->quant_bits == 4) {
+        bf.quant_bits = 4;
+        bf.q4 = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
+        bf.double_quant = ts->double_quant;
+        glm_log_info("QLoRA: the frozen linear layers quantized to %s%s while loading (bitsandbytes' 4-bit format)",
+                     glm_wformat_name(bf.q4), bf.double_quant ? " with double quantization" : "");
+    }
+    GLM_TRY(glm_model_load_fmt(ts->model, be, ts->rope_theta, ts->shard_base && be->world > 1, &bf, &rs->model));
     if (ts->rope_inv_freq_bf16) { /* the table a transformers model uses after .to(torch.bfloat16) */
         int half = rs->model->cfg.rope_dim / 2;
         float *t = malloc(sizeof(float) * (size_t)half);

@@ -27,6 +27,9 @@ typedef struct train_settings {
     bool rope_inv_freq_bf16;  /* round the RoPE inv_freq table to bf16 (transformers after .to(bfloat16)) */
     char *settings_json;    /* all resolved settings as JSON text (for trainer_state and the log) */
     bool shard_base;          /* --shard-base: each rank holds 1/world of the frozen base */
+    int quant_bits;           /* --quantization-bit: 4 (QLoRA base) or 0 */
+    const char *quant_type;   /* --quantization-type: nf4 | fp4 */
+    bool double_quant;        /* --double-quantization */
     double comm_timeout;      /* seconds a collective may wait (--comm-timeout / ddp_timeout) */
     int dry_run_world;        /* --dry-run: the ranks to plan for (--gpus / --nproc; 1 otherwise) */
     int context_parallel;     /* --context-parallel: ranks per row (1: off); must divide the world */

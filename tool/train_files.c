@@ -226,7 +226,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
     glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
                        .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = cp,
-                       .acc_bytes = cpu ? 8 : 4, .host_budget = cpu ? 0 : glm_host_budget(W)};
+                       .acc_bytes = cpu ? 8 : 4, .host_budget = cpu ? 0 : glm_host_budget(W),
+                       .base_format = ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
+                                                                                                              : GLM_WF_NF4)
+                                                          : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
+                       .double_quant = ts->quant_bits == 4 && ts->double_quant};
     glm_plan p;
     glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
     printf("device: %s", devname);
