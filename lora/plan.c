@@ -455,8 +455,22 @@ int glm_local_ranks(void) {
     return 1;
 }
 
+double glm_host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    double kb = -1;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb >= 0 ? kb * 1024.0 : 0.75 * glm_host_memory();
+}
+
+double glm_host_margin(void) { return fmax(4.0 * 1073741824.0, 0.05 * glm_host_memory()); }
+
 double glm_host_budget(int ranks_here) {
-    return 0.75 * glm_host_memory() / (ranks_here > 1 ? ranks_here : 1);
+    const int r = ranks_here > 1 ? ranks_here : 1;
+    if (glm_host_memory_from_env()) return 0.75 * glm_host_memory() / r;
+    return fmax(0.0, glm_host_available() - glm_host_margin()) / r;
 }
 
 int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *o,

@@ -185,8 +185,14 @@ int glm_host_memory_from_env(void);
 /* The ranks of this run on this machine, from the launcher's environment (glmtune --gpus, Open
  * MPI, MPICH, torchrun, Slurm); 1 when none says. */
 int glm_local_ranks(void);
-/* The host bytes one rank may offload to: 3/4 of glm_host_memory() shared by ranks_here ranks. */
+/* The host bytes one rank may offload to, shared by ranks_here ranks: what the machine has free
+ * now (MemAvailable of /proc/meminfo; 3/4 of its memory where that is unknown) less
+ * glm_host_margin(); planning for another machine (GLMTUNE_HOST_MEMORY_GIB), 3/4 of its memory. */
 double glm_host_budget(int ranks_here);
+/* The machine's available memory (MemAvailable) in bytes, and the margin kept free beside the
+ * offloaded layer inputs: 4 GiB or 5% of the memory, whichever is more. */
+double glm_host_available(void);
+double glm_host_margin(void);
 
 /* The longest row length T, a multiple of `step`, at most max_T, whose plan (rows B, backward)
  * under `opts` fits the budget; 0 when even `step` tokens do not fit. *best (may be NULL) receives

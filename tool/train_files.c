@@ -251,10 +251,14 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
     printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
-    if (!cpu) /* what the offload was held against */
-        printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB%s, shared by the %d rank%s of "
-               "this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,
-               glm_host_memory_from_env() ? " from GLMTUNE_HOST_MEMORY_GIB" : ", this machine's", W, W > 1 ? "s" : "",
+    if (!cpu && glm_host_memory_from_env()) /* what the offload was held against */
+        printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB from GLMTUNE_HOST_MEMORY_GIB, "
+               "shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,
+               W, W > 1 ? "s" : "", p.offload ? "; this plan uses it" : "");
+    else if (!cpu)
+        printf("host memory for offloading: at most %.1f GiB per rank (the %.1f GiB this machine has available less a "
+               "%.1f GiB margin, shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0,
+               glm_host_available() / 1073741824.0, glm_host_margin() / 1073741824.0, W, W > 1 ? "s" : "",
                p.offload ? "; this plan uses it" : "");
     if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
         const double G = 1073741824.0;
