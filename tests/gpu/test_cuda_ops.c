@@ -12,8 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <dlfcn.h>
+
 #include "common/status.h"
 #include "kernels/backend.h"
+#include "kernels/quant4.h"
 #include "tests/check.h"
 #include "tests/gpu/tol.h"
 
@@ -814,6 +817,137 @@ static void test_memory(void) {
     gpu->free(gpu, g), gpu->free(gpu, g2), gpu->free(gpu, h);
 }
 
+/* ---- the 4-bit (QLoRA) format: kernels/cuda/quant4.cu against kernels/cpu/quant4.c ----
+ * Not a backend op (yet): its functions are taken from the CUDA module itself (dlopen of the
+ * module the backend loaded: the same handle). GPU quantize vs CPU quantize and GPU dequantize vs
+ * CPU dequantize must be bit for bit; the row's error column is the count of differing bytes. */
+#ifndef GLM_CUDA_MODULE_PATH
+#define GLM_CUDA_MODULE_PATH "libglm_cuda.so"
+#endif
+static struct {
+    size_t (*workspace)(int64_t, int);
+    glm_status (*quantize)(glm_q4_tensor *, const void *, int, void *, void *);
+    glm_status (*dequantize_bf16)(const glm_q4_tensor *, void *, void *);
+    glm_status (*sync)(void);
+} q4;
+
+/* device buffers for a quantized tensor of n weights */
+static glm_q4_tensor q4_gpu_alloc(glm_q4_type type, int64_t n, int dq) {
+    glm_q4_sizes s = glm_q4_size(n, dq);
+    glm_q4_tensor q = {.type = type, .double_quant = dq, .n = n};
+    q.codes = gbuf(GLM_DT_F32, NULL, ((int64_t)s.codes + 3) / 4);
+    if (dq) {
+        q.absmax_codes = gbuf(GLM_DT_F32, NULL, ((int64_t)s.absmax_codes + 3) / 4);
+        q.absmax2 = gbuf(GLM_DT_F32, NULL, s.ngroups);
+        q.offset = gbuf(GLM_DT_F32, NULL, 1);
+    } else {
+        q.absmax = gbuf(GLM_DT_F32, NULL, s.nblocks);
+    }
+    return q;
+}
+static void q4_gpu_free(glm_q4_tensor *q) {
+    gpu->free(gpu, q->codes), gpu->free(gpu, q->absmax), gpu->free(gpu, q->absmax_codes);
+    gpu->free(gpu, q->absmax2), gpu->free(gpu, q->offset);
+}
+/* bytes of `len` at device `d` that differ from host `h` */
+static int64_t q4_diff(const void *d, const void *h, size_t len) {
+    unsigned char *t = malloc(len ? len : 1);
+    OK(gpu->download(gpu, t, d, len));
+    int64_t k = 0;
+    for (size_t i = 0; i < len; i++) k += t[i] != ((const unsigned char *)h)[i];
+    free(t);
+    return k;
+}
+
+static void t_quant4(glm_q4_type type, int dq, int64_t rows, int64_t cols, int bf16_in, int timed) {
+    int64_t n = rows * cols;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%lld %s%s", (long long)rows, (long long)cols, bf16_in ? "bf16" : "f32",
+             dq ? " dq" : "");
+    float *x = randn(n, 0.02f);
+    for (int64_t i = 5; i < n; i += 977) x[i] *= 25.0f; /* outliers, as real weights have */
+    uint16_t *xh = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) xh[i] = glm_f32_to_bf16(x[i]);
+    /* the CPU reference */
+    glm_q4_tensor c;
+    OK(glm_q4_alloc(&c, type, n, dq));
+    OK(bf16_in ? glm_q4_quantize_bf16(&c, xh) : glm_q4_quantize_f32(&c, x));
+    uint16_t *ref = malloc((size_t)n * 2);
+    OK(glm_q4_dequantize_bf16(&c, ref));
+    /* the GPU: quantize from device input, compare every buffer; dequantize, compare */
+    void *gx;
+    OK(gpu->alloc(gpu, (size_t)n * (bf16_in ? 2 : 4), "q4 input", &gx));
+    OK(gpu->upload(gpu, gx, bf16_in ? (const void *)xh : (const void *)x, (size_t)n * (bf16_in ? 2 : 4)));
+    OK(gpu->sync(gpu));
+    glm_q4_tensor g = q4_gpu_alloc(type, n, dq);
+    size_t wsb = q4.workspace(n, dq);
+    void *ws = wsb ? gbuf(GLM_DT_F32, NULL, (int64_t)(wsb + 3) / 4) : NULL;
+    OK(q4.quantize(&g, gx, bf16_in, ws, NULL));
+    OK(q4.sync());
+    glm_q4_sizes s = glm_q4_size(n, dq);
+    int64_t bad = q4_diff(g.codes, c.codes, s.codes);
+    bad += dq ? q4_diff(g.absmax_codes, c.absmax_codes, s.absmax_codes) + q4_diff(g.absmax2, c.absmax2, s.absmax2) +
+                    q4_diff(g.offset, c.offset, 4)
+              : q4_diff(g.absmax, c.absmax, s.absmax);
+    char op[40];
+    snprintf(op, sizeof op, "q4 quantize %s (bytes off)", glm_q4_type_name(type));
+    record(op, shape, (double)bad, 0.0, 0);
+    void *gy = gbuf(GLM_DT_BF16, NULL, n);
+    OK(q4.dequantize_bf16(&g, gy, NULL));
+    OK(q4.sync());
+    int64_t badv = q4_diff(gy, ref, (size_t)n * 2);
+    double ms = 0;
+    if (timed) {
+        double best = 1e30;
+        for (int r = 0; r < 5; r++) {
+            double a = now();
+            for (int k = 0; k < 10; k++) q4.dequantize_bf16(&g, gy, NULL);
+            OK(q4.sync());
+            best = fmin(best, (now() - a) / 10);
+        }
+        ms = best * 1e3;
+        double bytes = (double)(s.total + (size_t)n * 2);
+        printf("q4 dequantize %s %s: %.3f ms, %.0f GB/s (%.3f bytes read + 2 written a weight)\n",
+               glm_q4_type_name(type), shape, ms, bytes / best / 1e9, (double)s.total / n);
+    }
+    snprintf(op, sizeof op, "q4 dequantize %s (bytes off)", glm_q4_type_name(type));
+    record(op, shape, (double)badv, 0.0, ms);
+    /* an unaligned output (the per-weight kernel) gives the same values */
+    if (!timed && n < 5000000) {
+        void *gz = gbuf(GLM_DT_BF16, NULL, n + 1);
+        OK(q4.dequantize_bf16(&g, (char *)gz + 2, NULL));
+        OK(q4.sync());
+        uint16_t *t = malloc((size_t)(n + 1) * 2);
+        OK(gpu->download(gpu, t, gz, (size_t)(n + 1) * 2));
+        CHECK(!memcmp(t + 1, ref, (size_t)n * 2), "q4 dequantize, unaligned output: differs");
+        free(t);
+        gpu->free(gpu, gz);
+    }
+    q4_gpu_free(&g);
+    gpu->free(gpu, gx), gpu->free(gpu, gy), gpu->free(gpu, ws);
+    glm_q4_free(&c);
+    free(x), free(xh), free(ref);
+}
+
+static void test_quant4(void) {
+    void *h = dlopen(GLM_CUDA_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        *(void **)&q4.workspace = dlsym(h, "glm_q4_cuda_quantize_workspace");
+        *(void **)&q4.quantize = dlsym(h, "glm_q4_cuda_quantize");
+        *(void **)&q4.dequantize_bf16 = dlsym(h, "glm_q4_cuda_dequantize_bf16");
+        *(void **)&q4.sync = dlsym(h, "glm_q4_cuda_sync");
+    }
+    CHECK(h && q4.workspace && q4.quantize && q4.dequantize_bf16 && q4.sync, "the 4-bit kernels in %s: %s",
+          GLM_CUDA_MODULE_PATH, h ? "symbols missing" : dlerror());
+    if (!q4.sync) return;
+    t_quant4(GLM_Q4_NF4, 0, 4096, 13696, 1, 1); /* GLM-4-9B's dense_4h_to_h (and dense_h_to_4h^T) */
+    t_quant4(GLM_Q4_NF4, 1, 4096, 13696, 1, 1);
+    t_quant4(GLM_Q4_FP4, 1, 5120, 4096, 1, 0);  /* query_key_value */
+    t_quant4(GLM_Q4_NF4, 1, 1, 1000003, 0, 0);  /* f32 input, odd n, short last block and group */
+    t_quant4(GLM_Q4_FP4, 0, 7, 9, 0, 0);        /* one short block */
+    t_quant4(GLM_Q4_NF4, 1, 65, 1, 1, 0);       /* a 1-weight last block */
+}
+
 /* test_cuda_ops [attention]: everything, or the attention tests alone (for kernel variants) */
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
@@ -861,6 +995,7 @@ int main(int argc, char **argv) {
         test_cross_entropy(9, 1001);
         test_adamw_sumsq();
         test_cast_fill();
+        test_quant4();
     }
     printf("\n%-30s %-32s %10s %8s %9s\n", "op", "shape", "rel err", "tol", "ms");
     for (int i = 0; i < nrows; i++)
