@@ -143,14 +143,14 @@ struct glm_backend {
 
     /* ---- frozen base weights in other formats (kernels/weight.h) --------------------------- */
 
-    /* Quantizes src, dst->n elements of dtype `st` (the flattened tensor, or a shard of it starting
-     * at a double-quantization group boundary), into dst's buffers (allocated by the caller with
-     * glm_weight_bytes of dst->fmt, dst->n, dst->double_quant): bitsandbytes' quantize_4bit with
-     * blocksize 64 (and compress_statistics: dst->offset is set to the mean absmax of these
-     * elements, unless `offset` is given: pass NAN to compute it). The CPU op is the specification
-     * (kernels/cpu/quant4.c); CUDA computes the same bits. Errors: GLM_ERR_ARG (dense dst format),
-     * GLM_ERR_UNSUPPORTED (source dtype). */
-    glm_status (*weight_quantize)(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st, float offset);
+    /* Quantizes src, dst->n elements of dtype `st` (a flattened tensor), into dst's buffers
+     * (allocated by the caller with glm_weight_bytes of dst->fmt, dst->n, dst->double_quant):
+     * bitsandbytes' quantize_4bit with blocksize 64 (with double quantization, compress_statistics:
+     * dst->offset receives the mean absmax, summed in double in a fixed order). The CPU op is the
+     * specification (kernels/cpu/quant4.c, bit-exact to bitsandbytes' kernels, tests/fixtures/bnb4);
+     * CUDA computes the same bytes. Errors: GLM_ERR_ARG (a dense dst format), GLM_ERR_UNSUPPORTED
+     * (source dtype), GLM_ERR_NUMERIC (CPU: a NaN or infinite weight, named). */
+    glm_status (*weight_quantize)(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
     /* Dequantizes src (a 4-bit glm_weight of src->n elements) into dst, n elements of dtype dt:
      * value = code value x absmax in f32, rounded once to bf16 (what bitsandbytes' dequantize_4bit
      * returns for bf16 input); dt = f32 stores that bf16 value exactly. OVERWRITES dst.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/quant4.h"
 
 const char *glm_wformat_name(glm_wformat f) {
     switch (f) {
@@ -29,22 +30,24 @@ glm_status glm_wformat_parse(const char *s, glm_wformat *out) {
 }
 
 glm_weight_bytes_t glm_weight_bytes(glm_wformat f, int64_t n, int double_quant) {
-    glm_weight_bytes_t b = {0, 0, 0};
+    glm_weight_bytes_t b = {0, 0, 0, 0};
     if (n < 0) n = 0;
     if (!glm_wformat_packed(f)) {
         b.data = (size_t)n * (f == GLM_WF_BF16 ? 2 : 4);
         return b;
     }
-    int64_t blocks = (n + GLM_Q4_BLOCK - 1) / GLM_Q4_BLOCK;
-    b.data = (size_t)(n + 1) / 2;
-    b.absmax = (size_t)blocks * (double_quant ? 1 : 4);
-    b.absmax2 = double_quant ? (size_t)((blocks + GLM_Q4_GROUP - 1) / GLM_Q4_GROUP) * 4 : 0;
+    if (n == 0) return b;
+    glm_q4_sizes q = glm_q4_size(n, double_quant);
+    b.data = q.codes;
+    b.absmax = double_quant ? q.absmax_codes : q.absmax;
+    b.absmax2 = q.absmax2;
+    b.offset = q.offset;
     return b;
 }
 
 double glm_weight_total_bytes(glm_wformat f, int64_t n, int double_quant) {
     glm_weight_bytes_t b = glm_weight_bytes(f, n, double_quant);
-    return (double)b.data + (double)b.absmax + (double)b.absmax2;
+    return (double)b.data + (double)b.absmax + (double)b.absmax2 + (double)b.offset;
 }
 
 static double round256(size_t b) { return (double)((b + 255) / 256 * 256); }
@@ -58,7 +61,7 @@ int64_t glm_weight_shard_elems(glm_wformat f, int64_t n, int world) {
     if (world <= 1) return n;
     int64_t s = (n + world - 1) / world;
     if (glm_wformat_packed(f)) {
-        const int64_t g = (int64_t)GLM_Q4_BLOCK * GLM_Q4_GROUP;
+        const int64_t g = (int64_t)GLM_Q4_BLOCKSIZE * GLM_Q4_DQ_BLOCKSIZE;
         s = (s + g - 1) / g * g;
     }
     return s;

@@ -35,25 +35,21 @@ typedef enum {
     GLM_WF_FP4 = 3,  /* 4-bit float E2M1 (bitsandbytes' FP4 code book) */
 } glm_wformat;
 
-/* Block of the 4-bit formats (elements per absmax) and group of double quantization (blocks per
- * absmax2), as bitsandbytes' QLoRA defaults. */
-#define GLM_Q4_BLOCK 64
-#define GLM_Q4_GROUP 256
-
 typedef struct glm_weight {
     glm_wformat fmt;
     int64_t rows, cols; /* logical shape [rows (out features), cols (in features)] of the whole tensor */
     int64_t n;          /* elements held here: rows * cols, or this rank's shard */
     void *data;         /* dense: n elements; 4-bit: (n + 1) / 2 bytes of codes */
     void *absmax;       /* 4-bit: per block, f32; with double quantization uint8 codes */
-    float *absmax2;     /* double quantization: f32 per group of GLM_Q4_GROUP blocks; else NULL */
-    float offset;       /* double quantization: the mean absmax subtracted before quantizing it (host value) */
+    float *absmax2;     /* double quantization: f32 per group of 256 blocks; else NULL */
+    float *offset;      /* double quantization: [1] f32, the mean absmax subtracted before quantizing it (of the
+                           whole tensor: a shard holds the whole tensor's); else NULL */
     int double_quant;   /* 1: absmax double-quantized */
 } glm_weight;
 
 /* The byte sizes of a weight's buffers for n elements of format f. */
 typedef struct glm_weight_bytes_t {
-    size_t data, absmax, absmax2;
+    size_t data, absmax, absmax2, offset;
 } glm_weight_bytes_t;
 
 /* "f32", "bf16", "nf4", "fp4". */
@@ -64,14 +60,16 @@ int glm_wformat_packed(glm_wformat f);
 glm_status glm_wformat_parse(const char *s, glm_wformat *out);
 
 /* Buffer sizes of n elements in format f (double_quant only matters for the 4-bit formats):
- * dense: n * 4 or n * 2; 4-bit: ceil(n / 2) code bytes, ceil(n / 64) absmax entries of 4 bytes
- * (1 byte with double quantization) and ceil(blocks / 256) f32 absmax2. */
+ * dense: n * 4 or n * 2; 4-bit: kernels/quant4.h's glm_q4_size: ceil(n / 2) code bytes,
+ * ceil(n / 64) absmax entries of 4 bytes (1 byte with double quantization), then ceil(blocks /
+ * 256) f32 absmax2 and the 4-byte offset. */
 glm_weight_bytes_t glm_weight_bytes(glm_wformat f, int64_t n, int double_quant);
 /* Their sum. */
 double glm_weight_total_bytes(glm_wformat f, int64_t n, int double_quant);
 
 /* The bytes of a working copy holding n elements of format f with each buffer starting at a
- * 256-byte boundary (data, then absmax, then absmax2): what a gather or dequantization slot takes. */
+ * 256-byte boundary (data, then absmax, then absmax2; the offset is not gathered: a shard holds
+ * the whole tensor's): what a gather or dequantization slot takes. */
 double glm_weight_slot_bytes(glm_wformat f, int64_t n, int double_quant);
 
 /* Elements of one shard of a tensor of n elements split over `world` ranks: ceil(n / world),

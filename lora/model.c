@@ -18,8 +18,9 @@ static void weight_free(const glm_backend *be, glm_weight *w) {
     be->free(be, w->data);
     be->free(be, w->absmax);
     be->free(be, w->absmax2);
+    be->free(be, w->offset);
     w->data = w->absmax = NULL;
-    w->absmax2 = NULL;
+    w->absmax2 = w->offset = NULL;
 }
 
 void glm_model_free(glm_model *m) {
@@ -83,6 +84,7 @@ static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat
     GLM_TRY(be->alloc(be, b.data, what, &w->data));
     if (b.absmax) GLM_TRY(be->alloc(be, b.absmax, what, &w->absmax));
     if (b.absmax2) GLM_TRY(be->alloc(be, b.absmax2, what, (void **)&w->absmax2));
+    if (b.offset) GLM_TRY(be->alloc(be, b.offset, what, (void **)&w->offset));
     return GLM_OK;
 }
 
@@ -94,15 +96,15 @@ static glm_status quantize_matrix(const glm_backend *be, glm_weight *w, glm_wfor
     const int64_t n = rows * cols;
     if (world <= 1) {
         GLM_TRY(weight_alloc(be, w, f, rows, cols, n, dq, what));
-        return be->weight_quantize(be, w, src, be->weight_dtype, NAN);
+        return be->weight_quantize(be, w, src, be->weight_dtype);
     }
     glm_weight whole;
     glm_status st = weight_alloc(be, &whole, f, rows, cols, n, dq, what);
-    if (!st) st = be->weight_quantize(be, &whole, src, be->weight_dtype, NAN);
+    if (!st) st = be->weight_quantize(be, &whole, src, be->weight_dtype);
     const int64_t sn = glm_weight_shard_elems(f, n, world), first = (int64_t)rank * sn;
     if (!st) st = weight_alloc(be, w, f, rows, cols, sn, dq, what);
+    if (!st && w->offset) st = be->copy(be, w->offset, whole.offset, sizeof(float)); /* the whole tensor's mean */
     if (!st) {
-        w->offset = whole.offset;
         glm_weight_bytes_t hb = glm_weight_bytes(f, n, whole.double_quant), sb = glm_weight_bytes(f, sn, w->double_quant),
                            fb = glm_weight_bytes(f, first, w->double_quant);
         void *dst[3] = {w->data, w->absmax, w->absmax2};

@@ -14,7 +14,7 @@
 static void cpu_set_attention_ws_cap(const glm_backend *be, double bytes) { (void)be, (void)bytes; }
 
 /* kernels/cpu/weight_cpu.c */
-glm_status glm_cpu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st, float offset);
+glm_status glm_cpu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
 glm_status glm_cpu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
 
 /* attention_block.c */

@@ -40,7 +40,7 @@ struct comm_state; /* comm.cu: outstanding communication requests */
 struct cudnn_attn; /* attention_cudnn.cpp: cuDNN's handle and attention graphs */
 
 enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COMM, SCR_CUDNN_RUNS,
-       SCR_CUDNN_RAGGED, SCR_CUDNN_STATS, SCR_CUDNN_WS, SCR_COUNT };
+       SCR_CUDNN_RAGGED, SCR_CUDNN_STATS, SCR_CUDNN_WS, SCR_Q4, SCR_COUNT };
 
 struct cuda_impl {
     int device;
@@ -184,7 +184,7 @@ glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ld
 glm_status cu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std, uint64_t seed,
                           uint64_t stream);
 /* kernels/cuda/weight.cu: the 4-bit base formats (kernels/weight.h) */
-glm_status cu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st, float offset);
+glm_status cu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
 glm_status cu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
 glm_status cu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids, int64_t N, int64_t C,
                         int64_t V);
