@@ -175,13 +175,32 @@ static void to_cpu(void *c, const void *gsrc, int64_t n) {
  * bf16, copied to the CPU model): loss and every LoRA grad (lora_B random, so lora_A's grads are
  * not zero), a row of 3 documents with boundaries inside attention tiles; then the GPU's other
  * plans (selective with MLP chunks, full) against its own first result. */
-static void test_9b_shape(void) {
+/* A linear matrix of the GPU model into the CPU model's dense one: its bf16 values, or a 4-bit
+ * one's dequantized on the GPU (be->weight_dequantize). */
+static void mat_to_cpu(glm_weight *c, const glm_weight *g) {
+    const int64_t n = g->rows * g->cols;
+    if (!glm_wformat_packed(g->fmt)) {
+        to_cpu(c->data, g->data, n);
+        return;
+    }
+    void *tmp = NULL;
+    CHECK(gpu->alloc(gpu, (size_t)n * 2, "dequantized", &tmp) == GLM_OK, "alloc: %s", glm_errmsg());
+    CHECK(gpu->weight_dequantize(gpu, tmp, GLM_DT_BF16, g) == GLM_OK, "dequantize: %s", glm_errmsg());
+    to_cpu(c->data, tmp, n);
+    gpu->free(gpu, tmp);
+}
+
+/* quant: the GPU model's linear layers in nf4 with double quantization (quantized on the GPU),
+ * the CPU model holding their dequantized values: the 4-bit layers' outputs against bf16 GEMMs
+ * on the dequantized weights, at the same tolerances. */
+static void test_9b_shape(int quant) {
     glm_config cfg;
     CHECK(glm_config_preset("glm-4-9b-chat-1m", &cfg) == GLM_OK, "preset");
     cfg.L = 2;
     glm_model *gm = NULL, *cm = NULL;
     glm_lora *gl = NULL, *cl = NULL;
-    CHECK(glm_model_create_random(&cfg, gpu, 3, &gm) == GLM_OK, "gpu model: %s", glm_errmsg());
+    glm_base_format nf4 = {4, GLM_WF_NF4, 1};
+    CHECK(glm_model_create_random_fmt(&cfg, gpu, 3, quant ? &nf4 : NULL, &gm) == GLM_OK, "gpu model: %s", glm_errmsg());
     CHECK(glm_model_create_random(&cfg, cpu, 3, &cm) == GLM_OK, "cpu model: %s", glm_errmsg());
     if (!gm || !cm) return;
     int64_t C = cfg.C, F = cfg.F, V = cfg.V, qd = (int64_t)cfg.H * cfg.Dh, Dqkv = glm_config_qkv_rows(&cfg);
@@ -190,10 +209,10 @@ static void test_9b_shape(void) {
     to_cpu(cm->final_ln, gm->final_ln, C);
     for (int l = 0; l < cfg.L; l++) {
         glm_layer_weights *a = &cm->layers[l], *b = &gm->layers[l];
-        to_cpu(a->ln1, b->ln1, C), to_cpu(a->ln2, b->ln2, C), to_cpu(a->wqkv.data, b->wqkv.data, Dqkv * C);
-        to_cpu(a->bqkv, b->bqkv, Dqkv), to_cpu(a->wo.data, b->wo.data, C * qd), to_cpu(a->w1.data, b->w1.data, 2 * F * C);
-        to_cpu(a->w2.data, b->w2.data, C * F);
+        to_cpu(a->ln1, b->ln1, C), to_cpu(a->ln2, b->ln2, C), to_cpu(a->bqkv, b->bqkv, Dqkv);
+        mat_to_cpu(&a->wqkv, &b->wqkv), mat_to_cpu(&a->wo, &b->wo), mat_to_cpu(&a->w1, &b->w1), mat_to_cpu(&a->w2, &b->w2);
     }
+    (void)Dqkv, (void)qd, (void)F;
     glm_lora_config lc = {.r = 8, .alpha = 16, .dropout = 0, .use_rslora = false, .targets = "all"};
     CHECK(glm_lora_create(gm, &lc, 5, &gl) == GLM_OK && glm_lora_create(cm, &lc, 5, &cl) == GLM_OK, "lora: %s", glm_errmsg());
     if (!gl || !cl) goto out;
@@ -219,16 +238,21 @@ static void test_9b_shape(void) {
         int64_t ntc = 0, nt = 0, n;
         CHECK(glm_model_step(cm, cl, &b, scale, 1, GLM_CKPT_NONE, 0, &lsc, &ntc) == GLM_OK, "cpu step: %s", glm_errmsg());
         CHECK(glm_model_step(gm, gl, &b, scale, 1, GLM_CKPT_AUTO, 0, &lsg, &nt) == GLM_OK, "cuda step: %s", glm_errmsg());
-        report("9B shape (2 layers, T 320, 3 docs) loss vs cpu", fabs(lsg - lsc) / fabs(lsc), TOL_MODEL_LOSS);
+        const char *tag = quant ? "9B shape, nf4 base (dequantized on the CPU)" : "9B shape";
+        char what0[200];
+        snprintf(what0, sizeof what0, "%s (2 layers, T 320, 3 docs) loss vs cpu", tag);
+        report(what0, fabs(lsg - lsc) / fabs(lsc), TOL_MODEL_LOSS);
         float *gc = grads(cpu, cl, &n), *g0 = grads(gpu, gl, &n);
-        report("9B shape LoRA grads vs cpu", rel(g0, gc, n), TOL_MODEL_GRAD);
+        snprintf(what0, sizeof what0, "%s LoRA grads vs cpu", tag);
+        report(what0, rel(g0, gc, n), TOL_MODEL_GRAD);
         double worst = 0;
         int64_t off = 0;
         for (int i = 0; i < cl->n_params; i++) {
             worst = fmax(worst, rel(g0 + off, gc + off, cl->params[i].numel));
             off += cl->params[i].numel;
         }
-        report("9B shape worst LoRA grad tensor vs cpu", worst, TOL_MODEL_GRAD);
+        snprintf(what0, sizeof what0, "%s worst LoRA grad tensor vs cpu", tag);
+        report(what0, worst, TOL_MODEL_GRAD);
         glm_ckpt_mode modes[] = {GLM_CKPT_SELECTIVE, GLM_CKPT_FULL};
         for (int k = 0; k < 2; k++) {
             gm->mlp_chunk = 100;
@@ -238,7 +262,7 @@ static void test_9b_shape(void) {
                   glm_errmsg());
             float *g2 = grads(gpu, gl, &n);
             char what[200];
-            snprintf(what, sizeof what, "9B shape cuda %s, MLP chunks of 100 vs keep", glm_ckpt_name(modes[k]));
+            snprintf(what, sizeof what, "%s cuda %s, MLP chunks of 100 vs keep", tag, glm_ckpt_name(modes[k]));
             report(what, fmax(rel(g2, g0, n), fabs(l2 - lsg) / fabs(lsg)), 1e-2);
             free(g2);
         }
@@ -368,7 +392,7 @@ static void test_overlap_own_kernels(void) {
  * compute-sanitizer) */
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
-    const int only_overlap = argc > 1 && !strcmp(argv[1], "overlap");
+    const int only_overlap = argc > 1 && !strcmp(argv[1], "overlap"), only_qlora = argc > 1 && !strcmp(argv[1], "qlora");
     if (glm_cuda_device_count() == 0) {
         printf("SKIPPED: no CUDA device\n");
         return 77;
@@ -382,7 +406,12 @@ int main(int argc, char **argv) {
         return st == GLM_ERR_UNSUPPORTED ? 77 : 1;
     }
     cpu = glm_backend_cpu();
-    if (!only_overlap) test_9b_shape();
+    if (only_qlora) {
+        test_9b_shape(1);
+        glm_backend_cuda_close(gpu);
+        return check_summary("test_cuda_model");
+    }
+    if (!only_overlap) test_9b_shape(0), test_9b_shape(1);
     test_overlap(gpu, "auto (cuDNN's attention where it is there)", TOL_RERUN_CUDNN);
     test_overlap_own_kernels();
     if (!only_overlap) {
