@@ -10,6 +10,7 @@
 #include "common/rng.h"
 #include "kernels/backend.h"
 #include "lora/model.h"
+#include "kernels/formats.h"
 #include "lora/safetensors.h"
 
 typedef enum { INIT_NORM, INIT_EMBED, INIT_BIAS, INIT_MATRIX } init_kind;
@@ -38,13 +39,6 @@ typedef struct fill_ctx {
     uint64_t seed;
 } fill_ctx;
 
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static glm_status fill_tensor(void *ctx, size_t t, int64_t first, int64_t count, void *dst) {
     const fill_ctx *fc = ctx;
@@ -52,7 +46,7 @@ static glm_status fill_tensor(void *ctx, size_t t, int64_t first, int64_t count,
     float sd = s->kind == INIT_MATRIX ? (float)(1.0 / sqrt((double)s->d1)) : s->kind == INIT_EMBED ? 0.5f : 0.1f;
     float mean = s->kind == INIT_NORM ? 1.0f : 0.0f;
     uint16_t *d = dst;
-    for (int64_t k = 0; k < count; k++) d[k] = f2bf(mean + sd * glm_normal_hash(fc->seed, (uint64_t)t, (uint64_t)(first + k)));
+    for (int64_t k = 0; k < count; k++) d[k] = glm_f32_to_bf16(mean + sd * glm_normal_hash(fc->seed, (uint64_t)t, (uint64_t)(first + k)));
     return GLM_OK;
 }
 

@@ -2,6 +2,8 @@
  * atomic writer. Format: https://huggingface.co/docs/safetensors (see safetensors.h). */
 #include "lora/safetensors.h"
 
+#include "kernels/formats.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -108,13 +110,8 @@ static uint16_t f32_to_half(float f) {
     return sign | (uint16_t)h;
 }
 
-/* bfloat16 = top 16 bits of f32, round to nearest even; NaN -> quiet NaN. */
-static uint16_t f32_to_bf16(float f) {
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fffu + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
+/* bfloat16 = top 16 bits of f32, round to nearest even; NaN -> quiet NaN (kernels/formats.h). */
+static uint16_t f32_to_bf16(float f) { return glm_f32_to_bf16(f); }
 
 glm_status glm_st_to_f32(glm_st_dtype src_dtype, const void *src, size_t n, float *dst) {
     const unsigned char *p = src;

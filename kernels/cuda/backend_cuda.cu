@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/formats.h"
 
 namespace glmcu {
 
@@ -92,19 +93,9 @@ glm_status scratch(cuda_impl *I, int slot, size_t bytes, void **out) {
     return GLM_OK;
 }
 
-uint16_t host_f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-float host_bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* kernels/formats.h's rounding, the one definition */
+uint16_t host_f2bf(float f) { return glm_f32_to_bf16(f); }
+float host_bf2f(uint16_t h) { return glm_bf16_to_f32(h); }
 
 /* ---------------------------------------------------------------------------- memory */
 
