@@ -260,6 +260,15 @@ int cmd_export_adapter(int argc, char **argv) {
         if (!b) s = glm_err(GLM_ERR_ARG, "--merge: the checkpoint does not name its base model; hint: --base MODEL_DIR");
         if (s == GLM_OK && base && ac.base_model_name_or_path) s = same_shape(base, ac.base_model_name_or_path);
         double scaling = ac.use_rslora ? ac.alpha / sqrt((double)ac.r) : ac.alpha / ac.r;
+        if (s == GLM_OK) { /* a QLoRA run: its adapter goes onto the bf16 base, as PEFT merges a QLoRA adapter */
+            char *gp = glm_path_join(dir, "glmtune_state.json");
+            json_t *gs = json_load_file(gp, 0, NULL), *qb = json_object_get(json_object_get(gs, "settings"), "quantization_bit");
+            if (json_integer_value(qb) == 4)
+                glm_log_info("note: %s trained on a 4-bit (QLoRA) base; its adapter is merged into the bf16 weights of %s, "
+                             "as PEFT merges a QLoRA adapter", dir, b);
+            json_decref(gs);
+            free(gp);
+        }
         if (s == GLM_OK) s = glm_export_merged(b, out, NULL, params, n, scaling, dtype_given ? (int)dt : GLM_EXPORT_SAME_DTYPE);
         if (s == GLM_OK) glm_log_info("wrote %s merged with the adapter of %s (scaling %g) to %s", b, dir, scaling, out);
     }
