@@ -542,10 +542,16 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
             p->total / G, p->budget / G);
     if (p->attn_lean)
         fprintf(f, "  attention: glmtune's kernels (no room for a fused-attention library's workspace in this budget)\n");
-    if (p->N > 0)
-        fprintf(f, "  working buffers: %.1f KB per token (%.2f GiB, backend scratch %.2f GiB of it)\n",
-                (p->working - p->scratch) / (double)p->N / 1000.0 + p->scratch / (double)p->N / 1000.0, p->working / G,
-                p->scratch / G);
+    if (p->N > 0) {
+        static const glm_buf_id row[] = {GLM_BUF_QKV, GLM_BUF_O, GLM_BUF_LSE, GLM_BUF_XMID, GLM_BUF_DX, GLM_BUF_DQKV, GLM_BUF_BATCH};
+        double rb = 0;
+        for (size_t i = 0; i < sizeof row / sizeof row[0]; i++) rb += p->buf[row[i]].bytes * p->buf[row[i]].count;
+        double chunks = p->working - rb - p->scratch;
+        fprintf(f, "  working buffers %.2f GiB: %.1f KB per token across the row (attention's operands, the residual "
+                   "gradient, the batch) + %.2f GiB in chunks of %lld tokens + the backend's scratch %.2f GiB%s\n",
+                p->working / G, rb / (double)p->N / 1000.0, chunks / G, (long long)p->mlp_chunk, p->scratch / G,
+                p->attn_ws > 0 ? " (cuDNN's attention workspace in it)" : "");
+    }
     if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
     if (!p->fits) {
         fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
