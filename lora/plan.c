@@ -557,9 +557,10 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
         fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
         if (p->weights + p->lora + p->gathered + p->dequant >= p->budget) {
             /* no activation setting helps: the model itself is too big for this memory */
-            fprintf(f, "The weights alone take %.2f GiB: a card with more memory, or several GPUs with the frozen base "
+            fprintf(f, "The weights alone take %.2f GiB: %sa card with more memory, or several GPUs with the frozen base "
                        "sharded over them (--gpus N --shard-base).\n",
-                    (p->weights + p->lora + p->gathered) / G);
+                    (p->weights + p->lora + p->gathered + p->dequant) / G,
+                    glm_wformat_packed(p->base_format) ? "" : "--quantization-bit 4 (QLoRA: the linear layers in 4 bits), ");
         } else {
             if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
                 fprintf(f, "Try --gradient-checkpointing auto (or full); ");
@@ -568,6 +569,9 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
                        "take %.2f GiB (a run offloads them to host memory where that makes the step fit and the "
                        "machine has the memory: GLMTUNE_HOST_MEMORY_GIB plans for another machine's).",
                     p->T, p->B, p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "", p->checkpoints / G);
+            if (!glm_wformat_packed(p->base_format))
+                fprintf(f, " --quantization-bit 4 (QLoRA) keeps the frozen linear layers in 4 bits (about a quarter of "
+                           "their %.2f GiB).", p->weights / G);
             if (p->shard_world <= 1 && p->weights >= 0.25 * p->budget)
                 fprintf(f, " On several GPUs, --shard-base splits the frozen base (%.2f GiB here) over them.",
                         p->weights / G);
