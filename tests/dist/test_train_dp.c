@@ -7,7 +7,8 @@
  *     (--dump-grads, before clipping) within 1e-6 relative, and 3 steps' losses (the third global
  *     batch has one row: rank 1 runs a placeholder row) and the final adapters;
  *   - with gradient accumulation: 2 ranks x 1 x accumulation 2 == 1 rank x micro-batch 4;
- *   - the same with --shard-base (each rank holds half of every base matrix);
+ *   - the same with --shard-base (each rank holds half of every base matrix), and with a 4-bit base
+ *     (--quantization-bit 4) sharded in its stored format;
  *   - only rank 0 writes: one metrics line per step, one TensorBoard file, the per-rank tokens/s
  *     and the communication share logged;
  *   - resume across ranks: 8 steps straight == 4 + resume + 4 (2 ranks, LoRA dropout on, cosine
@@ -98,6 +99,10 @@ int main(void) {
         {"dp-b1-shard", "--nproc 2 --per-device-train-batch-size 1 --shard-base --max-steps 3"},
         {"dp-b1-acc2-shard", "--nproc 2 --per-device-train-batch-size 1 --gradient-accumulation-steps 2 --shard-base "
                              "--gradient-checkpointing full --max-steps 3"},
+        /* the 4-bit base: sharded, each rank gathers the codes, absmax and absmax2 of whole double-quantization
+         * groups (dense_h_to_4h's 20480 weights split 16384 + 4096) */
+        {"ref-b2-q4", "--per-device-train-batch-size 2 --max-steps 3 --quantization-bit 4"},
+        {"dp-b1-shard-q4", "--nproc 2 --per-device-train-batch-size 1 --shard-base --max-steps 3 --quantization-bit 4"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
         CHECK(run("%s train %s %s --output-dir %s/%s --dump-grads %s/%s.grads", G, common, runs[i].flags, tmp, runs[i].name,
@@ -106,6 +111,7 @@ int main(void) {
     compare("2 ranks x 1 x accumulation 2 vs 1 rank x 4", "ref-b4", "dp-b1-acc2", 3);
     compare("--shard-base: 2 ranks x 1 vs 1 rank x 2", "ref-b2", "dp-b1-shard", 3);
     compare("--shard-base, accumulation 2, full recomputation vs 1 rank x 4", "ref-b4", "dp-b1-acc2-shard", 3);
+    compare("4-bit base, --shard-base: 2 ranks x 1 vs 1 rank x 2", "ref-b2-q4", "dp-b1-shard-q4", 3);
     /* one TensorBoard file: only rank 0 writes */
     char *runs_dir = path("dp-b1/runs");
     char *ls;
