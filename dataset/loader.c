@@ -91,7 +91,7 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
             l->n_tokens += l->shards[i].n_tokens;
             l->n_targets += l->shards[i].n_targets;
         }
-        if (s == GLM_OK) l->n_rows = l->row_base[l->n_shards];
+        if (s == GLM_OK) l->n_rows = l->n_units = l->row_base[l->n_shards];
         if (s == GLM_OK && l->n_rows == 0) s = glm_err(GLM_ERR_ARG, "%s: no rows in split \"%s\"", path, split);
     }
     if (s == GLM_OK) s = glm_loader_seek(l, 0, 0);
@@ -105,20 +105,22 @@ void glm_loader_close(glm_loader *l) {
     free(l->shards);
     free(l->row_base);
     free(l->perm);
+    free(l->docs);
     memset(l, 0, sizeof *l);
 }
 
 glm_status glm_loader_seek(glm_loader *l, uint64_t epoch, uint64_t cursor) {
-    if (cursor > l->n_rows) return glm_err(GLM_ERR_ARG, "data position %llu is beyond the %llu rows of the data; hint: "
-                                           "the checkpoint was made with other shards",
-                                           (unsigned long long)cursor, (unsigned long long)l->n_rows);
-    if (!l->perm) l->perm = malloc(l->n_rows * sizeof *l->perm);
+    if (cursor > l->n_units) return glm_err(GLM_ERR_ARG, "data position %llu is beyond the %llu %s of the data; hint: "
+                                            "the checkpoint was made with other shards",
+                                            (unsigned long long)cursor, (unsigned long long)l->n_units,
+                                            l->by_doc ? "samples" : "rows");
+    if (!l->perm) l->perm = malloc(l->n_units * sizeof *l->perm);
     if (!l->perm) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    for (uint64_t i = 0; i < l->n_rows; i++) l->perm[i] = i;
+    for (uint64_t i = 0; i < l->n_units; i++) l->perm[i] = i;
     if (l->shuffle) {
         glm_rng r;
         glm_rng_seed(&r, l->seed, 0x10ade7 + epoch);
-        for (uint64_t i = l->n_rows; i > 1; i--) {
+        for (uint64_t i = l->n_units; i > 1; i--) {
             uint64_t j = glm_rng_below(&r, i);
             uint64_t t = l->perm[i - 1];
             l->perm[i - 1] = l->perm[j];
@@ -131,16 +133,16 @@ glm_status glm_loader_seek(glm_loader *l, uint64_t epoch, uint64_t cursor) {
 }
 
 glm_status glm_loader_next(glm_loader *l, uint32_t n, uint64_t *rows, uint32_t *got) {
-    if (l->cursor >= l->n_rows) GLM_TRY(glm_loader_seek(l, l->epoch + 1, 0));
+    if (l->cursor >= l->n_units) GLM_TRY(glm_loader_seek(l, l->epoch + 1, 0));
     uint32_t k = 0;
-    while (k < n && l->cursor < l->n_rows) rows[k++] = l->perm[l->cursor++];
+    while (k < n && l->cursor < l->n_units) rows[k++] = l->perm[l->cursor++];
     *got = k;
     return GLM_OK;
 }
 
 uint32_t glm_loader_peek(const glm_loader *l, uint32_t n, uint64_t *rows) {
     uint32_t k = 0;
-    for (uint64_t c = l->cursor; k < n && c < l->n_rows; c++) rows[k++] = l->perm[c];
+    for (uint64_t c = l->cursor; k < n && c < l->n_units; c++) rows[k++] = l->perm[c];
     return k;
 }
 
@@ -197,5 +199,81 @@ int64_t glm_loader_row_targets(const glm_loader *l, uint64_t row) {
     for (uint32_t t = 0; t < sh->seq_len; t++) nt += glm_shard_target(sh, base + t);
     glm_shard_release(sh, (uint64_t)((const uint8_t *)sh->targets - (const uint8_t *)sh->map.data) + base / 8,
                       (uint64_t)sh->seq_len / 8);
+    return nt;
+}
+
+glm_status glm_loader_by_document(glm_loader *l) {
+    uint64_t nd = 0;
+    for (size_t k = 0; k < l->n_shards; k++) nd += l->shards[k].n_docs;
+    struct glm_loader_docref *d = malloc((nd ? nd : 1) * sizeof *d);
+    if (!d) return glm_err(GLM_ERR_NOMEM, "out of memory (index of %llu samples)", (unsigned long long)nd);
+    uint64_t i = 0;
+    for (size_t k = 0; k < l->n_shards; k++) {
+        const glm_shard *sh = &l->shards[k];
+        for (uint32_t r = 0; r < sh->n_rows; r++) {
+            uint32_t off = 0;
+            for (uint64_t j = sh->rowdocs[r]; j < sh->rowdocs[r + 1]; j++) {
+                d[i++] = (struct glm_loader_docref){l->row_base[k] + r, off, sh->docs[j].len};
+                off += sh->docs[j].len;
+            }
+        }
+    }
+    free(l->docs);
+    free(l->perm);
+    l->perm = NULL;
+    l->docs = d;
+    l->n_docs = nd;
+    l->n_units = nd;
+    l->by_doc = true;
+    if (nd == 0) return glm_err(GLM_ERR_ARG, "the shards hold no document");
+    return glm_loader_seek(l, 0, 0);
+}
+
+static int cmp_u32_desc(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+uint64_t glm_loader_longest_docs(const glm_loader *l, uint32_t n) {
+    uint32_t *len = malloc((l->n_docs ? l->n_docs : 1) * sizeof *len);
+    uint64_t sum = 0;
+    if (!len) { /* no memory for the sort: the bound every sample respects */
+        for (uint64_t i = 0; i < l->n_docs; i++) sum = l->docs[i].len > sum ? l->docs[i].len : sum;
+        return sum * n;
+    }
+    for (uint64_t i = 0; i < l->n_docs; i++) len[i] = l->docs[i].len;
+    qsort(len, l->n_docs, sizeof *len, cmp_u32_desc);
+    for (uint64_t i = 0; i < l->n_docs && i < n; i++) sum += len[i];
+    free(len);
+    return sum;
+}
+
+uint32_t glm_loader_doc(const glm_loader *l, uint64_t d, uint32_t *ids, uint8_t *targets, int32_t *pos, int32_t *doc,
+                        int32_t doc_index, int64_t *n_targets) {
+    const struct glm_loader_docref *e = &l->docs[d];
+    uint32_t r;
+    const glm_shard *sh = glm_loader_shard_of(l, e->row, &r);
+    uint64_t base = (uint64_t)r * sh->seq_len + e->off;
+    memcpy(ids, sh->ids + base, 4 * (size_t)e->len);
+    int64_t nt = 0;
+    for (uint32_t k = 0; k < e->len; k++) {
+        targets[k] = (uint8_t)glm_shard_target(sh, base + k);
+        nt += targets[k];
+        pos[k] = (int32_t)k;
+        doc[k] = doc_index;
+    }
+    if (n_targets) *n_targets = nt;
+    release_row(sh, base, e->len);
+    return e->len;
+}
+
+int64_t glm_loader_unit_targets(const glm_loader *l, uint64_t u) {
+    if (!l->by_doc) return glm_loader_row_targets(l, u);
+    const struct glm_loader_docref *e = &l->docs[u];
+    uint32_t r;
+    const glm_shard *sh = glm_loader_shard_of(l, e->row, &r);
+    uint64_t base = (uint64_t)r * sh->seq_len + e->off;
+    int64_t nt = 0;
+    for (uint32_t k = 0; k < e->len; k++) nt += glm_shard_target(sh, base + k);
     return nt;
 }

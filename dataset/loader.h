@@ -21,9 +21,17 @@ typedef struct glm_loader {
     uint64_t n_rows, n_tokens, n_targets;
     uint64_t seed;
     bool shuffle;
+    /* the unit of an epoch: rows (packing), or documents (samples: glm_loader_by_document) */
+    bool by_doc;
+    uint64_t n_units;       /* n_rows, or n_docs when by_doc */
+    uint64_t n_docs;
+    struct glm_loader_docref {
+        uint64_t row;       /* global row holding the document */
+        uint32_t off, len;  /* its first token within the row, and its length */
+    } *docs;                /* [n_docs] when by_doc, in shard order */
     /* position */
     uint64_t epoch, cursor;
-    uint64_t *perm;         /* [n_rows] row order of the current epoch */
+    uint64_t *perm;         /* [n_units] unit order of the current epoch */
 } glm_loader;
 
 /* Opens the `split` ("train" or "val") of a tokenize output directory (or its manifest.json),
@@ -32,6 +40,26 @@ typedef struct glm_loader {
  * GLM_ERR_ARG when the split is missing or empty (hint: tokenize with --val-size). */
 glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, uint64_t seed, bool shuffle);
 void glm_loader_close(glm_loader *l);
+
+/* Makes documents (samples) the unit of the epoch instead of rows, for LLaMA-Factory's
+ * `packing: false`, where a micro-batch is B samples: the epoch becomes a permutation of every
+ * document of the split (same seeding as rows), and glm_loader_next / glm_loader_peek /
+ * glm_loader_unit_targets / glm_loader_seek then count documents. Resets the position to (0, 0).
+ * Errors: GLM_ERR_NOMEM. */
+glm_status glm_loader_by_document(glm_loader *l);
+
+/* The sum of the `n` longest documents' lengths (tokens; all of them when n >= n_docs): the
+ * longest row that n samples concatenated can make, whatever the shuffle. by_doc only. */
+uint64_t glm_loader_longest_docs(const glm_loader *l, uint32_t n);
+
+/* Copies document `d` (a unit index of a by_doc loader) into ids[len], targets[len] (0/1),
+ * pos[len] (0..len-1) and sets doc[len] to doc_index; returns len (tokens written) and its
+ * target count in *n_targets (may be NULL). Releases the row's pages like glm_loader_row. */
+uint32_t glm_loader_doc(const glm_loader *l, uint64_t d, uint32_t *ids, uint8_t *targets, int32_t *pos, int32_t *doc,
+                        int32_t doc_index, int64_t *n_targets);
+
+/* Target-token count of unit u: a row, or a document when by_doc. */
+int64_t glm_loader_unit_targets(const glm_loader *l, uint64_t u);
 
 /* Moves to (epoch, cursor), rebuilding that epoch's permutation. */
 glm_status glm_loader_seek(glm_loader *l, uint64_t epoch, uint64_t cursor);

@@ -71,7 +71,7 @@ static const glm_opt_def k_opts[] = {
     {"save-total-limit", "save_total_limit", NULL, GLM_OPT_INT, "0", "checkpoints",
      "keep only the newest N checkpoints (0: keep all)", OFF(save_total_limit), false},
     {"logging-steps", "logging_steps", NULL, GLM_OPT_INT, "10", "steps",
-     "log every N optimizer steps: loss and grad norm are the means over those N steps, tokens/s over "
+     "log every N optimizer steps: loss is the mean over those N steps, grad norm the last step's, tokens/s over "
      "their time (as transformers' Trainer logs them)", OFF(logging_steps), false},
     {"logging-first-step", "logging_first_step", NULL, GLM_OPT_BOOL, "false", "",
      "also log the first optimizer step on its own (transformers' logging_first_step)", OFF(logging_first_step),
@@ -159,8 +159,26 @@ static const glm_opt_def k_opts[] = {
      "float32 (the table transformers builds on load) | bfloat16 (the table after model.to(torch.bfloat16), "
      "as a model cast to bf16 in transformers uses it)", OFF(rope_inv_freq_dtype), false},
     {"config", "config", NULL, GLM_OPT_STRING, NULL, "path",
-     "YAML file of snake_case settings (LLaMA-Factory style); command-line flags override it",
+     "YAML file of snake_case settings (LLaMA-Factory style); command-line flags override it; options it "
+     "leaves out take LLaMA-Factory's / transformers' defaults (what the file means there)",
      OFF(config), false},
+    {"packing", "packing", NULL, GLM_OPT_BOOL, "true", "",
+     "true: a micro-batch is per-device-train-batch-size packed rows of the shards; false: it is that many "
+     "samples (LLaMA-Factory's packing: false), concatenated into one row with document-masked attention, and "
+     "the steps per epoch count samples as transformers does (ceil(ceil(samples / (batch x GPUs)) / "
+     "accumulation)); either way no token attends across documents. Under a YAML without it: "
+     "LLaMA-Factory's default, false for stage sft, true for pt",
+     OFF(packing), false},
+    {"save-strategy", "save_strategy", NULL, GLM_OPT_STRING, "steps", "",
+     "steps: a checkpoint every save-steps and at the end; epoch: at each epoch's end; no: no checkpoint, the "
+     "final adapter (PEFT files) is written to output-dir (transformers' save_strategy)", OFF(save_strategy), false},
+    {"eval-strategy", "eval_strategy", "evaluation_strategy", GLM_OPT_STRING, "steps", "",
+     "steps: evaluate every eval-steps; epoch: at each epoch's end; no: never (transformers' eval_strategy; its "
+     "default under a YAML is no). Set to steps or epoch without eval-data: the val split of --data",
+     OFF(eval_strategy), false},
+    {"logging-strategy", "logging_strategy", NULL, GLM_OPT_STRING, "steps", "",
+     "steps: log every logging-steps; epoch: at each epoch's end; no: never (transformers' logging_strategy)",
+     OFF(logging_strategy), false},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
 _Static_assert(N_OPTS <= 64, "glm_train_opts.src is too small");
@@ -275,9 +293,7 @@ static const struct {
     {"full_determinism", KEY_INFO, "runs are seeded by seed"},
     /* logging, saving, tracking */
     {"plot_loss", KEY_INFO, "loss_curve.svg is always written"},
-    {"report_to", KEY_INFO, R_TRACK},
     {"logging_dir", KEY_INFO, "TensorBoard events go to output_dir/runs"},
-    {"logging_strategy", KEY_INFO, "logs are written every logging_steps"},
     {"logging_nan_inf_filter", KEY_INFO, "a step with a NaN/inf loss is skipped and counted, never averaged into a logged loss"},
     {"log_level", KEY_INFO, "use --quiet for less output"},
     {"log_level_replica", KEY_INFO, "use --quiet for less output"},
@@ -297,7 +313,6 @@ static const struct {
     {"swanlab_logdir", KEY_INFO, R_TRACK},
     {"swanlab_lark_webhook_url", KEY_INFO, R_TRACK},
     {"swanlab_lark_secret", KEY_INFO, R_TRACK},
-    {"save_strategy", KEY_INFO, "checkpoints are saved every save_steps and at the last step"},
     {"save_only_model", KEY_INFO, "checkpoints always hold the optimizer state (small for LoRA)"},
     {"save_safetensors", KEY_INFO, "checkpoints are always safetensors"},
     {"save_on_each_node", KEY_INFO, "rank 0 saves"},
@@ -318,8 +333,6 @@ static const struct {
     {"print_param_status", KEY_INFO, "the log lists the adapted modules and the trainable parameter count"},
     /* evaluation */
     {"do_eval", KEY_INFO, "evaluation runs when eval_data is given"},
-    {"eval_strategy", KEY_INFO, R_EVAL},
-    {"evaluation_strategy", KEY_INFO, R_EVAL},
     {"eval_delay", KEY_INFO, R_EVAL},
     {"eval_on_start", KEY_INFO, R_EVAL},
     {"eval_accumulation_steps", KEY_INFO, R_EVAL},
@@ -490,8 +503,6 @@ static const struct {
     {"eval_num_beams", KEY_TOKENIZE, NULL},
     {"ignore_pad_token_for_loss", KEY_TOKENIZE, NULL},
     {"val_size", KEY_TOKENIZE, NULL},
-    {"packing", KEY_TOKENIZE, NULL},
-    {"neat_packing", KEY_TOKENIZE, NULL},
     {"packing_strategy", KEY_TOKENIZE, NULL},
     {"packing_similarity_threshold", KEY_TOKENIZE, NULL},
     {"packing_embedding_model", KEY_TOKENIZE, NULL},
@@ -546,7 +557,8 @@ static const struct {
 
 /* Keys handled in key_special() (listed for "did you mean"). */
 static const char *const k_special[] = {"fp16", "stage", "do_train", "finetuning_type", "disable_gradient_checkpointing",
-                                        "lr_scheduler_kwargs", "use_cpu", "lora_target_modules"};
+                                        "lr_scheduler_kwargs", "use_cpu", "lora_target_modules", "neat_packing",
+                                        "report_to"};
 #define N_SPECIAL (sizeof k_special / sizeof k_special[0])
 
 const glm_opt_def *glm_opts_table(size_t *n) {
@@ -719,6 +731,8 @@ glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, 
 }
 
 void glm_opts_free(glm_train_opts *o) {
+    free(o->stage);
+    o->stage = NULL;
     for (size_t i = 0; i < N_OPTS; i++) {
         void *field = (char *)o + k_opts[i].offset;
         if (k_opts[i].type == GLM_OPT_STRING) {
@@ -798,7 +812,40 @@ static glm_status key_special(glm_train_opts *o, const char *key, const char *va
         return glm_err(GLM_ERR_UNSUPPORTED, "%s: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
                        "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)", where, val);
     }
-    if (!strcmp(key, "stage")) return glm_stage_check(val, where);
+    if (!strcmp(key, "stage")) {
+        GLM_TRY(glm_stage_check(val, where));
+        if (src == GLM_SRC_CONFIG && o->stage) return GLM_OK; /* the command line's wins */
+        free(o->stage);
+        o->stage = strdup(val);
+        return o->stage ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    if (!strcmp(key, "neat_packing")) { /* LLaMA-Factory: packing without attention across documents */
+        if (!parse_bool(val, &b) && !is_null(val))
+            return glm_err(GLM_ERR_ARG, "%s: neat_packing wants true or false, got '%s'", where, val);
+        if (is_null(val) || !b) return GLM_OK;
+        o->neat_packing = true;
+        long pi = find_opt("packing");
+        if (!(src == GLM_SRC_CONFIG && o->src[pi] == GLM_SRC_CLI)) GLM_TRY(set_value(o, (size_t)pi, "true", src, where));
+        glm_log_info("%s: neat_packing: true: packed rows whose documents never attend to each other, which is how "
+                     "glmtune always packs", where);
+        return GLM_OK;
+    }
+    if (!strcmp(key, "report_to")) {
+        static const char *const ok[] = {"none", "tensorboard", "null", "None", "[]", ""};
+        char list[256];
+        snprintf(list, sizeof list, "%s", val);
+        for (char *tok = strtok(list, ", []"); tok; tok = strtok(NULL, ", []")) {
+            bool fine = false;
+            for (size_t k = 0; k < sizeof ok / sizeof *ok; k++) fine |= !strcmp(tok, ok[k]);
+            if (!fine) {
+                glm_log_warn("%s: report_to: %s is not supported: glmtune sends nothing to %s; it writes metrics.jsonl, "
+                             "TensorBoard events (output_dir/runs) and loss_curve.svg", where, tok, tok);
+                return GLM_OK;
+            }
+        }
+        glm_log_info("%s: report_to: %s: %s", where, val, R_TRACK);
+        return GLM_OK;
+    }
     if (!strcmp(key, "do_train")) {
         if (parse_bool(val, &b) && b) return GLM_OK;
         return glm_err(GLM_ERR_UNSUPPORTED, "%s: do_train: %s: `glmtune train` always trains", where, val);
@@ -880,6 +927,19 @@ static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const
     if (is_null(val) && d->type != GLM_OPT_LIST) { /* explicit null: the default stays */
         o->src[i] = (unsigned char)src;
         return GLM_OK;
+    }
+    if (!strcmp(d->key, "logging_steps") || !strcmp(d->key, "save_steps") || !strcmp(d->key, "eval_steps")) {
+        char *end;
+        double x = strtod(val, &end);
+        double *ratio = d->key[0] == 'l' ? &o->logging_ratio : d->key[0] == 's' ? &o->save_ratio : &o->eval_ratio;
+        *ratio = 0;
+        if (!*end && x > 0 && x < 1) { /* transformers: below 1, a ratio of the total training steps */
+            *ratio = x;
+            GLM_TRY(set_value(o, i, "0", src, where));
+            glm_log_info("%s: %s %s is below 1: a ratio of the training steps (ceil(%s x steps)), as transformers "
+                         "reads it", where, d->key, val, val);
+            return GLM_OK;
+        }
     }
     if (!strcmp(d->key, "warmup_steps")) {
         char *end;
@@ -1081,6 +1141,41 @@ static long find_flag(const char *name) {
     return find_opt(snake);
 }
 
+/* LLaMA-Factory's / transformers' defaults for the options a YAML leaves out (source
+ * GLM_SRC_LF). Values: transformers' TrainingArguments (training_args.py, 4.4x-4.5x: learning_rate
+ * 5e-5, per_device_train_batch_size 8, logging_steps 500, save_steps 500, eval_strategy "no",
+ * eval_steps None -> logging_steps, lr_scheduler_type linear, ...), LLaMA-Factory's
+ * FinetuningArguments (lora_rank 8, lora_alpha None -> 2 x rank, lora_dropout 0, lora_target all)
+ * and its parser's packing = (stage == "pt"). */
+static glm_status lf_defaults(glm_train_opts *o) {
+    static const struct {
+        const char *key, *val;
+    } d[] = {
+        {"learning_rate", "5e-5"}, {"per_device_train_batch_size", "8"}, {"gradient_accumulation_steps", "1"},
+        {"logging_steps", "500"}, {"save_steps", "500"}, {"save_total_limit", "0"}, {"logging_first_step", "false"},
+        {"eval_strategy", "no"}, {"save_strategy", "steps"}, {"logging_strategy", "steps"},
+        {"lr_scheduler_type", "linear"}, {"warmup_steps", "0"}, {"warmup_ratio", "0"}, {"weight_decay", "0"},
+        {"adam_beta1", "0.9"}, {"adam_beta2", "0.999"}, {"adam_epsilon", "1e-8"}, {"max_grad_norm", "1.0"},
+        {"num_train_epochs", "3.0"}, {"max_steps", "-1"}, {"seed", "42"}, {"optim", "adamw_torch"},
+        {"lora_rank", "8"}, {"lora_dropout", "0"}, {"lora_target", "all"},
+    };
+    for (size_t k = 0; k < sizeof d / sizeof *d; k++) {
+        long i = find_opt(d[k].key);
+        if (o->src[i] == GLM_SRC_DEFAULT) GLM_TRY(set_value(o, (size_t)i, d[k].val, GLM_SRC_LF, "default"));
+    }
+    long pi = find_opt("packing");
+    if (o->src[pi] == GLM_SRC_DEFAULT)
+        GLM_TRY(set_value(o, (size_t)pi, o->stage && !strcmp(o->stage, "pt") ? "true" : "false", GLM_SRC_LF, "default"));
+    long ei = find_opt("eval_steps"), li = find_opt("logging_steps");
+    if (o->src[ei] == GLM_SRC_DEFAULT) { /* transformers: eval_steps defaults to logging_steps */
+        o->eval_steps = o->logging_steps;
+        o->eval_ratio = o->logging_ratio;
+        o->src[ei] = GLM_SRC_LF;
+    }
+    (void)li;
+    return GLM_OK;
+}
+
 glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
     GLM_TRY(glm_opts_defaults(o));
     /* first --config, so that the command line overrides it */
@@ -1165,6 +1260,11 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
         }
         GLM_TRY(set_option(o, (size_t)idx, name, val, GLM_SRC_CLI, where));
     }
+    if (config) GLM_TRY(lf_defaults(o));
+    long pi = find_opt("packing");
+    if (o->packing && o->src[pi] != GLM_SRC_DEFAULT && !o->neat_packing)
+        glm_log_info("packing: true: rows packed with several samples; glmtune never lets a sample attend to another "
+                     "(LLaMA-Factory's packing without neat_packing does)");
     return GLM_OK;
 }
 
@@ -1226,10 +1326,18 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(o->max_steps > 0 || (o->max_steps == -1 && o->num_train_epochs > 0),
          "set --max-steps > 0 or --num-train-epochs > 0 (max-steps %lld, epochs %g)", (long long)o->max_steps,
          o->num_train_epochs);
-    NEED(o->save_steps >= 1, "--save-steps must be >= 1");
+    NEED(o->save_steps >= 1 || o->save_ratio > 0, "--save-steps must be >= 1 (or a ratio of the steps in (0, 1))");
     NEED(o->save_total_limit >= 0, "--save-total-limit must be >= 0 (0 keeps all)");
-    NEED(o->logging_steps >= 1, "--logging-steps must be >= 1");
+    NEED(o->logging_steps >= 1 || o->logging_ratio > 0, "--logging-steps must be >= 1 (or a ratio of the steps in (0, 1))");
     NEED(o->eval_steps >= 0, "--eval-steps must be >= 0");
+    {
+        char *const strat[3] = {o->save_strategy, o->eval_strategy, o->logging_strategy};
+        static const char *const sname[3] = {"save-strategy", "eval-strategy", "logging-strategy"};
+        for (int k = 0; k < 3; k++)
+            NEED(strat[k] && (!strcmp(strat[k], "steps") || !strcmp(strat[k], "epoch") || !strcmp(strat[k], "no")),
+                 "--%s '%s' is not known; hint: steps, epoch or no (transformers' IntervalStrategy%s)", sname[k],
+                 strat[k] ? strat[k] : "", k == 0 ? "; \"best\" is not supported" : "");
+    }
     NEED(o->lora_rank >= 1 && o->lora_rank <= 4096, "--lora-rank must be in 1..4096 (got %lld)", (long long)o->lora_rank);
     if (isnan(o->lora_alpha)) o->lora_alpha = 2.0 * (double)o->lora_rank;
     NEED(o->lora_alpha > 0, "--lora-alpha must be > 0");
@@ -1279,6 +1387,9 @@ glm_status glm_opts_validate(glm_train_opts *o) {
 static json_t *value_json(const glm_train_opts *o, size_t i) {
     const glm_opt_def *d = &k_opts[i];
     const void *field = (const char *)o + d->offset;
+    double ratio = !strcmp(d->key, "logging_steps") ? o->logging_ratio : !strcmp(d->key, "save_steps") ? o->save_ratio
+                 : !strcmp(d->key, "eval_steps")    ? o->eval_ratio : 0;
+    if (ratio > 0) return json_real(ratio); /* a ratio of the run's steps */
     switch (d->type) {
     case GLM_OPT_INT: return json_integer(*(const int64_t *)field);
     case GLM_OPT_FLOAT: {
@@ -1307,11 +1418,11 @@ json_t *glm_opts_to_json(const glm_train_opts *o) {
 }
 
 void glm_opts_print(FILE *f, const glm_train_opts *o) {
-    static const char *srcs[] = {"default", "config", "command line"};
+    static const char *srcs[] = {"default", "config", "command line", "LLaMA-Factory/transformers default"};
     for (size_t i = 0; i < N_OPTS; i++) {
         json_t *v = value_json(o, i);
         char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(12)) : NULL;
-        fprintf(f, "  %-28s = %-24s (%s)\n", k_opts[i].key, s ? s : "?", srcs[o->src[i] < 3 ? o->src[i] : 0]);
+        fprintf(f, "  %-28s = %-24s (%s)\n", k_opts[i].key, s ? s : "?", srcs[o->src[i] < 4 ? o->src[i] : 0]);
         free(s);
         json_decref(v);
     }

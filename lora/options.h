@@ -24,7 +24,9 @@ typedef struct glm_strlist {
 } glm_strlist;
 
 /* Where a value came from. */
-typedef enum { GLM_SRC_DEFAULT = 0, GLM_SRC_CONFIG = 1, GLM_SRC_CLI = 2 } glm_opt_src;
+/* GLM_SRC_LF: a YAML left the key out, so LLaMA-Factory's / transformers' default applies (what
+ * the file means there), in place of glmtune's own command-line default. */
+typedef enum { GLM_SRC_DEFAULT = 0, GLM_SRC_CONFIG = 1, GLM_SRC_CLI = 2, GLM_SRC_LF = 3 } glm_opt_src;
 
 typedef struct glm_train_opts {
     char *model;                        /* base checkpoint directory */
@@ -79,7 +81,15 @@ typedef struct glm_train_opts {
     double rope_theta;                  /* RoPE base override; 0: from config.json */
     char *rope_inv_freq_dtype;          /* "float32" | "bfloat16": precision of the RoPE inv_freq table */
     char *config;                       /* the YAML file read, or NULL */
+    bool packing;                       /* true: micro-batches of packed rows; false: of B samples (LLaMA-Factory) */
+    char *save_strategy;                /* steps | epoch | no (transformers' IntervalStrategy) */
+    char *eval_strategy;                /* steps | epoch | no */
+    char *logging_strategy;             /* steps | epoch | no */
     bool help;                          /* --help / -h was given */
+    /* not in the table */
+    char *stage;                        /* LLaMA-Factory's stage (sft | pt) when given, else NULL */
+    bool neat_packing;                  /* LLaMA-Factory's neat_packing: true was given */
+    double logging_ratio, save_ratio, eval_ratio; /* *_steps given below 1: a ratio of the run's steps; 0: none */
     unsigned char src[64];              /* glm_opt_src per table entry */
 } glm_train_opts;
 
@@ -118,6 +128,13 @@ void glm_opts_free(glm_train_opts *o);
  * quantization_bit, stage other than sft/pt, an optim other than the AdamW ones, ...).
  * YAML: a mapping of keys to scalars, lists (for lora_target) or, for lr_scheduler_kwargs, a
  * mapping; null keeps the default. Precedence: defaults < YAML < command line.
+ * With --config, an option that neither the YAML nor the command line sets takes LLaMA-Factory's /
+ * transformers' TrainingArguments default (source GLM_SRC_LF), since that is what the file means
+ * there: learning_rate 5e-5, per_device_train_batch_size 8, logging_steps 500, save_steps 500,
+ * eval_strategy no, eval_steps = logging_steps, packing = (stage == pt), lr_scheduler_type linear,
+ * ... (transformers 4.5x training_args.py; LLaMA-Factory hparams/parser.py for packing).
+ * logging_steps / save_steps / eval_steps below 1 are ratios of the run's total steps
+ * (o->logging_ratio, ...; the step count is then 0 until the run resolves it: ceil(ratio x steps)).
  * Errors: GLM_ERR_ARG naming the flag/key (and file:line for YAML) with a close known name when
  * there is one (edit distance; never an unrelated one), or the bad value and the expected type;
  * GLM_ERR_UNSUPPORTED for refused settings, with the reason; GLM_ERR_IO / GLM_ERR_FORMAT for the

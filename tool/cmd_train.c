@@ -81,9 +81,26 @@ int cmd_train(int argc, char **argv) {
         cli_fail(s);
         return GLM_EXIT_USAGE;
     }
-    if (o.eval_steps > 0 && !(o.eval_data && *o.eval_data))
-        glm_log_warn("eval_steps is %lld but there is no eval_data: no evaluation will run; hint: --eval-data "
-                     "OUTDIR (a tokenize output, its val split is used when it has one)", (long long)o.eval_steps);
+    /* evaluation asked for (eval_strategy steps/epoch set, or eval_steps given) without eval_data: the val split
+     * of the training shards (tokenize's --val-size / val_size), as LLaMA-Factory evaluates on val_size's split */
+    size_t nopt;
+    const glm_opt_def *tab = glm_opts_table(&nopt);
+    unsigned char src_strategy = 0, src_eval_steps = 0;
+    for (size_t i = 0; i < nopt; i++) {
+        if (!strcmp(tab[i].key, "eval_strategy")) src_strategy = o.src[i];
+        if (!strcmp(tab[i].key, "eval_steps")) src_eval_steps = o.src[i];
+    }
+    bool no_eval = !strcmp(o.eval_strategy, "no");
+    bool asked = !no_eval && ((src_strategy == GLM_SRC_CONFIG || src_strategy == GLM_SRC_CLI) ||
+                              ((src_eval_steps == GLM_SRC_CONFIG || src_eval_steps == GLM_SRC_CLI) && o.eval_steps > 0));
+    bool eval_from_val = false;
+    if (asked && !(o.eval_data && *o.eval_data) && o.data) eval_from_val = true;
+    if (no_eval && o.eval_data && *o.eval_data)
+        glm_log_warn("eval_strategy is no%s: eval_data %s is not evaluated; hint: eval_strategy: steps",
+                     src_strategy == GLM_SRC_LF ? " (transformers' default, the YAML does not set it)" : "", o.eval_data);
+    else if (no_eval && (src_eval_steps == GLM_SRC_CONFIG || src_eval_steps == GLM_SRC_CLI) && o.eval_steps > 0)
+        glm_log_warn("eval_steps is %lld but eval_strategy is no%s: no evaluation will run; hint: eval_strategy: steps",
+                     (long long)o.eval_steps, src_strategy == GLM_SRC_LF ? " (transformers' default)" : "");
     glm_log_level = saved_level;
     if (o.gpus && o.context_parallel > 1) { /* before any worker starts: a usage error */
         int devs[1024], n = launch_parse_gpus(o.gpus, devs, 1024);
@@ -120,7 +137,7 @@ int cmd_train(int argc, char **argv) {
         .model = o.model,
         .data = o.data,
         .output_dir = o.output_dir,
-        .eval_data = o.eval_data,
+        .eval_data = o.eval_data && *o.eval_data ? o.eval_data : eval_from_val ? o.data : NULL,
         .init_adapter = o.init_adapter,
         .resume = o.resume_from_checkpoint,
         .dump_grads = o.dump_grads,
@@ -133,7 +150,16 @@ int cmd_train(int argc, char **argv) {
         .save_steps = o.save_steps,
         .save_total_limit = o.save_total_limit,
         .logging_steps = o.logging_steps,
-        .eval_steps = o.eval_steps > 0 ? o.eval_steps : o.save_steps,
+        .eval_steps = o.eval_steps > 0 || o.eval_ratio > 0 ? o.eval_steps : o.save_steps,
+        .eval_ratio = o.eval_steps > 0 || o.eval_ratio > 0 ? o.eval_ratio : o.save_ratio,
+        .logging_ratio = o.logging_ratio,
+        .save_ratio = o.save_ratio,
+        .by_sample = !o.packing,
+        .save_strategy = o.save_strategy,
+        .eval_strategy = o.eval_strategy,
+        .logging_strategy = o.logging_strategy,
+        .eval_from_val = eval_from_val,
+        .stage = o.stage,
         .seed = o.seed,
         .lora_rank = o.lora_rank,
         .seq_len = o.seq_len,

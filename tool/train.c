@@ -72,8 +72,23 @@ static void batch_free(batch_buf *b) {
     free(b->doc);
 }
 
-/* Fills the first n rows of the buffer; returns the glm_batch view of them. */
+/* Fills the first n rows of the buffer; returns the glm_batch view of them. A by-document loader
+ * (packing false) gives n samples instead: concatenated into the buffer's one row, each its own
+ * document (positions from 0, no attention across them), the rest of the row padding (id 0, no
+ * target, a document of its own), as a packed row is. */
 static glm_batch batch_fill(batch_buf *b, const glm_loader *l, const uint64_t *rows, int n) {
+    if (l->by_doc) {
+        uint32_t t = 0;
+        for (int i = 0; i < n; i++)
+            t += glm_loader_doc(l, rows[i], b->ids + t, b->targets + t, b->pos + t, b->doc + t, i, NULL);
+        for (int32_t k = 0; t < (uint32_t)b->T; t++, k++) {
+            b->ids[t] = 0;
+            b->targets[t] = 0;
+            b->pos[t] = k;
+            b->doc[t] = n;
+        }
+        return (glm_batch){1, b->T, b->ids, b->targets, b->pos, b->doc};
+    }
     for (int i = 0; i < n; i++)
         glm_loader_row(l, rows[i], b->ids + (size_t)i * b->T, b->targets + (size_t)i * b->T, b->pos + (size_t)i * b->T,
                        b->doc + (size_t)i * b->T, NULL);
@@ -129,20 +144,22 @@ static glm_status check_data(const glm_loader *l, const char *what, const glm_mo
  * block of B*groups rows; every rank runs the same number of forwards (a rank without rows left
  * runs one untargeted row: with --shard-base or context parallel every forward is a sequence of
  * collectives), and the sums are all-reduced. */
-static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, int dp, int dp_rank, double *loss) {
+static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_buf *bb, int per_pass, int dp, int dp_rank,
+                           double *loss) {
     const glm_backend *be = m->be;
     double sum = 0;
     int64_t nt = 0;
-    uint64_t *rows = malloc(sizeof(uint64_t) * (size_t)bb->B);
+    uint64_t *rows = malloc(sizeof(uint64_t) * (size_t)per_pass);
     *loss = NAN;
     if (!rows) return glm_err(GLM_ERR_NOMEM, "out of memory (eval batch)");
     float p_drop = lora->dropout;
     lora->dropout = 0.0f;
     glm_status s = GLM_OK;
-    uint64_t block = (uint64_t)bb->B * (uint64_t)dp; /* data-parallel groups (= ranks without context parallel) */
-    for (uint64_t b0 = 0; b0 < ev->n_rows && s == GLM_OK; b0 += block) {
-        uint64_t r0 = b0 + (uint64_t)dp_rank * (uint64_t)bb->B;
-        int n = r0 >= ev->n_rows ? 0 : (int)((ev->n_rows - r0) < (uint64_t)bb->B ? ev->n_rows - r0 : (uint64_t)bb->B);
+    const uint64_t P = (uint64_t)per_pass, N = ev->n_units; /* rows, or samples (packing false) */
+    uint64_t block = P * (uint64_t)dp; /* data-parallel groups (= ranks without context parallel) */
+    for (uint64_t b0 = 0; b0 < N && s == GLM_OK; b0 += block) {
+        uint64_t r0 = b0 + (uint64_t)dp_rank * P;
+        int n = r0 >= N ? 0 : (int)((N - r0) < P ? N - r0 : P);
         for (int i = 0; i < n; i++) rows[i] = r0 + (uint64_t)i;
         if (n == 0) rows[0] = 0;
         glm_batch b = batch_fill(bb, ev, rows, n ? n : 1);
@@ -209,6 +226,7 @@ typedef struct {
     glm_sched sched;
     glm_loader data, eval;
     bool has_eval;
+    int64_t logging_steps, save_steps, eval_steps; /* resolved (ratios of total_steps applied) */
     batch_buf bb;
     /* the next micro-batch, read during this one's backward (prefetch_next): its buffer, the
      * next step's global rows and this rank's share of them; the current step's place */
@@ -235,8 +253,8 @@ typedef struct {
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
-    return json_pack("{s:I,s:I,s:I}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
-                     (json_int_t)l->n_rows);
+    return json_pack("{s:I,s:I,s:I,s:s}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
+                     (json_int_t)l->n_units, "unit", l->by_doc ? "samples" : "rows");
 }
 
 static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
@@ -245,7 +263,7 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
     glm_ckpt_save_args a = {
         .output_dir = ts->output_dir,
         .step = rs->step,
-        .epoch = (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_rows,
+        .epoch = (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_units,
         .be = rs->model->be,
         .params = rs->params,
         .n_params = (size_t)rs->n_params,
@@ -257,9 +275,9 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
         .log_history = rs->history,
         .save_total_limit = (int)ts->save_total_limit,
         .max_steps = rs->total_steps,
-        .logging_steps = ts->logging_steps,
-        .eval_steps = ts->eval_steps,
-        .save_steps = ts->save_steps,
+        .logging_steps = rs->logging_steps,
+        .eval_steps = rs->eval_steps,
+        .save_steps = rs->save_steps,
         .train_batch_size = ts->per_device_train_batch_size,
         .num_train_epochs = ts->num_train_epochs,
         .num_input_tokens_seen = rs->tokens_seen,
@@ -281,9 +299,16 @@ static glm_status restore(run_state *rs, const train_settings *ts) {
     if (s == GLM_OK) {
         json_t *dl = c.data_loader;
         uint64_t rows = (uint64_t)json_integer_value(json_object_get(dl, "rows"));
-        if (rows != rs->data.n_rows)
-            s = glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained on data of %llu rows, --data has %llu; hint: "
-                        "resume with the same --data", path, (unsigned long long)rows, (unsigned long long)rs->data.n_rows);
+        const char *unit = json_string_value(json_object_get(dl, "unit"));
+        const char *want = rs->data.by_doc ? "samples" : "rows";
+        if (strcmp(unit ? unit : "rows", want))
+            s = glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint took micro-batches of %s (packing %s), this run of %s; hint: "
+                        "resume with the same packing setting", path, unit ? unit : "rows",
+                        rs->data.by_doc ? "true" : "false", want);
+        else if (rows != rs->data.n_units)
+            s = glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained on data of %llu %s, --data has %llu; hint: "
+                        "resume with the same --data", path, (unsigned long long)rows, want,
+                        (unsigned long long)rs->data.n_units);
         else
             s = glm_loader_seek(&rs->data, (uint64_t)json_integer_value(json_object_get(dl, "epoch")),
                                 (uint64_t)json_integer_value(json_object_get(dl, "cursor")));
@@ -341,7 +366,22 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     }
     GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
     GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
-    if (ts->eval_data && *ts->eval_data) {
+    if (ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->data));
+    if (ts->eval_from_val) {
+        /* evaluation asked for without eval_data: the val split of the training shards, as LLaMA-Factory
+         * evaluates on the split val_size made; none: said once, and training goes on */
+        glm_loader_close(&rs->eval);
+        if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) == GLM_OK) {
+            GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
+            glm_log_info("evaluation (eval_strategy %s): the val split of %s, %llu rows", ts->eval_strategy, ts->eval_data,
+                         (unsigned long long)rs->eval.n_rows);
+            rs->has_eval = true;
+        } else {
+            glm_log_warn("evaluation was asked for (eval_strategy %s) but %s has no val split and no eval_dataset / "
+                         "eval_data is given: no evaluation will run; hint: tokenize with val_size (--val-size), or give "
+                         "eval_dataset (--eval-data)", ts->eval_strategy, ts->eval_data);
+        }
+    } else if (ts->eval_data && *ts->eval_data) {
         /* the val split of a tokenize output (--val-size), or, when it has none, all of its rows */
         if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) != GLM_OK) {
             GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "train", (uint64_t)ts->seed, false));
@@ -351,6 +391,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
         rs->has_eval = true;
     }
+    if (rs->has_eval && ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->eval));
     glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
                           ts->lora_target};
     GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->seed, &rs->lora));
@@ -359,8 +400,11 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm,
                         ts->loraplus_lr_ratio};
     GLM_TRY(glm_optim_init(&rs->optim, be, rs->params, (size_t)rs->n_params, &ac));
+    /* steps per epoch as transformers' Trainer counts them (trainer.py, set_initial_training_values, 4.46+):
+     * ceil(len(dataloader) / accumulation) with len(dataloader) = ceil(units / (batch x ranks)), which is
+     * ceil(units / (batch x accumulation x ranks)); units are rows (packing) or samples (packing false) */
     uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * rs->dp);
-    uint64_t steps_per_epoch = (rs->data.n_rows + global_rows - 1) / global_rows;
+    uint64_t steps_per_epoch = (rs->data.n_units + global_rows - 1) / global_rows;
     rs->total_steps = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)steps_per_epoch);
     if (rs->total_steps <= 0)
         return glm_err(GLM_ERR_ARG, "nothing to train: max_steps %lld, num_train_epochs %g; hint: --max-steps N",
@@ -373,18 +417,47 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         glm_log_info("LoRA+: the lora_B weights learn at %g x the learning rate", ts->loraplus_lr_ratio);
     /* a micro-batch larger than the data never fills: the buffers and the memory plan are for the rows a
      * group can get (each step then takes the whole epoch, as the Trainer's last, short batch does) */
-    uint64_t group_rows = (rs->data.n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
+    uint64_t group_rows = (rs->data.n_units + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
     int B_eff = (int)ts->per_device_train_batch_size;
     if ((uint64_t)B_eff > group_rows) {
         B_eff = (int)group_rows;
-        glm_log_warn("--per-device-train-batch-size %lld is more than the %llu row(s) %s: every step takes all of "
+        glm_log_warn("--per-device-train-batch-size %lld is more than the %llu %s(s) %s: every step takes all of "
                      "them (one epoch per step); hint: a smaller batch, or more data",
                      (long long)ts->per_device_train_batch_size, (unsigned long long)group_rows,
-                     rs->dp > 1 ? "each data-parallel group gets" : "in the data");
+                     ts->by_sample ? "sample" : "row", rs->dp > 1 ? "each data-parallel group gets" : "in the data");
     }
-    if (global_rows > rs->data.n_rows) global_rows = rs->data.n_rows;
-    GLM_TRY(batch_alloc(&rs->bb, B_eff, (int)rs->data.T));
-    GLM_TRY(batch_alloc(&rs->bb_next, B_eff, (int)rs->data.T));
+    if (global_rows > rs->data.n_units) global_rows = rs->data.n_units;
+    if (ts->by_sample) {
+        /* one row of B_eff samples: as long as the B_eff longest samples (train and eval) together, so any
+         * micro-batch fits whatever the shuffle; the rest of a row is padding */
+        uint64_t Trow = glm_loader_longest_docs(&rs->data, (uint32_t)B_eff);
+        if (rs->has_eval) {
+            uint64_t te = glm_loader_longest_docs(&rs->eval, (uint32_t)B_eff);
+            Trow = te > Trow ? te : Trow;
+        }
+        if (Trow > (uint64_t)1 << 30)
+            return glm_err(GLM_ERR_ARG, "packing false: %d samples make rows of up to %llu tokens; hint: a smaller "
+                           "per_device_train_batch_size", B_eff, (unsigned long long)Trow);
+        double mean = (double)rs->data.n_tokens / (double)rs->data.n_units;
+        glm_log_info("packing false: each micro-batch is %d sample%s (as LLaMA-Factory batches them), concatenated into "
+                     "one row of %llu tokens (the %d longest together) with document-masked attention; samples average "
+                     "%.0f tokens, so about %.0f%% of a row is padding", B_eff, B_eff == 1 ? "" : "s",
+                     (unsigned long long)Trow, B_eff, mean, 100.0 * (1.0 - (double)B_eff * mean / (double)Trow));
+        GLM_TRY(batch_alloc(&rs->bb, 1, (int)Trow));
+        GLM_TRY(batch_alloc(&rs->bb_next, 1, (int)Trow));
+    } else {
+        GLM_TRY(batch_alloc(&rs->bb, B_eff, (int)rs->data.T));
+        GLM_TRY(batch_alloc(&rs->bb_next, B_eff, (int)rs->data.T));
+    }
+    /* logging_steps / save_steps / eval_steps below 1: ratios of the run's steps (transformers: ceil(ratio x
+     * max_steps)) */
+    rs->logging_steps = ts->logging_ratio > 0 ? (int64_t)ceil(ts->logging_ratio * (double)rs->total_steps) : ts->logging_steps;
+    rs->save_steps = ts->save_ratio > 0 ? (int64_t)ceil(ts->save_ratio * (double)rs->total_steps) : ts->save_steps;
+    rs->eval_steps = ts->eval_ratio > 0 ? (int64_t)ceil(ts->eval_ratio * (double)rs->total_steps) : ts->eval_steps;
+    if (ts->logging_ratio > 0 || ts->save_ratio > 0 || ts->eval_ratio > 0)
+        glm_log_info("of %lld steps: logging every %lld, saving every %lld, evaluating every %lld",
+                     (long long)rs->total_steps, (long long)rs->logging_steps, (long long)rs->save_steps,
+                     (long long)rs->eval_steps);
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
@@ -404,19 +477,21 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                  rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
     int64_t np = 0;
     for (int i = 0; i < rs->n_params; i++) np += rs->params[i].numel;
-    glm_log_info("LoRA r=%d alpha=%g on %d modules (%lld trainable parameters); data: %llu rows x %u tokens "
-                 "(%llu targets); %lld optimizer steps, %llu row%s each (%llu per epoch)", rs->lora->r, rs->lora->alpha,
-                 rs->lora->n_sites, (long long)np, (unsigned long long)rs->data.n_rows, rs->data.T,
-                 (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows,
+    const char *unit = ts->by_sample ? "sample" : "row";
+    glm_log_info("LoRA r=%d alpha=%g on %d modules (%lld trainable parameters); data: %llu rows x %u tokens, %llu "
+                 "samples (%llu targets); %lld optimizer steps, %llu %s%s each (%llu per epoch)", rs->lora->r,
+                 rs->lora->alpha, rs->lora->n_sites, (long long)np, (unsigned long long)rs->data.n_rows, rs->data.T,
+                 (unsigned long long)(rs->data.by_doc ? rs->data.n_docs : rs->data.n_units),
+                 (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows, unit,
                  global_rows == 1 ? "" : "s", (unsigned long long)steps_per_epoch);
     if (ts->resume) GLM_TRY(restore(rs, ts));
     if (rs->cp > 1) {
         glm_cp_layout L;
-        glm_cp_layout_make((int)rs->data.T, rs->cp, rs->cp_comm->rank, &L);
+        glm_cp_layout_make(rs->bb.T, rs->cp, rs->cp_comm->rank, &L);
         rs->model->cp = rs->cp;
         rs->model->cp_comm = rs->cp_comm;
         glm_log_info("context parallel: each row of %u tokens over %d ranks (%d data-parallel group%s of %d): chunks of %d "
-                     "tokens, rank c of a group holding chunks c and %d-c%s", rs->data.T, rs->cp, rs->dp,
+                     "tokens, rank c of a group holding chunks c and %d-c%s", (unsigned)rs->bb.T, rs->cp, rs->dp,
                      rs->dp > 1 ? "s" : "", rs->cp, L.S, 2 * rs->cp - 1,
                      L.Tp > L.T ? "; rows padded with untargeted tokens to a multiple of 2 x the ranks" : "");
     }
@@ -424,7 +499,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->model->max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0;
     rs->model->optimizer = 1;
     glm_plan plan;
-    GLM_TRY(glm_model_prepare(rs->model, rs->lora, rs->bb.B, (int)rs->data.T, 1,
+    GLM_TRY(glm_model_prepare(rs->model, rs->lora, rs->bb.B, rs->bb.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
     if (!ts->quiet && be->rank == 0) glm_plan_print(&plan, &rs->model->cfg, stderr);
     return GLM_OK;
@@ -470,7 +545,7 @@ static json_t *history_train(double loss, double gnorm, double lr, double epoch,
 static glm_status save_final_state(run_state *rs, const train_settings *ts, double loss_sum, int64_t n_loss,
                                    double seconds, int64_t steps_done, int64_t rows_done) {
     json_t *hist = json_deep_copy(rs->history);
-    double epoch = rs->data.n_rows ? (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_rows : 0;
+    double epoch = rs->data.n_units ? (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_units : 0;
     double sec = seconds > 1e-9 ? seconds : 1e-9;
     json_t *sum = json_pack("{s:f,s:I,s:f,s:f,s:f,s:f,s:f}", "epoch", epoch, "step", (json_int_t)rs->step,
                             "total_flos", 0.0, "train_loss", n_loss ? loss_sum / (double)n_loss : 0.0, "train_runtime",
@@ -478,8 +553,8 @@ static glm_status save_final_state(run_state *rs, const train_settings *ts, doub
                             (double)steps_done / sec);
     if (hist && sum) json_array_append_new(hist, sum);
     glm_ckpt_save_args a = {.output_dir = ts->output_dir, .step = rs->step, .epoch = epoch, .log_history = hist,
-                            .max_steps = rs->total_steps, .logging_steps = ts->logging_steps,
-                            .eval_steps = ts->eval_steps, .save_steps = ts->save_steps,
+                            .max_steps = rs->total_steps, .logging_steps = rs->logging_steps,
+                            .eval_steps = rs->eval_steps, .save_steps = rs->save_steps,
                             .train_batch_size = ts->per_device_train_batch_size,
                             .num_train_epochs = ts->num_train_epochs, .num_input_tokens_seen = rs->tokens_seen};
     json_t *st = hist ? glm_trainer_state_json(&a) : NULL;
@@ -619,7 +694,7 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         rs->model->next_batch = NULL;
         rs->n_micro_run++;
         *loss_sum += ls;
-        if (n) *tokens += (double)n * rs->data.T / rs->cp;
+        if (n) *tokens += (rs->data.by_doc ? (double)rs->bb.T : (double)n * rs->data.T) / rs->cp;
     }
     if (s == GLM_OK && W > 1) {
         if (rs->n_buckets_started != rs->model->cfg.L)
@@ -627,6 +702,21 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
                            rs->model->cfg.L);
         s = be->comm_sync(be); /* every bucket reduced: the optimizer may read the grads */
     }
+    return s;
+}
+
+static int strategy_mode(const char *s) {
+    return !s || !strcmp(s, "steps") ? 0 : !strcmp(s, "epoch") ? 1 : 2;
+}
+
+/* save_strategy no: no checkpoint was written; the final adapter goes to output_dir as PEFT files
+ * (adapter_config.json + adapter_model.safetensors), as LLaMA-Factory's trainer.save_model() leaves it. */
+static glm_status save_final_adapter(run_state *rs, const train_settings *ts) {
+    if (rs->be->rank != 0) return GLM_OK;
+    glm_status s = glm_adapter_write_files(ts->output_dir, rs->model->be, rs->params, (size_t)rs->n_params, &rs->acfg,
+                                           GLM_ST_F32);
+    if (s == GLM_OK) glm_log_info("save_strategy no: the final adapter is in %s (adapter_config.json, "
+                                  "adapter_model.safetensors)", ts->output_dir);
     return s;
 }
 
@@ -699,6 +789,10 @@ glm_status train_run(const train_settings *ts) {
     if (s == GLM_OK && (!rows || !mine || !ranks_stats || !tps_rank || !rs.pf_rows || !rs.pf_mine))
         s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
     int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
+    /* transformers' IntervalStrategy of saving, evaluating and logging: 0 steps, 1 epoch, 2 no */
+    const int save_mode = strategy_mode(ts->save_strategy), eval_mode = strategy_mode(ts->eval_strategy),
+              log_mode = strategy_mode(ts->logging_strategy);
+    const bool save_on = save_mode != 2;
     double t_start = glm_now(), run_loss_sum = 0;
     int64_t tokens_total = 0, rows_total = 0, run_losses = 0;
     log_window win = {0};
@@ -712,19 +806,24 @@ glm_status train_run(const train_settings *ts) {
         /* the global batch: the loader's position is global and the same on every rank */
         if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
         int64_t n_global = 0;
-        for (uint32_t i = 0; i < got; i++) n_global += glm_loader_row_targets(&rs.data, rows[i]);
+        for (uint32_t i = 0; i < got; i++) n_global += glm_loader_unit_targets(&rs.data, rows[i]);
+        /* this step took the epoch's last rows (samples): transformers' on_epoch_end follows it */
+        bool epoch_end = rs.data.cursor >= rs.data.n_units;
         if ((s = glm_lora_zero_grads(rs.lora)) != GLM_OK) break;
         if (n_global == 0) { /* the same decision on every rank: the batch is global */
             glm_log_warn("step %lld: the batch has no target token; skipped (not logged as loss 0)", (long long)rs.step + 1);
             rs.step++;
-            if (rs.step == rs.total_steps) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
+            if (rs.step == rs.total_steps && save_on) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
             continue;
         }
         double loss_sum = 0, step_tokens = 0;
         if ((s = step_passes(&rs, ts, rows, got, mine, n_global, &loss_sum, &step_tokens)) != GLM_OK) break;
         tokens_total += (int64_t)step_tokens;
         rows_total += got;
-        rs.tokens_seen += (int64_t)got * rs.data.T; /* every rank's rows: the global batch */
+        if (rs.data.by_doc) /* every rank's samples: the global batch */
+            for (uint32_t i = 0; i < got; i++) rs.tokens_seen += rs.data.docs[rows[i]].len;
+        else
+            rs.tokens_seen += (int64_t)got * rs.data.T; /* every rank's rows: the global batch */
         /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
          * takes the same skip / stop decisions below */
         if ((s = be->all_reduce_host(be, &loss_sum, 1)) != GLM_OK) break;
@@ -747,7 +846,7 @@ glm_status train_run(const train_settings *ts) {
                 agreed_failure = true; /* every rank decided it from the same values */
                 break;
             }
-            if (rs.step == rs.total_steps) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
+            if (rs.step == rs.total_steps && save_on) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
             continue;
         }
         nonfinite_run = 0;
@@ -763,10 +862,16 @@ glm_status train_run(const train_settings *ts) {
         win.comm_ms += be->comm_wait_ms(be, 1);
         run_loss_sum += loss;
         run_losses++;
-        double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_rows;
+        double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_units;
         bool last = rs.step == rs.total_steps;
-        bool log_now = rs.step % ts->logging_steps == 0 || last || (ts->logging_first_step && rs.step == 1);
-        double wloss = win.loss_sum / (double)win.steps, wgnorm = win.gnorm_sum / (double)win.steps;
+        /* transformers' DefaultFlowCallback: steps: every logging_steps (and the first with logging_first_step);
+         * epoch: at each epoch's end; no: never. glmtune also logs the last step (the end of the curve). */
+        bool log_now = log_mode == 0   ? rs.step % rs.logging_steps == 0 || last || (ts->logging_first_step && rs.step == 1)
+                       : log_mode == 1 ? epoch_end || last || (ts->logging_first_step && rs.step == 1)
+                                       : false;
+        /* loss: the window's mean (transformers logs tr_loss / steps since the last log); grad_norm: this
+         * step's, as transformers logs the last step's grad_norm (trainer.py _maybe_log_save_evaluate) */
+        double wloss = win.loss_sum / (double)win.steps, wgnorm = gnorm;
         double wtps = win.tokens / (win.seconds > 1e-9 ? win.seconds : 1e-9), comm_share = NAN;
         if (log_now && W > 1) { /* every rank's tokens, seconds and communication wait, for rank 0's log */
             memset(ranks_stats, 0, 3 * (size_t)W * sizeof(double));
@@ -809,12 +914,15 @@ glm_status train_run(const train_settings *ts) {
                            (long long)rs.step, (long long)rs.total_steps, epoch, wloss, lr, wgnorm, wtps, dp, eta);
         }
         if (log_now) win = (log_window){0};
-        if (s == GLM_OK && rs.has_eval && ts->eval_steps > 0 && (rs.step % ts->eval_steps == 0 || last)) {
+        bool eval_now = eval_mode == 0   ? rs.eval_steps > 0 && (rs.step % rs.eval_steps == 0 || last)
+                        : eval_mode == 1 ? epoch_end || last
+                                         : false;
+        if (s == GLM_OK && rs.has_eval && eval_now) {
             double el, t_eval = glm_now();
-            s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, rs.dp, rs.dp_rank, &el);
+            s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, B, rs.dp, rs.dp_rank, &el);
             if (s == GLM_OK && rank == 0) {
                 double rt = glm_now() - t_eval, rts = rt > 1e-9 ? rt : 1e-9;
-                uint64_t ev_steps = (rs.eval.n_rows + (uint64_t)B - 1) / (uint64_t)B;
+                uint64_t ev_steps = (rs.eval.n_units + (uint64_t)B - 1) / (uint64_t)B;
                 glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
                 mr.epoch = epoch;
                 mr.eval_loss = el;
@@ -823,14 +931,16 @@ glm_status train_run(const train_settings *ts) {
                 json_array_append_new(rs.history,
                                       json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I}", "eval_loss", el, "eval_perplexity",
                                                 exp(el), "eval_runtime", rt, "eval_samples_per_second",
-                                                (double)rs.eval.n_rows / rts, "eval_steps_per_second",
+                                                (double)rs.eval.n_units / rts, "eval_steps_per_second",
                                                 (double)ev_steps / rts, "epoch", epoch, "step", (json_int_t)rs.step));
                 if (!ts->quiet) glm_log_plain("step %lld: eval loss %.4f, perplexity %.2f", (long long)rs.step, el, exp(el));
             }
             be->comm_wait_ms(be, 1); /* evaluation's waits are not the training step's */
         }
-        if (s == GLM_OK && ((ts->save_steps > 0 && rs.step % ts->save_steps == 0) || last))
-            s = save_checkpoint(&rs, ts);
+        bool save_now = save_mode == 0   ? (rs.save_steps > 0 && rs.step % rs.save_steps == 0) || last
+                        : save_mode == 1 ? epoch_end || last
+                                         : false;
+        if (s == GLM_OK && save_now) s = save_checkpoint(&rs, ts);
     }
     if (s != GLM_OK && W > 1 && !agreed_failure) {
         /* an error on this rank alone: the others may be waiting in a collective; stop them all */
@@ -843,6 +953,7 @@ glm_status train_run(const train_settings *ts) {
         glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs.step, (long long)rs.total_steps);
     if (mx_open) glm_metrics_close(&mx);
     if (s == GLM_OK && rank == 0 && json_array_size(rs.history)) s = train_plot_history(rs.history, ts->output_dir);
+    if (s == GLM_OK && strategy_mode(ts->save_strategy) == 2 && rs.step > start_step) s = save_final_adapter(&rs, ts);
     if (s == GLM_OK && rank == 0)
         s = save_final_state(&rs, ts, run_loss_sum, run_losses, glm_now() - t_start, rs.step - start_step, rows_total);
     if (nonfinite_total) glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)nonfinite_total);

@@ -33,6 +33,11 @@ typedef struct train_settings {
     double comm_timeout;      /* seconds a collective may wait (--comm-timeout / ddp_timeout) */
     int dry_run_world;        /* --dry-run: the ranks to plan for (--gpus / --nproc; 1 otherwise) */
     int context_parallel;     /* --context-parallel: ranks per row (1: off); must divide the world */
+    bool by_sample;           /* packing false: a micro-batch is B samples (documents) concatenated in one row */
+    const char *save_strategy, *eval_strategy, *logging_strategy; /* steps | epoch | no */
+    double logging_ratio, save_ratio, eval_ratio; /* > 0: *_steps = ceil(ratio x total steps) */
+    bool eval_from_val;       /* evaluate on the val split of data (asked for evaluation, no eval_data) */
+    const char *stage;        /* LLaMA-Factory's stage (sft | pt), or NULL */
 } train_settings;
 
 /* Runs (or resumes) a training run. Errors: any glm_status with its message. */

@@ -4,6 +4,7 @@
 #include "tool/train_files.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -176,15 +177,35 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     glm_config cfg;
     GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
     int64_t T = ts->seq_len;
+    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
+    if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
+    int B_plan = (int)ts->per_device_train_batch_size;
+    char schedule[512] = "";
     if (ts->data && *ts->data) {
         glm_loader l;
         GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
         T = l.T;
+        glm_status s = ts->by_sample ? glm_loader_by_document(&l) : GLM_OK;
+        if (s == GLM_OK) {
+            /* the run's step arithmetic (train.c setup): units per optimizer step = batch x accumulation x
+             * data-parallel groups; steps per epoch = ceil(units / that), as transformers counts them */
+            int dp = W % cp ? 1 : W / cp;
+            uint64_t per_step = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * dp);
+            uint64_t spe = (l.n_units + per_step - 1) / per_step;
+            int64_t total = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)spe);
+            snprintf(schedule, sizeof schedule, "schedule: %llu %s, %llu per optimizer step, %llu steps per epoch, %lld "
+                     "optimizer steps\n", (unsigned long long)l.n_units, ts->by_sample ? "samples" : "rows",
+                     (unsigned long long)per_step, (unsigned long long)spe, (long long)total);
+            if (ts->by_sample) { /* the run's one row of B samples */
+                uint64_t b = (uint64_t)B_plan < l.n_units ? (uint64_t)B_plan : l.n_units;
+                T = (int64_t)glm_loader_longest_docs(&l, (uint32_t)b);
+                B_plan = 1;
+            }
+        }
         glm_loader_close(&l);
+        GLM_TRY(s);
     }
     if (T <= 0) return glm_err(GLM_ERR_ARG, "--dry-run needs the row length: --data SHARDS or --seq-len T");
-    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
-    if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
     if (W % cp)
         return glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d ranks of --gpus / --nproc; hint: --gpus %d "
                        "(or a multiple), or a --context-parallel that divides %d", cp, W, cp, W);
@@ -232,7 +253,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                                                           : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
                        .double_quant = ts->quant_bits == 4 && ts->double_quant};
     glm_plan p;
-    glm_plan_make(&cfg, &li, (int)ts->per_device_train_batch_size, (int)T, 1, &o, &p);
+    glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
+    if (schedule[0]) printf("%s", schedule);
     printf("device: %s", devname);
     if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
     printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A LLaMA-Factory YAML means here what it means in LLaMA-Factory (issue 19). Expected values are
+# computed in this script from the formulas of the sources named, not by glmtune's code:
+#  1. packing: false (LLaMA-Factory's SFT default: hparams/parser.py sets packing = stage == "pt"
+#     when the YAML leaves it out): a micro-batch is per_device_train_batch_size samples, and the
+#     optimizer steps are transformers' count (trainer.py, Trainer.set_initial_training_values,
+#     4.46 and later): len_dataloader = ceil(samples / (batch x world)), steps per epoch =
+#     max(len_dataloader // accum + (len_dataloader % accum > 0), 1), max_steps =
+#     ceil(num_train_epochs x steps per epoch). packing: true counts the shards' rows the same way.
+#     The loss is normalised over the global batch's target tokens: B=2 x accum 1 trains what
+#     B=1 x accum 2 does (transformers' num_items_in_batch).
+#  2. the eval block evaluates: val_size's split is used when eval_strategy asks for evaluation
+#     and no eval_dataset is named;
+#  3. save/eval/logging_strategy epoch and no, as transformers' DefaultFlowCallback;
+#     report_to: wandb is said to be unsupported;
+#  4. keys a YAML leaves out take transformers' TrainingArguments defaults (learning_rate 5e-5,
+#     per_device_train_batch_size 8, logging_steps 500), said in the settings dump; the command
+#     line keeps glmtune's; logging_steps below 1 is ceil(ratio x max_steps).
+set -uo pipefail
+G=${GLMTUNE:?}
+SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+T=$(mktemp -d /tmp/glmlfs.XXXXXX)
+pass=0; fail=0
+check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
+# ceil_div A B, and transformers' steps: tf_steps SAMPLES BATCH WORLD ACCUM EPOCHS
+tf_steps() { awk -v n="$1" -v b="$2" -v w="$3" -v g="$4" -v e="$5" 'function ceil(x) { return x == int(x) ? x : int(x) + 1 }
+    BEGIN { dl = ceil(n / (b * w)); u = int(dl / g) + (dl % g > 0); if (u < 1) u = 1; print ceil(e * u) }'; }
+global_step() { tr -d ' \n' < "$1/trainer_state.json" | grep -o '"global_step":[0-9]*' | cut -d: -f2; }
+# metrics.jsonl steps that have KEY
+steps_with() { grep "\"$2\"" "$1/metrics.jsonl" | grep -o '"step": [0-9]*' | awk '{printf "%s ", $2}'; }
+
+# 101 samples of 10..49 tokens (pretokenized; the first 4 tokens of each are prompt), rows of 128
+N=101
+awk -v n=$N 'BEGIN { srand(5); for (i = 0; i < n; i++) { k = 10 + int(rand() * 40); ids = ""; lab = "";
+     for (j = 0; j < k; j++) { x = 1 + int(rand() * 2000); ids = ids (j ? ", " : "") x; lab = lab (j ? ", " : "") (j < 4 ? -100 : x) }
+     print "{\"input_ids\": [" ids "], \"labels\": [" lab "]}" } }' > "$T/data.jsonl"
+head -n 20 "$T/data.jsonl" > "$T/val.jsonl"
+"$G" tokenize --quiet --seq-len 128 -o "$T/shards" "$T/data.jsonl" 2>/dev/null
+"$G" tokenize --quiet --seq-len 128 --val-size 20 -o "$T/shards_val" "$T/data.jsonl" 2>/dev/null
+"$G" init-model --config "$SRC/samples/model-config.json" --seed 2 -o "$T/model" 2>/dev/null
+ROWS=$(tr -d ' \n' < "$T/shards/manifest.json" | grep -o '"train":{[^}]*"rows":[0-9]*' | grep -o '[0-9]*$')
+check "the 101 samples packed into fewer rows ($ROWS)" test -n "$ROWS" -a "${ROWS:-999}" -lt $N
+
+yaml() { # FILE then key: value lines
+    local f=$1; shift
+    { echo "stage: sft"; echo "do_train: true"; echo "finetuning_type: lora"; echo "lora_rank: 4"; printf '%s\n' "$@"; } > "$f"
+}
+P="--model_name_or_path $T/model --device cpu --quiet"
+
+# ---- 1. packing false: B samples per micro-batch, transformers' step count
+yaml "$T/sft.yaml" "per_device_train_batch_size: 4" "gradient_accumulation_steps: 3" "num_train_epochs: 2.5" \
+    "learning_rate: 1.0e-3" "logging_steps: 1"
+exp=$(tf_steps $N 4 1 3 2.5)
+"$G" train --config "$T/sft.yaml" $P --dataset "$T/shards" --output_dir "$T/sft" --dry-run > "$T/sft.dry" 2>"$T/sft.dry.log"
+check "dry run: $N samples, $exp optimizer steps (transformers' arithmetic)" grep -q "schedule: $N samples, 12 per optimizer step, [0-9]* steps per epoch, $exp optimizer steps" "$T/sft.dry"
+"$G" train --config "$T/sft.yaml" --model_name_or_path "$T/model" --device cpu --dataset "$T/shards" --output_dir "$T/sft" 2>"$T/sft.log"
+check "packing false (the YAML's default for sft) trains $exp steps (got $(global_step "$T/sft"))" test "$(global_step "$T/sft")" = "$exp"
+check "... and says packing came from LLaMA-Factory's default" grep -q '^  packing  *= false  *(LLaMA-Factory/transformers default)' "$T/sft.log"
+check "... each micro-batch one row of 4 samples" grep -q "packing false: each micro-batch is 4 samples" "$T/sft.log"
+# the command line: glmtune's default (packed rows) and --packing false
+"$G" train $P --data "$T/shards" --output-dir "$T/cli_rows" --per-device-train-batch-size 4 --gradient-accumulation-steps 3 \
+    --num-train-epochs 2.5 --dry-run > "$T/cli_rows.dry" 2>/dev/null
+check "command line: packed rows by default ($(tf_steps "$ROWS" 4 1 3 2.5) steps)" grep -q "schedule: $ROWS rows, 12 per optimizer step, [0-9]* steps per epoch, $(tf_steps "$ROWS" 4 1 3 2.5) optimizer steps" "$T/cli_rows.dry"
+"$G" train $P --data "$T/shards" --output-dir "$T/cli_s" --per-device-train-batch-size 4 --gradient-accumulation-steps 3 \
+    --num-train-epochs 2.5 --packing false --dry-run > "$T/cli_s.dry" 2>/dev/null
+check "command line: --packing false gives the YAML's count" grep -q "schedule: $N samples, 12 per optimizer step, [0-9]* steps per epoch, $exp optimizer steps" "$T/cli_s.dry"
+# packing: true in the YAML: the shards' rows, counted the same way (and the one-line note)
+yaml "$T/packed.yaml" "packing: true" "per_device_train_batch_size: 2" "gradient_accumulation_steps: 2" "num_train_epochs: 1"
+"$G" train --config "$T/packed.yaml" $P --dataset "$T/shards" --output_dir "$T/packed" 2>"$T/packed.log"
+check "packing true: rows, $(tf_steps "$ROWS" 2 1 2 1) steps (got $(global_step "$T/packed"))" test "$(global_step "$T/packed")" = "$(tf_steps "$ROWS" 2 1 2 1)"
+check "... with the line that glmtune never attends across documents" grep -q "glmtune never lets a sample attend to another" "$T/packed.log"
+# loss normalised over the global batch: 2 samples in one micro-batch == 1 sample x 2 accumulation
+"$G" train $P --data "$T/shards" --packing false --output-dir "$T/b2" --per-device-train-batch-size 2 --max-steps 3 --logging-steps 1 --learning-rate 1e-3 2>/dev/null
+"$G" train $P --data "$T/shards" --packing false --output-dir "$T/a2" --per-device-train-batch-size 1 --gradient-accumulation-steps 2 --max-steps 3 --logging-steps 1 --learning-rate 1e-3 2>/dev/null
+losses() { grep '"loss"' "$1/metrics.jsonl" | grep -o '"loss": [0-9.e+-]*' | awk '{print $2}'; }
+check "B=2 x accum 1 == B=1 x accum 2 (3 steps, relative 1e-5)" awk 'NR == FNR { a[FNR] = $1; next } { d = a[FNR] - $1; if (d < 0) d = -d; if (d > 1e-5 * a[FNR] || FNR > 3) bad = 1; n++ } END { exit bad || n != 3 }' <(losses "$T/b2") <(losses "$T/a2")
+
+# ---- 2. the eval block evaluates on val_size's split
+yaml "$T/eval.yaml" "val_size: 20" "per_device_train_batch_size: 4" "max_steps: 6" "eval_strategy: steps" "eval_steps: 2" "logging_steps: 1"
+"$G" train --config "$T/eval.yaml" $P --dataset "$T/shards_val" --output_dir "$T/eval" 2>"$T/eval.log"
+check "eval_strategy steps without eval_dataset: eval at 2 4 6 ($(steps_with "$T/eval" eval_loss))" test "$(steps_with "$T/eval" eval_loss)" = "2 4 6 "
+check "... no 'no evaluation' warning" bash -c "! grep -q 'no evaluation' '$T/eval.log'"
+"$G" train --config "$T/eval.yaml" $P --dataset "$T/shards" --output_dir "$T/eval_noval" 2>"$T/eval_noval.log"
+check "... shards without a val split: said, training goes on" grep -q "has no val split and no eval_dataset" "$T/eval_noval.log"
+yaml "$T/evalno.yaml" "per_device_train_batch_size: 4" "max_steps: 4" "eval_steps: 2"
+"$G" train --config "$T/evalno.yaml" $P --dataset "$T/shards_val" --eval_dataset "$T/shards_val" --output_dir "$T/evalno" 2>"$T/evalno.log"
+check "eval_strategy left out (transformers: no): no evaluation, said" test -z "$(steps_with "$T/evalno" eval_loss)"
+check "... in one warning" grep -q "eval_strategy is no (transformers' default" "$T/evalno.log"
+
+# ---- 3. strategies: epoch and no
+SPE=$(tf_steps $N 4 1 3 1)
+yaml "$T/epoch.yaml" "per_device_train_batch_size: 4" "gradient_accumulation_steps: 3" "num_train_epochs: 2" \
+    "save_strategy: epoch" "logging_strategy: epoch" "eval_strategy: epoch" "report_to: wandb"
+"$G" train --config "$T/epoch.yaml" $P --dataset "$T/shards_val" --output_dir "$T/epoch" 2>"$T/epoch.log"
+SPEV=$(tf_steps $((N - 20)) 4 1 3 1)
+check "save_strategy epoch: checkpoints at $SPEV and $((2 * SPEV)) only" test "$(cd "$T/epoch" && ls -d checkpoint-* | sort -t- -k2 -n | tr '\n' ' ')" = "checkpoint-$SPEV checkpoint-$((2 * SPEV)) "
+check "logging_strategy epoch: loss logged at $SPEV $((2 * SPEV))" test "$(steps_with "$T/epoch" loss)" = "$SPEV $((2 * SPEV)) "
+check "eval_strategy epoch: eval at $SPEV $((2 * SPEV))" test "$(steps_with "$T/epoch" eval_loss)" = "$SPEV $((2 * SPEV)) "
+check "report_to: wandb is said to be unsupported" grep -q "report_to: wandb is not supported" "$T/epoch.log"
+yaml "$T/nosave.yaml" "per_device_train_batch_size: 4" "max_steps: 3" "save_strategy: no" "logging_strategy: no"
+"$G" train --config "$T/nosave.yaml" $P --dataset "$T/shards" --output_dir "$T/nosave" 2>"$T/nosave.log"
+check "save_strategy no: no checkpoint" test -z "$(ls -d "$T/nosave"/checkpoint-* 2>/dev/null)"
+check "... the final adapter in output_dir" test -f "$T/nosave/adapter_config.json" -a -f "$T/nosave/adapter_model.safetensors"
+check "logging_strategy no: no loss logged" test -z "$(steps_with "$T/nosave" loss)"
+
+# ---- 4. defaults of a YAML that leaves keys out, and ratios
+yaml "$T/bare.yaml" "max_steps: 8" "logging_steps: 0.25"
+"$G" train --config "$T/bare.yaml" --model_name_or_path "$T/model" --device cpu --dataset "$T/shards" --output_dir "$T/bare" 2>"$T/bare.log"
+check "learning_rate: transformers' 5e-5" grep -q '^  learning_rate  *= 5e-0*5  *(LLaMA-Factory/transformers default)' "$T/bare.log"
+check "per_device_train_batch_size: transformers' 8" grep -q '^  per_device_train_batch_size  *= 8  *(LLaMA-Factory/transformers default)' "$T/bare.log"
+check "save_steps: transformers' 500" grep -q '^  save_steps  *= 500  *(LLaMA-Factory/transformers default)' "$T/bare.log"
+check "eval_strategy: transformers' no" grep -q '^  eval_strategy  *= "no"  *(LLaMA-Factory/transformers default)' "$T/bare.log"
+LOG=$(awk 'BEGIN { x = 0.25 * 8; print (x == int(x) ? x : int(x) + 1) }')
+check "logging_steps 0.25 of 8 steps: every $LOG ($(steps_with "$T/bare" loss))" test "$(steps_with "$T/bare" loss)" = "$(seq $LOG $LOG 8 | tr '\n' ' ')"
+"$G" train --model "$T/model" --device cpu --data "$T/shards" --output-dir "$T/cli_def2" --max-steps 1 2>"$T/cli_def.log"
+check "the command line keeps glmtune's learning rate default" grep -q '^  learning_rate  *= 0.0001  *(default)' "$T/cli_def.log"
+
+echo "test_lf_semantics: $pass passed, $fail failed"
+[ $fail = 0 ] && rm -rf "$T"
+[ $fail = 0 ]
