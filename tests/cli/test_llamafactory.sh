@@ -50,6 +50,29 @@ for y in "$S"/llamafactory-configs/*.yaml; do
     check "$name: exports a PEFT adapter" test -f "$out-adapter/adapter_config.json"
 done
 
+# the held-out-style check: the SFT examples with only paths changed, tokenized from LLaMA-Factory's
+# own demo data by the same YAML, give the optimizer steps LLaMA-Factory's arithmetic gives:
+# samples = min(max_samples, records) per dataset (counted here from the files), packing false (its
+# SFT default), batch 1, accumulation 8, 3 epochs; steps per transformers' Trainer
+# (set_initial_training_values, 4.46+): ceil(epochs x ceil(ceil(samples / batch) / accum)).
+tf_steps() { awk -v n="$1" -v b="$2" -v g="$3" -v e="$4" 'function ceil(x) { return x == int(x) ? x : int(x) + 1 }
+    BEGIN { dl = ceil(n / b); u = int(dl / g) + (dl % g > 0); if (u < 1) u = 1; print ceil(e * u) }'; }
+L=$S/corpora/llamafactory
+n_alpaca=$(grep -c '"instruction":' "$L/alpaca_en_demo.json"); n_identity=$(grep -c '"instruction":' "$L/identity.json")
+N=$(( (n_alpaca < 1000 ? n_alpaca : 1000) + (n_identity < 1000 ? n_identity : 1000) ))
+EXP=$(tf_steps $N 1 8 3)
+for name in llama3_lora_sft qwen3_lora_sft; do
+    y="$S/llamafactory-configs/$name.yaml"
+    "$G" tokenize --quiet --config "$y" --model_name_or_path "$SRC/samples/tokenizer" --dataset_dir "$L" -o "$T/$name-data" 2>/dev/null
+    "$G" train --config "$y" --model_name_or_path "$T/model" --dataset "$T/$name-data" --output_dir "$T/$name-steps" \
+        --device cpu --dry-run >"$T/$name.dry" 2>/dev/null
+    check "$name: $N samples, $EXP optimizer steps as LLaMA-Factory counts them ($(grep schedule "$T/$name.dry"))" \
+        grep -q "schedule: $N samples, 8 per optimizer step, [0-9]* steps per epoch, $EXP optimizer steps" "$T/$name.dry"
+done
+"$G" train --config "$S/llamafactory-configs/qwen3_lora_pretrain.yaml" --model_name_or_path "$T/model" --dataset "$T/shards" \
+    --output_dir "$T/pt-steps" --device cpu --dry-run >"$T/pt.dry" 2>"$T/pt.dry.log"
+check "qwen3_lora_pretrain: stage pt packs rows (LLaMA-Factory's default packing for pt)" grep -q "schedule: [0-9]* rows" "$T/pt.dry"
+
 # a path not overridden says what to do: the file's dataset names are tokenized first, its hub id
 # model is not downloaded
 y="$S/llamafactory-configs/llama3_lora_sft.yaml"
