@@ -27,6 +27,7 @@
 #include "common/utf8.h"
 #include "common/progress.h"
 #include "common/pyjson.h"
+#include "dataset/dataset_info.h"
 #include "dataset/formats.h"
 #include "dataset/packer.h"
 #include "dataset/reader.h"
@@ -66,6 +67,10 @@ static const char *HELP =
     "  --dataset NAMES      with a dataset_info.json: the entries to read (comma list; default all\n"
     "                       entries with a local file)\n"
     "  --dataset-dir DIR    the folder that holds dataset_info.json (read when no INPUT is given)\n"
+    "  --eval-dataset NAMES entries tokenized into the val split (LLaMA-Factory's eval_dataset; an\n"
+    "                       entry also in --dataset is in both splits; not with --val-size)\n"
+    "  --default-system TEXT  the system message of every sample that has none (LLaMA-Factory's\n"
+    "                       default_system), rendered by the model's chat template\n"
     "  --max-samples N      the first N records of each dataset (an entry, or an INPUT as given)\n"
     "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's\n"
     "  --seq-len T          tokens per packed row (default 8192; also --cutoff-len)\n"
@@ -95,6 +100,9 @@ static const char *HELP =
 typedef struct {
     const char *tokenizer_path, *out, *format_name, *dataset, *template_path, *report_path;
     const char *text_column, *config_path, *dataset_dir;
+    const char *default_system; /* system message of the samples that have none (LLaMA-Factory's default_system) */
+    const char *eval_dataset;   /* entries that go to the val split (LLaMA-Factory's eval_dataset) */
+    char *reader_filter;        /* dataset + eval_dataset names for the reader (owned) */
     uint64_t seq_len, seed, threads, shard_rows;
     int64_t max_samples;   /* -1: all */
     double val_size;       /* >= 1: a count; (0, 1): a fraction; 0: none */
@@ -214,6 +222,14 @@ static void process_record(batch_ctx *c, job *j, out_buf *ob) {
         s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     } else {
+        json_t *first = json_array_get(conv.messages, 0);
+        const char *role0 = json_string_value(json_object_get(first, "role"));
+        if (c->o->default_system && !(role0 && !strcmp(role0, "system"))) {
+            /* LLaMA-Factory: system = the sample's system or default_system (template.encode) */
+            json_array_insert_new(conv.messages, 0,
+                                  json_pack("{s:s,s:s}", "role", "system", "content", c->o->default_system));
+            if (j->n_notes < 8) j->notes[j->n_notes++] = "default_system_added";
+        }
         s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     }
@@ -406,6 +422,40 @@ static void doc_set_free(doc_set *d) {
     free(d->docs);
     d->docs = NULL;
     d->n = 0;
+}
+
+/* A deep copy of d (an eval_dataset entry also in dataset goes to both splits). */
+static glm_status doc_set_copy(const doc_set *d, doc_set *out) {
+    *out = (doc_set){calloc(d->n ? d->n : 1, sizeof *d->docs), 0};
+    if (!out->docs) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < d->n; i++) {
+        glm_pack_doc c = d->docs[i];
+        c.ids = malloc(4 * (size_t)c.len);
+        c.targets = malloc(c.len);
+        if (!c.ids || !c.targets) {
+            free(c.ids), free(c.targets);
+            doc_set_free(out);
+            return glm_err(GLM_ERR_NOMEM, "out of memory");
+        }
+        memcpy(c.ids, d->docs[i].ids, 4 * (size_t)c.len);
+        memcpy(c.targets, d->docs[i].targets, c.len);
+        out->docs[out->n++] = c;
+    }
+    return GLM_OK;
+}
+
+/* Whether `name` is one of the comma-separated names in `list`. */
+static bool name_in(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t k = strcspn(p, ",");
+        size_t e = k;
+        while (e && p[e - 1] == ' ') e--;
+        if (e == n && !strncmp(p, name, n)) return true;
+        p += k;
+    }
+    return false;
 }
 
 /* Moves j's tokens into documents: the whole sample, or (j->window) consecutive windows of that
@@ -616,6 +666,8 @@ static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dat
     if (!tok_set && c->model) o->tokenizer_path = c->model;
     if (!out_set && c->tokenized_path) o->out = c->tokenized_path;
     if (!dataset_set && c->dataset) o->dataset = c->dataset;
+    if (!o->eval_dataset && c->eval_dataset) o->eval_dataset = c->eval_dataset;
+    if (!o->default_system && c->default_system) o->default_system = c->default_system;
     if (!dir_set && c->dataset_dir) o->dataset_dir = c->dataset_dir;
     if (!o->set_seq_len && c->cutoff_len >= 0) o->seq_len = (uint64_t)c->cutoff_len;
     if (!o->set_max_samples && c->max_samples >= 0) o->max_samples = c->max_samples;
@@ -660,6 +712,8 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (VAL("--format")) o->format_name = v, o->set_format = true;
         else if (VAL("--text-column")) o->text_column = v;
         else if (VAL("--dataset")) o->dataset = v, dataset_set = true;
+        else if (VAL("--eval-dataset")) o->eval_dataset = v;
+        else if (VAL("--default-system")) o->default_system = v;
         else if (VAL("--dataset-dir")) o->dataset_dir = v, dir_set = true;
         else if (VAL("--chat-template")) o->template_path = v;
         else if (VAL("--report")) o->report_path = v;
@@ -700,6 +754,16 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
 #undef VAL
     }
     if (s == GLM_OK && o->config_path) s = apply_config(o, tok_set, out_set, dataset_set, dir_set);
+    if (s == GLM_OK && o->eval_dataset) { /* LLaMA-Factory: eval_dataset and val_size exclude each other */
+        if (o->val_size > 0)
+            s = glm_err(GLM_ERR_ARG, "eval_dataset (%s) and val_size (%g) are both set: the val split is one or the "
+                        "other (LLaMA-Factory refuses both too); hint: drop one", o->eval_dataset, o->val_size);
+        else if (!o->dataset)
+            s = glm_err(GLM_ERR_ARG, "eval_dataset (%s) needs dataset: the training entries of dataset_info.json; "
+                        "hint: --dataset NAMES", o->eval_dataset);
+        else if (asprintf(&o->reader_filter, "%s,%s", o->dataset, o->eval_dataset) < 0)
+            s = glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
     if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir)) {
         struct stat sb;
         if (!o->dataset_dir && stat("data", &sb) != 0) { /* LLaMA-Factory's default folder is not here */
@@ -943,6 +1007,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (rc == 0) rc = tokenize_main(&o);
     free(o.inputs);
     tok_config_free(&o.cfg);
+    free(o.reader_filter);
     return rc < 0 ? GLM_EXIT_OK : rc; /* -1: --help was printed */
 }
 
@@ -1000,7 +1065,7 @@ static int tokenize_main(tok_opts *op) {
     }
     if (strcmp(out_real, o.out)) glm_log_info("-o %s is a symbolic link: writing %s", o.out, out_real);
     o.out = out_real;
-    glm_reader_opts ro = {o.dataset, o.max_samples, o.seed};
+    glm_reader_opts ro = {o.reader_filter ? o.reader_filter : o.dataset, o.max_samples, o.seed};
     if ((s = glm_reader_open_ex((const char *const *)o.inputs, (size_t)o.n_inputs, &ro, &rd)) != GLM_OK ||
         (s = prepare_outdir(o.out, &tmpdir)) != GLM_OK) {
         glm_reader_close(rd);
@@ -1102,7 +1167,19 @@ static int tokenize_main(tok_opts *op) {
                 s = job_docs(j, &d, &nt, &tail);
                 if (s == GLM_OK && j->window) tok_report_windows(&rep, d.n, tail);
                 if (s == GLM_OK) tok_report_keep(&rep, j->rec.source, tail ? ntok - 1 : ntok, nt);
-                if (s == GLM_OK) s = val_route(&vs, d, seq++, &to_train, &to_val);
+                /* eval_dataset: its entries go to the val split (and to train too when dataset names them) */
+                const glm_dsinfo_entry *ent = j->rec.mapping;
+                bool to_eval = o.eval_dataset && ent && ent->name && name_in(o.eval_dataset, ent->name);
+                bool also_train = to_eval && name_in(o.dataset, ent->name);
+                if (s == GLM_OK && to_eval && !also_train) {
+                    to_train = (doc_set){0};
+                    to_val = d;
+                    seq++;
+                } else if (s == GLM_OK && to_eval) {
+                    to_train = d;
+                    s = doc_set_copy(&d, &to_val);
+                    seq++;
+                } else if (s == GLM_OK) s = val_route(&vs, d, seq++, &to_train, &to_val);
                 else doc_set_free(&d);
                 if (s == GLM_OK && to_train.n) s = add_docs(&ptrain, &to_train);
                 if (s == GLM_OK && to_val.n) s = add_docs(&pval, &to_val);

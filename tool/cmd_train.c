@@ -94,6 +94,17 @@ int cmd_train(int argc, char **argv) {
     bool asked = !no_eval && ((src_strategy == GLM_SRC_CONFIG || src_strategy == GLM_SRC_CLI) ||
                               ((src_eval_steps == GLM_SRC_CONFIG || src_eval_steps == GLM_SRC_CLI) && o.eval_steps > 0));
     bool eval_from_val = false;
+    if (o.eval_data && *o.eval_data && access(o.eval_data, F_OK) != 0 && !strchr(o.eval_data, '/')) {
+        /* LLaMA-Factory's eval_dataset names datasets: glmtune tokenize --config put them in the val split */
+        glm_log_info("eval_dataset: %s names datasets, which `glmtune tokenize --config` tokenized into the val split of "
+                     "the shards: that split stands for them", o.eval_data);
+        if (no_eval)
+            glm_log_warn("eval_strategy is no%s: eval_dataset %s is not evaluated; hint: eval_strategy: steps",
+                         src_strategy == GLM_SRC_LF ? " (transformers' default, the YAML does not set it)" : "", o.eval_data);
+        else asked = true;
+        free(o.eval_data);
+        o.eval_data = NULL;
+    }
     if (asked && !(o.eval_data && *o.eval_data) && o.data) eval_from_val = true;
     if (no_eval && o.eval_data && *o.eval_data)
         glm_log_warn("eval_strategy is no%s: eval_data %s is not evaluated; hint: eval_strategy: steps",

@@ -16,7 +16,8 @@
 static const char *const k_keys[] = {"model_name_or_path", "dataset", "dataset_dir", "cutoff_len",
                                      "max_samples", "val_size", "train_on_prompt", "mask_history",
                                      "stage", "seed", "tokenized_path", "preprocessing_num_workers",
-                                     "template", "mix_strategy"};
+                                     "template", "mix_strategy", "default_system", "eval_dataset",
+                                     "neat_packing", "packing"};
 #define N_KEYS (sizeof k_keys / sizeof *k_keys)
 
 void tok_config_free(tok_config *c) {
@@ -25,6 +26,8 @@ void tok_config_free(tok_config *c) {
     free(c->dataset_dir);
     free(c->stage);
     free(c->tokenized_path);
+    free(c->default_system);
+    free(c->eval_dataset);
     memset(c, 0, sizeof *c);
 }
 
@@ -118,6 +121,41 @@ static glm_status set_key(tok_config *c, const char *path, int line, const char 
                          "own tokenizer_config.json (chat_template)", path, line, v);
         return GLM_OK;
     }
+    if (!strcmp(key, "default_system")) return get_str(v, &c->default_system);
+    if (!strcmp(key, "eval_dataset")) return get_str(v, &c->eval_dataset);
+    if (!strcmp(key, "neat_packing")) {
+        int b = 0;
+        if (!is_null(v)) GLM_TRY(get_bool(path, line, key, v, &b));
+        if (b) glm_log_info("%s:%d: neat_packing: true: rows hold whole samples that never attend to each other, which is "
+                            "how glmtune always packs", path, line);
+        return GLM_OK;
+    }
+    /* LLaMA-Factory data keys with no meaning here: one line each, with the reason */
+    static const struct {
+        const char *key, *why;
+    } k_answer[] = {
+        {"packing", "a training setting: glmtune train reads it (false: micro-batches of samples, true: of packed "
+                    "rows); the shards serve both"},
+        {"tool_format", "tool calls are rendered by the model's own chat_template (GLM-4's), not a LLaMA-Factory "
+                        "tool formatter"},
+        {"enable_thinking", "GLM-4-9B has no thinking mode in its chat template; reasoning in the data is dropped "
+                            "or kept with --keep-reasoning"},
+        {"interleave_probs", "glmtune concatenates the datasets (mix_strategy concat); weight a dataset with "
+                             "num_samples in dataset_info.json"},
+        {"streaming", "glmtune always streams the files (read once, in order, bounded memory)"},
+        {"buffer_size", "used by LLaMA-Factory's streaming shuffle; glmtune's loader shuffles every epoch by seed"},
+        {"overwrite_cache", "glmtune keeps no dataset cache: every tokenize run reads the files"},
+        {"preprocessing_batch_size", "glmtune's workers take records in batches of their own size; use "
+                                     "preprocessing_num_workers for the threads"},
+        {"media_dir", "glmtune trains text models: images, videos and audio are not read"},
+        {"ignore_pad_token_for_loss", "shards hold no pad token inside a sample; padding at a row's end is never a "
+                                      "target"},
+    };
+    for (size_t k = 0; k < sizeof k_answer / sizeof *k_answer; k++)
+        if (!strcmp(key, k_answer[k].key)) {
+            if (!is_null(v)) glm_log_info("%s:%d: %s is not used by tokenize: %s", path, line, key, k_answer[k].why);
+            return GLM_OK;
+        }
     if (glm_opts_known_key(key)) return GLM_OK; /* a training key: glmtune train reads it */
     const char *near = closest_key(key);
     return glm_err(GLM_ERR_ARG, "%s:%d: unknown key '%s'%s%s%s", path, line, key,

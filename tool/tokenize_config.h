@@ -16,6 +16,14 @@
  *   preprocessing_num_workers  worker threads
  *   template            not used: glmtune renders the model's own chat_template (a line says so)
  *   mix_strategy        concat (what glmtune does); the interleave strategies are refused
+ *   default_system      the system message of every sample that has none (LLaMA-Factory's
+ *                       template.encode: system or default_system)
+ *   eval_dataset        comma list of entries tokenized into the val split (not with val_size)
+ *   neat_packing        packed rows without attention across samples: what glmtune always does
+ * These are answered in one line each with the reason: packing (a training setting: glmtune
+ * train reads it), tool_format, enable_thinking, interleave_probs, streaming, buffer_size,
+ * overwrite_cache, preprocessing_batch_size, media_dir, ignore_pad_token_for_loss, and the other
+ * data keys of LLaMA-Factory's data_args.py that do not apply.
  * Every other key must be one `glmtune train --config` knows (it is then for training and
  * ignored here); anything else is an error naming the file, line and the closest known key. */
 #ifndef GLM_TOKENIZE_CONFIG_H
@@ -27,6 +35,7 @@
 
 typedef struct tok_config {
     char *model, *dataset, *dataset_dir, *stage, *tokenized_path;
+    char *default_system, *eval_dataset;            /* NULL: not in the file */
     int64_t cutoff_len, max_samples, seed, workers; /* -1: not in the file */
     double val_size;                                /* < 0: not in the file */
     int train_on_prompt, mask_history;              /* -1: not in the file, else 0/1 */
