@@ -108,6 +108,7 @@ typedef struct {
     double val_size;       /* >= 1: a count; (0, 1): a fraction; 0: none */
     int train_on;          /* glm_train_on bits */
     bool truncate, strict, quiet, encode, decode, keep_reasoning, merge_turns;
+    bool lf_truncate;      /* --config without --truncate: cut a long chat as LLaMA-Factory does (lf_cut) */
     /* which settings the command line gave (they override --config) */
     bool set_seq_len, set_seed, set_val_size, set_threads, set_train_on, set_format, set_max_samples;
     const char **inputs;
@@ -248,9 +249,57 @@ static void process_record(batch_ctx *c, job *j, out_buf *ob) {
     else ob->ids.n = ob->tg.n = n0 + j->ids.n; /* --truncate may have shortened it */
 }
 
+/* LLaMA-Factory's infer_seqlen (data/processor/processor_utils.py): the lengths a (source,
+ * target) pair keeps within `cutoff` tokens: the target is kept whole when it is under half of
+ * the budget, else the source when it is, else both in proportion to their lengths. */
+static void lf_infer_seqlen(size_t src, size_t tgt, size_t cutoff, size_t *src_keep, size_t *tgt_keep) {
+    size_t max_tgt = tgt * 2 < cutoff ? cutoff
+                   : src * 2 < cutoff ? cutoff - src
+                                      : (size_t)((double)cutoff * ((double)tgt / (double)(src + tgt)));
+    *tgt_keep = tgt < max_tgt ? tgt : max_tgt;
+    size_t max_src = cutoff > *tgt_keep ? cutoff - *tgt_keep : 0;
+    *src_keep = src < max_src ? src : max_src;
+}
+
+/* Cuts a chat longer than T as LLaMA-Factory's supervised processor does (_encode_supervised_example):
+ * the tokens are split into (source, target) pairs, a source being a run of untargeted tokens (the
+ * prompt turns up to the assistant's role token) and a target the run of targets after it (the
+ * assistant's reply and its end token); with one token kept back for the end (LLaMA-Factory's
+ * efficient_eos), each pair in turn keeps the first tokens of its source and its target that
+ * infer_seqlen gives for the budget left, until the budget is spent. The sample's last token (the
+ * end-of-turn token) then closes it, a target when the token before it is. In place; returns the
+ * new length (<= T). */
+static size_t lf_cut(uint32_t *ids, uint8_t *tg, size_t n, size_t T) {
+    uint32_t end_id = ids[n - 1];
+    size_t total = 1, w = 0, i = 0;
+    while (i < n && total < T) {
+        size_t s0 = i;
+        while (i < n && !tg[i]) i++;
+        size_t s1 = i;
+        while (i < n && tg[i]) i++;
+        size_t src = s1 - s0, tgt = i - s1, ks, kt;
+        lf_infer_seqlen(src, tgt, T - total, &ks, &kt);
+        memmove(ids + w, ids + s0, 4 * ks);
+        memmove(tg + w, tg + s0, ks);
+        w += ks;
+        memmove(ids + w, ids + s1, 4 * kt);
+        memmove(tg + w, tg + s1, kt);
+        w += kt;
+        total += ks + kt;
+    }
+    if (w > 0 && ids[w - 1] == end_id && tg[w - 1]) return w; /* it ends with a whole turn and its end token */
+    ids[w] = end_id;
+    tg[w] = w > 0 && tg[w - 1];
+    return w + 1;
+}
+
 /* The checks and cuts on a record's tokens (j->ids, j->tg). */
 static void process_tokens(batch_ctx *c, job *j) {
     uint64_t T = c->o->seq_len;
+    if (j->ids.n > T && j->layout != GLM_FMT_TEXT && c->o->lf_truncate && !c->o->truncate && T >= 2) {
+        j->ids.n = j->tg.n = lf_cut(j->ids.v, j->tg.v, j->ids.n, (size_t)T);
+        j->truncated = true;
+    }
     if (j->ids.n > T && j->layout == GLM_FMT_TEXT && !c->o->truncate) {
         /* pretraining text: consecutive windows of T tokens, each a document (see the consumer) */
         j->window = (uint32_t)T;
@@ -679,6 +728,7 @@ static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dat
         if (c->train_on_prompt == 1) o->train_on |= GLM_TRAIN_PROMPT;
     }
     if (!o->set_format && c->stage && !strcmp(c->stage, "pt")) o->format_name = "text";
+    o->lf_truncate = true; /* a LLaMA-Factory YAML: a chat longer than cutoff_len is cut as it cuts it */
     return GLM_OK;
 }
 

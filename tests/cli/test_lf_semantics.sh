@@ -115,6 +115,35 @@ check "logging_steps 0.25 of 8 steps: every $LOG ($(steps_with "$T/bare" loss))"
 "$G" train --model "$T/model" --device cpu --data "$T/shards" --output-dir "$T/cli_def2" --max-steps 1 2>"$T/cli_def.log"
 check "the command line keeps glmtune's learning rate default" grep -q '^  learning_rate  *= 0.0001  *(default)' "$T/cli_def.log"
 
+# ---- 6. cutoff_len under a YAML: a long chat is cut as LLaMA-Factory cuts it (processor_utils.py
+# infer_seqlen, applied per (source, target) pair by supervised.py with one token kept for the end);
+# the command line keeps dropping it (too_long) unless --truncate. Two pre-tokenized chats of
+# (source, target) runs 30,50,20,40 and 100,100 at cutoff_len 64; expected ids computed here.
+mk() { awk -v runs="$1" -v seed="$2" 'BEGIN { srand(seed); n = split(runs, r, ","); ids = ""; lab = ""; k = 0
+    for (p = 1; p <= n; p++) for (j = 0; j < r[p]; j++) { x = 1 + int(rand() * 2000); ids = ids (k ? ", " : "") x
+        lab = lab (k ? ", " : "") (p % 2 ? -100 : x); k++ }
+    print "{\"input_ids\": [" ids "], \"labels\": [" lab "]}" }'; }
+{ mk 30,50,20,40 7; mk 100,100 8; } > "$T/long.jsonl"
+# expected: LLaMA-Factory's arithmetic, by hand: infer(src, tgt, budget) -> kept lengths
+expect() { awk -v T=64 'function infer(s, t, c) { if (t * 2 < c) mt = c; else if (s * 2 < c) mt = c - s; else mt = int(c * (t / (s + t)))
+        kt = t < mt ? t : mt; ms = c - kt; if (ms < 0) ms = 0; ks = s < ms ? s : ms }
+    { line = $0; sub(/.*"input_ids": \[/, "", line); sub(/\].*/, "", line); n = split(line, id, ", ")
+      lab = $0; sub(/.*"labels": \[/, "", lab); sub(/\].*/, "", lab); split(lab, lb, ", ")
+      total = 1; out = ""; tg = ""; i = 1; last = 0
+      while (i <= n && total < T) { s0 = i; while (i <= n && lb[i] == -100) i++; s1 = i; while (i <= n && lb[i] != -100) i++
+        infer(s1 - s0, i - s1, T - total)
+        for (q = 0; q < ks; q++) { out = out (out == "" ? "" : ",") id[s0 + q]; tg = tg 0; last = 0 }
+        for (q = 0; q < kt; q++) { out = out "," id[s1 + q]; tg = tg 1; last = 1 }
+        total += ks + kt }
+      print "[" out "," id[n] "] " tg last }' "$1"; }
+printf 'stage: sft\ncutoff_len: 64\n' > "$T/cut.yaml"
+"$G" tokenize --quiet --config "$T/cut.yaml" -o "$T/cut" "$T/long.jsonl" 2>"$T/cut.log"
+got=$("$G" inspect --json "$T/cut" 2>/dev/null | awk '{ ids = $0; sub(/.*"ids": *\[/, "", ids); sub(/\].*/, "", ids); gsub(/ /, "", ids)
+      t = $0; sub(/.*"targets": *\[/, "", t); sub(/\].*/, "", t); gsub(/[ ,]/, "", t); print "[" ids "] " t }' | sort)
+check "cutoff_len: both chats cut to LLaMA-Factory's shares (64 tokens each)" test "$got" = "$(expect "$T/long.jsonl" | sort)"
+check "... counted in the report" grep -q "2  *note: truncated" <("$G" tokenize --config "$T/cut.yaml" -o "$T/cut_r" "$T/long.jsonl" 2>&1)
+check "the command line keeps dropping them (too_long)" grep -q "too_long" <("$G" tokenize --seq-len 64 -o "$T/cut_cli2" "$T/long.jsonl" 2>&1)
+
 # ---- 5. tokenize's LLaMA-Factory data keys (needs ../shared: the GLM-4 tokenizer, the chat fixtures)
 S=${GLM_SHARED:-}
 if [ -n "$S" ] && [ -f "$S/fixtures/chat_golden.jsonl" ] && [ -d "$S/glm4-tokenizer" ]; then
