@@ -110,6 +110,15 @@ static glm_status parse_entry(glm_dsinfo *d, const char *name, const json_t *v,
     GLM_TRY(get_str(path, name, "tags.", tags, "function_tag", "function_call", &e->function_tag));
     GLM_TRY(get_str(path, name, "tags.", tags, "system_tag", "system", &e->system_tag));
 
+    static const char *const hub_only[] = {"split", "subset", "folder"};
+    for (size_t k = 0; k < 3; k++) {
+        const json_t *hv = json_object_get(v, hub_only[k]);
+        if (!hv || json_is_null(hv) || (k == 0 && json_is_string(hv) && !strcmp(json_string_value(hv), "train")))
+            continue; /* split "train" is LLaMA-Factory's default: what a local file is */
+        size_t used = strlen(e->hub_keys);
+        snprintf(e->hub_keys + used, sizeof e->hub_keys - used, "%s%s: %s", used ? ", " : "", hub_only[k],
+                 json_is_string(hv) ? json_string_value(hv) : "(not text)");
+    }
     e->num_samples = -1;
     const json_t *ns = json_object_get(v, "num_samples");
     if (ns && !json_is_null(ns)) {

@@ -35,6 +35,9 @@ typedef struct glm_dsinfo_entry {
      * Factory's pt datasets c4_demo, wikipedia, ... are written): that column holds the text */
     char *text_column;
     int64_t num_samples;    /* "num_samples" (records drawn, see glm_reader_open_ex), -1: none */
+    char hub_keys[96];      /* "split", "subset", "folder" as given ("split: test, subset: x"), or "":
+                               they choose what to load from a hub dataset; a local file is read whole
+                               (the reader says so in one line when the entry is selected) */
     /* tags (sharegpt/openai) */
     char *role_tag, *content_tag, *user_tag, *assistant_tag, *observation_tag, *function_tag,
         *system_tag;

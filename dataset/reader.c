@@ -457,6 +457,9 @@ static glm_status apply_filter(glm_reader *r, const char *filter) {
                              e->unsupported, e->registry);
             } else if (glm_vec_push(sel, e) != GLM_OK) {
                 st = GLM_ERR_NOMEM;
+            } else if (e->hub_keys[0]) {
+                glm_log_info("dataset \"%s\" (%s): %s not used: they choose the split, configuration or folder of a "
+                             "hub dataset; the local file %s is read whole", tok, e->registry, e->hub_keys, e->file_name);
             }
         }
         free(copy);

@@ -215,7 +215,7 @@ static glm_status chat_encode_msgs(const glm_tokenizer *tok, const glm_template 
             break;
         }
         if (one.n < prefix.n || memcmp(one.v, prefix.v, prefix.n * sizeof(uint32_t)) != 0) {
-            st = glm_err(GLM_ERR_MISMATCH, "message %zu: the chat template's render of this message does not start with what it renders for no messages (%zu ids); hint: glmtune splits conversations per message, so the template's preamble must not depend on the messages",
+            st = glm_err(GLM_ERR_MISMATCH, "message %zu: the chat template's render of this message does not start with what it renders for no messages (%zu ids); hint: glmtune renders each message alone (the template applied to a one-message list) and joins the renders, so it supports only templates whose output for a message does not depend on the other messages (GLM-4's do); a template that looks at the whole conversation (loop.last, a system message merged into the first user turn, ...) cannot be used: use the model's own tokenizer_config.json",
                          i, prefix.n);
             break;
         }

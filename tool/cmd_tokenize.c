@@ -72,7 +72,9 @@ static const char *HELP =
     "  --default-system TEXT  the system message of every sample that has none (LLaMA-Factory's\n"
     "                       default_system), rendered by the model's chat template\n"
     "  --max-samples N      the first N records of each dataset (an entry, or an INPUT as given)\n"
-    "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's\n"
+    "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's; it is\n"
+    "                       applied to each message alone and the renders joined, so only templates\n"
+    "                       whose output for a message does not depend on the others work (GLM-4's)\n"
     "  --seq-len T          tokens per packed row (default 8192; also --cutoff-len)\n"
     "  --train-on WHAT      all (default: every assistant turn) | last (the last assistant turn,\n"
     "                       LLaMA-Factory's mask_history) | prompt (system, user and tool turns too,\n"
@@ -223,6 +225,19 @@ static void process_record(batch_ctx *c, job *j, out_buf *ob) {
         s = glm_text_encode(c->tok, c->tpl, json_string_value(conv.text), json_string_length(conv.text), &ob->ids, &ob->tg);
         if (s != GLM_OK) job_drop(j, "render_error", glm_errmsg());
     } else {
+        size_t nm = json_array_size(conv.messages);
+        const char *role_last = json_string_value(json_object_get(json_array_get(conv.messages, nm ? nm - 1 : 0), "role"));
+        if (nm > 1 && role_last && !strcmp(role_last, "user")) {
+            /* a user turn after the last reply: nothing to learn from it. LLaMA-Factory's converters drop such a
+             * sample (an odd message count is "invalid"); under its YAML glmtune does too, else it is kept, noted */
+            if (c->o->lf_truncate) {
+                glm_conversation_free(&conv);
+                job_drop(j, "trailing_user_turn", "the conversation ends with a user turn after the last assistant "
+                         "turn; LLaMA-Factory drops such a sample (hint: without --config it is kept, the turn untrained)");
+                return;
+            }
+            if (j->n_notes < 8) j->notes[j->n_notes++] = "trailing_user_turn_kept";
+        }
         json_t *first = json_array_get(conv.messages, 0);
         const char *role0 = json_string_value(json_object_get(first, "role"));
         if (c->o->default_system && !(role0 && !strcmp(role0, "system"))) {

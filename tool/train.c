@@ -333,7 +333,35 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
     return z ^ (z >> 31);
 }
 
+/* LLaMA-Factory's stage against what the shards hold (report.json's "layouts", written by glmtune
+ * tokenize): stage pt trains plain text, sft conversations; a mismatch trains other targets than the
+ * YAML says, so it is said in one line (the shards decide the targets). Silent when unknown. */
+static void check_stage(const train_settings *ts) {
+    if (!ts->stage || !ts->data || !glm_is_dir(ts->data)) return;
+    char *rp = glm_path_join(ts->data, "report.json");
+    json_error_t je;
+    json_t *r = rp ? json_load_file(rp, 0, &je) : NULL;
+    free(rp);
+    json_t *lay = json_object_get(r, "layouts");
+    if (json_is_object(lay) && json_object_size(lay)) {
+        json_int_t text = json_integer_value(json_object_get(lay, "text")), all = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(lay, k, v) all += json_integer_value(v);
+        if (!strcmp(ts->stage, "sft") && text > 0 && text == all)
+            glm_log_warn("stage: sft, but the shards in %s hold plain text (tokenized as pretraining text, stage pt): "
+                         "every token is a target, not only the replies; hint: stage: pt, or tokenize chat data",
+                         ts->data);
+        else if (!strcmp(ts->stage, "pt") && text < all)
+            glm_log_warn("stage: pt, but %lld of the %lld samples in %s are conversations with targets on the replies "
+                         "only (stage sft); hint: tokenize with stage: pt (--format text), or stage: sft",
+                         (long long)(all - text), (long long)all, ts->data);
+    }
+    json_decref(r);
+}
+
 static glm_status setup(run_state *rs, const train_settings *ts) {
+    if (rs->be->rank == 0) check_stage(ts);
     const glm_backend *be = rs->be;
     if (ts->shard_base && be->world > 1)
         glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
@@ -778,6 +806,9 @@ glm_status train_run(const train_settings *ts) {
     if (s == GLM_OK && rank == 0) s = glm_metrics_open(&mx, ts->output_dir, true);
     mx_open = s == GLM_OK && rank == 0;
     if (s == GLM_OK && ts->resume && rank == 0) s = glm_metrics_restart(&mx, rs.step); /* TensorBoard drops the superseded points */
+    /* a fresh run's first event file starts with a START marker too: TensorBoard's Python loader
+     * (--load_fast=false) purges on a later file's marker only when the run's first file had one */
+    if (s == GLM_OK && !ts->resume && rank == 0) s = glm_metrics_restart(&mx, rs.step);
     s = agree(be, s);
     int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
     uint32_t global_rows = (uint32_t)(B * accum * rs.dp);

@@ -144,6 +144,28 @@ check "cutoff_len: both chats cut to LLaMA-Factory's shares (64 tokens each)" te
 check "... counted in the report" grep -q "2  *note: truncated" <("$G" tokenize --config "$T/cut.yaml" -o "$T/cut_r" "$T/long.jsonl" 2>&1)
 check "the command line keeps dropping them (too_long)" grep -q "too_long" <("$G" tokenize --seq-len 64 -o "$T/cut_cli2" "$T/long.jsonl" 2>&1)
 
+# ---- 7. the rest: stage against the shards, dataset_info's hub keys, a trailing user turn
+TOKS=$SRC/samples/tokenizer
+printf '{"text": "plain text for pretraining number %d, long enough to be a sample."}\n' $(seq 1 30) > "$T/pt.jsonl"
+"$G" tokenize --quiet --tokenizer "$TOKS" --format text --seq-len 128 -o "$T/ptshards" "$T/pt.jsonl" 2>/dev/null
+yaml "$T/st.yaml" "max_steps: 1"
+"$G" train --config "$T/st.yaml" $P --dataset "$T/ptshards" --output_dir "$T/st" 2>"$T/st.log"
+check "stage sft on plain-text (pt) shards: said" grep -q "stage: sft, but the shards in .* hold plain text" "$T/st.log"
+mkdir -p "$T/dsi"
+printf '[{"instruction": "Say hi", "input": "", "output": "hi"}, {"instruction": "Say yo", "input": "", "output": "yo"}]\n' > "$T/dsi/d.json"
+printf '{"d": {"file_name": "d.json", "split": "test", "subset": "en", "folder": "x"}}\n' > "$T/dsi/dataset_info.json"
+"$G" tokenize --tokenizer "$TOKS" --dataset d --dataset-dir "$T/dsi" --seq-len 128 -o "$T/dsio" 2>"$T/dsi.log"
+check "dataset_info split/subset/folder: answered in one line" test "$(grep -c 'split: test, subset: en, folder: x not used' "$T/dsi.log")" = 1
+printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}' \
+    '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' > "$T/trail.jsonl"
+"$G" tokenize --tokenizer "$TOKS" --seq-len 128 -o "$T/trail_cli" "$T/trail.jsonl" 2>"$T/trail_cli.log"
+check "a trailing user turn: kept on the command line, noted" grep -q "1  *note: trailing_user_turn_kept" "$T/trail_cli.log"
+printf 'stage: sft\ncutoff_len: 128\n' > "$T/trail.yaml"
+"$G" tokenize --config "$T/trail.yaml" --model_name_or_path "$TOKS" -o "$T/trail_lf" "$T/trail.jsonl" 2>"$T/trail_lf.log"
+check "... under a YAML the sample is dropped as LLaMA-Factory drops it" grep -q "records kept  *1$" "$T/trail_lf.log"
+check "... counted by reason" grep -q "trailing_user_turn" "$T/trail_lf.log"
+check "--chat-template's help says templates must render each message alone" grep -q "applied to each message alone" <("$G" tokenize --help)
+
 # ---- 5. tokenize's LLaMA-Factory data keys (needs ../shared: the GLM-4 tokenizer, the chat fixtures)
 S=${GLM_SHARED:-}
 if [ -n "$S" ] && [ -f "$S/fixtures/chat_golden.jsonl" ] && [ -d "$S/glm4-tokenizer" ]; then

@@ -114,6 +114,8 @@ check "... the resumed steps equal the first run's" test "$(vals "$T/res/metrics
 files=$(ls "$T/res/runs"/events.out.tfevents.* | sort)
 check "two event files" test "$(echo "$files" | wc -l)" = 2
 newf=$(echo "$files" | tail -1)
+"$TB" "$(echo "$files" | head -1)" > "$T/first.tb"
+check "the first event file: file_version, then SessionLog START at step 1 (TensorBoard's Python loader purges on the resumed file's marker only then)" test "$(head -2 "$T/first.tb" | tr '\n' '|')" = "version brain.Event:2|session 1 1|"
 "$TB" "$newf" > "$T/new.tb"
 check "the new event file: file_version, then SessionLog START at step 9 (checkpoint 8 + 1)" test "$(head -2 "$T/new.tb" | tr '\n' '|')" = "version brain.Event:2|session 9 1|"
 # TensorBoard's view: files in name order; a START at step s drops every earlier point with step >= s
@@ -133,6 +135,16 @@ for e in ea.Scalars("train/loss"):
 PY
     check "tensorboard's EventAccumulator reads the run ($rc)" test $rc = 0
     check "... and shows each step once, the resumed values" test "$(cat "$T/ea.loss")" = "$(cat "$T/view.loss")"
+    # the loader of tensorboard --load_fast=false (plugin_event_accumulator): it purged on the resumed
+    # file's START only when the first file had a START too (steps 9 and 10 showed twice before)
+    python3 - "$T/res/runs" <<'PY' > "$T/pea.steps" 2>"$T/pea.err"; rc=$?
+import sys
+from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1])
+ea.Reload()
+print(" ".join(str(e.step) for e in ea.Tensors("train/loss")))
+PY
+    check "tensorboard's plugin_event_accumulator (--load_fast=false): each step once ($rc: $(cat "$T/pea.steps"))" test "$(cat "$T/pea.steps")" = "1 2 3 4 5 6 7 8 9 10"
 else
     echo "SKIPPED: the tensorboard Python package is not installed here: EventAccumulator not tried"
 fi
