@@ -360,9 +360,38 @@ struct glm_backend {
     /* Seconds a collective may wait for the other ranks before it fails (default 1800, as
      * transformers' ddp_timeout); <= 0 restores the default. */
     void (*set_comm_timeout)(const glm_backend *be, double seconds);
-    /* Milliseconds spent blocked in comm waits (comm_wait on the CPU, comm_sync, all_reduce,
-     * all_reduce_host) since the last call with reset != 0. */
+    /* Milliseconds of communication that compute did not hide, since the last call with
+     * reset != 0: every wait on a transfer of this process, on every communicator (a comm_split
+     * group's waits count in its parent's total and the parent's in the group's: one total per
+     * process), whatever waits: the gradient all-reduce, --shard-base's all-gathers, the
+     * context-parallel ring's K|V and dK|dV sendrecvs, all_reduce_host.
+     * How it is measured:
+     *   CPU (MPI): the host blocks in every wait (comm_wait, comm_sync, sendrecv, all_reduce,
+     *     all_reduce_host): the wall-clock time from the wait's start to the request's completion.
+     *   CUDA: comm_wait (and sendrecv) make the compute stream wait for the communication stream
+     *     on the device, so the host never blocks there. Where the request is not already complete
+     *     when the wait is queued, two timing events are recorded on the compute stream, one just
+     *     before the cudaStreamWaitEvent and one just after it; the time between them is how long
+     *     the compute stream stalled on the transfer (zero when the transfer finished before the
+     *     compute reached the wait). The pairs are read (cudaEventElapsedTime) here, which
+     *     synchronises with them: call it after the step's work (the trainer does, after the
+     *     optimizer). comm_sync (host block after synchronising the compute stream) adds its
+     *     host wait. Cost: two event records per wait that could stall; none where the transfer
+     *     is already done.
+     * This is time this rank waited, not the transfers' duration: a transfer hidden behind compute
+     * counts 0. Test hook: GLMTUNE_COMM_DELAY_MS=d in the environment makes every transfer take
+     * at least d ms longer (CPU: its completion is held back until d ms after its start; CUDA: a
+     * host function sleeping d ms is queued on the communication stream before it), a slow
+     * interconnect simulated, so that tests can check the waits show up here. */
     double (*comm_wait_ms)(const glm_backend *be, int reset);
+    /* Bytes this process's rank has sent since the last call with reset != 0, by kind
+     * (glm_comm_kind), on every communicator (one total per process, as comm_wait_ms). Counted
+     * when an op starts, by the bytes each rank sends under the ring algorithms (the "bus
+     * bytes" of NCCL's performance notes): all-reduce of S bytes 2 (n - 1) / n x S; all-gather of
+     * shards of s bytes (n - 1) x s; sendrecv its bytes (0 to itself). NCCL may pick another
+     * algorithm (tree) whose wire bytes differ; these are the bytes lora/comm_plan.c predicts.
+     * World 1: nothing is counted. bytes [GLM_COMM_KINDS] is OVERWRITTEN. */
+    void (*comm_bytes)(const glm_backend *be, double *bytes, int reset);
     /* Stops every rank after an unrecoverable error on this one: prints nothing itself (the caller
      * reported the error). CPU: MPI_Abort(MPI_COMM_WORLD, code), which does not return. CUDA:
      * ncclCommAbort, then MPI_Abort when the ranks run under MPI; else it returns and the caller
@@ -401,6 +430,27 @@ struct glm_backend {
  * GLM_ERR_UNSUPPORTED (a packed format), the backend's matmul errors. */
 glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,
                            float beta, void *y, int64_t ldy);
+
+/* The kinds of communication counted by be->comm_bytes. */
+typedef enum {
+    GLM_COMM_ALL_REDUCE = 0, /* all_reduce / all_reduce_start of fp32 buffers (the LoRA gradients) */
+    GLM_COMM_ALL_GATHER,     /* all_gather_start (--shard-base's base weights) */
+    GLM_COMM_SENDRECV,       /* sendrecv / sendrecv_start (the context-parallel ring's K|V and dK|dV) */
+    GLM_COMM_HOST,           /* all_reduce_host (loss sums, decisions, the log's per-rank figures) */
+    GLM_COMM_KINDS
+} glm_comm_kind;
+
+/* "all_reduce", "all_gather", "sendrecv", "host": the kinds' names in metrics.jsonl. */
+const char *glm_comm_kind_name(int kind);
+
+/* The bytes one rank sends for a collective over `world` ranks (be->comm_bytes' rule): an
+ * all-reduce of `bytes` (2 (world - 1) / world x bytes), an all-gather of shards of `bytes`
+ * ((world - 1) x bytes). 0 for world <= 1. */
+double glm_comm_all_reduce_bytes(double bytes, int world);
+double glm_comm_all_gather_bytes(double shard_bytes, int world);
+
+/* GLMTUNE_COMM_DELAY_MS (the test hook of comm_wait_ms) in ms; 0 when unset or invalid. */
+double glm_comm_delay_ms(void);
 
 /* The phases of a training step, for profiling (be->phase). */
 typedef enum {

@@ -142,6 +142,12 @@ char *glm_metrics_json_line(const glm_metrics_rec *r) {
         for (int i = 0; i < r->n_ranks; i++) json_array_append_new(a, json_real(r->tokens_per_second_rank[i]));
         json_object_set_new(o, "tokens_per_second_per_rank", a);
         PUT("comm_exposed_share", r->comm_share);
+        if (r->comm_bytes) {
+            static const char *kinds[] = {"all_reduce", "all_gather", "sendrecv", "host"};
+            json_t *cb = json_object();
+            for (int k = 0; k < 4; k++) json_object_set_new(cb, kinds[k], json_real(r->comm_bytes[k]));
+            json_object_set_new(o, "comm_bytes_per_step", cb);
+        }
     }
     PUT("eval_loss", r->eval_loss);
     PUT("eval_perplexity", r->eval_perplexity);

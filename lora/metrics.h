@@ -35,6 +35,9 @@ typedef struct glm_metrics_rec {
     const double *tokens_per_second_rank;
     int n_ranks;
     double comm_share;
+    /* several ranks: rank 0's bytes sent per optimizer step over the window, by kind
+     * (GLM_COMM_KINDS entries: all_reduce, all_gather, sendrecv, host; be->comm_bytes); NULL: left out */
+    const double *comm_bytes;
     double eval_loss;         /* NaN unless an eval step */
     double eval_perplexity;   /* exp(eval_loss); NaN unless an eval step */
 } glm_metrics_rec;
@@ -56,7 +59,8 @@ typedef struct glm_metrics {
 glm_status glm_metrics_open(glm_metrics *m, const char *dir, bool tensorboard);
 /* Appends one line to metrics.jsonl (keys step, epoch, loss, grad_norm, learning_rate,
  * target_tokens, tokens_per_second, with several ranks tokens_per_second_per_rank (a list) and
- * comm_exposed_share, eval_loss, eval_perplexity; unset ones omitted) and one scalar per set
+ * comm_exposed_share and comm_bytes_per_step ({"all_reduce", "all_gather", "sendrecv", "host"}: rank
+ * 0's bytes sent per step, the window's mean), eval_loss, eval_perplexity; unset ones omitted) and one scalar per set
  * field to the event file (tags "train/loss", "train/grad_norm", "train/learning_rate",
  * "train/tokens_per_second", "train/tokens_per_second_per_rank" (their mean),
  * "train/comm_exposed_share", "train/epoch", "eval/loss", "eval/perplexity"), then flushes

@@ -74,6 +74,8 @@ typedef struct glm_train_opts {
     bool double_quantization;           /* 4-bit absmax quantized too */
     char *quantization_method;          /* bnb */
     double comm_timeout;                /* seconds a collective may wait (transformers' ddp_timeout) */
+    double interconnect_gbps;           /* --dry-run: the link's GB/s for the communication times; 0: the named defaults */
+    double gpu_tflops;                  /* --dry-run: useful TFLOP/s for the compute time; 0: the default */
     int64_t context_parallel;           /* ranks per row (lora/ring_attention.h); 1: off */
     int64_t seq_len;                    /* 0: the shards' row length; else must match it */
     char *dump_grads;                   /* file for the first step's gradients, or NULL */

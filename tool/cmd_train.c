@@ -205,6 +205,8 @@ int cmd_train(int argc, char **argv) {
         .comm_timeout = o.comm_timeout,
         .context_parallel = (int)o.context_parallel,
         .dry_run_world = 1,
+        .interconnect_gbps = o.interconnect_gbps,
+        .gpu_tflops = o.gpu_tflops,
         .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
     };
     json_decref(sj);

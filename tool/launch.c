@@ -175,10 +175,38 @@ int launch_parse_gpus(const char *gpus, int *devs, int max) {
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > 1023 || (*end && *end != ',') || k == max)
             return glm_err(GLM_ERR_ARG, "--gpus %s: expected comma-separated device ids (0,2,3)", gpus), -1;
-        for (int j = 0; j < k; j++)
-            if (devs[j] == v) return glm_err(GLM_ERR_ARG, "--gpus %s: device %ld is listed twice", gpus, v), -1;
-        devs[k++] = (int)v;
+        devs[k++] = (int)v; /* a device named again: several ranks share it (launch_gpus_shared) */
         p = *end ? end + 1 : end;
+    }
+    return k;
+}
+
+int launch_gpus_shared(const int *devs, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (devs[i] == devs[j]) return 1;
+    return 0;
+}
+
+/* NCCL's socket transport between ranks of one GPU: NCCL refuses two ranks of one host on one
+ * device, but ranks whose host ids differ are "other hosts" to it and reach each other through
+ * its network transport; that one is the socket transport over the loopback interface when
+ * InfiniBand is off. NCCL_HOSTID replaces the host hash NCCL derives from the host name;
+ * NCCL_NET=Socket and NCCL_IB_DISABLE=1 pick the socket transport; NCCL_SOCKET_IFNAME=lo lets
+ * it use loopback (which it skips unless named); NCCL_P2P_DISABLE and NCCL_SHM_DISABLE keep the
+ * intra-host transports out should NCCL still see the ranks as neighbours (NCCL 2.28
+ * environment variables, docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html). */
+static const char *const shared_env[][2] = {
+    {"NCCL_SOCKET_IFNAME", "lo"}, {"NCCL_NET", "Socket"}, {"NCCL_IB_DISABLE", "1"},
+    {"NCCL_P2P_DISABLE", "1"},    {"NCCL_SHM_DISABLE", "1"}, {"NCCL_NVLS_ENABLE", "0"},
+};
+
+int launch_shared_gpu_env(int rank, char **env, int max) {
+    int k = 0;
+    if (k < max && asprintf(&env[k], "NCCL_HOSTID=glmtune-shared-gpu-rank-%d", rank) >= 0) k++;
+    for (size_t i = 0; i < sizeof shared_env / sizeof *shared_env && k < max; i++) {
+        if (getenv(shared_env[i][0])) continue; /* the user's own setting stays */
+        if (asprintf(&env[k], "%s=%s", shared_env[i][0], shared_env[i][1]) >= 0) k++;
     }
     return k;
 }
@@ -287,6 +315,12 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
                   "--nproc N for CPU ranks", gpus);
     return GLM_EXIT_USAGE;
 #endif
+    int shared = launch_gpus_shared(devs, n);
+    if (shared)
+        glm_log_warn("--gpus %s names a GPU more than once: its ranks share it and talk over NCCL's socket transport "
+                     "(loopback), each with its own NCCL_HOSTID. This checks the multi-rank code paths' correctness "
+                     "only, never their speed; each rank plans its memory as if the GPU's free memory were its own "
+                     "(give --max-gpu-memory GiB per rank)", gpus);
     launch_child *ch = calloc((size_t)n, sizeof *ch);
     char **av = calloc((size_t)argc + 3, sizeof *av);
     av[0] = self;
@@ -294,19 +328,20 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
     for (int i = 0; i < argc; i++) av[i + 2] = argv[i];
     for (int r = 0; r < n; r++) {
         ch[r].argv = av;
-        ch[r].env = calloc(8, sizeof(char *));
+        ch[r].env = calloc(24, sizeof(char *));
         ch[r].env[0] = xstrdup_printf("GLMTUNE_RANK=%d", r);
         ch[r].env[1] = xstrdup_printf("GLMTUNE_WORLD_SIZE=%d", n);
         ch[r].env[2] = xstrdup_printf("GLMTUNE_LOCAL_RANK=%d", r);
         ch[r].env[3] = xstrdup_printf("GLMTUNE_DEVICE=%d", devs[r]);
         ch[r].env[4] = xstrdup_printf("GLMTUNE_NCCL_ID=%s", idhex);
         ch[r].env[5] = xstrdup_printf("GLMTUNE_SUPERVISED=1"); /* the settings' notes are printed here */
+        if (shared) launch_shared_gpu_env(r, ch[r].env + 6, 16);
         snprintf(ch[r].name, sizeof ch[r].name, "rank %d (GPU %d)", r, devs[r]);
     }
     if (!quiet) glm_log_info("starting %d worker(s), one per GPU (%s)", n, gpus);
     int code = launch_supervise(ch, n, 10.0);
     for (int r = 0; r < n; r++) {
-        for (int k = 0; k < 6; k++) free(ch[r].env[k]);
+        for (int k = 0; ch[r].env[k]; k++) free(ch[r].env[k]);
         free(ch[r].env);
     }
     free(ch);

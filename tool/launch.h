@@ -45,8 +45,21 @@ int launch_supervise(launch_child *c, int n, double grace_s);
  * supervised run. gpus: the option's value or NULL; nproc: 0 or the CPU rank count. */
 int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet);
 
-/* Parses --gpus: "N" -> devices 0..N-1, "a,b,c" -> those ids (no repeats). Fills devs (at most
- * max) and returns the count, or -1 with a message (glm_errmsg) for a malformed value. */
+/* Parses --gpus: "N" -> devices 0..N-1, "a,b,c" -> those ids, in that order; an id may repeat
+ * ("0,0": two ranks on GPU 0, launch_gpus_shared). Fills devs (at most max) and returns the
+ * count, or -1 with a message (glm_errmsg) for a malformed value. */
 int launch_parse_gpus(const char *gpus, int *devs, int max);
+
+/* 1 when a device appears more than once in devs[n]: the ranks of that GPU share it, which NCCL
+ * allows only between "hosts", so launch_train gives each worker launch_shared_gpu_env's
+ * variables and prints one warning that such a run checks correctness, never speed. */
+int launch_gpus_shared(const int *devs, int n);
+
+/* The environment of rank `rank` of a run whose GPUs repeat: NCCL_HOSTID=glmtune-shared-gpu-rank-R
+ * (its own "host"), and NCCL's socket transport over loopback: NCCL_SOCKET_IFNAME=lo, NCCL_NET=Socket,
+ * NCCL_IB_DISABLE=1, NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1, NCCL_NVLS_ENABLE=0, each unless the
+ * environment sets it already (NCCL_HOSTID always). Writes at most max malloc'd "NAME=value"
+ * strings to env and returns how many. */
+int launch_shared_gpu_env(int rank, char **env, int max);
 
 #endif

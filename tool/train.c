@@ -557,6 +557,7 @@ static void teardown(run_state *rs) {
  * tokens and comm_ms are this rank's: its rows' tokens and its time blocked in communication. */
 typedef struct {
     double loss_sum, gnorm_sum, seconds, tokens, comm_ms;
+    double comm_bytes[GLM_COMM_KINDS]; /* bytes this rank sent in the window's steps, by kind */
     int64_t steps, targets;
 } log_window;
 
@@ -829,10 +830,12 @@ glm_status train_run(const train_settings *ts) {
     log_window win = {0};
     bool tty = isatty(2) && !ts->quiet && rank == 0;
     bool agreed_failure = s != GLM_OK; /* setup failures were agreed: every rank stops by itself */
+    double cbytes[GLM_COMM_KINDS], cbytes_step[GLM_COMM_KINDS];
     if (s == GLM_OK) be->comm_wait_ms(be, 1);
     while (s == GLM_OK && rs.step < rs.total_steps) {
         double t_step = glm_now();
         be->comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
+        be->comm_bytes(be, cbytes, 1); /* and so are their bytes */
         uint32_t got;
         /* the global batch: the loader's position is global and the same on every rank */
         if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
@@ -891,6 +894,8 @@ glm_status train_run(const train_settings *ts) {
         win.tokens += step_tokens;
         win.seconds += glm_now() - t_step;
         win.comm_ms += be->comm_wait_ms(be, 1);
+        be->comm_bytes(be, cbytes, 1);
+        for (int k = 0; k < GLM_COMM_KINDS; k++) win.comm_bytes[k] += cbytes[k];
         run_loss_sum += loss;
         run_losses++;
         double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_units;
@@ -933,6 +938,8 @@ glm_status train_run(const train_settings *ts) {
                 mr.tokens_per_second_rank = tps_rank;
                 mr.n_ranks = W;
                 mr.comm_share = comm_share;
+                for (int k = 0; k < GLM_COMM_KINDS; k++) cbytes_step[k] = win.comm_bytes[k] / (double)win.steps;
+                mr.comm_bytes = cbytes_step;
             }
             s = glm_metrics_log(&mx, &mr);
             json_array_append_new(rs.history, history_train(wloss, wgnorm, lr, epoch, rs.step));

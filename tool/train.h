@@ -32,6 +32,8 @@ typedef struct train_settings {
     bool double_quant;        /* --double-quantization */
     double comm_timeout;      /* seconds a collective may wait (--comm-timeout / ddp_timeout) */
     int dry_run_world;        /* --dry-run: the ranks to plan for (--gpus / --nproc; 1 otherwise) */
+    double interconnect_gbps; /* --dry-run: the link's GB/s (0: NVLink and PCIe defaults) */
+    double gpu_tflops;        /* --dry-run: useful TFLOP/s per GPU (0: GLM_DEFAULT_GPU_TFLOPS) */
     int context_parallel;     /* --context-parallel: ranks per row (1: off); must divide the world */
     bool by_sample;           /* packing false: a micro-batch is B samples (documents) concatenated in one row */
     const char *save_strategy, *eval_strategy, *logging_strategy; /* steps | epoch | no */

@@ -19,6 +19,7 @@
 #include "dataset/loader.h"
 #include "kernels/backend.h"
 #include "lora/checkpoint.h"
+#include "lora/comm_plan.h"
 #include "lora/config.h"
 #include "lora/lora.h"
 #include "lora/metrics.h"
@@ -315,6 +316,28 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                    po.total / G, po.host / G,
                    po.fits && po.host > o.host_budget ? ": more than the host memory planned for, see below" : "");
         }
+    }
+    if (W > 1) { /* the step's communication (lora/comm_plan.h) */
+        glm_comm_plan_in ci = {.cfg = &cfg, .lora_params = li.params, .plan = &p, .world = W, .cp = cp,
+                               .shard_base = ts->shard_base, .accum = (int)ts->gradient_accumulation_steps,
+                               .act_bytes = eb, .acc_bytes = cpu ? 8 : 4, .weight_bytes = eb, .base_format = o.base_format,
+                               .double_quant = o.double_quant, .tflops = ts->gpu_tflops};
+        glm_comm_plan cpn;
+        glm_comm_plan_make(&ci, &cpn);
+        glm_link links[3] = {{"NVLink 4 (450 GB/s)", GLM_LINK_NVLINK_GBPS},
+                             {"PCIe 5.0 x16 (64 GB/s)", GLM_LINK_PCIE5_GBPS},
+                             {"PCIe 4.0 x16 (32 GB/s)", GLM_LINK_PCIE4_GBPS}};
+        char lname[64];
+        int nl = 3;
+        if (ts->interconnect_gbps > 0) {
+            snprintf(lname, sizeof lname, "--interconnect-gbps %g", ts->interconnect_gbps);
+            links[0] = (glm_link){lname, ts->interconnect_gbps};
+            nl = 1;
+        }
+        if (cpu) printf("(--device cpu: the ranks talk over MPI; the times below are for GPUs at these links)\n");
+        glm_comm_plan_print(&ci, &cpn, links, nl, stdout);
+    } else if (ts->interconnect_gbps > 0 || ts->gpu_tflops > 0) {
+        printf("--interconnect-gbps / --gpu-tflops: not used with one rank (no communication to time)\n");
     }
 #ifdef GLMTUNE_HAVE_CUDA
     if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);

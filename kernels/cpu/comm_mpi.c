@@ -30,6 +30,7 @@
 
 static double g_timeout_s = 1800.0; /* transformers' ddp_timeout default */
 static double g_wait_ms;
+static double g_bytes[GLM_COMM_KINDS]; /* comm_bytes: this process's sends by kind */
 
 static double now_s(void) {
     struct timespec ts;
@@ -102,8 +103,10 @@ typedef struct {
     int used;
     MPI_Request r[2]; /* sendrecv uses two */
     int nr;
+    double not_before; /* GLMTUNE_COMM_DELAY_MS: the earliest completion (monotonic seconds); 0: none */
     char what[112];
 } pending;
+static double g_delay_s = -1; /* GLMTUNE_COMM_DELAY_MS / 1000, read once */
 static pending g_req[MAX_REQ];
 static int g_req_hint;
 
@@ -113,6 +116,8 @@ static glm_status new_req(int *id, const char *what) {
         if (!g_req[i].used) {
             g_req[i].used = 1;
             g_req[i].nr = 0;
+            if (g_delay_s < 0) g_delay_s = glm_comm_delay_ms() / 1e3;
+            g_req[i].not_before = g_delay_s > 0 ? now_s() + g_delay_s : 0;
             snprintf(g_req[i].what, sizeof g_req[i].what, "%s", what);
             g_req_hint = (i + 1) % MAX_REQ;
             *id = i;
@@ -136,7 +141,7 @@ static glm_status wait_req(int i) {
             p->used = 0;
             return mpi_fail(rc, p->what);
         }
-        if (flag) break;
+        if (flag && (!p->not_before || now_s() >= p->not_before)) break;
         double el = now_s() - t0;
         if (el > g_timeout_s) {
             p->used = 0;
@@ -199,6 +204,7 @@ static glm_status cpu_all_reduce_start(const glm_backend *be, float *x, int64_t 
         return mpi_fail(rc, what);
     }
     p->nr = 1;
+    g_bytes[GLM_COMM_ALL_REDUCE] += glm_comm_all_reduce_bytes(4.0 * (double)n, be->world);
     return GLM_OK;
 }
 
@@ -227,6 +233,7 @@ static glm_status cpu_all_gather_start(const glm_backend *be, void *dst, const v
         return mpi_fail(rc, what);
     }
     p->nr = 1;
+    g_bytes[GLM_COMM_ALL_GATHER] += glm_comm_all_gather_bytes((double)shard_bytes, be->world);
     return GLM_OK;
 }
 
@@ -268,6 +275,7 @@ static glm_status cpu_all_reduce_host(const glm_backend *be, double *x, int n) {
         return mpi_fail(rc, what);
     }
     p->nr = 1;
+    g_bytes[GLM_COMM_HOST] += glm_comm_all_reduce_bytes(8.0 * n, be->world);
     return wait_req(id);
 }
 
@@ -303,6 +311,7 @@ static glm_status cpu_sendrecv_start(const glm_backend *be, const void *send, in
         *req = -1;
         return mpi_fail(rc, what);
     }
+    if (dst != be->rank) g_bytes[GLM_COMM_SENDRECV] += (double)bytes;
     return GLM_OK;
 }
 
@@ -431,6 +440,29 @@ static double cpu_comm_wait_ms(const glm_backend *be, int reset) {
     return v;
 }
 
+static void cpu_comm_bytes(const glm_backend *be, double *bytes, int reset) {
+    for (int k = 0; k < GLM_COMM_KINDS; k++) {
+        bytes[k] = g_bytes[k];
+        if (reset) g_bytes[k] = 0;
+    }
+}
+
+const char *glm_comm_kind_name(int kind) {
+    static const char *names[GLM_COMM_KINDS] = {"all_reduce", "all_gather", "sendrecv", "host"};
+    return kind >= 0 && kind < GLM_COMM_KINDS ? names[kind] : "?";
+}
+
+double glm_comm_all_reduce_bytes(double bytes, int world) { return world > 1 ? 2.0 * (world - 1) / world * bytes : 0; }
+double glm_comm_all_gather_bytes(double shard_bytes, int world) { return world > 1 ? (double)(world - 1) * shard_bytes : 0; }
+
+double glm_comm_delay_ms(void) {
+    const char *s = getenv("GLMTUNE_COMM_DELAY_MS");
+    if (!s || !*s) return 0;
+    char *end;
+    double v = strtod(s, &end);
+    return *end || !(v > 0) || v > 1e6 ? 0 : v;
+}
+
 /* Fills the communication ops of a CPU backend table (backend_cpu.c calls it for its static
  * world-1 table; glm_backend_cpu_dist for the MPI one). */
 void glm_cpu_comm_ops(glm_backend *b) {
@@ -447,6 +479,7 @@ void glm_cpu_comm_ops(glm_backend *b) {
     b->comm_free = cpu_comm_free;
     b->set_comm_timeout = cpu_set_comm_timeout;
     b->comm_wait_ms = cpu_comm_wait_ms;
+    b->comm_bytes = cpu_comm_bytes;
     b->comm_abort = cpu_comm_abort;
 }
 

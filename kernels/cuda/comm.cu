@@ -13,10 +13,18 @@
  * comm_sync synchronises the compute stream, then polls every outstanding "done" event from the
  * host, checking ncclCommGetAsyncError, under the timeout: the time spent there is the
  * communication that the compute did not hide. On a timeout or an NCCL error the communicator is
- * aborted (ncclCommAbort) and the error names the rank and the call. */
+ * aborted (ncclCommAbort) and the error names the rank and the call.
+ *
+ * Exposed communication (comm_wait_ms, kernels/backend.h says how it is measured): a comm_wait
+ * on a request that is not yet complete brackets its cudaStreamWaitEvent with two timing events
+ * on the compute stream; their distance is the compute stream's stall. The pairs, the host waits
+ * and the byte counters live in one ledger per process, shared by the comm_split groups. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+#include <utility>
 
 #include <vector>
 
@@ -31,10 +39,20 @@ struct comm_req {
     char what[112] = "";
 };
 
+/* One per process (the world backend's), shared by its comm_split groups. */
+struct comm_ledger {
+    double wait_ms = 0;                       /* host waits (comm_sync) and resolved stalls */
+    double bytes[GLM_COMM_KINDS] = {0, 0, 0, 0};
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> stalls; /* recorded on the compute stream, not yet read */
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pool;   /* read pairs for reuse */
+    double delay_ms = -1;                     /* GLMTUNE_COMM_DELAY_MS, read once */
+};
+
 struct comm_state {
     std::vector<comm_req> req;
     double timeout_s = 1800.0;
-    double wait_ms = 0;
+    comm_ledger *led = nullptr;
+    bool owns_ledger = false;
 };
 
 static double now_s() {
@@ -45,6 +63,8 @@ static double now_s() {
 
 glm_status comm_init(cuda_impl *I) {
     I->cstate = new comm_state();
+    I->cstate->led = new comm_ledger();
+    I->cstate->owns_ledger = true;
     CU(cudaStreamCreateWithFlags(&I->cs, cudaStreamNonBlocking), "communication stream");
     return GLM_OK;
 }
@@ -53,6 +73,12 @@ void comm_destroy(cuda_impl *I) {
     if (I->cstate) {
         for (comm_req &r : I->cstate->req)
             if (r.done) cudaEventDestroy(r.done);
+        if (I->cstate->owns_ledger) {
+            comm_ledger *L = I->cstate->led;
+            for (auto &e : L->stalls) cudaEventDestroy(e.first), cudaEventDestroy(e.second);
+            for (auto &e : L->pool) cudaEventDestroy(e.first), cudaEventDestroy(e.second);
+            delete L;
+        }
         delete I->cstate;
         I->cstate = nullptr;
     }
@@ -66,7 +92,60 @@ void comm_release_waited(cuda_impl *I) {
         if (r.used && r.device_waited) r.used = false;
 }
 
+/* Reads the recorded stall pairs (waiting for each pair's second event) into wait_ms. */
+static void ledger_resolve(comm_ledger *L) {
+    for (auto &e : L->stalls) {
+        float ms = 0;
+        if (cudaEventSynchronize(e.second) == cudaSuccess && cudaEventElapsedTime(&ms, e.first, e.second) == cudaSuccess)
+            L->wait_ms += ms;
+        L->pool.push_back(e);
+    }
+    L->stalls.clear();
+    cudaGetLastError(); /* a failed read leaves no sticky error (the next op reports real failures) */
+}
+
 #ifdef GLMTUNE_HAVE_NCCL
+
+/* Sleeps GLMTUNE_COMM_DELAY_MS on the communication stream (the test hook of comm_wait_ms). */
+static void CUDART_CB delay_fn(void *ms) {
+    double d = *(double *)ms;
+    struct timespec ts = {(time_t)(d / 1e3), (long)(fmod(d, 1e3) * 1e6)};
+    nanosleep(&ts, nullptr);
+}
+
+/* A stall bracket on the compute stream: the first event, when any of the requests to be waited
+ * for (req < 0: all outstanding ones not yet waited for) is not complete now; else none (*on = 0). */
+static glm_status stall_open(cuda_impl *I, int req, int *on, std::pair<cudaEvent_t, cudaEvent_t> *pr) {
+    *on = 0;
+    comm_state *C = I->cstate;
+    int pending = 0;
+    for (size_t i = 0; i < C->req.size() && !pending; i++) {
+        comm_req &q = C->req[i];
+        if (!q.used || q.device_waited || (req >= 0 && (int)i != req)) continue;
+        if (cudaEventQuery(q.done) != cudaSuccess) pending = 1;
+    }
+    cudaGetLastError(); /* cudaErrorNotReady is not an error */
+    if (!pending) return GLM_OK;
+    comm_ledger *L = C->led;
+    if (L->stalls.size() >= 4096) ledger_resolve(L); /* a long run between reads: bound the list */
+    if (!L->pool.empty()) {
+        *pr = L->pool.back();
+        L->pool.pop_back();
+    } else {
+        CU(cudaEventCreate(&pr->first), "comm_wait timing event");
+        CU(cudaEventCreate(&pr->second), "comm_wait timing event");
+    }
+    CU(cudaEventRecord(pr->first, I->s), "comm_wait timing event");
+    *on = 1;
+    return GLM_OK;
+}
+
+static glm_status stall_close(cuda_impl *I, int on, std::pair<cudaEvent_t, cudaEvent_t> pr) {
+    if (!on) return GLM_OK;
+    CU(cudaEventRecord(pr.second, I->s), "comm_wait timing event");
+    I->cstate->led->stalls.push_back(pr);
+    return GLM_OK;
+}
 
 static glm_status nccl_fail(const glm_backend *be, ncclResult_t r, const char *what) {
     return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s failed: NCCL: %s (%s)", be->rank, be->world, what,
@@ -98,6 +177,9 @@ static glm_status begin(const glm_backend *be, const char *what, int *id) {
     cudaEvent_t ready = r.done; /* reused: recorded on s, waited by cs, then re-recorded on cs */
     CU(cudaEventRecord(ready, I->s), what);
     CU(cudaStreamWaitEvent(I->cs, ready, 0), what);
+    comm_ledger *L = C->led;
+    if (L->delay_ms < 0) L->delay_ms = glm_comm_delay_ms();
+    if (L->delay_ms > 0) CU(cudaLaunchHostFunc(I->cs, delay_fn, &L->delay_ms), "GLMTUNE_COMM_DELAY_MS");
     *id = k;
     return GLM_OK;
 }
@@ -119,6 +201,7 @@ static glm_status cu_all_reduce_start(const glm_backend *be, float *x, int64_t n
     char what[112];
     snprintf(what, sizeof what, "ncclAllReduce (sum of %lld floats)", (long long)n);
     GLM_TRY(begin(be, what, req));
+    IMPL(be)->cstate->led->bytes[GLM_COMM_ALL_REDUCE] += glm_comm_all_reduce_bytes(4.0 * (double)n, be->world);
     return finish(be, *req, ncclAllReduce(x, x, (size_t)n, ncclFloat, ncclSum, IMPL(be)->comm, IMPL(be)->cs));
 }
 
@@ -132,6 +215,7 @@ static glm_status cu_all_gather_start(const glm_backend *be, void *dst, const vo
     char what[112];
     snprintf(what, sizeof what, "ncclAllGather (%zu bytes per rank)", shard_bytes);
     GLM_TRY(begin(be, what, req));
+    IMPL(be)->cstate->led->bytes[GLM_COMM_ALL_GATHER] += glm_comm_all_gather_bytes((double)shard_bytes, be->world);
     return finish(be, *req, ncclAllGather(src, dst, shard_bytes, ncclInt8, IMPL(be)->comm, IMPL(be)->cs));
 }
 
@@ -148,6 +232,7 @@ static glm_status cu_sendrecv_start(const glm_backend *be, const void *send, int
     char what[112];
     snprintf(what, sizeof what, "ncclSend/ncclRecv (%zu bytes to rank %d, from rank %d of %d)", bytes, dst, src, be->world);
     GLM_TRY(begin(be, what, req));
+    if (dst != be->rank) I->cstate->led->bytes[GLM_COMM_SENDRECV] += (double)bytes;
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess) r = ncclSend(send, bytes, ncclInt8, dst, I->comm, I->cs);
     if (r == ncclSuccess) r = ncclRecv(recv, bytes, ncclInt8, src, I->comm, I->cs);
@@ -163,9 +248,12 @@ static glm_status cu_sendrecv(const glm_backend *be, const void *send, int dst, 
     if (id < 0) return GLM_OK;
     cuda_impl *I = IMPL(be);
     comm_req &q = I->cstate->req[id];
+    int on;
+    std::pair<cudaEvent_t, cudaEvent_t> pr;
+    GLM_TRY(stall_open(I, id, &on, &pr));
     CU(cudaStreamWaitEvent(I->s, q.done, 0), q.what);
     q.device_waited = true;
-    return GLM_OK;
+    return stall_close(I, on, pr);
 }
 
 static glm_status cu_comm_wait(const glm_backend *be, int req) {
@@ -174,13 +262,16 @@ static glm_status cu_comm_wait(const glm_backend *be, int req) {
     comm_state *C = I->cstate;
     if (req >= (int)C->req.size() || (req >= 0 && !C->req[req].used))
         return glm_err(GLM_ERR_INTERNAL, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
+    int on;
+    std::pair<cudaEvent_t, cudaEvent_t> pr;
+    GLM_TRY(stall_open(I, req, &on, &pr));
     for (size_t i = 0; i < C->req.size(); i++) {
         comm_req &q = C->req[i];
         if (!q.used || q.device_waited || (req >= 0 && (int)i != req)) continue;
         CU(cudaStreamWaitEvent(I->s, q.done, 0), q.what);
         q.device_waited = true;
     }
-    return GLM_OK;
+    return stall_close(I, on, pr);
 }
 
 static glm_status cu_comm_sync(const glm_backend *be) {
@@ -214,7 +305,7 @@ static glm_status cu_comm_sync(const glm_backend *be) {
                 q.used = false;
                 ncclCommAbort(I->comm); /* frees the stuck kernels so the process can exit */
                 I->comm = nullptr;
-                C->wait_ms += el * 1e3;
+                C->led->wait_ms += el * 1e3;
                 return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s did not complete within %g s: another rank has "
                                "stopped, died or is stuck (its own messages say which); hint: --ddp-timeout SECONDS sets "
                                "this limit", be->rank, be->world, q.what, C->timeout_s);
@@ -225,7 +316,7 @@ static glm_status cu_comm_sync(const glm_backend *be) {
         }
         q.used = false;
     }
-    C->wait_ms += (now_s() - t0) * 1e3;
+    C->led->wait_ms += (now_s() - t0) * 1e3;
     return GLM_OK;
 }
 
@@ -245,6 +336,7 @@ static glm_status cu_all_reduce_host(const glm_backend *be, double *x, int n) {
     snprintf(what, sizeof what, "ncclAllReduce (sum of %d doubles)", n);
     int id;
     GLM_TRY(begin(be, what, &id));
+    I->cstate->led->bytes[GLM_COMM_HOST] += glm_comm_all_reduce_bytes(8.0 * n, be->world);
     GLM_TRY(finish(be, id, ncclAllReduce(d, d, (size_t)n, ncclDouble, ncclSum, I->comm, I->cs)));
     GLM_TRY(cu_comm_sync(be));
     CU(cudaMemcpy(x, d, (size_t)n * 8, cudaMemcpyDeviceToHost), "all_reduce_host");
@@ -317,6 +409,9 @@ static glm_status cu_comm_split(const glm_backend *be, int color, int key, const
         return st;
     }
     J->cstate->timeout_s = I->cstate->timeout_s;
+    delete J->cstate->led; /* the group shares the process's ledger */
+    J->cstate->led = I->cstate->led;
+    J->cstate->owns_ledger = false;
 #ifdef GLMTUNE_HAVE_NCCL
     if (be->world > 1) {
         ncclResult_t r = ncclCommSplit(I->comm, color, key, &J->comm, nullptr);
@@ -357,10 +452,19 @@ static void cu_comm_progress(const glm_backend *be) {}
 static void cu_set_comm_timeout(const glm_backend *be, double s) { IMPL(be)->cstate->timeout_s = s > 0 ? s : 1800.0; }
 
 static double cu_comm_wait_ms(const glm_backend *be, int reset) {
-    comm_state *C = IMPL(be)->cstate;
-    double v = C->wait_ms;
-    if (reset) C->wait_ms = 0;
+    comm_ledger *L = IMPL(be)->cstate->led;
+    ledger_resolve(L);
+    double v = L->wait_ms;
+    if (reset) L->wait_ms = 0;
     return v;
+}
+
+static void cu_comm_bytes(const glm_backend *be, double *bytes, int reset) {
+    comm_ledger *L = IMPL(be)->cstate->led;
+    for (int k = 0; k < GLM_COMM_KINDS; k++) {
+        bytes[k] = L->bytes[k];
+        if (reset) L->bytes[k] = 0;
+    }
 }
 
 void comm_ops(glm_backend *b) {
@@ -377,6 +481,7 @@ void comm_ops(glm_backend *b) {
     b->comm_free = cu_comm_free;
     b->set_comm_timeout = cu_set_comm_timeout;
     b->comm_wait_ms = cu_comm_wait_ms;
+    b->comm_bytes = cu_comm_bytes;
     b->comm_abort = cu_comm_abort;
 }
 

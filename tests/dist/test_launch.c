@@ -133,7 +133,29 @@ int main(void) {
     int d[8];
     CHECK(launch_parse_gpus("3", d, 8) == 3 && d[0] == 0 && d[2] == 2, "--gpus 3");
     CHECK(launch_parse_gpus("0,2,3", d, 8) == 3 && d[1] == 2 && d[2] == 3, "--gpus 0,2,3");
-    CHECK(launch_parse_gpus("2,2", d, 8) < 0 && strstr(glm_errmsg(), "listed twice"), "repeated id refused");
+    CHECK(launch_parse_gpus("2,2", d, 8) == 2 && d[0] == 2 && d[1] == 2 && launch_gpus_shared(d, 2), "--gpus 2,2: two ranks on GPU 2");
+    CHECK(launch_parse_gpus("0,1,0", d, 8) == 3 && launch_gpus_shared(d, 3) && launch_parse_gpus("0,1", d, 8) == 2 &&
+          !launch_gpus_shared(d, 2), "a repeated GPU is detected, distinct ones are not");
+    {
+        char *e[16] = {0};
+        setenv("NCCL_SOCKET_IFNAME", "eth7", 1);
+        int k0 = launch_shared_gpu_env(0, e, 16), hostid = 0, lo = 0, net = 0;
+        char *e1[16] = {0};
+        int k1 = launch_shared_gpu_env(1, e1, 16);
+        for (int i = 0; i < k0; i++) {
+            hostid += !strcmp(e[i], "NCCL_HOSTID=glmtune-shared-gpu-rank-0");
+            lo += !strncmp(e[i], "NCCL_SOCKET_IFNAME=", 19);
+            net += !strcmp(e[i], "NCCL_NET=Socket") || !strcmp(e[i], "NCCL_P2P_DISABLE=1") || !strcmp(e[i], "NCCL_SHM_DISABLE=1");
+        }
+        CHECK(k0 == k1 && hostid == 1 && !strcmp(e1[0], "NCCL_HOSTID=glmtune-shared-gpu-rank-1") && lo == 0 && net == 3,
+              "shared GPU: each rank its own NCCL_HOSTID, the socket transport, the user's NCCL_SOCKET_IFNAME kept");
+        unsetenv("NCCL_SOCKET_IFNAME");
+        char *e2[16] = {0};
+        int k2 = launch_shared_gpu_env(0, e2, 16), lo2 = 0;
+        for (int i = 0; i < k2; i++) lo2 += !strcmp(e2[i], "NCCL_SOCKET_IFNAME=lo");
+        CHECK(lo2 == 1, "shared GPU: NCCL_SOCKET_IFNAME=lo when the user set none");
+        for (int i = 0; i < 16; i++) free(e[i]), free(e1[i]), free(e2[i]);
+    }
     CHECK(launch_parse_gpus("1,x", d, 8) < 0 && launch_parse_gpus("0", d, 8) < 0 && launch_parse_gpus("9", d, 8) < 0,
           "malformed values refused");
     unlink(logpath);
