@@ -8,7 +8,9 @@
 #    GLM_SHARED=.device/gpu/shared. The GPU machine lacks libarchive-dev and libyaml-dev, so it
 #    cannot configure the project itself.
 #  - build: no .device/gpu: cmake + ninja with CUDA into build-gpu, then `ctest -L cuda`.
-# Logs go to $OUT (when set) as cuda_ops.log and cuda_model.log. Exit status: 0 when every test
+# Logs go to $OUT (when set) as cuda_ops.log and cuda_model.log; then (prebuilt mode) cli_check.sh,
+# and multi.sh and cp.sh in their one-GPU mode (issue 18: --gpus 0,0 over NCCL's socket
+# transport) with their tables in $OUT/multi.txt, $OUT/cp.txt and logs multi.log, cp.log. Exit status: 0 when every test
 # passed or was skipped, 1 otherwise.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -79,6 +81,19 @@ if [ -x "$pre/bin/glmtune" ]; then
   echo
   echo "== glmtune train --device cuda vs --device cpu (tests/gpu/cli_check.sh) =="
   bash "$root/tests/gpu/cli_check.sh" || fail=1
+  # the multi-rank paths over NCCL (issue 18): on one GPU its ranks share it (--gpus 0,0: the
+  # socket transport, correctness only); tables in $OUT/multi.txt and $OUT/cp.txt
+  for t in multi cp; do
+    echo
+    echo "== tests/gpu/$t.sh (data parallel, --shard-base, context parallel, bytes, comm share) =="
+    start=$(date +%s.%N)
+    OUT=$logdir timeout "${GLM_MULTI_LIMIT:-300}" bash "$root/tests/gpu/$t.sh" >"$logdir/$t.log" 2>&1
+    rc=$?
+    end=$(date +%s.%N)
+    if [ -s "$logdir/$t.txt" ]; then cat "$logdir/$t.txt"; else tail -25 "$logdir/$t.log"; fi
+    case $rc in 0) res=passed ;; 77) res=skipped ;; 124) res="FAILED (timeout)"; fail=1 ;; *) res="FAILED (exit $rc)"; fail=1 ;; esac
+    printf '%-18s %-18s %8.1f s\n' "$t.sh" "$res" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" >>"$logdir/summary.txt"
+  done
 fi
 echo
 cat "$logdir/summary.txt" 2>/dev/null

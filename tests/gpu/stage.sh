@@ -47,6 +47,24 @@ PY
       --data "$out/cli/$layout-shards" --output-dir "$out/cli/$layout-cpu" $(cat "$root/tests/gpu/cli_flags.txt") \
       --dump-grads "$out/cli/$layout-cpu-grads.safetensors"
 done
+# for tests/gpu/cp.sh: its rows of 50 tokens and the 1-rank run on the CPU (the specification its
+# tolerance analysis compares every CUDA run with): the same documents as cp.sh writes
+mkdir -p "$out/cp"
+python3 - "$out/cp/docs.jsonl" <<'PY'
+import random, sys, json
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    for n in (50, 30, 27, 26, 24, 23, 11, 9):
+        ids = [random.randrange(512) for _ in range(n)]
+        labels = [-100 if t == 0 or random.random() < 0.15 else ids[t] for t in range(n)]
+        f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+PY
+"$build/tool/glmtune" tokenize --quiet --seq-len 50 -o "$out/cp/s50" "$out/cp/docs.jsonl"
+"$build/tool/glmtune" train --quiet --device cpu --model "$shared/fixtures/tiny-glm4/chatglm" \
+    --init-adapter "$shared/fixtures/tiny-glm4/chatglm/adapter_init" --data "$out/cp/s50" --lora-target all --lora-rank 4 \
+    --lora-alpha 8 --learning-rate 1e-3 --lr-scheduler-type constant --max-steps 2 --logging-steps 1 --seed 5 \
+    --per-device-train-batch-size 1 --gradient-accumulation-steps 4 --gradient-checkpointing full \
+    --output-dir "$out/cp/cpu" --dump-grads "$out/cp/cpu.st"
 # (libmpi and its Open MPI libraries are copied: glmtune links MPI, which it only initialises
 # under mpirun / --nproc; the --gpus workers use NCCL)
 skip='^(libopenblas|libgfortran|libquadmath|libsentencepiece|libpcre2-8|libjansson|linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas\.|libcublasLt\.|libnccl\.)'

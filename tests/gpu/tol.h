@@ -31,7 +31,25 @@
  *   GPU with cuDNN's attention, whose backward accumulates dQ with atomics (the order varies), so
  *   the LoRA grads of two runs differ in the last bf16 bits, amplified like the grads above:
  *   measured 1.6e-3 to 2.8e-3 (8 layers, 8192 tokens, H200). With glmtune's own attention kernels
- *   the same comparison is exact (tolerance 0). A stale or torn layer input gives O(1). */
+ *   the same comparison is exact (tolerance 0). A stale or torn layer input gives O(1).
+ * TOL_CP_LOSS = 1e-2, TOL_CP_GRAD = 3e-2 (tests/gpu/cp.sh): context parallel (the ring over
+ *   2 or 4 ranks) against one GPU, the tiny fixture, step 1's LoRA gradients per tensor (worst
+ *   tensor). Both sides are bf16 CUDA runs of the same step: neither is the truth, each is within
+ *   the whole-step bf16 error of the CPU specification, which test_cuda_model measures at
+ *   1.3e-2 to 1.4e-2 overall and 1.9e-2 for the worst tensor (TOL_MODEL_GRAD above). The ring
+ *   computes attention with glmtune's own block kernels (kernels/cuda/attention.cu) on key
+ *   blocks of S = T/2n tokens, merging the blocks' f32 results and rounding once to bf16, and
+ *   its rows of 2S local tokens run every other GEMM with other shapes; the 1-GPU run uses
+ *   cuDNN's whole-row kernels. Their roundings are different draws of the same size, largely
+ *   independent, so the two runs differ by about sqrt(2) x each one's error against the CPU:
+ *   ~2.0e-2 overall, ~2.7e-2 for the worst tensor, hence 3e-2. Issue 18 measured 1.46e-2 with
+ *   --context-parallel 2 against cp.sh's former 1e-2, which sat below this noise floor (1e-2 is
+ *   what two bf16 runs of equal shapes reach, not two of different shapes). The loss, a mean over
+ *   targets, averages the rounding out (measured 1.9e-4). What separates rounding from a bug:
+ *   cp.sh also compares every run, the ring's included, with the CPU backend (each must be within
+ *   TOL_MODEL_GRAD, like any CUDA step), and prints the 1-GPU run with glmtune's own kernels
+ *   (GLMTUNE_ATTENTION=glmtune) against the cuDNN one and against the ring: a mask, chunk-order
+ *   or merge bug in the ring gives O(1) against the CPU, far above TOL_MODEL_GRAD. */
 #ifndef GLM_TESTS_GPU_TOL_H
 #define GLM_TESTS_GPU_TOL_H
 
@@ -42,5 +60,7 @@ static const double TOL_MODEL_LOGITS = 3e-2;
 static const double TOL_MODEL_LOSS = 1e-2;
 static const double TOL_MODEL_GRAD = 5e-2;
 static const double TOL_RERUN_CUDNN = 1e-2;
+static const double TOL_CP_LOSS = 1e-2;
+static const double TOL_CP_GRAD = 3e-2;
 
 #endif
