@@ -85,7 +85,7 @@ struct glm_backend {
      * every copy queued before it, is done; an op that reads an upload's destination or writes a
      * download's source must be queued after its copy_wait. be->sync waits for every copy. The
      * host must not read a download's destination or change an upload's source before be->sync.
-     * CPU: memcpy at once; the tickets are 0 and copy_wait does nothing. Errors: GLM_ERR_INTERNAL
+     * CPU: memcpy at once; the tickets are 0 and copy_wait does nothing. Errors: GLM_ERR_DEVICE
      * naming the copy (CUDA). */
     glm_status (*upload_async)(const glm_backend *be, void *dst, const void *host_src, size_t bytes, int after_ops,
                                uint64_t *ticket);
@@ -304,7 +304,7 @@ struct glm_backend {
      * The communicator behind these ops: CPU, MPI (kernels/cpu/comm_mpi.c, glm_backend_cpu_dist);
      * CUDA, NCCL on a second stream (kernels/cuda/comm.cu, glm_backend_cuda_dist). With world 1
      * every op below is a local no-op (all_gather: a copy). Errors name the rank and the library
-     * call (GLM_ERR_INTERNAL); a collective that does not complete within the timeout
+     * call (GLM_ERR_COMM); a collective that does not complete within the timeout
      * (set_comm_timeout) is an error, never a silent hang. After an error the caller stops every
      * rank with comm_abort. Requests are small integers >= 0, valid until waited for. */
 
@@ -352,7 +352,7 @@ struct glm_backend {
      * with its own communication stream and requests (compiled, not yet run). A collective over
      * be: every rank calls it, in the same order as the other collectives. World 1: a backend of
      * world 1. Free it with comm_free before be is closed. Errors: GLM_ERR_ARG (color < 0),
-     * GLM_ERR_INTERNAL naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
+     * GLM_ERR_COMM naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
      * in this build while world > 1). */
     glm_status (*comm_split)(const glm_backend *be, int color, int key, const glm_backend **out);
     /* Frees a backend from comm_split (NULL: no-op); collective over its group. */
@@ -431,7 +431,7 @@ const glm_backend *glm_backend_cpu(void);
  * (MPI_Iallreduce, MPI_Iallgather, MPI_Sendrecv; sums in fp32 / double, the same bits on every
  * rank) and whose comm_abort is MPI_Abort. Call once per process; glm_backend_cpu_close finalises
  * MPI. Returns NULL and sets *st: GLM_ERR_UNSUPPORTED when this build has no MPI (the message
- * says how to get it), GLM_ERR_INTERNAL when MPI_Init fails. */
+ * says how to get it), GLM_ERR_COMM when MPI_Init fails. */
 const glm_backend *glm_backend_cpu_dist(glm_status *st);
 void glm_backend_cpu_close(const glm_backend *be);
 
@@ -442,7 +442,7 @@ void glm_backend_cpu_close(const glm_backend *be);
  * rank and size; glm_mpi_bcast broadcasts n bytes of host memory from rank `root`;
  * glm_mpi_finalize ends MPI (no-op when not initialised); glm_mpi_abort calls MPI_Abort
  * (returns only when MPI is not initialised). Errors: GLM_ERR_UNSUPPORTED (no MPI in this build),
- * GLM_ERR_INTERNAL naming the MPI call. */
+ * GLM_ERR_COMM naming the MPI call. */
 int glm_mpi_built(void);
 int glm_mpi_launched(void);
 glm_status glm_mpi_init(int *rank, int *world);
@@ -465,8 +465,8 @@ void glm_mpi_abort(int code);
  *   ranks; world > 1 creates an NCCL communicator from nccl_id (128 bytes, made once by
  *   glm_cuda_nccl_id on rank 0 and passed to every rank) and all_reduce is ncclAllReduce(sum).
  * Both return NULL and set *st on failure: GLM_ERR_UNSUPPORTED (no CUDA device, or world > 1 in a
- * build without NCCL), GLM_ERR_ARG (no such device, bad rank/world), GLM_ERR_INTERNAL (CUDA,
- * cuBLAS or NCCL initialisation failed; the message names the call).
+ * build without NCCL), GLM_ERR_ARG (no such device, bad rank/world), GLM_ERR_DEVICE (CUDA or
+ * cuBLAS initialisation failed), GLM_ERR_COMM (NCCL's); the message names the call.
  * glm_backend_cuda_close frees the backend (synchronising first); NULL is a no-op.
  * glm_cuda_device_count: visible CUDA devices, 0 when there is no driver or device. */
 const glm_backend *glm_backend_cuda(int device, glm_status *st);

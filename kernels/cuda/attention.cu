@@ -849,7 +849,7 @@ glm_status attention_init(cuda_impl *I) {
     cudaError_t e = set_smem<64>();
     if (e == cudaSuccess) e = set_smem<128>();
     if (e != cudaSuccess)
-        return glm_err(GLM_ERR_INTERNAL, "cuda backend: the attention kernels need %zu bytes of shared memory per block: %s",
+        return glm_err(GLM_ERR_DEVICE, "cuda backend: the attention kernels need %zu bytes of shared memory per block: %s",
                        smem_fwd<128>(), cudaGetErrorString(e));
     return GLM_OK;
 }

@@ -69,7 +69,7 @@ void comm_release_waited(cuda_impl *I) {
 #ifdef GLMTUNE_HAVE_NCCL
 
 static glm_status nccl_fail(const glm_backend *be, ncclResult_t r, const char *what) {
-    return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s failed: NCCL: %s (%s)", be->rank, be->world, what,
+    return glm_err(GLM_ERR_COMM, "rank %d of %d: %s failed: NCCL: %s (%s)", be->rank, be->world, what,
                    ncclGetErrorString(r), ncclGetLastError(IMPL(be)->comm));
 }
 
@@ -198,7 +198,7 @@ static glm_status cu_comm_sync(const glm_backend *be) {
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) {
                 q.used = false;
-                return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s: %s", be->rank, be->world, q.what, cudaGetErrorString(e));
+                return glm_err(GLM_ERR_COMM, "rank %d of %d: %s: %s", be->rank, be->world, q.what, cudaGetErrorString(e));
             }
             ncclResult_t ar = ncclSuccess;
             ncclCommGetAsyncError(I->comm, &ar);
@@ -215,7 +215,7 @@ static glm_status cu_comm_sync(const glm_backend *be) {
                 ncclCommAbort(I->comm); /* frees the stuck kernels so the process can exit */
                 I->comm = nullptr;
                 C->wait_ms += el * 1e3;
-                return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s did not complete within %g s: another rank has "
+                return glm_err(GLM_ERR_COMM, "rank %d of %d: %s did not complete within %g s: another rank has "
                                "stopped, died or is stuck (its own messages say which); hint: --ddp-timeout SECONDS sets "
                                "this limit", be->rank, be->world, q.what, C->timeout_s);
             }
@@ -323,7 +323,7 @@ static glm_status cu_comm_split(const glm_backend *be, int color, int key, const
         if (r == ncclSuccess) r = ncclCommUserRank(J->comm, &rank);
         if (r == ncclSuccess) r = ncclCommCount(J->comm, &world);
         if (r != ncclSuccess) {
-            st = glm_err(GLM_ERR_INTERNAL, "rank %d of %d: ncclCommSplit (color %d, key %d) failed: NCCL: %s", be->rank,
+            st = glm_err(GLM_ERR_COMM, "rank %d of %d: ncclCommSplit (color %d, key %d) failed: NCCL: %s", be->rank,
                          be->world, color, key, ncclGetErrorString(r));
             if (J->comm) ncclCommDestroy(J->comm);
             comm_destroy(J);
