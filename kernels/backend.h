@@ -41,6 +41,15 @@ size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
 
+/* The version of the interface between the program and the CUDA module libglm_cuda.so: the layout
+ * and meaning of struct glm_backend below, and the module's entry points (glm_backend_cuda*,
+ * glm_cuda_*). BUMP IT WITH EVERY CHANGE TO THE STRUCT (an op added, removed, moved or given other
+ * arguments) or to those entry points. The module reports the number it was built with
+ * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
+ * would otherwise be called through a shifted table. */
+#define GLM_BACKEND_ABI_VERSION 1
+
+/* The op table. Changing it changes GLM_BACKEND_ABI_VERSION (above). */
 struct glm_backend {
     const char *name;       /* "cpu", "cuda" */
     glm_dtype weight_dtype; /* base (frozen) weights */

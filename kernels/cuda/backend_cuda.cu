@@ -501,6 +501,9 @@ fail:
 
 using namespace glmcu;
 
+/* The GLM_BACKEND_ABI_VERSION this module was built with (kernels/cuda_loader.c checks it). */
+extern "C" int glm_cuda_abi_version(void) { return GLM_BACKEND_ABI_VERSION; }
+
 extern "C" int glm_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
