@@ -47,7 +47,16 @@ typedef struct glm_backend glm_backend;
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 1
+#define GLM_BACKEND_ABI_VERSION 2
+
+/* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
+typedef enum {
+    GLM_FEATURE_RING_ATTENTION = 0, /* attention_block_fwd / _bwd: the context-parallel ring (lora/ring_attention.c) */
+    GLM_FEATURE_COMM = 1,           /* communication between ranks (world > 1): CPU, this build has MPI; CUDA, the
+                                       module has NCCL. Without it every communication op needs world 1. */
+    GLM_FEATURE_WEIGHT_4BIT = 2,    /* weight_quantize / weight_dequantize of the 4-bit (QLoRA) format */
+    GLM_FEATURE_COUNT
+} glm_feature;
 
 /* The op table. Changing it changes GLM_BACKEND_ABI_VERSION (above). */
 struct glm_backend {
@@ -247,7 +256,7 @@ struct glm_backend {
      * by cast_2d at the end, as the whole-row ops round (exact up to the order of the double
      * sums); on CUDA f32 (the whole-row kernels' tiles with the global offsets; document ids
      * non-decreasing along the row, as the model step checks). Zero-sized calls (Tq or Tk 0) do
-     * nothing and succeed (a cheap probe). */
+     * nothing and succeed. A backend that has these ops says so with supports(GLM_FEATURE_RING_ATTENTION). */
 
     /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
      * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
@@ -400,6 +409,12 @@ struct glm_backend {
     void (*prof_enable)(const glm_backend *be, int on);
     void (*phase)(const glm_backend *be, int p);
     glm_status (*prof_collect)(const glm_backend *be, double *ms);
+
+    /* ---- capabilities ------------------------------------------------------------------------ */
+
+    /* 1 when the backend does what feature f names (a glm_feature), else 0 (also for an f it does not
+     * know). A backend from comm_split answers as its parent. */
+    int (*supports)(const glm_backend *be, glm_feature f);
 };
 
 /* The one linear of the frozen base (every backend): with transpose == 0, y [M, W->rows] = beta y +

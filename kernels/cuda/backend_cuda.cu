@@ -300,6 +300,20 @@ static void cu_prof_enable(const glm_backend *be, int on) {
     if (on) cu_phase(be, GLM_PHASE_OTHER);
 }
 
+static int cu_supports(const glm_backend *be, glm_feature f) {
+    (void)be;
+    switch (f) {
+    case GLM_FEATURE_RING_ATTENTION: return 1; /* kernels/cuda/attention.cu's block kernels */
+#ifdef GLMTUNE_HAVE_NCCL
+    case GLM_FEATURE_COMM: return 1;
+#else
+    case GLM_FEATURE_COMM: return 0;
+#endif
+    case GLM_FEATURE_WEIGHT_4BIT: return 1; /* kernels/cuda/quant4.cu */
+    default: return 0;
+    }
+}
+
 static glm_status cu_prof_collect(const glm_backend *be, double *ms) {
     cuda_impl *I = IMPL(be);
     prof_state *P = I->prof;
@@ -487,6 +501,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->prof_enable = cu_prof_enable;
         b->phase = cu_phase;
         b->prof_collect = cu_prof_collect;
+        b->supports = cu_supports;
     }
     *out = I;
     return GLM_OK;
