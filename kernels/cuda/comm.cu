@@ -3,7 +3,7 @@
  * overlap the compute stream (I->s).
  *
  * WRITTEN AND COMPILED, NOT YET RUN: no machine with several GPUs was available while this was
- * written (issue 7). The CPU/MPI communicator (kernels/cpu/comm_mpi.c) has the same contract and
+ * written. The CPU/MPI communicator (kernels/cpu/comm_mpi.c) has the same contract and
  * is what the CI tests exercise; tests/gpu/multi.sh is the check to run on a 2-GPU machine.
  *
  * Ordering: a collective started by all_reduce_start / all_gather_start / sendrecv first makes the
@@ -292,7 +292,7 @@ static void cu_comm_abort(const glm_backend *be, int code) {}
 /* A group of ranks (comm_split): a cuda_impl that shares the parent's device, compute stream,
  * cuBLAS handles and memory accounting, with its own NCCL communicator (ncclCommSplit), its own
  * communication stream and request table, and its own scratch (all_reduce_host uses one).
- * Compiled, not yet run on several GPUs (issue 8). */
+ * Compiled, not yet run on several GPUs (tests/gpu/cp.sh is its check). */
 static glm_status cu_comm_split(const glm_backend *be, int color, int key, const glm_backend **out) {
     *out = nullptr;
     if (color < 0) return glm_err(GLM_ERR_ARG, "comm_split: color %d must be >= 0", color);

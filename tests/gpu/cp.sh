@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/cp.sh: context parallel (--context-parallel, issue 8) on a machine with 8 GPUs (H200),
+# tests/gpu/cp.sh: context parallel (--context-parallel) on a machine with 8 GPUs (H200),
 # with the binaries staged by tests/gpu/stage.sh (.device/gpu carried, as for tests/gpu/run.sh):
 #   1. equivalence with one GPU on a row short enough for one GPU: the tiny GLM-4 fixture, rows of
 #      50 tokens packed as in tests/dist/test_train_cp.c ([50] [30|11|9] [27|23] [26|24]), 1 GPU

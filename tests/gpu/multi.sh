@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/multi.sh: data parallel on a machine with 2 (or more) GPUs (issue 7), with the
+# tests/gpu/multi.sh: data parallel on a machine with 2 (or more) GPUs, with the
 # binaries staged by tests/gpu/stage.sh (.device/gpu carried, as for tests/gpu/run.sh):
 #   1. equivalence on CUDA: the tiny GLM-4 fixture, 1 GPU x micro-batch 2 against --gpus 2 x
 #      micro-batch 1, and against --gpus 2 --shard-base: the 3 steps' losses and the first step's
