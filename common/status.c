@@ -34,6 +34,24 @@ glm_status glm_err_context(glm_status code, const char *fmt, ...) {
     return code;
 }
 
+glm_status glm_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
+    /* the file as the source tree names it (lora/optim.c), not the build's absolute path */
+    const char *f = file, *last = NULL;
+    for (const char *p = file; *p; p++)
+        if (*p == '/') {
+            f = last ? last + 1 : f;
+            last = p;
+        }
+    if (!last) f = file;
+    char msg[sizeof g_msg / 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return glm_err(GLM_ERR_INTERNAL, "internal error at %s:%d: %s (`%s` is false; a bug in glmtune: please report it)", f,
+                   line, msg, cond);
+}
+
 const char *glm_errmsg(void) { return g_msg; }
 
 void glm_err_clear(void) { g_msg[0] = 0; }
@@ -50,6 +68,8 @@ const char *glm_status_name(glm_status s) {
     case GLM_ERR_NUMERIC: return "numeric error";
     case GLM_ERR_MISMATCH: return "mismatch";
     case GLM_ERR_INTERNAL: return "internal error";
+    case GLM_ERR_DEVICE: return "device error";
+    case GLM_ERR_COMM: return "communication error";
     }
     return "unknown error";
 }

@@ -19,7 +19,9 @@ typedef enum {
     GLM_ERR_UNSUPPORTED = 14, /* valid input that glmtune does not handle */
     GLM_ERR_NUMERIC = 15,  /* non-finite values where finite ones are required */
     GLM_ERR_MISMATCH = 16, /* two inputs disagree (tokenizer fingerprint, shapes, vocab) */
-    GLM_ERR_INTERNAL = 17, /* a bug in glmtune */
+    GLM_ERR_INTERNAL = 17, /* a bug in glmtune: an invariant of its own code does not hold (GLM_ASSERT) */
+    GLM_ERR_DEVICE = 18,   /* a CUDA runtime, cuBLAS or cuDNN call failed: the device or its libraries */
+    GLM_ERR_COMM = 19,     /* an NCCL or MPI collective or point-to-point call failed or timed out */
 } glm_status;
 
 /* Records the message (printf format) for this thread and returns `code`, so call sites
@@ -40,6 +42,17 @@ void glm_err_clear(void);
 
 /* A short name for a status code ("io error", "format error", ...). */
 const char *glm_status_name(glm_status s);
+
+/* Checks an invariant of glmtune's own code (never input, never the device): when `cond` is false,
+ * records "internal error at FILE:LINE: <message> (`cond` is false; a bug in glmtune: please report
+ * it)" and returns GLM_ERR_INTERNAL from the enclosing function (which returns glm_status). The
+ * message is a printf format and its arguments: GLM_ASSERT(i < n, "state index %zu of %zu", i, n). */
+#define GLM_ASSERT(cond, ...)                                                                                  \
+    do {                                                                                                       \
+        if (!(cond)) return glm_assert_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                           \
+    } while (0)
+glm_status glm_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Propagate a failure: GLM_TRY(expr) returns expr's status from the enclosing function. */
 #define GLM_TRY(expr)                                                                          \

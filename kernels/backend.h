@@ -41,6 +41,24 @@ size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
 
+/* The version of the interface between the program and the CUDA module libglm_cuda.so: the layout
+ * and meaning of struct glm_backend below, and the module's entry points (glm_backend_cuda*,
+ * glm_cuda_*). BUMP IT WITH EVERY CHANGE TO THE STRUCT (an op added, removed, moved or given other
+ * arguments) or to those entry points. The module reports the number it was built with
+ * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
+ * would otherwise be called through a shifted table. */
+#define GLM_BACKEND_ABI_VERSION 2
+
+/* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
+typedef enum {
+    GLM_FEATURE_RING_ATTENTION = 0, /* attention_block_fwd / _bwd: the context-parallel ring (lora/ring_attention.c) */
+    GLM_FEATURE_COMM = 1,           /* communication between ranks (world > 1): CPU, this build has MPI; CUDA, the
+                                       module has NCCL. Without it every communication op needs world 1. */
+    GLM_FEATURE_WEIGHT_4BIT = 2,    /* weight_quantize / weight_dequantize of the 4-bit (QLoRA) format */
+    GLM_FEATURE_COUNT
+} glm_feature;
+
+/* The op table. Changing it changes GLM_BACKEND_ABI_VERSION (above). */
 struct glm_backend {
     const char *name;       /* "cpu", "cuda" */
     glm_dtype weight_dtype; /* base (frozen) weights */
@@ -85,7 +103,7 @@ struct glm_backend {
      * every copy queued before it, is done; an op that reads an upload's destination or writes a
      * download's source must be queued after its copy_wait. be->sync waits for every copy. The
      * host must not read a download's destination or change an upload's source before be->sync.
-     * CPU: memcpy at once; the tickets are 0 and copy_wait does nothing. Errors: GLM_ERR_INTERNAL
+     * CPU: memcpy at once; the tickets are 0 and copy_wait does nothing. Errors: GLM_ERR_DEVICE
      * naming the copy (CUDA). */
     glm_status (*upload_async)(const glm_backend *be, void *dst, const void *host_src, size_t bytes, int after_ops,
                                uint64_t *ticket);
@@ -238,7 +256,7 @@ struct glm_backend {
      * by cast_2d at the end, as the whole-row ops round (exact up to the order of the double
      * sums); on CUDA f32 (the whole-row kernels' tiles with the global offsets; document ids
      * non-decreasing along the row, as the model step checks). Zero-sized calls (Tq or Tk 0) do
-     * nothing and succeed (a cheap probe). */
+     * nothing and succeed. A backend that has these ops says so with supports(GLM_FEATURE_RING_ATTENTION). */
 
     /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
      * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
@@ -304,7 +322,7 @@ struct glm_backend {
      * The communicator behind these ops: CPU, MPI (kernels/cpu/comm_mpi.c, glm_backend_cpu_dist);
      * CUDA, NCCL on a second stream (kernels/cuda/comm.cu, glm_backend_cuda_dist). With world 1
      * every op below is a local no-op (all_gather: a copy). Errors name the rank and the library
-     * call (GLM_ERR_INTERNAL); a collective that does not complete within the timeout
+     * call (GLM_ERR_COMM); a collective that does not complete within the timeout
      * (set_comm_timeout) is an error, never a silent hang. After an error the caller stops every
      * rank with comm_abort. Requests are small integers >= 0, valid until waited for. */
 
@@ -352,7 +370,7 @@ struct glm_backend {
      * with its own communication stream and requests (compiled, not yet run). A collective over
      * be: every rank calls it, in the same order as the other collectives. World 1: a backend of
      * world 1. Free it with comm_free before be is closed. Errors: GLM_ERR_ARG (color < 0),
-     * GLM_ERR_INTERNAL naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
+     * GLM_ERR_COMM naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
      * in this build while world > 1). */
     glm_status (*comm_split)(const glm_backend *be, int color, int key, const glm_backend **out);
     /* Frees a backend from comm_split (NULL: no-op); collective over its group. */
@@ -420,6 +438,12 @@ struct glm_backend {
     void (*prof_enable)(const glm_backend *be, int on);
     void (*phase)(const glm_backend *be, int p);
     glm_status (*prof_collect)(const glm_backend *be, double *ms);
+
+    /* ---- capabilities ------------------------------------------------------------------------ */
+
+    /* 1 when the backend does what feature f names (a glm_feature), else 0 (also for an f it does not
+     * know). A backend from comm_split answers as its parent. */
+    int (*supports)(const glm_backend *be, glm_feature f);
 };
 
 /* The one linear of the frozen base (every backend): with transpose == 0, y [M, W->rows] = beta y +
@@ -481,7 +505,7 @@ const glm_backend *glm_backend_cpu(void);
  * (MPI_Iallreduce, MPI_Iallgather, MPI_Sendrecv; sums in fp32 / double, the same bits on every
  * rank) and whose comm_abort is MPI_Abort. Call once per process; glm_backend_cpu_close finalises
  * MPI. Returns NULL and sets *st: GLM_ERR_UNSUPPORTED when this build has no MPI (the message
- * says how to get it), GLM_ERR_INTERNAL when MPI_Init fails. */
+ * says how to get it), GLM_ERR_COMM when MPI_Init fails. */
 const glm_backend *glm_backend_cpu_dist(glm_status *st);
 void glm_backend_cpu_close(const glm_backend *be);
 
@@ -492,7 +516,7 @@ void glm_backend_cpu_close(const glm_backend *be);
  * rank and size; glm_mpi_bcast broadcasts n bytes of host memory from rank `root`;
  * glm_mpi_finalize ends MPI (no-op when not initialised); glm_mpi_abort calls MPI_Abort
  * (returns only when MPI is not initialised). Errors: GLM_ERR_UNSUPPORTED (no MPI in this build),
- * GLM_ERR_INTERNAL naming the MPI call. */
+ * GLM_ERR_COMM naming the MPI call. */
 int glm_mpi_built(void);
 int glm_mpi_launched(void);
 glm_status glm_mpi_init(int *rank, int *world);
@@ -515,8 +539,8 @@ void glm_mpi_abort(int code);
  *   ranks; world > 1 creates an NCCL communicator from nccl_id (128 bytes, made once by
  *   glm_cuda_nccl_id on rank 0 and passed to every rank) and all_reduce is ncclAllReduce(sum).
  * Both return NULL and set *st on failure: GLM_ERR_UNSUPPORTED (no CUDA device, or world > 1 in a
- * build without NCCL), GLM_ERR_ARG (no such device, bad rank/world), GLM_ERR_INTERNAL (CUDA,
- * cuBLAS or NCCL initialisation failed; the message names the call).
+ * build without NCCL), GLM_ERR_ARG (no such device, bad rank/world), GLM_ERR_DEVICE (CUDA or
+ * cuBLAS initialisation failed), GLM_ERR_COMM (NCCL's); the message names the call.
  * glm_backend_cuda_close frees the backend (synchronising first); NULL is a no-op.
  * glm_cuda_device_count: visible CUDA devices, 0 when there is no driver or device. */
 const glm_backend *glm_backend_cuda(int device, glm_status *st);

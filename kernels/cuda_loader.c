@@ -13,6 +13,8 @@
  * `cmake --install` puts it), then at its place in the build tree. It takes the few functions it
  * needs from the program (glm_err, glm_errmsg, glm_dtype_size, glm_mpi_abort: one error-message state for
  * both), which every program that links glm_kernels exports (kernels/CMakeLists.txt).
+ * A module whose glm_cuda_abi_version() is not this program's GLM_BACKEND_ABI_VERSION (kernels/backend.h),
+ * or that lacks it, is refused: it was built from other sources, and its op table would not match.
  * When it cannot be loaded, glm_cuda_device_count() is 0 with a warning that names the reason,
  * and glm_backend_cuda* fail with that reason. */
 #define _GNU_SOURCE
@@ -48,8 +50,11 @@ static struct {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char why[1024]; /* why the module could not be loaded; "" = loaded */
 
+static char opened[PATH_MAX + 64]; /* the path of the module dlopen took */
+
 static void *try_open(const char *path, char *errs, size_t cap) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h) snprintf(opened, sizeof opened, "%s", path);
     if (!h) {
         const char *e = dlerror();
         size_t n = strlen(errs);
@@ -73,6 +78,19 @@ static void load(void) {
     }
     if (!h && !errs[0]) h = try_open(GLM_CUDA_MODULE, errs, sizeof errs);
     if (h) {
+        int (*abi)(void) = NULL;
+        *(void **)&abi = dlsym(h, "glm_cuda_abi_version");
+        int v = abi ? abi() : 0;
+        if (v != GLM_BACKEND_ABI_VERSION) {
+            snprintf(why, sizeof why, "the CUDA backend %.600s is refused: it was built for backend interface version %d%s, "
+                     "this glmtune has version %d (the module comes from other sources); hint: rebuild it with this "
+                     "glmtune (cmake --build <build dir>), or copy the libglm_cuda.so built with this glmtune beside "
+                     "the glmtune program", opened, v, abi ? "" : " (it has no glm_cuda_abi_version: an older module)",
+                     GLM_BACKEND_ABI_VERSION);
+            glm_log_warn("%s", why);
+            dlclose(h);
+            return;
+        }
         *(void **)&fn.backend = dlsym(h, "glm_backend_cuda");
         *(void **)&fn.backend_dist = dlsym(h, "glm_backend_cuda_dist");
         *(void **)&fn.close = dlsym(h, "glm_backend_cuda_close");

@@ -124,8 +124,7 @@ static glm_status write_state(const char *dir, const glm_ckpt_save_args *a) {
 static glm_status write_optimizer(const char *dir, const glm_ckpt_save_args *a) {
     const glm_optim *o = a->optim;
     size_t n = a->n_params;
-    if (o->n != n)
-        return glm_err(GLM_ERR_INTERNAL, "optimizer holds %zu params, checkpoint got %zu", o->n, n);
+    GLM_ASSERT(o->n == n, "optimizer holds %zu params, checkpoint got %zu", o->n, n);
     glm_st_tensor *t = calloc(2 * n + 1, sizeof(*t));
     float **bufs = calloc(2 * n + 1, sizeof(float *));
     char **names = calloc(2 * n + 1, sizeof(char *));

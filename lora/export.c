@@ -16,7 +16,7 @@
 
 glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, float *dst) {
     size_t bytes = (size_t)p->numel * sizeof(float);
-    if (!p->w && p->numel) return glm_err(GLM_ERR_INTERNAL, "param %s has no weights", p->name);
+    GLM_ASSERT(p->w || !p->numel, "param %s has no weights", p->name);
     if (be) return be->download(be, dst, p->w, bytes);
     memcpy(dst, p->w, bytes);
     return GLM_OK;

@@ -217,8 +217,7 @@ glm_status glm_optim_init(glm_optim *o, const struct glm_backend *be, const glm_
 glm_status glm_grad_norm(const glm_optim *o, const glm_param *params, size_t n, double *norm) {
     double ss = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!params[i].g && params[i].numel)
-            return glm_err(GLM_ERR_INTERNAL, "param %s has no gradient buffer", params[i].name);
+        GLM_ASSERT(params[i].g || !params[i].numel, "param %s has no gradient buffer", params[i].name);
         ss += param_sumsq(o, params[i].g, params[i].numel);
     }
     *norm = (double)(float)sqrt(ss);
@@ -261,7 +260,7 @@ glm_status glm_optim_step(glm_optim *o, glm_param *params, size_t n, double lr,
 }
 
 glm_status glm_optim_get_state(const glm_optim *o, size_t i, float *m_host, float *v_host) {
-    if (i >= o->n) return glm_err(GLM_ERR_INTERNAL, "optimizer state index %zu of %zu", i, o->n);
+    GLM_ASSERT(i < o->n, "optimizer state index %zu of %zu", i, o->n);
     size_t bytes = (size_t)o->numel[i] * sizeof(float);
     if (o->be) {
         GLM_TRY(o->be->download(o->be, m_host, o->m[i], bytes));
@@ -273,7 +272,7 @@ glm_status glm_optim_get_state(const glm_optim *o, size_t i, float *m_host, floa
 }
 
 glm_status glm_optim_set_state(glm_optim *o, size_t i, const float *m_host, const float *v_host) {
-    if (i >= o->n) return glm_err(GLM_ERR_INTERNAL, "optimizer state index %zu of %zu", i, o->n);
+    GLM_ASSERT(i < o->n, "optimizer state index %zu of %zu", i, o->n);
     size_t bytes = (size_t)o->numel[i] * sizeof(float);
     if (o->be) {
         GLM_TRY(o->be->upload(o->be, o->m[i], m_host, bytes));

@@ -214,7 +214,7 @@ static const char R_INFER[] = "an inference setting; not used in training";
 static const char R_EXPORT[] = "use glmtune export-adapter (PEFT adapter, or --merge)";
 static const char R_BACKEND[] = "another training backend; glmtune is its own";
 static const char R_LOSS[] = "glmtune trains with the token-level cross-entropy";
-static const char R_PROF[] = "profiling settings of torch; glmtune's bench (issue 6) times its own phases";
+static const char R_PROF[] = "profiling settings of torch; glmtune bench times its own phases";
 static const char R_RAY[] = "glmtune runs as one process per machine, without Ray";
 
 static const struct {

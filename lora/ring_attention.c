@@ -14,9 +14,9 @@ void glm_cp_layout_make(int T, int n, int rank, glm_cp_layout *out) {
 }
 
 glm_status glm_ring_supported(const glm_backend *be) {
-    double o = 0, l = 0; /* never read or written: zero-sized */
-    int32_t d = 0;
-    return be->attention_block_fwd(be, &o, 1, &l, 1, &o, 1, &o, 1, &o, 1, &d, &d, 0, 0, 0, 0, 1, 1, 1, 1);
+    if (be->supports(be, GLM_FEATURE_RING_ATTENTION)) return GLM_OK;
+    return glm_err(GLM_ERR_UNSUPPORTED, "the %s backend does not compute the ring's block attention (context parallel); "
+                   "hint: --context-parallel 1", be->name);
 }
 
 #define EL(p, elems, esz) ((void *)((char *)(p) + (size_t)(elems) * (esz)))

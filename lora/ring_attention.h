@@ -1,4 +1,4 @@
-/* lora/ring_attention.h: context parallelism (--context-parallel n, issue 8): the tokens of each
+/* lora/ring_attention.h: context parallelism (--context-parallel n): the tokens of each
  * packed row split over the n ranks of a group, and causal attention over the whole row computed
  * as a ring over those ranks (Liu et al. 2023, "Ring Attention"; the load-balanced "zigzag"
  * layout of Brandon et al. 2023 / Megatron-LM's context parallelism).
@@ -99,8 +99,8 @@ glm_status glm_ring_attention_bwd(const glm_ring *R, void *dq, int64_t ldq, void
                                   const void *dout, int64_t ldo, const void *out, const float *lse, const void *q,
                                   const void *k, const void *v);
 
-/* Whether the backend computes the ring's block attention (a zero-sized probe call): GLM_OK, or
- * its error (a backend without the block ops says so). */
+/* Whether the backend computes the ring's block attention (be->supports, GLM_FEATURE_RING_ATTENTION):
+ * GLM_OK, or GLM_ERR_UNSUPPORTED naming the backend. */
 glm_status glm_ring_supported(const glm_backend *be);
 
 #endif

@@ -54,7 +54,7 @@ typedef struct {
 
 static _Thread_local pieces tl;
 
-/* Appends s[0..n) as the interpreter does (template.c seg_add): nothing when empty, merged into
+/* Appends s[0..n) as the interpreter does (template_eval.c seg_add): nothing when empty, merged into
  * the previous segment when both are literal. */
 static bool flat_add(chat_flat *f, const char *s, size_t n, int literal) {
     if (n == 0) return true;

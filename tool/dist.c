@@ -138,7 +138,7 @@ static glm_status nccl_id_for(const dist_info *d, double timeout_s, unsigned cha
         buf[0] = (unsigned char)ok;
         memcpy(buf + 1, id, 128);
         GLM_TRY(glm_mpi_bcast(buf, sizeof buf, 0));
-        if (!buf[0]) return s ? s : glm_err(GLM_ERR_INTERNAL, "rank 0 could not make the NCCL unique id (see its message)");
+        if (!buf[0]) return s ? s : glm_err(GLM_ERR_COMM, "rank 0 could not make the NCCL unique id (see its message)");
         memcpy(id, buf + 1, 128);
         return GLM_OK;
     }

@@ -769,7 +769,7 @@ glm_status train_run(const train_settings *ts) {
     }
     rs.dp = W / rs.cp;
     rs.dp_rank = rank / rs.cp;
-    if (rs.cp > 1 && (s = glm_ring_supported(be)) != GLM_OK) { /* e.g. CUDA: the ring's block attention is CPU-only so far */
+    if (rs.cp > 1 && (s = glm_ring_supported(be)) != GLM_OK) { /* a backend without the block attention ops */
         s = glm_err_context(s, "--context-parallel %d", rs.cp);
         dist_close(be);
         return s;

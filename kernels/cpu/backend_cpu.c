@@ -520,6 +520,16 @@ static void cpu_phase(const glm_backend *be, int p) {
     cpu_prof_t0 = t;
     cpu_prof_phase = p;
 }
+static int cpu_supports(const glm_backend *be, glm_feature f) {
+    (void)be;
+    switch (f) {
+    case GLM_FEATURE_RING_ATTENTION: return 1; /* kernels/cpu/attention_block.c */
+    case GLM_FEATURE_COMM: return glm_mpi_built();
+    case GLM_FEATURE_WEIGHT_4BIT: return 1; /* kernels/cpu/quant4.c */
+    default: return 0;
+    }
+}
+
 static glm_status cpu_prof_collect(const glm_backend *be, double *ms) {
     if (!cpu_prof_on) return GLM_OK;
     cpu_phase(be, cpu_prof_phase);
@@ -586,6 +596,7 @@ static glm_backend cpu_backend = {
     .prof_enable = cpu_prof_enable,
     .phase = cpu_phase,
     .prof_collect = cpu_prof_collect,
+    .supports = cpu_supports,
 };
 
 void glm_cpu_comm_ops(glm_backend *b); /* comm_mpi.c */

@@ -55,7 +55,7 @@ static glm_status mpi_fail(int rc, const char *call) {
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s failed: %s", g_mpi_rank, g_mpi_world, call, msg);
+    return glm_err(GLM_ERR_COMM, "rank %d of %d: %s failed: %s", g_mpi_rank, g_mpi_world, call, msg);
 }
 
 /* The communicator of a CPU backend: a comm_split group's (be->impl), else MPI_COMM_WORLD. */
@@ -71,7 +71,7 @@ glm_status glm_mpi_init(int *rank, int *world) {
         if (!already) {
             int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &prov);
             if (rc != MPI_SUCCESS)
-                return glm_err(GLM_ERR_INTERNAL, "MPI_Init_thread failed (code %d); hint: start the ranks with mpirun -np N "
+                return glm_err(GLM_ERR_COMM, "MPI_Init_thread failed (code %d); hint: start the ranks with mpirun -np N "
                                "(or srun --mpi=pmix)", rc);
         }
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -146,7 +146,7 @@ static glm_status wait_req(int i) {
         if (el > g_timeout_s) {
             p->used = 0;
             g_wait_ms += el * 1e3;
-            return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s did not complete within %g s: another rank has stopped, "
+            return glm_err(GLM_ERR_COMM, "rank %d of %d: %s did not complete within %g s: another rank has stopped, "
                            "died or is stuck (its own messages say which); hint: --ddp-timeout SECONDS sets this limit",
                            g_mpi_rank, g_mpi_world, p->what, g_timeout_s);
         }
@@ -370,7 +370,7 @@ static void cpu_comm_abort(const glm_backend *be, int code) {
 }
 
 static glm_status mpi_bcast_impl(void *buf, size_t n, int root) {
-    if (!g_mpi_inited) return glm_err(GLM_ERR_INTERNAL, "glm_mpi_bcast before glm_mpi_init");
+    GLM_ASSERT(g_mpi_inited, "glm_mpi_bcast before glm_mpi_init");
     if (n > INT_MAX) return glm_err(GLM_ERR_UNSUPPORTED, "glm_mpi_bcast: %zu bytes is too many", n);
     int rc = MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? GLM_OK : mpi_fail(rc, "MPI_Bcast");

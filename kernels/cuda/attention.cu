@@ -849,7 +849,7 @@ glm_status attention_init(cuda_impl *I) {
     cudaError_t e = set_smem<64>();
     if (e == cudaSuccess) e = set_smem<128>();
     if (e != cudaSuccess)
-        return glm_err(GLM_ERR_INTERNAL, "cuda backend: the attention kernels need %zu bytes of shared memory per block: %s",
+        return glm_err(GLM_ERR_DEVICE, "cuda backend: the attention kernels need %zu bytes of shared memory per block: %s",
                        smem_fwd<128>(), cudaGetErrorString(e));
     return GLM_OK;
 }
@@ -979,7 +979,7 @@ glm_status cu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, v
                                   const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,
                                   int H, int Hkv, int Dh, int init) {
     GLM_TRY(check_block(Tq, Tk, "attention_block_fwd"));
-    if (Tq == 0 || (Tk == 0 && !init)) return GLM_OK; /* zero-sized: nothing to do (the trainer's probe) */
+    if (Tq == 0 || (Tk == 0 && !init)) return GLM_OK; /* zero-sized: nothing to do */
     const void *ptrs[] = {o, q, k, v};
     const int64_t lds[] = {ldq, ldk, ldv};
     GLM_TRY(check_attn(1, Tq, H, Hkv, Dh, ptrs, 4, lds, 3));

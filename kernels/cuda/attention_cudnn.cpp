@@ -178,7 +178,7 @@ glm_status cudnn_attn_plan(cudnn_attn *c, const cudnn_attn_shape *sh, void **pla
     }
     int64_t ws = 0;
     auto e = g->get_workspace_size(ws);
-    if (e.is_bad()) return glm_err(GLM_ERR_INTERNAL, "attention: cuDNN workspace size: %s", e.get_message().c_str());
+    if (e.is_bad()) return glm_err(GLM_ERR_DEVICE, "attention: cuDNN workspace size: %s", e.get_message().c_str());
     *plan = g.get();
     *ws_bytes = ws;
     return GLM_OK;
@@ -187,7 +187,7 @@ glm_status cudnn_attn_plan(cudnn_attn *c, const cudnn_attn_shape *sh, void **pla
 glm_status cudnn_attn_run(cudnn_attn *c, void *plan, cudaStream_t s, const cudnn_attn_args *a, void *ws) {
     auto *g = (fe::graph::Graph *)plan;
     if (fe::detail::set_stream(c->handle, s) != CUDNN_STATUS_SUCCESS)
-        return glm_err(GLM_ERR_INTERNAL, "attention: cudnnSetStream failed");
+        return glm_err(GLM_ERR_DEVICE, "attention: cudnnSetStream failed");
     std::unordered_map<int64_t, void *> p = {
         {U_Q, (void *)a->q},           {U_K, (void *)a->k},           {U_V, (void *)a->v},
         {U_O, a->out},                 {U_STATS, a->stats},           {U_SEQ_Q, (void *)a->seq_len},
@@ -201,9 +201,9 @@ glm_status cudnn_attn_run(cudnn_attn *c, void *plan, cudaStream_t s, const cudnn
     }
     try {
         auto e = g->execute(c->handle, p, ws);
-        if (e.is_bad()) return glm_err(GLM_ERR_INTERNAL, "attention: cuDNN execute: %s", e.get_message().c_str());
+        if (e.is_bad()) return glm_err(GLM_ERR_DEVICE, "attention: cuDNN execute: %s", e.get_message().c_str());
     } catch (std::exception &e) {
-        return glm_err(GLM_ERR_INTERNAL, "attention: cuDNN execute: %s", e.what());
+        return glm_err(GLM_ERR_DEVICE, "attention: cuDNN execute: %s", e.what());
     }
     return GLM_OK;
 }

@@ -57,12 +57,12 @@ long cudnn_attn_version(const cudnn_attn *c);
 
 /* The graph for `shape` (built, or found built), and its workspace in *ws_bytes. GLM_OK; or
  * GLM_ERR_UNSUPPORTED when cuDNN declines the shape (the reason in glm_err's message; the
- * refusal is remembered and not retried); GLM_ERR_INTERNAL on other failures. *plan stays valid
+ * refusal is remembered and not retried); GLM_ERR_DEVICE on other failures. *plan stays valid
  * until cudnn_attn_destroy. */
 glm_status cudnn_attn_plan(cudnn_attn *c, const cudnn_attn_shape *shape, void **plan, int64_t *ws_bytes);
 
 /* Runs a plan on stream s with workspace ws (at least *ws_bytes of cudnn_attn_plan). Errors:
- * GLM_ERR_INTERNAL (cuDNN's message). */
+ * GLM_ERR_DEVICE (cuDNN's message). */
 glm_status cudnn_attn_run(cudnn_attn *c, void *plan, cudaStream_t s, const cudnn_attn_args *a, void *ws);
 
 } // namespace glmcu

@@ -135,7 +135,7 @@ static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int 
     CU(cudaStreamSynchronize(I->s), "attention (document runs)");
     const int R = I->runs_host[0], longest = I->runs_host[1];
     if (R < 1 || longest < 1 || longest > T)
-        return glm_err(GLM_ERR_INTERNAL, "attention: document runs %d (longest %d) for %d tokens", R, longest, n);
+        return glm_err(GLM_ERR_DEVICE, "attention: document runs %d (longest %d) for %d tokens", R, longest, n);
     cudnn_attn_shape sh;
     sh.bwd = bwd;
     sh.nb = (int)pow2_at_least((unsigned)R);

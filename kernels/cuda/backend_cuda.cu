@@ -48,7 +48,7 @@ const char *blas_name(cublasStatus_t s) {
 glm_status sync_check(cuda_impl *I, const char *op) {
     cudaError_t e = cudaStreamSynchronize(I->s);
     if (e != cudaSuccess)
-        return glm_err(GLM_ERR_INTERNAL, "cuda backend: %s failed on the device (GLMTUNE_DEBUG_SYNC): %s", op,
+        return glm_err(GLM_ERR_DEVICE, "cuda backend: %s failed on the device (GLMTUNE_DEBUG_SYNC): %s", op,
                        cudaGetErrorString(e));
     return GLM_OK;
 }
@@ -83,7 +83,7 @@ glm_status scratch(cuda_impl *I, int slot, size_t bytes, void **out) {
         if (e != cudaSuccess) {
             cudaGetLastError();
             I->scratch[slot] = NULL;
-            return glm_err(e == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_INTERNAL,
+            return glm_err(e == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_DEVICE,
                            "cuda backend: cannot allocate %zu bytes of scratch: %s", n, cudaGetErrorString(e));
         }
         account(I, I->scratch[slot], n);
@@ -108,7 +108,7 @@ static glm_status cu_alloc(const glm_backend *be, size_t bytes, const char *what
         cudaGetLastError(); /* clear the allocation error */
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        return glm_err(e == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_INTERNAL,
+        return glm_err(e == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_DEVICE,
                        "cuda backend: cannot allocate %.2f GiB for %s on device %d (%.2f GiB free of %.2f, %.2f held by "
                        "glmtune): %s",
                        bytes / 1073741824.0, what ? what : "a buffer", I->device, fr / 1073741824.0, tot / 1073741824.0,
@@ -171,7 +171,7 @@ static glm_status copy_async(cuda_impl *I, void *dst, const void *src, size_t by
     if (I->debug_sync) {
         cudaError_t e = cudaStreamSynchronize(I->xs);
         if (e != cudaSuccess)
-            return glm_err(GLM_ERR_INTERNAL, "cuda backend: %s failed on the device (GLMTUNE_DEBUG_SYNC): %s", op,
+            return glm_err(GLM_ERR_DEVICE, "cuda backend: %s failed on the device (GLMTUNE_DEBUG_SYNC): %s", op,
                            cudaGetErrorString(e));
     }
     return GLM_OK;
@@ -189,9 +189,8 @@ static glm_status cu_download_async(const glm_backend *be, void *dst, const void
 static glm_status cu_copy_wait(const glm_backend *be, uint64_t ticket) {
     cuda_impl *I = IMPL(be);
     const int NEV = (int)(sizeof I->copy_ev / sizeof I->copy_ev[0]);
-    if (ticket == 0 || ticket > I->n_copies)
-        return ticket ? glm_err(GLM_ERR_INTERNAL, "cuda backend: copy_wait: ticket %llu was never issued",
-                                (unsigned long long)ticket) : GLM_OK;
+    if (ticket == 0) return GLM_OK;
+    GLM_ASSERT(ticket <= I->n_copies, "cuda backend: copy_wait: ticket %llu was never issued", (unsigned long long)ticket);
     CU(cudaStreamWaitEvent(I->s, I->copy_ev[ticket % NEV], 0), "copy_wait");
     return GLM_OK;
 }
@@ -301,6 +300,20 @@ static void cu_prof_enable(const glm_backend *be, int on) {
     if (on) cu_phase(be, GLM_PHASE_OTHER);
 }
 
+static int cu_supports(const glm_backend *be, glm_feature f) {
+    (void)be;
+    switch (f) {
+    case GLM_FEATURE_RING_ATTENTION: return 1; /* kernels/cuda/attention.cu's block kernels */
+#ifdef GLMTUNE_HAVE_NCCL
+    case GLM_FEATURE_COMM: return 1;
+#else
+    case GLM_FEATURE_COMM: return 0;
+#endif
+    case GLM_FEATURE_WEIGHT_4BIT: return 1; /* kernels/cuda/quant4.cu */
+    default: return 0;
+    }
+}
+
 static glm_status cu_prof_collect(const glm_backend *be, double *ms) {
     cuda_impl *I = IMPL(be);
     prof_state *P = I->prof;
@@ -365,7 +378,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         return glm_err(GLM_ERR_ARG, "cuda backend: rank %d of world %d is not valid", rank, world);
     cudaDeviceProp prop;
     e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess) return glm_err(GLM_ERR_INTERNAL, "cuda backend: cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
+    if (e != cudaSuccess) return glm_err(GLM_ERR_DEVICE, "cuda backend: cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
     if (prop.major < 8)
         return glm_err(GLM_ERR_UNSUPPORTED,
                        "cuda backend: device %d (%s) has compute capability %d.%d; glmtune needs 8.0 or later (Ampere: A100, "
@@ -392,7 +405,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     cublasStatus_t bs;
 #define FAIL_IF(cond, ...)                                                                                               \
     if (cond) {                                                                                                          \
-        st = glm_err(GLM_ERR_INTERNAL, __VA_ARGS__);                                                                     \
+        st = glm_err(GLM_ERR_DEVICE, __VA_ARGS__);                                                                       \
         goto fail;                                                                                                       \
     }
     e = cudaSetDevice(device);
@@ -429,7 +442,10 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         ncclUniqueId id;
         memcpy(id.internal, nccl_id, sizeof id.internal);
         ncclResult_t r = ncclCommInitRank(&I->comm, world, id, rank);
-        FAIL_IF(r != ncclSuccess, "cuda backend: ncclCommInitRank (rank %d of %d): %s", rank, world, ncclGetErrorString(r));
+        if (r != ncclSuccess) {
+            st = glm_err(GLM_ERR_COMM, "cuda backend: ncclCommInitRank (rank %d of %d): %s", rank, world, ncclGetErrorString(r));
+            goto fail;
+        }
     }
 #endif
 #undef FAIL_IF
@@ -485,6 +501,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->prof_enable = cu_prof_enable;
         b->phase = cu_phase;
         b->prof_collect = cu_prof_collect;
+        b->supports = cu_supports;
     }
     *out = I;
     return GLM_OK;
@@ -499,6 +516,9 @@ fail:
 
 using namespace glmcu;
 
+/* The GLM_BACKEND_ABI_VERSION this module was built with (kernels/cuda_loader.c checks it). */
+extern "C" int glm_cuda_abi_version(void) { return GLM_BACKEND_ABI_VERSION; }
+
 extern "C" int glm_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -512,7 +532,7 @@ extern "C" glm_status glm_cuda_nccl_id(unsigned char id[128]) {
 #ifdef GLMTUNE_HAVE_NCCL
     ncclUniqueId u;
     ncclResult_t r = ncclGetUniqueId(&u);
-    if (r != ncclSuccess) return glm_err(GLM_ERR_INTERNAL, "cuda backend: ncclGetUniqueId: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess) return glm_err(GLM_ERR_COMM, "cuda backend: ncclGetUniqueId: %s", ncclGetErrorString(r));
     memcpy(id, u.internal, 128);
     return GLM_OK;
 #else

@@ -3,7 +3,7 @@
  * overlap the compute stream (I->s).
  *
  * WRITTEN AND COMPILED, NOT YET RUN: no machine with several GPUs was available while this was
- * written (issue 7). The CPU/MPI communicator (kernels/cpu/comm_mpi.c) has the same contract and
+ * written. The CPU/MPI communicator (kernels/cpu/comm_mpi.c) has the same contract and
  * is what the CI tests exercise; tests/gpu/multi.sh is the check to run on a 2-GPU machine.
  *
  * Ordering: a collective started by all_reduce_start / all_gather_start / sendrecv first makes the
@@ -148,7 +148,7 @@ static glm_status stall_close(cuda_impl *I, int on, std::pair<cudaEvent_t, cudaE
 }
 
 static glm_status nccl_fail(const glm_backend *be, ncclResult_t r, const char *what) {
-    return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s failed: NCCL: %s (%s)", be->rank, be->world, what,
+    return glm_err(GLM_ERR_COMM, "rank %d of %d: %s failed: NCCL: %s (%s)", be->rank, be->world, what,
                    ncclGetErrorString(r), ncclGetLastError(IMPL(be)->comm));
 }
 
@@ -289,7 +289,7 @@ static glm_status cu_comm_sync(const glm_backend *be) {
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) {
                 q.used = false;
-                return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s: %s", be->rank, be->world, q.what, cudaGetErrorString(e));
+                return glm_err(GLM_ERR_COMM, "rank %d of %d: %s: %s", be->rank, be->world, q.what, cudaGetErrorString(e));
             }
             ncclResult_t ar = ncclSuccess;
             ncclCommGetAsyncError(I->comm, &ar);
@@ -306,7 +306,7 @@ static glm_status cu_comm_sync(const glm_backend *be) {
                 ncclCommAbort(I->comm); /* frees the stuck kernels so the process can exit */
                 I->comm = nullptr;
                 C->led->wait_ms += el * 1e3;
-                return glm_err(GLM_ERR_INTERNAL, "rank %d of %d: %s did not complete within %g s: another rank has "
+                return glm_err(GLM_ERR_COMM, "rank %d of %d: %s did not complete within %g s: another rank has "
                                "stopped, died or is stuck (its own messages say which); hint: --ddp-timeout SECONDS sets "
                                "this limit", be->rank, be->world, q.what, C->timeout_s);
             }
@@ -384,7 +384,7 @@ static void cu_comm_abort(const glm_backend *be, int code) {}
 /* A group of ranks (comm_split): a cuda_impl that shares the parent's device, compute stream,
  * cuBLAS handles and memory accounting, with its own NCCL communicator (ncclCommSplit), its own
  * communication stream and request table, and its own scratch (all_reduce_host uses one).
- * Compiled, not yet run on several GPUs (issue 8). */
+ * Compiled, not yet run on several GPUs (tests/gpu/cp.sh is its check). */
 static glm_status cu_comm_split(const glm_backend *be, int color, int key, const glm_backend **out) {
     *out = nullptr;
     if (color < 0) return glm_err(GLM_ERR_ARG, "comm_split: color %d must be >= 0", color);
@@ -418,7 +418,7 @@ static glm_status cu_comm_split(const glm_backend *be, int color, int key, const
         if (r == ncclSuccess) r = ncclCommUserRank(J->comm, &rank);
         if (r == ncclSuccess) r = ncclCommCount(J->comm, &world);
         if (r != ncclSuccess) {
-            st = glm_err(GLM_ERR_INTERNAL, "rank %d of %d: ncclCommSplit (color %d, key %d) failed: NCCL: %s", be->rank,
+            st = glm_err(GLM_ERR_COMM, "rank %d of %d: ncclCommSplit (color %d, key %d) failed: NCCL: %s", be->rank,
                          be->world, color, key, ncclGetErrorString(r));
             if (J->comm) ncclCommDestroy(J->comm);
             comm_destroy(J);

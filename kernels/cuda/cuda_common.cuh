@@ -94,7 +94,7 @@ glm_status sync_check(cuda_impl *I, const char *op);
     do {                                                                                                 \
         cudaError_t e_ = (call);                                                                         \
         if (e_ != cudaSuccess)                                                                           \
-            return glm_err(e_ == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_INTERNAL,           \
+            return glm_err(e_ == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_DEVICE,            \
                            "cuda backend: %s: %s failed: %s", (op), #call, cudaGetErrorString(e_));      \
     } while (0)
 
@@ -113,7 +113,7 @@ const char *blas_name(cublasStatus_t s);
     do {                                                                                                 \
         cublasStatus_t b_ = (call);                                                                      \
         if (b_ != CUBLAS_STATUS_SUCCESS)                                                                 \
-            return glm_err(GLM_ERR_INTERNAL, "cuda backend: %s: cuBLAS %s (%d)", (op), blas_name(b_), (int)b_); \
+            return glm_err(GLM_ERR_DEVICE, "cuda backend: %s: cuBLAS %s (%d)", (op), blas_name(b_), (int)b_); \
     } while (0)
 
 /* A grow-only scratch buffer of at least `bytes` for purpose `slot`. */

@@ -43,7 +43,7 @@ struct gemm_cache {
 
 glm_status gemm_init(cuda_impl *I) {
     cublasStatus_t s = cublasLtCreate(&I->lt);
-    if (s != CUBLAS_STATUS_SUCCESS) return glm_err(GLM_ERR_INTERNAL, "cuda backend: cublasLtCreate: %s", blas_name(s));
+    if (s != CUBLAS_STATUS_SUCCESS) return glm_err(GLM_ERR_DEVICE, "cuda backend: cublasLtCreate: %s", blas_name(s));
     CU(cudaMalloc(&I->lt_ws, LT_WS_BYTES), "cuBLASLt workspace");
     I->gemms = new gemm_cache();
     return GLM_OK;
@@ -116,7 +116,7 @@ static glm_status plan_for(cuda_impl *I, const gemm_key &k, gemm_plan **out) {
         if (p.lb) cublasLtMatrixLayoutDestroy(p.lb);
         if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
         if (p.op) cublasLtMatmulDescDestroy(p.op);
-        return glm_err(GLM_ERR_INTERNAL, "cuda backend: matmul: cuBLASLt descriptor for M=%lld N=%lld K=%lld: %s",
+        return glm_err(GLM_ERR_DEVICE, "cuda backend: matmul: cuBLASLt descriptor for M=%lld N=%lld K=%lld: %s",
                        (long long)k.M, (long long)k.N, (long long)k.K, blas_name(s));
     }
     *out = &I->gemms->plans.emplace(k, p).first->second;

@@ -59,7 +59,7 @@ double cu_sumsq(const glm_backend *be, const float *x, int64_t n) {
     k_sumsq<<<g, 256, 0, I->s>>>((double *)p, x, n);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
-        glm_err(GLM_ERR_INTERNAL, "cuda backend: sumsq: %s", cudaGetErrorString(e));
+        glm_err(GLM_ERR_DEVICE, "cuda backend: sumsq: %s", cudaGetErrorString(e));
         return NAN;
     }
     double h[SUMSQ_BLOCKS];

@@ -22,7 +22,7 @@ const int QB = GLM_Q4_BLOCKSIZE, DQB = GLM_Q4_DQ_BLOCKSIZE;
 
 glm_status launched(const char *what) {
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return glm_err(GLM_ERR_INTERNAL, "4-bit %s: kernel launch: %s", what, cudaGetErrorString(e));
+    if (e != cudaSuccess) return glm_err(GLM_ERR_DEVICE, "4-bit %s: kernel launch: %s", what, cudaGetErrorString(e));
     return GLM_OK;
 }
 
@@ -198,6 +198,6 @@ extern "C" glm_status glm_q4_cuda_dequantize_bf16(const glm_q4_tensor *q, void *
 
 extern "C" glm_status glm_q4_cuda_sync(void) {
     cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return glm_err(GLM_ERR_INTERNAL, "4-bit kernels: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) return glm_err(GLM_ERR_DEVICE, "4-bit kernels: %s", cudaGetErrorString(e));
     return GLM_OK;
 }

@@ -30,7 +30,7 @@ size_t glm_q4_cuda_quantize_workspace(int64_t n, int double_quant);
  * double-quantization offset included: its double sums run in the CPU's order, one thread per
  * group, then one thread over the groups). `workspace`: glm_q4_cuda_quantize_workspace bytes
  * (device; NULL when that is 0). Non-finite input is not detected here (the CPU path reports it);
- * its codes are unspecified. Errors: GLM_ERR_ARG (bad q, missing workspace), GLM_ERR_INTERNAL
+ * its codes are unspecified. Errors: GLM_ERR_ARG (bad q, missing workspace), GLM_ERR_DEVICE
  * (a launch failed: the CUDA error named). */
 glm_status glm_q4_cuda_quantize(glm_q4_tensor *q, const void *x, int x_bf16, void *workspace, void *stream);
 
@@ -38,11 +38,11 @@ glm_status glm_q4_cuda_quantize(glm_q4_tensor *q, const void *x, int x_bf16, voi
  * rounded once to nearest even, bit for bit glm_q4_dequantize_bf16. Reads (n+1)/2 code bytes and
  * the absmax pieces (4.5 or ~4.13 bits a weight) and writes 2 bytes a weight: memory-bound; the
  * fast path needs q->codes 8-byte and out 16-byte aligned (cudaMalloc's are), else a per-weight
- * kernel runs. Errors: GLM_ERR_ARG (bad q), GLM_ERR_INTERNAL (launch failed). */
+ * kernel runs. Errors: GLM_ERR_ARG (bad q), GLM_ERR_DEVICE (launch failed). */
 glm_status glm_q4_cuda_dequantize_bf16(const glm_q4_tensor *q, void *out, void *stream);
 
 /* Waits for the device (cudaDeviceSynchronize): for tests and benchmarks that queue on the
- * default stream. Errors: GLM_ERR_INTERNAL naming the CUDA error (a kernel fault). */
+ * default stream. Errors: GLM_ERR_DEVICE naming the CUDA error (a kernel fault). */
 glm_status glm_q4_cuda_sync(void);
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A LLaMA-Factory YAML means here what it means in LLaMA-Factory (issue 19). Expected values are
+# A LLaMA-Factory YAML means here what it means in LLaMA-Factory. Expected values are
 # computed in this script from the formulas of the sources named, not by glmtune's code:
 #  1. packing: false (LLaMA-Factory's SFT default: hparams/parser.py sets packing = stage == "pt"
 #     when the YAML leaves it out): a micro-batch is per_device_train_batch_size samples, and the

@@ -249,8 +249,34 @@ static void test_arena(void) {
     CHECK(res[0] == (void *)1 && res[1] == (void *)1, "arenas on two threads at once");
 }
 
+/* GLM_ASSERT's two paths: a true invariant returns nothing from here, a false one GLM_ERR_INTERNAL */
+static int assert_line_; /* the line of the failing GLM_ASSERT below */
+static glm_status assert_index(size_t i, size_t n) {
+    assert_line_ = __LINE__ + 1;
+    GLM_ASSERT(i < n, "state index %zu of %zu", i, n);
+    return GLM_OK;
+}
+
+static void test_status(void) {
+    /* the three kinds of failure that are not about input are told apart, by code and by name */
+    CHECK(GLM_ERR_DEVICE != GLM_ERR_INTERNAL && GLM_ERR_COMM != GLM_ERR_INTERNAL && GLM_ERR_COMM != GLM_ERR_DEVICE,
+          "distinct codes");
+    CHECK(!strcmp(glm_status_name(GLM_ERR_DEVICE), "device error"), "%s", glm_status_name(GLM_ERR_DEVICE));
+    CHECK(!strcmp(glm_status_name(GLM_ERR_COMM), "communication error"), "%s", glm_status_name(GLM_ERR_COMM));
+    CHECK(!strcmp(glm_status_name(GLM_ERR_INTERNAL), "internal error"), "%s", glm_status_name(GLM_ERR_INTERNAL));
+    glm_err(GLM_ERR_IO, "earlier");
+    CHECK(assert_index(2, 3) == GLM_OK && !strcmp(glm_errmsg(), "earlier"), "a true assertion leaves the message: %s",
+          glm_errmsg());
+    char want[256];
+    snprintf(want, sizeof want, "internal error at common/test_common.c:%d: state index 3 of 3 (`i < n` is false; a bug "
+             "in glmtune: please report it)", assert_line_);
+    CHECK(assert_index(3, 3) == GLM_ERR_INTERNAL && !strcmp(glm_errmsg(), want), "a false assertion: %s\nwanted %s",
+          glm_errmsg(), want);
+}
+
 int main(void) {
     test_arena();
+    test_status();
     /* a message built from the current one (glm_err's buffer), and glm_err_context */
     glm_err(GLM_ERR_IO, "%s is a directory; hint: name a file", "/tmp/x");
     CHECK(glm_err(GLM_ERR_ARG, "--report: %s", glm_errmsg()) == GLM_ERR_ARG &&

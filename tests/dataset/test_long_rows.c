@@ -1,4 +1,4 @@
-/* tests/dataset/test_long_rows.c: rows of 1,048,576 tokens (issue 8), end to end through
+/* tests/dataset/test_long_rows.c: rows of 1,048,576 tokens (the 1M context), end to end through
  * `glmtune tokenize --seq-len 1048576` with real long documents, then the loader streaming them.
  *   - 5 long documents, each the plain texts of ../shared/pretrain/c4_demo.jsonl (English web text)
  *     concatenated 4 times in a different order (~628k tokens: more than 500k, and no two fit one

@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/dist/test_comm_account.sh: the communication a multi-rank run reports, on the CPU over MPI
 # (glmtune train --device cpu --nproc N), against what its dry run predicts and against a slowed
-# interconnect (issue 18, items 3 and 4). On a random 5-layer GLM-4-shaped model (init-model; 5
+# interconnect. On a random 5-layer GLM-4-shaped model (init-model; 5
 # layers so that --shard-base gathers layers in both passes, the first two and last two being
 # held in the gather slots):
 #   1. bytes: metrics.jsonl's comm_bytes_per_step of step 2 (every rank's counters, rank 0's

@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/cp.sh: context parallel (--context-parallel, issue 8) on a machine with 8 GPUs (H200),
+# tests/gpu/cp.sh: context parallel (--context-parallel) on a machine with 8 GPUs (H200),
 # with the binaries staged by tests/gpu/stage.sh (.device/gpu carried, as for tests/gpu/run.sh):
 #   1. equivalence with one GPU on a row short enough for one GPU: the tiny GLM-4 fixture, rows of
 #      50 tokens packed as in tests/dist/test_train_cp.c ([50] [30|11|9] [27|23] [26|24]), 1 GPU
@@ -21,7 +21,7 @@
 # default 4; GLM_CP_TMP: a directory with room for the 9B checkpoint and the rows, default mktemp -d;
 # GLM_CP_MAX: the longest row to try in step 2, default 4194304).
 #
-# One GPU (issue 18; or GLM_CP_ONE_GPU=1): part 1 only, the ranks sharing GPU 0 (--gpus 0,0 /
+# One GPU (or GLM_CP_ONE_GPU=1): part 1 only, the ranks sharing GPU 0 (--gpus 0,0 /
 # 0,0,0,0: NCCL's socket transport, tool/launch.c; correctness only), for --context-parallel 2, 4
 # and 2 x 2 (2 groups of 2), plus: the bytes every rank sent against the dry run's prediction, and
 # the tolerance analysis of tests/gpu/tol.h (TOL_CP_GRAD): the 1-GPU reference run twice, with

@@ -1,8 +1,8 @@
 #!/bin/bash
-# tests/gpu/multi.sh: data parallel on CUDA over NCCL (issues 7 and 18), with the binaries staged by
+# tests/gpu/multi.sh: data parallel on CUDA over NCCL, with the binaries staged by
 # tests/gpu/stage.sh (.device/gpu carried, as for tests/gpu/run.sh). Two modes:
 #   several GPUs: --gpus 2 / 4 (distinct GPUs), every part below;
-#   one GPU (issue 18): the ranks share GPU 0 (--gpus 0,0 / 0,0,0,0: each worker its own NCCL_HOSTID,
+#   one GPU: the ranks share GPU 0 (--gpus 0,0 / 0,0,0,0: each worker its own NCCL_HOSTID,
 #     NCCL's socket transport over loopback, tool/launch.c), which checks the multi-rank code
 #     paths' correctness only: part 1 and the 9B-shape equivalence of part 4; parts 2 and 3
 #     (speed, memory per GPU) need several GPUs and are skipped.
@@ -17,7 +17,7 @@
 #      transfer): comm_exposed_share accounts for at least 70% of the slowdown (the CUDA stall
 #      timing of kernels/cuda/comm.cu);
 #   2. speed (several GPUs): a random GLM-4-9B-Chat-1M-shaped checkpoint, rows of 8192 tokens,
-#      1 GPU against --gpus 2: the issue asks for >= 1.95x (torchrun + PEFT: 1.98x);
+#      1 GPU against --gpus 2: the goal is >= 1.95x (torchrun + PEFT: 1.98x);
 #   3. --shard-base --max-gpu-memory 22 on --gpus 2 at 8k (several GPUs): trains, peak below 24 GB;
 #   4. the 9B shape with 4 layers at 8k (one GPU and several): 2 ranks x 1 against 1 x 2, and
 #      --shard-base: step losses within 1e-2; the bytes against the dry run; tokens/s and

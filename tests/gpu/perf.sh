@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/perf.sh: the speed benchmarks of issue 6, on the GPU machine with .device/gpu carried
+# tests/gpu/perf.sh: the speed benchmarks (glmtune bench against the peers), on the GPU machine with .device/gpu carried
 # (made by tests/gpu/stage.sh here), in one command so every number comes from one machine and
 # one run. Stages (environment, 1 = on):
 #   GLM_MODEL_TEST  test_cuda_model first (the model on the GPU against the CPU, final kernels)

@@ -9,7 +9,7 @@
 #    cannot configure the project itself.
 #  - build: no .device/gpu: cmake + ninja with CUDA into build-gpu, then `ctest -L cuda`.
 # Logs go to $OUT (when set) as cuda_ops.log and cuda_model.log; then (prebuilt mode) cli_check.sh,
-# and multi.sh and cp.sh in their one-GPU mode (issue 18: --gpus 0,0 over NCCL's socket
+# and multi.sh and cp.sh in their one-GPU mode (--gpus 0,0 over NCCL's socket
 # transport) with their tables in $OUT/multi.txt, $OUT/cp.txt and logs multi.log, cp.log. Exit status: 0 when every test
 # passed or was skipped, 1 otherwise.
 set -u
@@ -81,7 +81,7 @@ if [ -x "$pre/bin/glmtune" ]; then
   echo
   echo "== glmtune train --device cuda vs --device cpu (tests/gpu/cli_check.sh) =="
   bash "$root/tests/gpu/cli_check.sh" || fail=1
-  # the multi-rank paths over NCCL (issue 18): on one GPU its ranks share it (--gpus 0,0: the
+  # the multi-rank paths over NCCL: on one GPU its ranks share it (--gpus 0,0: the
   # socket transport, correctness only); tables in $OUT/multi.txt and $OUT/cp.txt
   for t in multi cp; do
     echo

@@ -614,7 +614,9 @@ static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_d
     uint16_t *gqkv = gbuf(GLM_DT_BF16, qkv, T * ld);
     float *fo = gpoison(GLM_DT_F32, T * qd), *fl = gpoison(GLM_DT_F32, (int64_t)H * T);
     CHECK(gpu->acc_dtype == GLM_DT_F32, "CUDA acc_dtype is f32");
-    { /* the trainer's probe (glm_ring_supported): zero-sized, with heads 1 x 1 of dim 1, succeeds */
+    CHECK(gpu->supports(gpu, GLM_FEATURE_RING_ATTENTION) && gpu->supports(gpu, GLM_FEATURE_WEIGHT_4BIT) &&
+          !gpu->supports(gpu, GLM_FEATURE_COUNT), "CUDA supports the ring's blocks and the 4-bit format, nothing unknown");
+    { /* zero-sized calls, with heads 1 x 1 of dim 1, do nothing and succeed */
         double z = 0;
         int32_t d = 0;
         OK(gpu->attention_block_fwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0, 0, 1, 1, 1, 1));

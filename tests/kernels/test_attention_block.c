@@ -18,6 +18,7 @@
 
 #include "common/rng.h"
 #include "kernels/backend.h"
+#include "lora/ring_attention.h"
 #include "tests/check.h"
 
 static const double TOL = 1e-7;
@@ -173,8 +174,34 @@ static void check_cast_2d(void) {
           "cast_2d f64 -> f32 rounds once");
 }
 
+static int supports_nothing(const glm_backend *be, glm_feature f) {
+    (void)be, (void)f;
+    return 0;
+}
+
+/* be->supports on the CPU backend, and glm_ring_supported's answer for a backend without the ring */
+static void check_supports(void) {
+    const glm_backend *cpu = glm_backend_cpu();
+    CHECK(cpu->supports(cpu, GLM_FEATURE_RING_ATTENTION) == 1, "the CPU backend computes the ring's blocks");
+    CHECK(cpu->supports(cpu, GLM_FEATURE_WEIGHT_4BIT) == 1, "the CPU backend has the 4-bit format");
+#ifdef GLMTUNE_HAVE_MPI
+    CHECK(cpu->supports(cpu, GLM_FEATURE_COMM) == 1, "a build with MPI communicates");
+#else
+    CHECK(cpu->supports(cpu, GLM_FEATURE_COMM) == 0, "a build without MPI does not communicate");
+#endif
+    CHECK(cpu->supports(cpu, GLM_FEATURE_COUNT) == 0 && cpu->supports(cpu, (glm_feature)-1) == 0, "unknown features: 0");
+    CHECK(glm_ring_supported(cpu) == GLM_OK, "glm_ring_supported(cpu): %s", glm_errmsg());
+    glm_backend other = *cpu;
+    other.name = "other";
+    other.supports = supports_nothing;
+    CHECK(glm_ring_supported(&other) == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), "the other backend") &&
+              strstr(glm_errmsg(), "hint: --context-parallel 1"),
+          "a backend without the ring says so: %s", glm_errmsg());
+}
+
 int main(void) {
     glm_rng_seed(&rng, 8, 1);
+    check_supports();
     /* one document; T = 37 cut at odd places */
     {
         int dl[] = {37}, qc[] = {0, 7, 19, 37}, kc[] = {0, 5, 13, 25, 30, 37};
