@@ -388,7 +388,10 @@ typedef struct longest_row {
 static int64_t longest_T(glm_model *m, glm_lora *lora, int B, glm_ckpt_mode mode, int64_t step, int64_t max_T, glm_plan *best) {
     glm_plan p;
     glm_model_plan(m, lora, B, (int)step, 1, mode, &p);
-    if (!p.fits) return 0;
+    if (!p.fits) {
+        *best = p; /* what even the shortest row would take */
+        return 0;
+    }
     int64_t lo = 1, hi = max_T / step;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
@@ -540,16 +543,19 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
             snprintf(how, sizeof how, "memory proof: every buffer at T, layers 0-1 fwd+bwd%s; step time extrapolated "
                      "(%d/2 x the measured)", r->plan.offload ? ", an offload round trip" : "", c->L);
         if (r->T > 0)
-            snprintf(planstr, sizeof planstr, "keep %d / selective %d / full %d, %d layer inputs offloaded, %.2f of %.2f GiB "
+            snprintf(planstr, sizeof planstr, "keep %d / selective %d / full %d, %d layer inputs offloaded, %.3g of %.3g GiB "
                      "planned", r->plan.n_keep, r->plan.n_selective, r->plan.n_full, r->plan.n_host, r->plan.total / G,
                      r->plan.budget / G);
+        char peakj[32] = "null"; /* no device on the CPU backend */
+        if (!cpu) snprintf(peakj, sizeof peakj, "%.3f", r->peak_gib);
         if (o->json) {
             printf("{\"who\": \"glmtune\", \"mode\": \"max-seq-len\", \"base\": \"%s\", \"budget_gib\": %g, "
                    "\"longest_T\": %lld, \"proven_by\": \"%s\", \"tok_s\": %.1f, \"step_s\": %.3f, \"estimated_s\": %.3f, "
-                   "\"peak_gib\": %s%.3f, \"within_budget\": %s, \"predicted_gib\": %.3f",
+                   "\"peak_gib\": %s, \"within_budget\": %s, \"predicted_gib\": %.3f, \"budget_planned_gib\": %.3f",
                    glm_base_format_name(m), r->budget_gib, (long long)r->T,
                    r->proved == 1 ? "step" : r->proved == 2 ? "memory proof (step time extrapolated)" : "none", r->tok_s,
-                   r->step_s, r->est_s, "", cpu ? 0.0 : r->peak_gib, r->within ? "true" : "false", r->plan.total / G);
+                   r->step_s, r->est_s, peakj, cpu ? "null" : r->within ? "true" : "false", r->plan.total / G,
+                   r->plan.budget / G);
             if (r->err[0]) {
                 json_t *js = json_string(r->err);
                 char *d = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
@@ -646,7 +652,9 @@ int cmd_bench(int argc, char **argv) {
         }
         glm_plan wp;
         glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
-        double have = o.max_gib > 0 ? o.max_gib * 1073741824.0 : (double)fr;
+        double most = o.max_gib; /* --max-seq-len: the weights must fit the largest budget */
+        for (int k = 0; o.max_seq_len && k < o.nbud; k++) most = o.budgets[k] <= 0 || most <= 0 ? 0 : fmax(most, o.budgets[k]);
+        double have = most > 0 ? most * 1073741824.0 : (double)fr;
         if (have > 0 && wp.weights > have)
             st = glm_err(GLM_ERR_NOMEM, "the %s weights take %.2f GiB (%s) and this %s has %.2f GiB %s; hint: %s", shape_name,
                          wp.weights / 1073741824.0, glm_dtype_size(be->weight_dtype) == 2 ? "bf16" : "fp32",
