@@ -250,7 +250,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (be) {
         glm_scratch_shape sh;
         glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
-        GLM_TRY(be->scratch_need(be, &sh, &need, &ws));
+        if (be->scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
         overhead = be->mem_overhead(be);
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
@@ -288,7 +288,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     else if (ts->shard_base)
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
-    printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+    if (overhead)
+        printf("predicted peak: %.2f GiB%s; with the CUDA context and library workspaces %.2f GiB as nvidia-smi counts it\n",
+               p.total / 1073741824.0, p.fits ? "" : " (does not fit)", (p.total + (double)overhead) / 1073741824.0);
+    else
+        printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
     if (!cpu && glm_host_memory_from_env()) /* what the offload was held against */
         printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB from GLMTUNE_HOST_MEMORY_GIB, "
                "shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,

@@ -125,13 +125,13 @@ void mem_probe_start(int device, mem_probe *mp) {
 
 void mem_probe_context(cuda_impl *I, const mem_probe *mp) {
     I->nvml_dev = mp->nvml_dev;
+    if (cudaFree(nullptr) != cudaSuccess) cudaGetLastError(); /* the context exists from here (NVML lists the pid) */
     if (mp->nvml_dev) {
         I->mem_src = MEM_NVML_DEVICE;
         I->base_used = mp->used_before;
         size_t u;
         if (nv_pid_used(mp->nvml_dev, (unsigned int)getpid(), &u)) I->mem_src = MEM_NVML_PID;
     } else {
-        cudaFree(nullptr); /* the context exists from here */
         I->mem_src = MEM_CUDART;
         I->base_used = rt_used(I->device);
     }
@@ -181,9 +181,13 @@ glm_status cap_check(cuda_impl *I, size_t bytes, const char *what) {
 
 static size_t cu_mem_process(const glm_backend *be) { return process_bytes(IMPL(be)); }
 
+/* held back beside the overhead measured: what loads lazily once steps run (the GEMM kernels cuBLASLt
+ * picks for the step's shapes, glmtune's own kernels' modules, NCCL's connections on first use) */
+constexpr size_t LAZY_RESERVE = 256u << 20;
+
 static size_t cu_mem_overhead(const glm_backend *be) {
     cuda_impl *I = IMPL(be);
-    return overhead_now(I, process_bytes(I));
+    return overhead_now(I, process_bytes(I)) + LAZY_RESERVE;
 }
 
 static glm_status cu_set_mem_cap(const glm_backend *be, size_t bytes) {
