@@ -464,7 +464,8 @@ struct glm_backend {
      * buffers), loaded modules and the page rounding of the buffers held: mem_process less the bytes
      * held through alloc and scratch, the largest seen so far (it only grows: libraries load lazily),
      * plus 256 MiB held back for what loads during the first steps (the GEMM kernels cuBLASLt picks,
-     * kernel modules, NCCL's connections; NCCL_RUNTIME_CONNECT=0 makes NCCL connect at creation).
+     * kernel modules, NCCL's connections; NCCL_RUNTIME_CONNECT=0, which glmtune train sets under
+     * --max-gpu-memory, makes NCCL connect at creation).
      * The planner subtracts it from a cap (glm_model_budget). CPU: 0. */
     size_t (*mem_overhead)(const glm_backend *be);
     /* Makes `bytes` (0: none, the default) a hard cap on mem_process: from now on an allocation

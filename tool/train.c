@@ -826,6 +826,10 @@ glm_status train_run(const train_settings *ts) {
     run_state rs;
     memset(&rs, 0, sizeof rs);
     rs.out_lock = -1;
+    /* under a cap NCCL makes its connections (and their device buffers) when the communicator is
+     * created, where the overhead the planner takes off the cap is measured, not at the first
+     * collective (NCCL 2.22+; an explicit NCCL_RUNTIME_CONNECT is kept) */
+    if (ts->max_gpu_gib > 0) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     glm_status s = dist_detect(&rs.dist);
     if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs.dist, &rs.be);
     if (s != GLM_OK) return s;
