@@ -161,6 +161,11 @@ $G bench --device cpu --config "$TINY" --max-seq-len --max-gpu-memory 22,x >"$T/
 check "--max-gpu-memory 22,x: exit 2 ($rc)" test $rc = 2
 $G bench --device cpu --config "$TINY" --max-seq-len --max-step-seconds 0 >"$T/mb5" 2>&1; rc=$?
 check "--max-step-seconds 0: exit 2 ($rc)" test $rc = 2
+# a CUDA build: its module loads (every symbol it takes from the program exported), GPU or not
+if [ -f "$(dirname "$G")/libglm_cuda.so" ]; then
+  $G bench --device cuda --config "$TINY" --seq-len 32 --steps 1 --warmup 0 >"$T/cm" 2>&1
+  check "libglm_cuda.so loads" bash -c "! grep -q 'could not be loaded' '$T/cm' || { cat '$T/cm' >&2; false; }"
+fi
 echo "test_bench_plan: $pass passed, $fail failed"
 rm -rf "$T"
 [ $fail = 0 ]
