@@ -484,7 +484,7 @@ struct glm_backend {
      * class of attention_ragged.cu: batch and sequence length rounded up to powers of two) for the
      * worst layout of B rows of T tokens with up to s->max_docs documents a row (0: one). Loads
      * cuDNN when it is not loaded yet (its handle then counts in mem_overhead). CPU: 0.
-     * Errors: GLM_ERR_ARG (sizes), GLM_ERR_INTERNAL (cuDNN). */
+     * Errors: GLM_ERR_ARG (sizes), GLM_ERR_DEVICE (cuDNN failed). */
     glm_status (*scratch_need)(const glm_backend *be, const struct glm_scratch_shape *s, size_t *bytes, size_t *attn_ws);
     /* Grows the scratch slots now to what scratch_need says for *s (with_attn_ws 0: without the
      * attention library's workspace), so that an out-of-memory, or the cap, shows before the first

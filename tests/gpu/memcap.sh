@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/gpu/memcap.sh: --max-gpu-memory as a hard cap on everything the process holds on the GPU
-# (issue 16 items 3-5), on the GPU machine with the binaries staged by tests/gpu/stage.sh
+# (a plan over it refused before loading, bench --max-seq-len), on the GPU machine with the binaries staged by tests/gpu/stage.sh
 # (.device/gpu carried, as for tests/gpu/run.sh). Each run's peak is read two ways: glmtune's own
 # (NVML per process, sampled every 2 ms by bench) and nvidia-smi's, polled every 0.2 s by this
 # script (the sum over the compute processes listed: on a lent machine only glmtune's).
