@@ -41,13 +41,30 @@ size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
 
+/* The sizes of a training step that decide the backend's scratch (scratch_need). Elements, not
+ * bytes; 0 where a kind of op does not run. */
+typedef struct glm_scratch_shape {
+    int B, T;               /* rows and tokens per row of the whole-row attention (N = B T tokens) */
+    int H, Hkv, Dh;         /* attention heads, KV groups, head dim */
+    int64_t ldq, ldk, ldv, ldo; /* the attention operands' row strides (0: q|k|v packed in one
+                               [N, (H+2Hkv)Dh] buffer, out [N, H Dh]) */
+    int backward;           /* 1: a training step (attention's backward too) */
+    int max_docs;           /* the most documents a row may hold (0 or 1: one per row) */
+    int cp_block;           /* > 0: context parallel, the ring's query blocks of this many tokens (no
+                               whole-row attention) */
+    int64_t loss_rows;      /* rows of one cross-entropy call (the loss chunk) */
+    int64_t widen_a, widen_b, gemm_f32; /* the largest mixed-dtype GEMM operands widened to f32 (A, B) and
+                               f32 results rounded to bf16 (M N), in elements */
+    int64_t comm_doubles;   /* all_reduce_host's doubles (world > 1) */
+} glm_scratch_shape;
+
 /* The version of the interface between the program and the CUDA module libglm_cuda.so: the layout
  * and meaning of struct glm_backend below, and the module's entry points (glm_backend_cuda*,
  * glm_cuda_*). BUMP IT WITH EVERY CHANGE TO THE STRUCT (an op added, removed, moved or given other
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 2
+#define GLM_BACKEND_ABI_VERSION 3
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -429,6 +446,51 @@ struct glm_backend {
      * be->alloc now and at most since the last mem_reset_peak (CPU: 0, not tracked). */
     void (*mem_info)(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak);
     void (*mem_reset_peak)(const glm_backend *be);
+
+    /* ---- the process's device memory as nvidia-smi counts it: a hard cap, fixed overhead, scratch ----
+     * What a process holds on a GPU is more than its buffers: the CUDA context, cuBLAS / cuBLASLt /
+     * cuDNN handles and workspaces, NCCL's buffers, the kernels' modules, and each buffer rounded up
+     * to the driver's pages. The CUDA backend reads the driver's own per-process figure (NVML, the
+     * number nvidia-smi prints; where NVML cannot name this process: the device's used memory less
+     * what was used before this backend created its context) and enforces a cap on it. */
+
+    /* Bytes this process holds on the backend's device now, as nvidia-smi counts them (CUDA: NVML's
+     * used memory of this pid; without it, the device's used memory less what was used before the
+     * backend was created). CPU: 0 (nothing on a device). Safe to call from another thread (a
+     * sampler measuring a step's peak). */
+    size_t (*mem_process)(const glm_backend *be);
+    /* Bytes the process holds on the device outside be->alloc and the backend's scratch: the
+     * context, library handles and their workspaces (cuBLASLt's 32 MiB, cuDNN's handle, NCCL's
+     * buffers), loaded modules and the page rounding of the buffers held: mem_process less the bytes
+     * held through alloc and scratch, the largest seen so far (it only grows: libraries load lazily),
+     * plus 256 MiB held back for what loads during the first steps (the GEMM kernels cuBLASLt picks,
+     * kernel modules, NCCL's connections; NCCL_RUNTIME_CONNECT=0, which glmtune train sets under
+     * --max-gpu-memory, makes NCCL connect at creation).
+     * The planner subtracts it from a cap (glm_model_budget). CPU: 0. */
+    size_t (*mem_overhead)(const glm_backend *be);
+    /* Makes `bytes` (0: none, the default) a hard cap on mem_process: from now on an allocation
+     * (alloc, or a scratch slot growing inside an op) that would take the process past it fails with
+     * GLM_ERR_NOMEM and a message naming what was allocated, the cap, what the process holds and a
+     * hint. Errors: GLM_ERR_NOMEM when the process already holds more than `bytes` (the cap is still
+     * set: later allocations fail). CPU: not enforced (host memory; the planner's budget still
+     * holds it), returns GLM_OK. */
+    glm_status (*set_mem_cap)(const glm_backend *be, size_t bytes);
+    /* The scratch the backend grows inside its ops for a training step of shape *s (sum of its
+     * scratch slots at the sizes they reach: attention's statistics and document bounds, cuDNN's
+     * document runs, ragged offsets, log-sum-exp copy and workspace, the GEMMs' widened operands,
+     * reductions), in *bytes; of that, the fused attention library's workspace in *attn_ws (may be
+     * NULL), which the plan may leave out (set_attention_ws_cap(be, 0): glmtune's kernels, which
+     * need none). CUDA asks cuDNN for the workspace of the graphs the step will build (the shape
+     * class of attention_ragged.cu: batch and sequence length rounded up to powers of two) for the
+     * worst layout of B rows of T tokens with up to s->max_docs documents a row (0: one). Loads
+     * cuDNN when it is not loaded yet (its handle then counts in mem_overhead). CPU: 0.
+     * Errors: GLM_ERR_ARG (sizes), GLM_ERR_DEVICE (cuDNN failed). */
+    glm_status (*scratch_need)(const glm_backend *be, const struct glm_scratch_shape *s, size_t *bytes, size_t *attn_ws);
+    /* Grows the scratch slots now to what scratch_need says for *s (with_attn_ws 0: without the
+     * attention library's workspace), so that an out-of-memory, or the cap, shows before the first
+     * step. Slots never shrink. Errors: GLM_ERR_NOMEM (the message names the slot and the cap). CPU:
+     * nothing to do. */
+    glm_status (*scratch_reserve)(const glm_backend *be, const struct glm_scratch_shape *s, int with_attn_ws);
 
     /* Profiling by phase. prof_enable(be, 1) turns it on (off by default: phase() is then free).
      * phase(be, p) says that the ops queued from now on belong to phase p (a glm_phase), until

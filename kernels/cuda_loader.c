@@ -11,7 +11,8 @@
  * The module (the .cu files of kernels/cuda) is looked up next to the running program
  * (<dir of /proc/self/exe>/libglm_cuda.so, then <that dir>/../lib/glmtune/libglm_cuda.so, where
  * `cmake --install` puts it), then at its place in the build tree. It takes the few functions it
- * needs from the program (glm_err, glm_errmsg, glm_dtype_size, glm_mpi_abort: one error-message state for
+ * needs from the program (glm_err, glm_errmsg, glm_dtype_size, glm_mpi_abort, and the communication
+ * accounting's glm_comm_all_gather_bytes, glm_comm_all_reduce_bytes, glm_comm_delay_ms: one state for
  * both), which every program that links glm_kernels exports (kernels/CMakeLists.txt).
  * A module whose glm_cuda_abi_version() is not this program's GLM_BACKEND_ABI_VERSION (kernels/backend.h),
  * or that lacks it, is refused: it was built from other sources, and its op table would not match.
@@ -36,7 +37,8 @@
 /* The module's use of the program's functions: referenced here so that every program with the
  * loader links them (and kernels/CMakeLists.txt exports them). */
 __attribute__((used)) static void *const needed_by_module[] = {(void *)glm_err, (void *)glm_errmsg, (void *)glm_dtype_size,
-                                                                 (void *)glm_mpi_abort};
+                                                                 (void *)glm_mpi_abort, (void *)glm_comm_all_gather_bytes,
+                                                                 (void *)glm_comm_all_reduce_bytes, (void *)glm_comm_delay_ms};
 
 static struct {
     const glm_backend *(*backend)(int, glm_status *);

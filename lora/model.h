@@ -65,6 +65,9 @@ typedef struct glm_model {
                                   fit the GPU without it, 1 always, -1 never */
     int offload_layers;        /* with offload 1: how many layer inputs (the first ones) go to host memory; 0: all */
     int optimizer;             /* count AdamW moments in plans (set by the trainer) */
+    int run_layers;            /* > 0: a step runs only layers [0, run_layers) in its forward and backward, with
+                                  the whole model's plan and workspace (the memory proof, lora/model_prove.h);
+                                  0 (default): every layer */
     /* Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
      * after layer l's LoRA gradients are final for the micro-batch (l = L-1 down to 0; on CUDA the
      * layer's backward is queued, not necessarily done: the callee orders its communication after
@@ -149,10 +152,21 @@ glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend 
 const char *glm_base_format_name(const glm_model *m);
 
 /* The memory budget (bytes) for plans: the device's free memory plus what glmtune already holds,
- * less a 1 GiB margin, capped by m->max_bytes when set. */
+ * less a 1 GiB margin; with m->max_bytes set (a cap on everything the process holds on the device,
+ * as be->set_mem_cap enforces it), at most m->max_bytes less be->mem_overhead (the CUDA context,
+ * library handles and workspaces, which no plan buffer holds). */
 double glm_model_budget(const glm_model *m);
 
-/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL). */
+/* The sizes of a training step (B rows of T tokens, context parallel over cp ranks, world ranks, loss
+ * chunks of loss_chunk rows: 0 for the planner's largest) that decide the backend's scratch, as
+ * the model step calls its ops (be->scratch_need, be->scratch_reserve): q|k|v as column blocks of one
+ * [N, (H+2Hkv)Dh] buffer, one document per row. Overwrites *s. */
+void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T, int backward, int64_t loss_chunk,
+                           glm_scratch_shape *s);
+
+/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL): its
+ * backend scratch is what be->scratch_need answers for the step (on CUDA, cuDNN asked for its
+ * workspace), and glm_model_prepare grows that scratch with the buffers (be->scratch_reserve). */
 void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
 
 /* Allocates the step's workspace for B rows of T tokens under `mode` now (so that the first step

@@ -157,8 +157,33 @@ double glm_model_budget(const glm_model *m) {
     size_t fr = 0, tot = 0, use = 0, peak = 0;
     m->be->mem_info(m->be, &fr, &tot, &use, &peak);
     double b = (double)fr + (double)use - 1073741824.0;
-    if (m->max_bytes > 0 && (b <= 0 || m->max_bytes < b)) b = m->max_bytes;
+    if (m->max_bytes > 0) { /* a cap on the whole process: its context and library workspaces come off it */
+        double capped = m->max_bytes - (double)m->be->mem_overhead(m->be);
+        if (b <= 0 || capped < b) b = capped;
+    }
     return b;
+}
+
+void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T, int backward, int64_t loss_chunk,
+                           glm_scratch_shape *s) {
+    memset(s, 0, sizeof *s);
+    cp = cp > 1 ? cp : 0;
+    const int64_t Tp = cp ? ((int64_t)T + 2 * cp - 1) / (2 * cp) * (2 * cp) : T;
+    s->B = B;
+    s->T = T;
+    s->H = c->H;
+    s->Hkv = c->Hkv;
+    s->Dh = c->Dh;
+    s->ldq = s->ldk = s->ldv = (int64_t)(c->H + 2 * c->Hkv) * c->Dh; /* q|k|v column blocks of one buffer */
+    s->ldo = (int64_t)c->H * c->Dh;
+    s->backward = backward;
+    s->cp_block = cp ? (int)(Tp / cp) : 0; /* the ring's query blocks: this rank's two chunks at most */
+    s->loss_rows = loss_chunk > 0 ? loss_chunk : 2048; /* the planner's largest loss chunk */
+    s->comm_doubles = world > 1 ? 64 : 0;
+}
+
+static void scratch_shape(const glm_model *m, int B, int T, int backward, int64_t loss_chunk, glm_scratch_shape *s) {
+    glm_scratch_shape_for(&m->cfg, m->cp, m->be->world, B, T, backward, loss_chunk, s);
 }
 
 /* The planner's options for this model on its backend. */
@@ -190,6 +215,16 @@ void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int 
     glm_lora_info_of(lora, &li);
     glm_plan_opts o;
     plan_opts(m, mode, &o);
+    /* the scratch the backend will grow for this step, as it says (cuDNN asked for its workspace);
+     * asked first: loading cuDNN adds to the overhead the budget then takes off a cap */
+    glm_scratch_shape sh;
+    size_t need = 0, ws = 0;
+    scratch_shape(m, B, T, backward && lora, m->loss_chunk, &sh);
+    if (m->be->scratch_need(m->be, &sh, &need, &ws) == GLM_OK && need > 0) {
+        o.scratch = (double)need;
+        o.attn_ws = (double)ws;
+    }
+    o.budget = glm_model_budget(m);
     glm_plan_make(&m->cfg, lora ? &li : NULL, B, T, backward && lora, &o, out);
 }
 
@@ -386,6 +421,12 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
         R->gdoc_host = w->gdoc_host;
     }
     wslots_layout(m, w);
+    { /* the backend's scratch grown now (cuDNN's workspace unless the plan left it out): an out-of-memory
+       * or the memory cap shows here, before the first step */
+        glm_scratch_shape sh;
+        scratch_shape(m, p->B, p->T, p->backward, p->loss_chunk, &sh);
+        if ((st = be->scratch_reserve(be, &sh, !p->attn_lean))) goto fail;
+    }
     *out = w;
     return GLM_OK;
 fail:
@@ -1100,13 +1141,14 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
                        "hint: compute logits without --context-parallel");
     GLM_TRY(ensure_ws(m, lora, b->B, b->T, backward, mode, lora && p_drop > 0));
     struct glm_ws *w = m->ws;
-    /* the plan left no room for cuDNN's attention workspace: glmtune's kernels, which need none */
-    be->set_attention_ws_cap(be, w->plan.attn_lean ? 0 : -1);
+    /* cuDNN's attention workspace: what the plan holds for it and the room the plan leaves (a batch of
+     * many documents pads to a wider graph); none when the plan left it out: glmtune's kernels */
+    be->set_attention_ws_cap(be, w->plan.attn_lean ? 0 : w->plan.attn_ws + fmax(0.0, w->plan.budget - w->plan.total));
     w->ring.B = b->B; /* this batch's rows (at most the workspace's) */
     const glm_cp_layout *cpl = cp ? &w->ring.L : NULL;
     const int TL = cp ? w->TL : b->T;
     ctx cx = {m, lora, w, b->B, TL, (int64_t)b->B * TL, seed, p_drop, b->T, cpl, NULL};
-    const int L = c->L;
+    const int L = m->run_layers > 0 && m->run_layers < c->L ? m->run_layers : c->L; /* the memory proof: the first ones */
     int64_t N = cx.N, C = c->C, V = c->V, nlab = 0;
     glm_status st = upload_batch(m, w, b, cpl, &nlab);
     if (!st) st = refresh_lora_copies(be, w, lora);

@@ -6,6 +6,9 @@
  * tokens as targets, as ../shared/bench/hf_bench.py measures transformers + PEFT. */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include "lora/config.h"
 #include "lora/lora.h"
 #include "lora/model.h"
+#include "lora/model_prove.h"
 #include "lora/optim.h"
 #include "lora/plan.h"
 #include "tool/cli.h"
@@ -27,6 +31,8 @@ static const char *HELP =
     "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
     "                     [--quantization-bit 4 [--quantization-type nf4|fp4] [--double-quantization B]]\n"
     "                     [--device cuda|cpu] [--json]\n"
+    "       glmtune bench --max-seq-len [--max-gpu-memory GiB[,GiB...]] [--seq-len MAX_T] [--seq-step N]\n"
+    "                     [--max-step-seconds S] [--prove-memory] [model and LoRA options as above]\n"
     "\n"
     "Times LoRA training steps of a GLM-4 model with random bf16 weights made on the GPU (seconds for\n"
     "the 9B shape; no checkpoint is read), and prints per sequence length: tokens/s, useful TFLOP/s,\n"
@@ -46,6 +52,20 @@ static const char *HELP =
     "                    made (bitsandbytes' format; --quantization-type nf4 (default) or fp4,\n"
     "                    --double-quantization true (default) or false), as glmtune train\n"
     "  --json            one JSON object per sequence length instead of the tables\n"
+    "--max-gpu-memory is a hard cap on everything the process holds on the GPU as nvidia-smi counts it\n"
+    "(CUDA context and library workspaces included): an allocation past it fails.\n"
+    "  --max-seq-len     for each budget of --max-gpu-memory (a list, e.g. 12,16,22,40,80; default: the\n"
+    "                    GPU's free memory), the longest row that trains there (found with the memory\n"
+    "                    planner, in steps of --seq-step tokens, default 1024, up to --seq-len, default\n"
+    "                    4194304), proven by one real training step at that length under that cap, and\n"
+    "                    a table: budget, longest T, tokens/s, the process's peak GPU memory as nvidia-smi\n"
+    "                    counts it (sampled during the step) and whether it stayed within the budget\n"
+    "  --max-step-seconds S   a step estimated to take longer (from the plan's work and the speed measured\n"
+    "                    at 4096 tokens; default 600) is not run whole: the memory proof instead\n"
+    "  --prove-memory    the memory proof for every budget: every buffer of the step allocated at the full\n"
+    "                    T, the first 2 layers' forward and backward (and, where the plan offloads layer\n"
+    "                    inputs, one round trip to host memory), the peak within the budget, and the step\n"
+    "                    time extrapolated from the layers run (labelled so)\n"
     "Useful work per token = 4 N_matmul + 6 L T H Dh (forward and input-gradient GEMMs, causal\n"
     "attention forward and backward; recomputation not counted); MFU = useful FLOP/s / 989e12.\n";
 
@@ -54,6 +74,11 @@ typedef struct bench_opts {
     int64_t seqs[32];
     int nseq, steps, warmup, B, rank, json;
     double alpha, max_gib;
+    double budgets[16];    /* --max-gpu-memory's list (GiB); max_gib = budgets[0] */
+    int nbud;
+    int max_seq_len, prove; /* --max-seq-len, --prove-memory */
+    int64_t seq_step;      /* --seq-step */
+    double max_step_s;     /* --max-step-seconds */
     glm_base_format fmt;   /* the linear layers' format (quant_bits 0: bf16) */
 } bench_opts;
 
@@ -72,6 +97,9 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
     o->nseq = 1;
     o->fmt.q4 = GLM_WF_NF4;
     o->fmt.double_quant = 1;
+    o->seq_step = 1024;
+    o->max_step_s = 600;
+    int seq_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int r;
@@ -84,6 +112,14 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
             o->json = 1;
             continue;
         }
+        if (cli_flag(argv[i], "--max-seq-len")) {
+            o->max_seq_len = 1;
+            continue;
+        }
+        if (cli_flag(argv[i], "--prove-memory")) {
+            o->prove = 1;
+            continue;
+        }
 #define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) < 0 ? -1 : r)
         if ((r = VAL("--shape")) > 0) o->shape = v, o->model = o->config = NULL;
         else if (r == 0 && (r = VAL("--model")) > 0) o->model = v;
@@ -92,6 +128,7 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
         else if (r == 0 && (r = VAL("--device")) > 0) o->device = v;
         else if (r == 0 && (r = VAL("--gradient-checkpointing")) > 0) o->ckpt = v;
         else if (r == 0 && (r = VAL("--seq-len")) > 0) {
+            seq_given = 1;
             o->nseq = 0;
             char *s = strdup(v), *save = NULL;
             glm_status st = GLM_OK;
@@ -133,14 +170,44 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
             else if (!strcmp(v, "false") || !strcmp(v, "0")) o->fmt.double_quant = 0;
             else return glm_err(GLM_ERR_ARG, "--double-quantization %s: expected true or false", v);
         } else if (r == 0 && (r = VAL("--max-gpu-memory")) > 0) {
-            GLM_TRY(cli_double("--max-gpu-memory", v, &o->max_gib));
-            if (!(o->max_gib >= 0)) return glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0", v);
+            o->nbud = 0;
+            char *s = strdup(v), *save = NULL;
+            glm_status st = s ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+            for (char *t = s ? strtok_r(s, ",", &save) : NULL; t && !st; t = strtok_r(NULL, ",", &save)) {
+                double g = 0;
+                if (o->nbud == 16) st = glm_err(GLM_ERR_ARG, "--max-gpu-memory: at most 16 budgets");
+                else if (!(st = cli_double("--max-gpu-memory", t, &g)) && !(g >= 0 && g < 1e6))
+                    st = glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0", t);
+                if (!st) o->budgets[o->nbud++] = g;
+            }
+            free(s);
+            GLM_TRY(st);
+            if (!o->nbud) return glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0 (or a list: 12,16,22)", v);
+            o->max_gib = o->budgets[0];
+        } else if (r == 0 && (r = VAL("--seq-step")) > 0) {
+            GLM_TRY(cli_u64("--seq-step", v, &u));
+            if (u < 1 || u > (1u << 24)) return glm_err(GLM_ERR_ARG, "--seq-step %s: expected 1 .. 16777216 tokens", v);
+            o->seq_step = (int64_t)u;
+        } else if (r == 0 && (r = VAL("--max-step-seconds")) > 0) {
+            GLM_TRY(cli_double("--max-step-seconds", v, &o->max_step_s));
+            if (!(o->max_step_s > 0)) return glm_err(GLM_ERR_ARG, "--max-step-seconds %s: expected seconds > 0", v);
         }
 #undef VAL
         if (r < 0) return glm_err(GLM_ERR_ARG, "%s needs a value", argv[i]);
         if (r == 0) return glm_err(GLM_ERR_ARG, "unknown option %s; hint: glmtune bench --help", argv[i]);
     }
     if (isnan(o->alpha)) o->alpha = 2.0 * o->rank;
+    if (o->nbud > 1 && !o->max_seq_len)
+        return glm_err(GLM_ERR_ARG, "--max-gpu-memory: a list of budgets is for --max-seq-len; hint: one budget, or add "
+                       "--max-seq-len");
+    if (o->prove && !o->max_seq_len) return glm_err(GLM_ERR_ARG, "--prove-memory is a --max-seq-len mode; hint: add --max-seq-len");
+    if (o->max_seq_len) {
+        if (o->nseq > 1) return glm_err(GLM_ERR_ARG, "--max-seq-len: --seq-len is the longest row to search up to (one value)");
+        if (!seq_given) o->seqs[0] = (int64_t)1 << 22;
+        if (o->seqs[0] < o->seq_step)
+            return glm_err(GLM_ERR_ARG, "--max-seq-len: --seq-len %lld is shorter than --seq-step %lld",
+                           (long long)o->seqs[0], (long long)o->seq_step);
+    }
     return GLM_OK;
 }
 
@@ -162,12 +229,50 @@ static double useful_flop_per_token(const glm_config *c, int64_t T) {
     return 4.0 * nm + 6.0 * c->L * (double)T * qd;
 }
 
+/* The process's peak device memory as nvidia-smi counts it (be->mem_process), sampled every 2 ms by a
+ * thread while a step runs; no thread on the CPU backend (nothing on a device). */
+typedef struct sampler {
+    const glm_backend *be;
+    atomic_int stop;
+    atomic_size_t peak;
+    pthread_t th;
+    int on;
+} sampler;
+
+static void *sample_loop(void *u) {
+    sampler *s = u;
+    for (;;) {
+        size_t v = s->be->mem_process(s->be);
+        if (v > atomic_load(&s->peak)) atomic_store(&s->peak, v);
+        if (atomic_load(&s->stop)) break;
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static void sampler_start(sampler *s, const glm_backend *be) {
+    s->be = be;
+    atomic_init(&s->stop, 0);
+    atomic_init(&s->peak, 0);
+    s->on = strcmp(be->name, "cpu") && pthread_create(&s->th, NULL, sample_loop, s) == 0;
+}
+
+/* the peak in bytes (0 when nothing was sampled: the CPU backend) */
+static size_t sampler_stop(sampler *s) {
+    if (!s->on) return 0;
+    atomic_store(&s->stop, 1);
+    pthread_join(s->th, NULL);
+    s->on = 0;
+    return atomic_load(&s->peak);
+}
+
 typedef struct result {
     int64_t T;
     int ok;
     char err[512];
     glm_plan plan;
     double step_s, tok_s, tflops, mfu, peak_gib, loss, phase_ms[GLM_PHASE_COUNT];
+    double proc_peak_gib;  /* the process's peak as nvidia-smi counts it (sampled); 0: not measured (CPU) */
     int64_t prefetched;   /* timed steps whose batch was uploaded during the step before */
 } result;
 
@@ -216,6 +321,8 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     alternate alt = {m, {&bs[0], &bs[1], &bs[2]}, 0};
     int n_params = 0;
     glm_param *params = glm_lora_params(lora, &n_params);
+    sampler smp;
+    sampler_start(&smp, be);
     if (!st) st = glm_model_prepare(m, lora, B, (int)T, 1, mode, &res->plan);
     if (!st) be->mem_reset_peak(be);
     memset(res->phase_ms, 0, sizeof res->phase_ms);
@@ -245,6 +352,7 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     }
     be->prof_enable(be, 0);
     m->next_batch = NULL;
+    res->proc_peak_gib = sampler_stop(&smp) / 1073741824.0;
     res->prefetched += m->batches_prefetched;
     if (!st) {
         qsort(times, (size_t)o->steps, sizeof(double), cmp_d);
@@ -260,6 +368,224 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     }
     free(ids), free(tg), free(pos), free(doc), free(times);
     return st;
+}
+
+/* --max-seq-len: one budget's row */
+typedef struct longest_row {
+    double budget_gib;     /* 0: the device's free memory, no cap */
+    int64_t T;             /* the planner's longest row (0: nothing fits) */
+    glm_plan plan;
+    int proved;            /* 0 not run, 1 a real step, 2 the memory proof */
+    double est_s;          /* the step's estimated time (from the calibration) */
+    double tok_s, step_s;  /* measured (proof: step_s extrapolated) */
+    double peak_gib;       /* the process's peak as nvidia-smi counts it (0: not measured, the CPU) */
+    int within;            /* peak <= budget */
+    char err[512];
+} longest_row;
+
+/* The longest row length, a multiple of step up to max_T, whose plan (the model's: the backend's scratch
+ * for that length, its overhead off the cap) fits; 0 when step tokens do not fit. */
+static int64_t longest_T(glm_model *m, glm_lora *lora, int B, glm_ckpt_mode mode, int64_t step, int64_t max_T, glm_plan *best) {
+    glm_plan p;
+    glm_model_plan(m, lora, B, (int)step, 1, mode, &p);
+    if (!p.fits) {
+        *best = p; /* what even the shortest row would take */
+        return 0;
+    }
+    int64_t lo = 1, hi = max_T / step;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        glm_model_plan(m, lora, B, (int)(mid * step), 1, mode, &p);
+        if (p.fits) lo = mid;
+        else hi = mid - 1;
+    }
+    glm_model_plan(m, lora, B, (int)(lo * step), 1, mode, best);
+    return lo * step;
+}
+
+/* The work of a step for the time estimate, in FLOP weighted by speed: the useful work, attention once
+ * more (it runs at about half the GEMMs' rate), and the plan's recomputation. */
+static double step_cost(const glm_config *c, int B, int64_t T, const glm_plan *p) {
+    double N = (double)B * T, qd = (double)c->H * c->Dh;
+    return N * (useful_flop_per_token(c, T) + 6.0 * c->L * (double)T * qd) + p->recompute_gflop * 1e9;
+}
+
+static int cmp_budget(const void *a, const void *b) {
+    const longest_row *x = a, *y = b;
+    double u = x->budget_gib > 0 ? x->budget_gib : 1e30, v = y->budget_gib > 0 ? y->budget_gib : 1e30;
+    return u < v ? -1 : u > v;
+}
+
+/* The memory proof's batch: one document of T tokens per row, the second half targets (as run_one). */
+static glm_status proof_step(glm_model *m, glm_lora *lora, const bench_opts *o, glm_ckpt_mode mode, int64_t T,
+                             glm_prove_result *pr, double *peak_gib) {
+    const int64_t N = (int64_t)o->B * T;
+    uint32_t *ids = malloc((size_t)N * 4);
+    uint8_t *tg = malloc((size_t)N);
+    int32_t *pos = malloc((size_t)N * 4), *doc = malloc((size_t)N * 4);
+    glm_status st = ids && tg && pos && doc ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory for the batch");
+    glm_rng rng;
+    glm_rng_seed(&rng, 99, (uint64_t)T);
+    for (int64_t i = 0; !st && i < N; i++) {
+        int64_t t = i % T;
+        uint32_t id = 100 + (uint32_t)(glm_rng_uniform(&rng) * (double)((m->cfg.V > 151000 ? 151000 : m->cfg.V) - 100));
+        ids[i] = id < (uint32_t)m->cfg.V ? id : (uint32_t)m->cfg.V - 1;
+        pos[i] = (int32_t)t;
+        doc[i] = 0;
+        tg[i] = t >= T / 2 && t > 0;
+    }
+    sampler smp;
+    sampler_start(&smp, m->be);
+    if (!st) {
+        glm_batch b = {o->B, (int)T, ids, tg, pos, doc};
+        st = glm_lora_zero_grads(lora);
+        if (!st) st = glm_model_prove_memory(m, lora, &b, mode, 2, pr);
+    }
+    *peak_gib = sampler_stop(&smp) / 1073741824.0;
+    free(ids), free(tg), free(pos), free(doc);
+    return st;
+}
+
+/* glmtune bench --max-seq-len: plans every budget, calibrates the speed at a short row, then proves
+ * each budget's longest row (a real step, or the memory proof) under that budget as a hard cap.
+ * Returns the exit status. */
+static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const bench_opts *o, glm_ckpt_mode mode,
+                        const char *shape_name, const char *devname) {
+    const glm_backend *be = m->be;
+    const glm_config *c = &m->cfg;
+    const double G = 1073741824.0;
+    const int cpu = !strcmp(be->name, "cpu");
+    const int nb = o->nbud > 0 ? o->nbud : 1;
+    longest_row *rows = calloc((size_t)nb, sizeof *rows);
+    if (!rows) return cli_fail(glm_err(GLM_ERR_NOMEM, "out of memory"));
+    for (int k = 0; k < nb; k++) rows[k].budget_gib = o->nbud > 0 ? o->budgets[k] : 0;
+    qsort(rows, (size_t)nb, sizeof *rows, cmp_budget); /* ascending: the grow-only scratch never outgrows a plan */
+    /* 1. the planner's longest row for each budget */
+    int64_t shortest = 0;
+    for (int k = 0; k < nb; k++) {
+        longest_row *r = &rows[k];
+        m->max_bytes = r->budget_gib * G;
+        glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL); /* the last budget's buffers freed */
+        r->T = longest_T(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
+        if (r->T > 0 && (!shortest || r->T < shortest)) shortest = r->T;
+    }
+    /* 2. the speed at a short row (4096 tokens, or the shortest longest row), no cap: for the estimates */
+    double t0_s = 0, cost0 = 0;
+    if (shortest) {
+        int64_t T0 = shortest < 4096 ? shortest : 4096;
+        bench_opts oc = *o;
+        oc.steps = 1;
+        oc.warmup = 1;
+        result cr;
+        memset(&cr, 0, sizeof cr);
+        m->max_bytes = 0;
+        glm_status st = run_one(m, lora, opt, &oc, mode, T0, &cr);
+        glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
+        if (st) {
+            cli_fail(st);
+            free(rows);
+            return GLM_EXIT_FAIL;
+        }
+        t0_s = cr.step_s;
+        cost0 = step_cost(c, o->B, T0, &cr.plan);
+        if (!o->json)
+            printf("speed for the estimates: %.0f tokens/s at %lld tokens (one step after one warm-up)\n\n", cr.tok_s,
+                   (long long)T0);
+    }
+    if (!o->json) {
+        printf("| budget GiB | longest T | proven by | tokens/s | step s | peak GiB (nvidia-smi) | within budget | plan |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
+        fflush(stdout);
+    }
+    int bad = 0;
+    /* 3. each budget proven under its cap */
+    for (int k = 0; k < nb; k++) {
+        longest_row *r = &rows[k];
+        const size_t cap = (size_t)(r->budget_gib * G);
+        m->max_bytes = r->budget_gib * G;
+        glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
+        glm_status st = be->set_mem_cap(be, cap);
+        if (!st && r->T > 0) {
+            r->est_s = cost0 > 0 ? t0_s * step_cost(c, o->B, r->T, &r->plan) / cost0 : 0;
+            if (!o->prove && r->est_s <= o->max_step_s) {
+                bench_opts oc = *o;
+                oc.steps = 1;
+                oc.warmup = 2 * r->est_s <= o->max_step_s ? 1 : 0;
+                result rr;
+                memset(&rr, 0, sizeof rr);
+                st = run_one(m, lora, opt, &oc, mode, r->T, &rr);
+                r->proved = st ? 0 : 1;
+                r->tok_s = rr.tok_s;
+                r->step_s = rr.step_s;
+                r->peak_gib = rr.proc_peak_gib;
+                r->plan = rr.plan;
+            } else {
+                glm_prove_result pr;
+                st = proof_step(m, lora, o, mode, r->T, &pr, &r->peak_gib);
+                r->proved = st ? 0 : 2;
+                r->step_s = pr.step_est_s;
+                r->tok_s = pr.step_est_s > 0 ? (double)o->B * r->T / pr.step_est_s : 0;
+                if (!st) r->plan = pr.plan;
+            }
+        }
+        be->set_mem_cap(be, 0);
+        if (st) {
+            snprintf(r->err, sizeof r->err, "%s", glm_errmsg());
+            glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
+        }
+        r->within = cpu || r->budget_gib <= 0 || r->peak_gib <= r->budget_gib;
+        if (st || (r->T > 0 && !r->within)) bad = 1;
+        char bud[32], how[160] = "", planstr[200] = "";
+        if (r->budget_gib > 0) snprintf(bud, sizeof bud, "%g", r->budget_gib);
+        else snprintf(bud, sizeof bud, "free (%.1f)", r->plan.budget / G);
+        if (r->proved == 1) snprintf(how, sizeof how, "one training step");
+        else if (r->proved == 2)
+            snprintf(how, sizeof how, "memory proof: every buffer at T, layers 0-1 fwd+bwd%s; step time extrapolated "
+                     "(%d/2 x the measured)", r->plan.offload ? ", an offload round trip" : "", c->L);
+        if (r->T > 0)
+            snprintf(planstr, sizeof planstr, "keep %d / selective %d / full %d, %d layer inputs offloaded, %.3g of %.3g GiB "
+                     "planned", r->plan.n_keep, r->plan.n_selective, r->plan.n_full, r->plan.n_host, r->plan.total / G,
+                     r->plan.budget / G);
+        char peakj[32] = "null"; /* no device on the CPU backend */
+        if (!cpu) snprintf(peakj, sizeof peakj, "%.3f", r->peak_gib);
+        if (o->json) {
+            printf("{\"who\": \"glmtune\", \"mode\": \"max-seq-len\", \"base\": \"%s\", \"budget_gib\": %g, "
+                   "\"longest_T\": %lld, \"proven_by\": \"%s\", \"tok_s\": %.1f, \"step_s\": %.3f, \"estimated_s\": %.3f, "
+                   "\"peak_gib\": %s, \"within_budget\": %s, \"predicted_gib\": %.3f, \"budget_planned_gib\": %.3f",
+                   glm_base_format_name(m), r->budget_gib, (long long)r->T,
+                   r->proved == 1 ? "step" : r->proved == 2 ? "memory proof (step time extrapolated)" : "none", r->tok_s,
+                   r->step_s, r->est_s, peakj, cpu ? "null" : r->within ? "true" : "false", r->plan.total / G,
+                   r->plan.budget / G);
+            if (r->err[0]) {
+                json_t *js = json_string(r->err);
+                char *d = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+                printf(", \"error\": %s", d ? d : "\"(the message is not UTF-8)\"");
+                free(d);
+                json_decref(js);
+            }
+            printf("}\n");
+        } else if (r->T == 0) {
+            printf("| %s | none: even %lld tokens do not fit | | | | | | the model itself: %.2f GiB planned |\n", bud,
+                   (long long)o->seq_step, r->plan.weights / G);
+        } else if (r->err[0]) {
+            printf("| %s | %lld | FAILED: %s | | | | NO | %s |\n", bud, (long long)r->T, r->err, planstr);
+        } else {
+            char peak[32];
+            if (cpu) snprintf(peak, sizeof peak, "n/a (cpu)");
+            else snprintf(peak, sizeof peak, "%.2f", r->peak_gib);
+            printf("| %s | %lld | %s | %.0f%s | %.2f%s | %s | %s | %s |\n", bud, (long long)r->T, how, r->tok_s,
+                   r->proved == 2 ? " (extrapolated)" : "", r->step_s, r->proved == 2 ? " (extrapolated)" : "", peak,
+                   cpu ? "n/a" : r->within ? "yes" : "NO", planstr);
+        }
+        fflush(stdout);
+    }
+    if (!o->json)
+        printf("\n%s on %s, base %s, micro-batch %d: the longest row per budget found by the memory planner in steps of "
+               "%lld tokens; --max-gpu-memory set as a hard cap on the process during its proof; peak = the process's "
+               "device memory as nvidia-smi counts it, sampled every 2 ms; CUDA context and library workspaces: %.2f GiB\n",
+               shape_name, devname, glm_base_format_name(m), o->B, (long long)o->seq_step, be->mem_overhead(be) / G);
+    free(rows);
+    return bad ? GLM_EXIT_FAIL : GLM_EXIT_OK;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -326,7 +652,9 @@ int cmd_bench(int argc, char **argv) {
         }
         glm_plan wp;
         glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
-        double have = o.max_gib > 0 ? o.max_gib * 1073741824.0 : (double)fr;
+        double most = o.max_gib; /* --max-seq-len: the weights must fit the largest budget */
+        for (int k = 0; o.max_seq_len && k < o.nbud; k++) most = o.budgets[k] <= 0 || most <= 0 ? 0 : fmax(most, o.budgets[k]);
+        double have = most > 0 ? most * 1073741824.0 : (double)fr;
         if (have > 0 && wp.weights > have)
             st = glm_err(GLM_ERR_NOMEM, "the %s weights take %.2f GiB (%s) and this %s has %.2f GiB %s; hint: %s", shape_name,
                          wp.weights / 1073741824.0, glm_dtype_size(be->weight_dtype) == 2 ? "bf16" : "fp32",
@@ -335,6 +663,9 @@ int cmd_bench(int argc, char **argv) {
                          strcmp(be->name, "cpu") ? "a GPU with more memory, or a smaller --config"
                                                  : "--device cuda on a GPU, or a smaller shape (--config FILE)");
     }
+    /* --max-gpu-memory: a hard cap on the process from here (weights included); --max-seq-len sets each
+     * budget's in turn */
+    if (!st && o.max_gib > 0 && !o.max_seq_len) st = be->set_mem_cap(be, (size_t)(o.max_gib * 1073741824.0));
     if (!st) st = glm_model_create_random_fmt(&cfg, be, 7, &o.fmt, &m);
     glm_lora_config lc = {o.rank, (float)o.alpha, 0.0f, false, o.targets};
     if (!st) st = glm_lora_create(m, &lc, 7, &lora);
@@ -349,12 +680,27 @@ int cmd_bench(int argc, char **argv) {
     double t_init = now_s() - t0;
     int64_t np = 0;
     for (int i = 0; i < n_params; i++) np += params[i].numel;
+    if (!st && o.max_seq_len) {
+        if (!o.json)
+            printf("glmtune bench --max-seq-len: %s on %s; base %s; LoRA r=%d alpha=%g on %s (%lld parameters), AdamW; "
+                   "micro-batch %d, one document per row, second half of the tokens as targets; random weights made in "
+                   "%.1f s\n\n", shape_name, devname, glm_base_format_name(m), o.rank, o.alpha, o.targets, (long long)np, o.B,
+                   t_init);
+        int rc = longest_mode(m, lora, &opt, &o, mode, shape_name, devname);
+        glm_optim_free(&opt);
+        glm_lora_free(lora);
+        glm_model_free(m);
+#ifdef GLMTUNE_HAVE_CUDA
+        if (!strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+        return rc;
+    }
     if (!st && !o.json) {
         printf("glmtune bench: %s on %s; base %s; LoRA r=%d alpha=%g on %s (%lld parameters), AdamW; micro-batch %d, one "
                "document per row, second half of the tokens as targets; random weights made in %.1f s\n\n",
                shape_name, devname, glm_base_format_name(m), o.rank, o.alpha, o.targets, (long long)np, o.B, t_init);
-        printf("| seq len | tokens/s | step s | useful TFLOP/s | MFU | peak GiB | plan |\n");
-        printf("|---|---|---|---|---|---|---|\n");
+        printf("| seq len | tokens/s | step s | useful TFLOP/s | MFU | peak GiB | plan | peak GiB (nvidia-smi) |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
         fflush(stdout);
     }
     result *res = calloc((size_t)o.nseq, sizeof *res);
@@ -376,11 +722,13 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"who\": \"glmtune\", \"base\": \"%s\", \"seq\": %lld, \"batch\": %d, \"gc\": \"%s\", ",
                    glm_base_format_name(m), (long long)r->T, o.B, glm_ckpt_name(mode));
             if (r->ok) {
-                char mfu[32] = "null", peak[32] = "null"; /* no GPU: MFU and device memory do not apply */
+                char mfu[32] = "null", peak[32] = "null", ppeak[32] = "null"; /* no GPU: MFU and device memory do not apply */
                 if (strcmp(be->name, "cpu")) {
                     snprintf(mfu, sizeof mfu, "%.4f", r->mfu);
                     snprintf(peak, sizeof peak, "%.2f", r->peak_gib);
+                    snprintf(ppeak, sizeof ppeak, "%.3f", r->proc_peak_gib);
                 }
+                printf("\"process_peak_gib\": %s, ", ppeak);
                 printf("\"step_s\": %.4f, \"tok_s\": %.1f, \"useful_tflops\": %.1f, \"mfu\": %s, \"peak_gib\": %s, "
                        "\"predicted_gib\": %.2f, \"loss\": %.4f, \"keep\": %d, \"selective\": %d, \"full\": %d, \"mlp_chunk\": %lld, "
                        "\"offload\": %s, \"prefetched_steps\": %lld, \"phase_ms\": {",
@@ -397,12 +745,14 @@ int cmd_bench(int argc, char **argv) {
                 json_decref(js);
             }
         } else if (r->ok && !strcmp(be->name, "cpu")) { /* no GPU: MFU and device memory do not apply */
-            printf("| %lld | %.0f | %.3f | %.3f | n/a | n/a | %s |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops, planstr);
+            printf("| %lld | %.0f | %.3f | %.3f | n/a | n/a | %s | n/a |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops,
+                   planstr);
         } else if (r->ok) {
-            printf("| %lld | %.0f | %.3f | %.1f | %.1f%% | %.1f | %s |\n", (long long)r->T, r->tok_s, r->step_s, r->tflops,
-                   100 * r->mfu, r->peak_gib, planstr);
+            printf("| %lld | %.0f | %.3f | %.1f | %.1f%% | %.1f | %s | %.2f%s |\n", (long long)r->T, r->tok_s, r->step_s,
+                   r->tflops, 100 * r->mfu, r->peak_gib, planstr, r->proc_peak_gib,
+                   o.max_gib > 0 && r->proc_peak_gib > o.max_gib ? " (over the cap)" : "");
         } else {
-            printf("| %lld | failed: %s | | | | | |\n", (long long)r->T, r->err);
+            printf("| %lld | failed: %s | | | | | | |\n", (long long)r->T, r->err);
         }
         fflush(stdout);
     }

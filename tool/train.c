@@ -360,9 +360,82 @@ static void check_stage(const train_settings *ts) {
     json_decref(r);
 }
 
+/* The memory plan of this run from config.json and the shards' manifest alone, before any weight is
+ * read; sets --max-gpu-memory as the backend's hard cap on everything the process holds on the
+ * device. A plan that does not fit the budget (the cap less the CUDA context and library workspaces
+ * the process already holds, or without a cap what the device has free) is an error that names its
+ * total, the budget and what to change: a run that went on would stop out of memory mid-step. */
+static glm_status check_plan(const run_state *rs, const train_settings *ts) {
+    const glm_backend *be = rs->be;
+    const double G = 1073741824.0;
+    const int cpu = !strcmp(be->name, "cpu");
+    if (ts->max_gpu_gib > 0) {
+        if (cpu && be->rank == 0)
+            glm_log_info("--max-gpu-memory on the CPU backend: the memory plan's budget (host memory is not capped)");
+        glm_status st = be->set_mem_cap(be, (size_t)(ts->max_gpu_gib * G));
+        if (st) return glm_err_context(st, "--max-gpu-memory %g", ts->max_gpu_gib);
+    }
+    glm_config cfg;
+    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    glm_loader l;
+    GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
+    const int T = (int)l.T;
+    const uint64_t group_rows = (l.n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
+    glm_loader_close(&l);
+    int B = (int)ts->per_device_train_batch_size;
+    if ((uint64_t)B > group_rows) B = (int)group_rows; /* as setup() sizes the step */
+    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+                          ts->lora_target};
+    glm_lora_info li;
+    GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
+    glm_scratch_shape sh;
+    size_t need = 0, ws = 0;
+    glm_scratch_shape_for(&cfg, rs->cp, be->world, B, T, 1, 0, &sh);
+    if (be->scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate, as glm_model_plan */
+    size_t fr = 0, tot = 0, use = 0, peak = 0;
+    be->mem_info(be, &fr, &tot, &use, &peak);
+    double budget = (double)fr + (double)use - G; /* as glm_model_budget */
+    if (ts->max_gpu_gib > 0) {
+        double capped = ts->max_gpu_gib * G - (double)be->mem_overhead(be);
+        if (budget <= 0 || capped < budget) budget = capped;
+    }
+    const int eb = (int)glm_dtype_size(be->act_dtype), W = be->world;
+    glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb,
+                       .weight_bytes = (int)glm_dtype_size(be->weight_dtype), .lora_shadow = be->act_dtype != GLM_DT_F32,
+                       .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = rs->cp,
+                       .acc_bytes = (int)glm_dtype_size(be->acc_dtype),
+                       .host_budget = cpu ? 0 : glm_host_budget(glm_local_ranks()),
+                       .base_format = ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
+                                                                                                              : GLM_WF_NF4)
+                                                          : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
+                       .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,
+                       .attn_ws = (double)ws};
+    glm_plan p;
+    glm_plan_make(&cfg, &li, B, T, 1, &o, &p);
+    if (p.fits) return GLM_OK;
+    char hints[512];
+    int n = snprintf(hints, sizeof hints, "%s", ts->quant_bits == 4 ? "" : "--quantization-bit 4 (a 4-bit base, QLoRA), ");
+    glm_plan_opts oo = o;
+    oo.offload = 1;
+    glm_plan po;
+    glm_plan_make(&cfg, &li, B, T, 1, &oo, &po);
+    if (!cpu && po.fits)
+        n += snprintf(hints + n, sizeof hints - (size_t)n, "a machine with %.1f GiB of host memory free for the layer inputs "
+                      "(offloaded, they would fit; %.1f GiB is available here), ", po.host / G, o.host_budget / G);
+    if (rs->cp <= 1) n += snprintf(hints + n, sizeof hints - (size_t)n, "--context-parallel N with --gpus N, ");
+    snprintf(hints + n, sizeof hints - (size_t)n, "a shorter --seq-len (rows of %d tokens now)%s", T,
+             ts->max_gpu_gib > 0 ? ", or a larger --max-gpu-memory" : "");
+    return glm_err(GLM_ERR_NOMEM, "%s: the memory plan for %d x %d tokens takes %.2f GiB and the budget is %.2f GiB (%s%s); "
+                   "nothing was loaded; hint: %s (glmtune train --dry-run prints the plan)",
+                   ts->model, B, T, p.total / G, budget / G,
+                   ts->max_gpu_gib > 0 ? "--max-gpu-memory" : "the device's free memory",
+                   !cpu && ts->max_gpu_gib > 0 ? " less the CUDA context and library workspaces" : "", hints);
+}
+
 static glm_status setup(run_state *rs, const train_settings *ts) {
     if (rs->be->rank == 0) check_stage(ts);
     const glm_backend *be = rs->be;
+    GLM_TRY(check_plan(rs, ts));
     if (ts->shard_base && be->world > 1)
         glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
     else if (ts->shard_base)
@@ -753,6 +826,10 @@ glm_status train_run(const train_settings *ts) {
     run_state rs;
     memset(&rs, 0, sizeof rs);
     rs.out_lock = -1;
+    /* under a cap NCCL makes its connections (and their device buffers) when the communicator is
+     * created, where the overhead the planner takes off the cap is measured, not at the first
+     * collective (NCCL 2.22+; an explicit NCCL_RUNTIME_CONNECT is kept) */
+    if (ts->max_gpu_gib > 0) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     glm_status s = dist_detect(&rs.dist);
     if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs.dist, &rs.be);
     if (s != GLM_OK) return s;

@@ -23,6 +23,7 @@
 #include "lora/config.h"
 #include "lora/lora.h"
 #include "lora/metrics.h"
+#include "lora/model.h"
 #include "lora/plan.h"
 
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
@@ -243,7 +244,17 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     } else {
         snprintf(devname, sizeof devname, "a CUDA GPU (none here: planned from --max-gpu-memory)");
     }
-    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 < budget)) budget = ts->max_gpu_gib * 1073741824.0;
+    /* with a GPU here: the scratch its backend says the step needs (cuDNN asked for its workspace), and
+     * under a cap the CUDA context and library workspaces the process holds come off it, as a run plans */
+    size_t need = 0, ws = 0, overhead = 0;
+    if (be) {
+        glm_scratch_shape sh;
+        glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
+        if (be->scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
+        overhead = be->mem_overhead(be);
+    }
+    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
+        budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
     int eb = cpu ? 4 : 2;
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
     glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
@@ -252,13 +263,17 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                        .base_format = ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
                                                                                                               : GLM_WF_NF4)
                                                           : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
-                       .double_quant = ts->quant_bits == 4 && ts->double_quant};
+                       .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,
+                       .attn_ws = (double)ws};
     glm_plan p;
     glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
     if (schedule[0]) printf("%s", schedule);
     printf("device: %s", devname);
     if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
-    printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
+    if (ts->max_gpu_gib > 0 && overhead)
+        printf("; budget: --max-gpu-memory less %.2f GiB of CUDA context and library workspaces\n", overhead / 1073741824.0);
+    else
+        printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
     printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
            cfg.F, cfg.V, li.r, (long long)li.params);
     const long long mb = (long long)ts->per_device_train_batch_size, ga = (long long)ts->gradient_accumulation_steps;
@@ -273,7 +288,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     else if (ts->shard_base)
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
-    printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+    if (overhead)
+        printf("predicted peak: %.2f GiB%s; with the CUDA context and library workspaces %.2f GiB as nvidia-smi counts it\n",
+               p.total / 1073741824.0, p.fits ? "" : " (does not fit)", (p.total + (double)overhead) / 1073741824.0);
+    else
+        printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
     if (!cpu && glm_host_memory_from_env()) /* what the offload was held against */
         printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB from GLMTUNE_HOST_MEMORY_GIB, "
                "shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,

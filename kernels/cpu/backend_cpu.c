@@ -497,6 +497,17 @@ static void cpu_mem_info(const glm_backend *be, size_t *free_b, size_t *total_b,
     if (peak) *peak = 0;
 }
 static void cpu_mem_reset_peak(const glm_backend *be) {}
+/* nothing on a device; the cap is host memory's, held by the planner's budget */
+static size_t cpu_mem_process(const glm_backend *be) { return 0; }
+static size_t cpu_mem_overhead(const glm_backend *be) { return 0; }
+static glm_status cpu_set_mem_cap(const glm_backend *be, size_t bytes) { return GLM_OK; }
+static glm_status cpu_scratch_need(const glm_backend *be, const glm_scratch_shape *s, size_t *bytes, size_t *attn_ws) {
+    if (s->B < 0 || s->T < 0) return glm_err(GLM_ERR_ARG, "scratch_need: %d rows of %d tokens", s->B, s->T);
+    *bytes = 0;
+    if (attn_ws) *attn_ws = 0;
+    return GLM_OK;
+}
+static glm_status cpu_scratch_reserve(const glm_backend *be, const glm_scratch_shape *s, int with_attn_ws) { return GLM_OK; }
 
 /* Profiling on the CPU: wall-clock time between phase marks (single-threaded use). */
 static int cpu_prof_on, cpu_prof_phase;
@@ -593,6 +604,11 @@ static glm_backend cpu_backend = {
     .set_attention_ws_cap = cpu_set_attention_ws_cap,
     .mem_info = cpu_mem_info,
     .mem_reset_peak = cpu_mem_reset_peak,
+    .mem_process = cpu_mem_process,
+    .mem_overhead = cpu_mem_overhead,
+    .set_mem_cap = cpu_set_mem_cap,
+    .scratch_need = cpu_scratch_need,
+    .scratch_reserve = cpu_scratch_reserve,
     .prof_enable = cpu_prof_enable,
     .phase = cpu_phase,
     .prof_collect = cpu_prof_collect,

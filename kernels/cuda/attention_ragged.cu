@@ -13,6 +13,7 @@
  * nb * s_max exceeds 4 B*T with over 0.25 GiB of workspace, out of memory for its workspace), the ops return GLM_ERR_UNSUPPORTED
  * and attention.cu runs glmtune's own kernels; the first time, one line on stderr says why. */
 #include <limits.h>
+#include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,8 +113,8 @@ static glm_status decline(cuda_impl *I, glm_status st) {
     return st;
 }
 
-static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int T, int H, int Hkv, int Dh, int64_t ldq,
-                          int64_t ldk, int64_t ldv, int64_t ldo, ragged_call *rc) {
+/* Loads cuDNN on first use (GLM_ERR_UNSUPPORTED, said once, when it cannot be). */
+static glm_status load_cudnn(cuda_impl *I) {
     if (!I->cudnn_tried) {
         I->cudnn_tried = true;
         const char *why = "";
@@ -122,6 +123,19 @@ static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int 
         CU(cudaMallocHost(&I->runs_host, 2 * sizeof(int32_t)), "attention (cuDNN)");
     }
     if (!I->cudnn) return glm_err(GLM_ERR_UNSUPPORTED, "attention: cuDNN not loaded");
+    return GLM_OK;
+}
+
+/* The padded batch cuDNN is asked to run (nb x s_max tokens) is declined when it is over 4x the
+ * tokens and its backward's f32 dQ accumulator would pass 0.25 GiB (prepare, attn_scratch_need). */
+static bool padded_too_big(int64_t nb, int64_t s_max, int64_t n, int H, int Dh) {
+    const double padded_gib = (double)nb * s_max * H * Dh * 4 / 1073741824.0;
+    return nb * s_max > 4 * n && padded_gib > 0.25;
+}
+
+static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int T, int H, int Hkv, int Dh, int64_t ldq,
+                          int64_t ldk, int64_t ldv, int64_t ldo, ragged_call *rc) {
+    GLM_TRY(load_cudnn(I));
     const int64_t n64 = (int64_t)B * T;
     if (n64 >= INT_MAX / 2) return decline(I, glm_err(GLM_ERR_UNSUPPORTED, "attention: %lld tokens: over cuDNN's int32 "
                                                       "sequence indices here", (long long)n64));
@@ -144,7 +158,7 @@ static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int 
     sh.H = H, sh.Hkv = Hkv, sh.Dh = Dh, sh.ldq = ldq, sh.ldk = ldk, sh.ldv = ldv, sh.ldo = ldo;
     /* the backward's f32 dQ accumulator in cuDNN's workspace is nb * s_max * H * Dh * 4 bytes */
     const double padded_gib = (double)sh.nb * sh.s_max * H * Dh * 4 / 1073741824.0;
-    if ((int64_t)sh.nb * sh.s_max > 4 * n64 && padded_gib > 0.25)
+    if (padded_too_big(sh.nb, sh.s_max, n64, H, Dh))
         return decline(I, glm_err(GLM_ERR_UNSUPPORTED, "attention: %d documents of up to %d tokens pad to %d x %d "
                                   "(over 4x the %d tokens: %.2f GiB of workspace)", R, longest, sh.nb, sh.s_max, n,
                                   padded_gib));
@@ -229,6 +243,51 @@ glm_status attn_ragged_bwd(const glm_backend *be, void *dq, void *dk, void *dv, 
     return GLM_OK;
 }
 
+/* The slots prepare() grows for B rows of T tokens: document runs (n + 2 int32), the ragged offsets
+ * and lengths of the widest graph batch, the token-major log-sum-exp; and the workspace of the
+ * graphs this shape class builds, asked of cuDNN: one document per row (batch pow2(B), length
+ * min(pow2(T), T)), and with max_docs > 1 also the widest batch prepare() accepts (pow2 of up to
+ * B max_docs documents, the longest up to the row's length, padded at most 4x or 0.25 GiB). */
+static glm_status cudnn_scratch(cuda_impl *I, const glm_scratch_shape *s, size_t slot[SCR_COUNT], size_t *ws) {
+    const int64_t n = (int64_t)s->B * s->T;
+    if (n >= INT_MAX / 2) return GLM_OK; /* prepare() declines: glmtune's kernels */
+    const int64_t docs = std::min<int64_t>(n, (int64_t)s->B * std::max(1, s->max_docs));
+    const int s_max = std::min((int)pow2_at_least((unsigned)s->T), s->T);
+    int nb_max = (int)pow2_at_least((unsigned)docs);
+    slot[SCR_CUDNN_RUNS] += (size_t)(n + 2) * 4;
+    slot[SCR_CUDNN_RAGGED] += (size_t)nb_max * 4 + (size_t)(nb_max + 1) * 5 * 8 + 16;
+    slot[SCR_CUDNN_STATS] += (size_t)n * s->H * 4;
+    cudnn_attn_shape sh;
+    sh.H = s->H, sh.Hkv = s->Hkv, sh.Dh = s->Dh;
+    const int64_t qkv = (int64_t)(s->H + 2 * s->Hkv) * s->Dh;
+    sh.ldq = s->ldq > 0 ? s->ldq : qkv, sh.ldk = s->ldk > 0 ? s->ldk : qkv, sh.ldv = s->ldv > 0 ? s->ldv : qkv;
+    sh.ldo = s->ldo > 0 ? s->ldo : (int64_t)s->H * s->Dh;
+    int nbs[2] = {(int)pow2_at_least((unsigned)s->B), 0};
+    if (s->max_docs > 1) { /* the widest batch of the longest length that prepare() still takes */
+        int nb = nb_max;
+        while (nb > nbs[0] && padded_too_big(nb, s_max, n, s->H, s->Dh)) nb /= 2;
+        if (nb > nbs[0]) nbs[1] = nb;
+    }
+    int64_t most = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!nbs[k]) continue;
+        for (int bwd = 0; bwd <= (s->backward ? 1 : 0); bwd++) {
+            sh.bwd = bwd;
+            sh.nb = nbs[k];
+            sh.s_max = s_max;
+            void *plan;
+            int64_t w = 0;
+            glm_status st = cudnn_attn_plan(I->cudnn, &sh, &plan, &w);
+            if (st == GLM_ERR_UNSUPPORTED) continue; /* declined: glmtune's kernels run it, no workspace */
+            GLM_TRY(st);
+            most = std::max(most, w);
+        }
+    }
+    *ws = (size_t)most;
+    slot[SCR_CUDNN_WS] += (size_t)most;
+    return GLM_OK;
+}
+
 void attn_ragged_destroy(cuda_impl *I) {
     cudnn_attn_destroy(I->cudnn);
     I->cudnn = NULL;
@@ -264,7 +323,30 @@ glm_status attn_ragged_bwd(const glm_backend *be, void *, void *, void *, const 
 }
 void attn_ragged_destroy(cuda_impl *) {}
 const char *attn_impl_name(cuda_impl *) { return "glmtune kernels"; }
+static glm_status cudnn_scratch(cuda_impl *, const glm_scratch_shape *, size_t *, size_t *) { return GLM_OK; }
 
 #endif
+
+/* attention's scratch for shape s (cuda_common.cuh). Whole rows: glmtune's kernels' row statistics
+ * (4 bytes per query head, backward) and document bounds (8 bytes per token), and where cuDNN runs
+ * (GLMTUNE_ATTENTION auto or cudnn, cuDNN loadable) its slots too: a call cuDNN declines runs on
+ * glmtune's kernels, so both may be grown in one step. Context parallel: the ring's query blocks. */
+glm_status attn_scratch_need(cuda_impl *I, const glm_scratch_shape *s, size_t slot[SCR_COUNT], size_t *ws) {
+    *ws = 0;
+    if (s->cp_block > 0) {
+        if (s->backward) slot[SCR_ATTN_D] += (size_t)s->H * s->cp_block * 4;
+        return GLM_OK;
+    }
+    const size_t n = (size_t)s->B * s->T;
+    if (s->backward) slot[SCR_ATTN_D] += n * s->H * 4;
+    slot[SCR_ATTN_DOC] += n * 8;
+    if (I->attn_mode == ATTN_OWN) return GLM_OK;
+#ifdef GLMTUNE_HAVE_CUDNN
+    glm_status st = load_cudnn(I);
+    if (st == GLM_ERR_UNSUPPORTED) return I->attn_mode == ATTN_CUDNN ? finish(I, st) : GLM_OK;
+    GLM_TRY(st);
+#endif
+    return cudnn_scratch(I, s, slot, ws);
+}
 
 } // namespace glmcu

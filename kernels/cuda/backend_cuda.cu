@@ -69,28 +69,53 @@ static void unaccount(cuda_impl *I, void *p) {
     }
 }
 
+const char *scratch_name(int slot) {
+    static const char *const names[SCR_COUNT] = {
+        "scratch: a GEMM's operand A widened to f32", "scratch: a GEMM's operand B widened to f32",
+        "scratch: a GEMM's f32 result", "scratch: reductions (cross-entropy, sum of squares)",
+        "scratch: attention's row statistics (D)", "scratch: attention's document bounds",
+        "scratch: all_reduce_host's doubles", "scratch: cuDNN attention's document runs",
+        "scratch: cuDNN attention's ragged offsets", "scratch: cuDNN attention's log-sum-exp copy",
+        "scratch: cuDNN attention's workspace"};
+    return slot >= 0 && slot < SCR_COUNT ? names[slot] : "scratch";
+}
+
+/* Grows slot to n bytes (exact), within the cap. */
+static glm_status scratch_grow(cuda_impl *I, int slot, size_t n) {
+    if (I->scratch[slot]) {
+        CU(cudaStreamSynchronize(I->s), "scratch");
+        unaccount(I, I->scratch[slot]);
+        CU(cudaFree(I->scratch[slot]), "scratch");
+    }
+    I->scratch[slot] = NULL;
+    I->scratch_cap[slot] = 0;
+    GLM_TRY(cap_check(I, n, scratch_name(slot)));
+    cudaError_t e = cudaMalloc(&I->scratch[slot], n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        I->scratch[slot] = NULL;
+        return glm_err(e == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_DEVICE,
+                       "cuda backend: cannot allocate %zu bytes of %s: %s", n, scratch_name(slot), cudaGetErrorString(e));
+    }
+    account(I, I->scratch[slot], n);
+    I->scratch_cap[slot] = n;
+    return GLM_OK;
+}
+
 glm_status scratch(cuda_impl *I, int slot, size_t bytes, void **out) {
     if (bytes > I->scratch_cap[slot]) {
-        if (I->scratch[slot]) {
-            CU(cudaStreamSynchronize(I->s), "scratch");
-            unaccount(I, I->scratch[slot]);
-            CU(cudaFree(I->scratch[slot]), "scratch");
-        }
-        I->scratch[slot] = NULL;
-        I->scratch_cap[slot] = 0;
+        /* a quarter more than asked, so that slightly larger calls do not grow it again; exactly
+         * what is asked where the quarter would pass the cap (scratch_reserve sizes slots exactly) */
         size_t n = bytes + bytes / 4 + 256;
-        cudaError_t e = cudaMalloc(&I->scratch[slot], n);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            I->scratch[slot] = NULL;
-            return glm_err(e == cudaErrorMemoryAllocation ? GLM_ERR_NOMEM : GLM_ERR_DEVICE,
-                           "cuda backend: cannot allocate %zu bytes of scratch: %s", n, cudaGetErrorString(e));
-        }
-        account(I, I->scratch[slot], n);
-        I->scratch_cap[slot] = n;
+        if (I->cap && cap_check(I, n, scratch_name(slot)) != GLM_OK) n = bytes;
+        GLM_TRY(scratch_grow(I, slot, n));
     }
     *out = I->scratch[slot];
     return GLM_OK;
+}
+
+glm_status scratch_exact(cuda_impl *I, int slot, size_t bytes) {
+    return bytes > I->scratch_cap[slot] ? scratch_grow(I, slot, bytes) : GLM_OK;
 }
 
 /* kernels/formats.h's rounding, the one definition */
@@ -103,6 +128,7 @@ static glm_status cu_alloc(const glm_backend *be, size_t bytes, const char *what
     cuda_impl *I = IMPL(be);
     void *p = NULL;
     size_t n = bytes ? bytes : 256;
+    GLM_TRY(cap_check(I, n, what));
     cudaError_t e = cudaMalloc(&p, n);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* clear the allocation error */
@@ -403,6 +429,8 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
                  : !strcmp(am, "cudnn") ? ATTN_CUDNN : -1;
     glm_status st = GLM_OK;
     cublasStatus_t bs;
+    mem_probe mp;
+    mem_probe_start(device, &mp); /* the device's used memory before this process's context */
 #define FAIL_IF(cond, ...)                                                                                               \
     if (cond) {                                                                                                          \
         st = glm_err(GLM_ERR_DEVICE, __VA_ARGS__);                                                                       \
@@ -410,6 +438,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     }
     e = cudaSetDevice(device);
     FAIL_IF(e != cudaSuccess, "cuda backend: cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+    mem_probe_context(I, &mp);
     if (I->attn_mode < 0) {
         st = glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: expected auto, cudnn or glmtune", am);
         goto fail;
@@ -431,6 +460,10 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     bs = cublasSetMathMode(I->blas, CUBLAS_DEFAULT_MATH); /* fp32 GEMMs stay fp32 (no TF32) */
     FAIL_IF(bs != CUBLAS_STATUS_SUCCESS, "cuda backend: cublasSetMathMode: %s", blas_name(bs));
     if ((st = gemm_init(I))) goto fail;
+    /* cuBLAS's own GEMMs (gemm.cu's fallback) share cuBLASLt's workspace (one stream: never at the
+     * same time) instead of allocating their own on first use, outside the accounting */
+    bs = cublasSetWorkspace(I->blas, I->lt_ws, LT_WS_BYTES);
+    FAIL_IF(bs != CUBLAS_STATUS_SUCCESS, "cuda backend: cublasSetWorkspace: %s", blas_name(bs));
     if ((st = attention_init(I))) goto fail;
     if ((st = comm_init(I))) goto fail;
 #ifdef GLMTUNE_HAVE_NCCL
@@ -502,7 +535,9 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->phase = cu_phase;
         b->prof_collect = cu_prof_collect;
         b->supports = cu_supports;
+        mem_ops(b); /* mem_process, mem_overhead, set_mem_cap, scratch_need, scratch_reserve (memory.cu) */
     }
+    mem_probe_end(I); /* the context, handles and workspaces made so far: the overhead */
     *out = I;
     return GLM_OK;
 fail:

@@ -57,6 +57,14 @@ struct cuda_impl {
     bool debug_sync;      /* GLMTUNE_DEBUG_SYNC=1 */
     /* bytes held through alloc (and scratch), for mem_info */
     size_t in_use, peak;
+    /* the process's device memory (memory.cu): where the figure comes from (MEM_*), NVML's device,
+     * the device's used memory before this backend made its context (MEM_NVML_DEVICE; MEM_CUDART:
+     * right after), the most seen outside in_use (mem_overhead), and the hard cap (0: none) */
+    int mem_src;
+    void *nvml_dev;
+    size_t base_used;
+    size_t overhead;
+    size_t cap;
     void *sizes;          /* std::unordered_map<void *, size_t> */
     prof_state *prof;
     cudaStream_t cs;      /* communication stream (NCCL collectives; comm.cu) */
@@ -118,6 +126,31 @@ const char *blas_name(cublasStatus_t s);
 
 /* A grow-only scratch buffer of at least `bytes` for purpose `slot`. */
 glm_status scratch(cuda_impl *I, int slot, size_t bytes, void **out);
+/* The display name of a scratch slot ("cuDNN attention workspace", ...). */
+const char *scratch_name(int slot);
+/* Grows slot `slot` to exactly `bytes` when it is smaller (scratch_reserve). */
+glm_status scratch_exact(cuda_impl *I, int slot, size_t bytes);
+
+/* memory.cu: the process's device memory as nvidia-smi counts it, and the hard cap.
+ * mem_probe_start, before the context exists (the device's used memory, by NVML); mem_probe_context,
+ * right after cudaSetDevice made it; mem_probe_end, after every handle and workspace of creation
+ * (the overhead so far). process_bytes: the process's bytes now. cap_check: GLM_OK when `bytes` more
+ * (rounded up to the driver's 2 MiB pages) stay within the cap, else GLM_ERR_NOMEM naming `what`. */
+enum { MEM_NVML_PID, MEM_NVML_DEVICE, MEM_CUDART };
+struct mem_probe {
+    void *nvml_dev;
+    size_t used_before;  /* NVML's used bytes of the device before the context (0: unknown) */
+};
+void mem_probe_start(int device, mem_probe *mp);
+void mem_probe_context(cuda_impl *I, const mem_probe *mp);
+void mem_probe_end(cuda_impl *I);
+size_t process_bytes(cuda_impl *I);
+glm_status cap_check(cuda_impl *I, size_t bytes, const char *what);
+/* the op table's memory-truth entries (kernels/backend.h) */
+void mem_ops(glm_backend *b);
+/* attention_ragged.cu: the scratch of attention for shape s: bytes per slot (added into slot[]) and
+ * cuDNN's workspace (the largest of the graphs the shape class needs) in *ws. Loads cuDNN. */
+glm_status attn_scratch_need(cuda_impl *I, const glm_scratch_shape *s, size_t slot[SCR_COUNT], size_t *ws);
 
 inline unsigned grid_for(int64_t n, int threads) {
     int64_t g = (n + threads - 1) / threads;

@@ -128,6 +128,44 @@ $G bench --device cpu --config "$TINY" --seq-len 1 >"$T/be" 2>&1; rc=$?
 check "bench --seq-len 1: exit 2 ($rc)" test $rc = 2
 $G bench --device cpu --shape glm-5 >"$T/be2" 2>&1; rc=$?
 check "bench unknown shape: exit 1 and the known ones ($rc)" has "$T/be2" "glm-4-9b-chat-1m"
+# bench --max-seq-len on the CPU backend: for each budget the planner's longest row, proven by a step
+# (or the memory proof); the row lengths agree with train --dry-run's plans (T fits, T + step does not)
+$G bench --device cpu --config "$TINY" --max-seq-len --max-gpu-memory 0.003,0.00001 --seq-len 1024 --seq-step 32 >"$T/ml" 2>&1; rc=$?
+check "bench --max-seq-len: exit 0 ($rc)" test $rc = 0
+check "... the table" has "$T/ml" "| budget GiB | longest T | proven by |"
+check "... budgets in ascending order, nothing fits 1e-05" bash -c "grep -q '^| 1e-05 | none: even 32 tokens' '$T/ml' && grep -A1 '^| 1e-05' '$T/ml' | grep -q '^| 0.003 |'"
+tml=$(awk -F'|' '$2 ~ /0.003/ {gsub(/ /, "", $3); print $3}' "$T/ml")
+check "... a longest row for 0.003 GiB ($tml)" test -n "$tml"
+check "... proven by one training step" has "$T/ml" "| 0.003 | $tml | one training step |"
+$G train --dry-run --quiet --device cpu --model "$TINY" --seq-len "$tml" --max-gpu-memory 0.003 --lora-rank 8 --lora-alpha 16 >"$T/mlf" 2>&1; rc=$?
+check "... train --dry-run at $tml fits (exit $rc)" test $rc = 0
+$G train --dry-run --quiet --device cpu --model "$TINY" --seq-len $((tml + 32)) --max-gpu-memory 0.003 --lora-rank 8 --lora-alpha 16 >"$T/mln" 2>&1; rc=$?
+check "... and at $((tml + 32)) does not (exit $rc)" test $rc = 1
+$G bench --device cpu --config "$TINY" --max-seq-len --max-gpu-memory 0.003 --seq-len 1024 --seq-step 32 --max-step-seconds 1e-9 >"$T/mp" 2>&1; rc=$?
+check "a step over --max-step-seconds: the memory proof (exit $rc)" has "$T/mp" "| 0.003 | $tml | memory proof: every buffer at T, layers 0-1 fwd+bwd"
+check "... its time labelled extrapolated" has "$T/mp" "(extrapolated)"
+$G bench --device cpu --config "$TINY" --max-seq-len --max-gpu-memory 0.003 --seq-len 1024 --seq-step 32 --prove-memory --json >"$T/mj" 2>&1
+check "--prove-memory --json: one object per budget" python3 -c "
+import json
+o=json.loads(open('$T/mj').read().strip().splitlines()[-1])
+assert o['mode']=='max-seq-len' and o['longest_T']==$tml and o['proven_by'].startswith('memory proof') and o['step_s']>0, o
+assert o['peak_gib'] is None and o['within_budget'] is None, o  # no device on the CPU"
+$G bench --device cpu --config "$TINY" --max-gpu-memory 12,16 >"$T/mb" 2>&1; rc=$?
+check "a list of budgets without --max-seq-len: exit 2 ($rc)" test $rc = 2
+check "... says it is for --max-seq-len" has "$T/mb" "list of budgets is for --max-seq-len"
+$G bench --device cpu --config "$TINY" --prove-memory >"$T/mb2" 2>&1; rc=$?
+check "--prove-memory alone: exit 2 ($rc)" test $rc = 2
+$G bench --device cpu --config "$TINY" --max-seq-len --seq-len 8192,16384 >"$T/mb3" 2>&1; rc=$?
+check "--max-seq-len with two --seq-len: exit 2 ($rc)" test $rc = 2
+$G bench --device cpu --config "$TINY" --max-seq-len --max-gpu-memory 22,x >"$T/mb4" 2>&1; rc=$?
+check "--max-gpu-memory 22,x: exit 2 ($rc)" test $rc = 2
+$G bench --device cpu --config "$TINY" --max-seq-len --max-step-seconds 0 >"$T/mb5" 2>&1; rc=$?
+check "--max-step-seconds 0: exit 2 ($rc)" test $rc = 2
+# a CUDA build: its module loads (every symbol it takes from the program exported), GPU or not
+if [ -f "$(dirname "$G")/libglm_cuda.so" ]; then
+  $G bench --device cuda --config "$TINY" --seq-len 32 --steps 1 --warmup 0 >"$T/cm" 2>&1
+  check "libglm_cuda.so loads" bash -c "! grep -q 'could not be loaded' '$T/cm' || { cat '$T/cm' >&2; false; }"
+fi
 echo "test_bench_plan: $pass passed, $fail failed"
 rm -rf "$T"
 [ $fail = 0 ]

@@ -37,6 +37,21 @@ $G train $TR --model "$T/shape" --output-dir "$T/r" --max-steps 1 2>"$T/e3"; rc=
 check "wrong shape: exit 1 ($rc)" test $rc = 1
 check "... says expected and found" has "$T/e3" "expected \\[256, 64\\]"
 
+# a memory plan that does not fit the budget: an error before any weight is read (the truncated shard
+# above is never opened), naming the plan's total, the budget and the hints; nothing written
+$G train $TR --model "$T/trunc" --output-dir "$T/rmem" --max-steps 1 --max-gpu-memory 0.0001 2>"$T/em"; rc=$?
+check "plan over --max-gpu-memory: exit 1 ($rc)" test $rc = 1
+check "... says the plan and the budget" has "$T/em" "the memory plan for 2 x 128 tokens takes"
+check "... before loading" has "$T/em" "nothing was loaded"
+check "... hints a 4-bit base" has "$T/em" "quantization-bit 4"
+check "... hints context parallel" has "$T/em" "context-parallel"
+check "... hints shorter rows" has "$T/em" "shorter --seq-len"
+check "... never read the weights" bash -c "! grep -q 'model-00002-of-00002' '$T/em'"
+check "... no checkpoint written" bash -c "! ls '$T/rmem'/checkpoint-* >/dev/null 2>&1"
+$G train --dry-run $TR --model "$FIX" --seq-len 128 --max-gpu-memory 0.0001 >"$T/emd" 2>&1; rc=$?
+check "its dry run: exit 1 ($rc)" test $rc = 1
+check "... says it does not fit" has "$T/emd" "does NOT fit"
+
 # ids outside the model's vocabulary
 printf '{"input_ids": [1, 2, 3, 700, 5], "labels": [-100, 2, 3, 700, 5]}\n' > "$T/big.jsonl"
 $G tokenize --quiet --seq-len 128 -o "$T/bigshards" "$T/big.jsonl" 2>/dev/null

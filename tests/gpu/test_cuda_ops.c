@@ -950,6 +950,73 @@ static void test_quant4(void) {
     t_quant4(GLM_Q4_NF4, 1, 65, 1, 1, 0);       /* a 1-weight last block */
 }
 
+/* The memory truth (kernels/backend.h) on a second backend of its own (fresh scratch slots): the
+ * process's bytes and overhead are measured; scratch_reserve grows exactly what scratch_need
+ * answers, and attention forward and backward, cross-entropy and sumsq at that shape then grow
+ * nothing more; the hard cap refuses an allocation past it, naming it, and lets it through once
+ * lifted. */
+static void test_memcap(void) {
+    glm_status st;
+    const glm_backend *g = glm_backend_cuda(0, &st);
+    CHECK(g != NULL, "a second CUDA backend: %s", glm_errmsg());
+    if (!g) return;
+    const double M = 1048576.0;
+    size_t proc = g->mem_process(g), over = g->mem_overhead(g), fr, tot, use0, use, peak;
+    CHECK(proc > 0 && over >= (32u << 20), "the process holds %.1f MiB, overhead %.1f MiB (at least cuBLASLt's 32)",
+          proc / M, over / M);
+    g->mem_info(g, &fr, &tot, &use0, &peak);
+    const int B = 1, T = 4096, H = 32, Hkv = 4, Dh = 128;
+    const int64_t N = (int64_t)B * T, qd = (int64_t)H * Dh, kd = (int64_t)Hkv * Dh, ld = qd + 2 * kd, V = 151552, lrows = 64;
+    glm_scratch_shape sh = {.B = B, .T = T, .H = H, .Hkv = Hkv, .Dh = Dh, .ldq = ld, .ldk = ld, .ldv = ld, .ldo = qd,
+                            .backward = 1, .loss_rows = lrows};
+    size_t need = 0, ws = 0;
+    CHECK(g->scratch_need(g, &sh, &need, &ws) == GLM_OK, "scratch_need: %s", glm_errmsg());
+    CHECK(need >= (size_t)N * H * 4 + (size_t)N * 8 && ws <= need, "scratch for 4096 tokens: %.1f MiB (cuDNN's workspace "
+          "%.1f MiB)", need / M, ws / M);
+    CHECK(g->scratch_reserve(g, &sh, 1) == GLM_OK, "scratch_reserve: %s", glm_errmsg());
+    g->mem_info(g, &fr, &tot, &use, &peak);
+    CHECK(use - use0 == need, "reserve grew %.3f MiB, scratch_need said %.3f", (use - use0) / M, need / M);
+    /* the ops at that shape */
+    float *qkv = randn(N * ld, 1.0f), *lg = randn(lrows * V, 2.0f);
+    int32_t *doc = calloc((size_t)N, 4), lab[64];
+    for (int i = 0; i < lrows; i++) lab[i] = (int32_t)(rnd64() % V);
+    void *gq = gbuf(GLM_DT_BF16, qkv, N * ld), *go = gpoison(GLM_DT_BF16, N * qd), *glse = gpoison(GLM_DT_F32, N * H),
+         *gd = gpoison(GLM_DT_BF16, N * ld), *gl = gbuf(GLM_DT_BF16, lg, lrows * V);
+    int32_t *gdoc = ibuf(gpu, doc, N), *glab = ibuf(gpu, lab, lrows);
+    g->mem_info(g, &fr, &tot, &use0, &peak); /* gbuf allocates on `gpu`: g's own count is unchanged */
+    uint16_t *q16 = gq, *d16 = gd;
+    OK(g->attention_fwd(g, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B, T, H, Hkv, Dh));
+    OK(g->attention_bwd(g, d16, d16 + qd, d16 + qd + kd, go, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B,
+                        T, H, Hkv, Dh));
+    double ls = 0;
+    int64_t nt = 0;
+    OK(g->cross_entropy(g, gl, gl, glab, lrows, V, 1.0f, &ls, &nt));
+    (void)g->sumsq(g, glse, N * H);
+    OK(g->sync(g));
+    g->mem_info(g, &fr, &tot, &use, &peak);
+    CHECK(use == use0, "attention, cross-entropy and sumsq grew no scratch past the reserve (%.3f MiB more)",
+          ((double)use - (double)use0) / M);
+    /* the cap */
+    proc = g->mem_process(g);
+    CHECK(g->set_mem_cap(g, proc + (64u << 20)) == GLM_OK, "a cap 64 MiB above what the process holds: %s", glm_errmsg());
+    void *a = NULL, *b = NULL;
+    CHECK(g->alloc(g, 16u << 20, "16 MiB under the cap", &a) == GLM_OK, "16 MiB under the cap: %s", glm_errmsg());
+    st = g->alloc(g, 256u << 20, "the buffer over the cap", &b);
+    CHECK(st == GLM_ERR_NOMEM && strstr(glm_errmsg(), "the buffer over the cap") && strstr(glm_errmsg(), "max-gpu-memory"),
+          "256 MiB over the cap refused, named: %s", glm_errmsg());
+    CHECK(g->mem_process(g) <= proc + (64u << 20), "the process stayed within the cap (%.1f MiB over what it held)",
+          ((double)g->mem_process(g) - (double)proc) / M);
+    CHECK(g->set_mem_cap(g, 1u << 20) == GLM_ERR_NOMEM, "a cap below what the process holds: an error");
+    OK(g->set_mem_cap(g, 0));
+    CHECK(g->alloc(g, 256u << 20, "the same buffer, no cap", &b) == GLM_OK, "no cap: %s", glm_errmsg());
+    record("memory cap and scratch_need", "B1 T4096 H32 Hkv4 Dh128", 0.0, 0.0, 0);
+    g->free(g, a), g->free(g, b);
+    gpu->free(gpu, gq), gpu->free(gpu, go), gpu->free(gpu, glse), gpu->free(gpu, gd), gpu->free(gpu, gl), gpu->free(gpu, gdoc),
+        gpu->free(gpu, glab);
+    free(qkv), free(lg), free(doc);
+    glm_backend_cuda_close(g);
+}
+
 /* test_cuda_ops [attention]: everything, or the attention tests alone (for kernel variants) */
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
@@ -998,6 +1065,7 @@ int main(int argc, char **argv) {
         test_adamw_sumsq();
         test_cast_fill();
         test_quant4();
+        test_memcap();
     }
     printf("\n%-30s %-32s %10s %8s %9s\n", "op", "shape", "rel err", "tol", "ms");
     for (int i = 0; i < nrows; i++)
