@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LLaMA-Factory's own LoRA examples (../shared/llamafactory-configs: llama3_lora_sft.yaml,
+# LLaMA-Factory's own LoRA examples (tests/fixtures/llamafactory-configs: llama3_lora_sft.yaml,
 # qwen3_lora_sft.yaml, qwen3_lora_pretrain.yaml, unchanged) run through `glmtune train --config`
 # with only the model, dataset and output paths overridden on the command line, the way the
 # README's "Coming from LLaMA-Factory" section shows: every key of the file is used (it appears in
@@ -10,19 +10,19 @@
 # with the sample tokenizer (the tokenize side of the same YAML is `glmtune tokenize --config`).
 set -uo pipefail
 G=${GLMTUNE:?}
-S=${GLM_SHARED:-}
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
 SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-if [ -z "$S" ] || [ ! -d "$S/llamafactory-configs" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
 T=$(mktemp -d /tmp/glmlf.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 
 "$G" tokenize --quiet --tokenizer "$SRC/samples/tokenizer" --seq-len 2048 --dataset identity \
-    -o "$T/shards" "$S/corpora/llamafactory/dataset_info.json" 2>/dev/null
+    -o "$T/shards" "$F/corpora/llamafactory/dataset_info.json" 2>/dev/null
 check "identity tokenized at cutoff_len 2048" test -f "$T/shards/manifest.json"
 "$G" init-model --config "$SRC/samples/model-config.json" --tokenizer "$SRC/samples/tokenizer" --seed 1 -o "$T/model" 2>/dev/null
 
-for y in "$S"/llamafactory-configs/*.yaml; do
+for y in "$F"/llamafactory-configs/*.yaml; do
     name=$(basename "$y" .yaml)
     out="$T/$name"
     "$G" train --config "$y" --model_name_or_path "$T/model" --dataset "$T/shards" --output_dir "$out" \
@@ -75,7 +75,7 @@ check "qwen3_lora_pretrain: stage pt packs rows (LLaMA-Factory's default packing
 
 # a path not overridden says what to do: the file's dataset names are tokenized first, its hub id
 # model is not downloaded
-y="$S/llamafactory-configs/llama3_lora_sft.yaml"
+y="$F/llamafactory-configs/llama3_lora_sft.yaml"
 "$G" train --config "$y" --model_name_or_path "$T/model" --output_dir "$T/nodata" --device cpu 2>"$T/nodata.log"
 check "the YAML's dataset names, not overridden: the hint says to tokenize them" grep -q "glmtune tokenize --config" "$T/nodata.log"
 "$G" train --config "$y" --dataset "$T/shards" --output_dir "$T/nomodel" --device cpu 2>"$T/nomodel.log"
