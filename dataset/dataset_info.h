@@ -5,7 +5,7 @@
  * history, system, tools, messages, ...}, tags {role_tag, content_tag, user_tag, assistant_tag,
  * observation_tag, function_tag, system_tag}, ranking}. Source of the keys and their defaults:
  * LLaMA-Factory data/README.md and src/llamafactory/data/parser.py (DatasetAttr); an example
- * is ../shared/corpora/llamafactory/dataset_info.json.
+ * is tests/fixtures/corpora/llamafactory/dataset_info.json.
  *
  * glmtune reads only entries with a local file (file_name relative to the registry's folder);
  * hub entries are skipped. Ranking (DPO), KTO and multimodal (images/videos/audios) entries

@@ -1,7 +1,9 @@
 /* tests/check.h: a minimal test harness for C unit tests.
  * CHECK(cond, fmt, ...) records a failure with its location; main() ends with
  * `return check_summary("name");`, which prints "N passed, N failed" and returns 1 on any
- * failure. check_shared() returns ../shared's path, or exits 77 (skipped) with a message. */
+ * failure. test_data_dir() returns the test data folder (GLM_FIXTURES, set by ctest to
+ * tests/fixtures), or exits 1 with a message when it is missing: the data is part of the
+ * repository, so a test never skips for want of it. */
 #ifndef GLM_TESTS_CHECK_H
 #define GLM_TESTS_CHECK_H
 
@@ -35,12 +37,12 @@ static inline int check_summary(const char *name) {
     return check_failed_ ? 1 : 0;
 }
 
-static inline const char *check_shared(void) {
-    const char *s = getenv("GLM_SHARED");
+static inline const char *test_data_dir(void) {
+    const char *s = getenv("GLM_FIXTURES");
     if (!s || access(s, R_OK) != 0) {
-        printf("SKIPPED: ../shared not found (GLM_SHARED=%s): fixtures and corpora are absent\n",
-               s ? s : "(unset)");
-        exit(77);
+        fprintf(stderr, "FAIL: the test data folder GLM_FIXTURES=%s is not readable (ctest sets it to the "
+                "repository's tests/fixtures)\n", s ? s : "(unset)");
+        exit(1);
     }
     return s;
 }

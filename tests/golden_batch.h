@@ -1,4 +1,4 @@
-/* tests/golden_batch.h: the packed batch of ../shared/fixtures/tiny-glm4/<layout>/golden.safetensors
+/* tests/golden_batch.h: the packed batch of tests/fixtures/tiny-glm4/<layout>/golden.safetensors
  * (input_ids, labels, position_ids, doc_lens, n_target_tokens, loss) as the arrays glm_batch
  * takes, for the model tests of both backends. Include after tests/check.h. */
 #ifndef GLM_TESTS_GOLDEN_BATCH_H

@@ -12,7 +12,7 @@
 
 typedef struct glm_bpe glm_bpe;
 
-/* The GLM-4 split pattern, exactly as in ../shared/fixtures/README.md (tiktoken's pat_str). */
+/* The GLM-4 split pattern, exactly as in tests/fixtures/README.md (tiktoken's pat_str). */
 extern const char glm_bpe_glm4_pattern[];
 
 /* The pattern actually compiled: glm_bpe_glm4_pattern with \p{L}, \p{N} and \s spelled out

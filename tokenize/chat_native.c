@@ -32,7 +32,7 @@
 #include "tokenize/chat_internal.h"
 
 /* The known templates: glm-4-9b-chat-1m's and glm-4-9b-chat's tokenizer_config.json
- * chat_template (../shared/glm4-tokenizer), as normalised by the template parser. */
+ * chat_template (tests/fixtures/glm4-tokenizer), as normalised by the template parser. */
 static const struct {
     size_t len;
     uint64_t fnv;

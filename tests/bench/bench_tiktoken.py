@@ -2,7 +2,7 @@
 
 usage: bench_tiktoken.py prepare CORPORA_DIR OUT_CORPUS OUT_20MB [OUT_ZH OUT_EN]
          writes every JSON string value of CORPORA_DIR/**/*.json* joined by newlines (the same
-         walk as ../shared/fixtures/make_fixtures.py), that text repeated to ~20 MB, and the
+         walk as tests/fixtures/make_fixtures.py), that text repeated to ~20 MB, and the
          strings of llamafactory/alpaca_zh_demo.json (Chinese) and alpaca_en_demo.json (English)
        bench_tiktoken.py run TOKENIZER_DIR TEXT LABEL THREADS(1,2) MIN_TIME
          prints "tiktoken LABEL whole 1 MB/s n_ids fnv1a64(ids)" (encode_ordinary of the whole

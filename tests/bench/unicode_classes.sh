@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/bench/unicode_classes.sh: do PCRE2's \p{L} \p{N} \s agree with tiktoken's (Rust regex)?
-# usage: tests/bench/unicode_classes.sh [BUILD_DIR] [SHARED_DIR]
+# usage: tests/bench/unicode_classes.sh [BUILD_DIR] [DATA_DIR]   (a folder with glm4-tokenizer/:
+#        default $GLM_FIXTURES or tests/fixtures; ../shared works too)
 # 1. Lists, per class, the code-point ranges where plain PCRE2 (this machine's libpcre2-8, UTF+UCP)
 #    and tiktoken disagree: the reason for the spelled-out classes in tokenize/bpe_split.c.
 # 2. Encodes every code point in several contexts with tiktoken and with glmtune (test_tokenizer
@@ -9,7 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build}
-shared=${2:-${GLM_SHARED:-$root/../shared}}
+shared=${2:-${GLM_FIXTURES:-$root/tests/fixtures}}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 "$here/unicode_classes.py" classes "$tmp"
@@ -58,4 +59,4 @@ cc -O2 -o "$tmp/cmp" "$tmp/cmp.c" $(pkg-config --cflags --libs libpcre2-8)
 echo "PCRE2 $(pkg-config --modversion libpcre2-8), tiktoken $(python3 -c 'import tiktoken; print(tiktoken.__version__)')"
 "$tmp/cmp" "$tmp"
 python3 "$here/unicode_classes.py" probes "$shared/glm4-tokenizer" "$tmp/probes.jsonl"
-GLM_SHARED=$shared "$build/tests/tokenize/test_tokenizer" "$tmp/probes.jsonl" | grep -E "^golden|passed"
+GLM_FIXTURES=$shared "$build/tests/tokenize/test_tokenizer" "$tmp/probes.jsonl" | grep -E "^golden|passed"

@@ -5,14 +5,14 @@
 # offload would fit), usage errors, and a small benchmark with its table and JSON.
 set -uo pipefail
 G=${GLMTUNE:?}
-S=${GLM_SHARED:-}
-if [ -z "$S" ] || [ ! -d "$S/fixtures" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
 T=$(mktemp -d /tmp/glmplan.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 has() { grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
 not_has() { ! grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
-CFG="$S/glm4-tokenizer/config.glm-4-9b-chat-1m.json"
+CFG="$F/glm4-tokenizer/config.glm-4-9b-chat-1m.json"
 
 # a 24 GB card: 8k fits with recomputation, 64k does not (exit 1, the reason and what to change)
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 22 >"$T/p8" 2>&1; rc=$?
@@ -112,7 +112,7 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 
 # glmtune bench on the CPU backend (a tiny shape): the tables, then JSON
-TINY="$S/fixtures/tiny-glm4/chatglm"
+TINY="$F/tiny-glm4/chatglm"
 $G bench --device cpu --config "$TINY" --seq-len 32,48 --steps 2 >"$T/b" 2>&1; rc=$?
 check "bench on the cpu: exit 0 ($rc)" test $rc = 0
 check "... the speed table" has "$T/b" "| 48 |"

@@ -166,34 +166,31 @@ check "... under a YAML the sample is dropped as LLaMA-Factory drops it" grep -q
 check "... counted by reason" grep -q "trailing_user_turn" "$T/trail_lf.log"
 check "--chat-template's help says templates must render each message alone" grep -q "applied to each message alone" <("$G" tokenize --help)
 
-# ---- 5. tokenize's LLaMA-Factory data keys (needs ../shared: the GLM-4 tokenizer, the chat fixtures)
-S=${GLM_SHARED:-}
-if [ -n "$S" ] && [ -f "$S/fixtures/chat_golden.jsonl" ] && [ -d "$S/glm4-tokenizer" ]; then
-    TOK=$S/glm4-tokenizer
-    # default_system: the fixture's conversation rendered by transformers' apply_chat_template with the
-    # model's own chat_template (make_fixtures.py), given here without its system message
-    printf '%s\n' '{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "And times 3?"}, {"role": "assistant", "content": "12"}]}' > "$T/nosys.jsonl"
-    want=$(sed -n 2p "$S/fixtures/chat_golden.jsonl" | grep -o '"input_ids": \[[^]]*\]' | tr -d ' ' | sed 's/"input_ids"://')
-    check "the fixture has the system turn" grep -q 'You are a terse assistant' <(sed -n 2p "$S/fixtures/chat_golden.jsonl")
-    printf 'stage: sft\ncutoff_len: 256\ndefault_system: You are a terse assistant.\n' > "$T/sys.yaml"
-    "$G" tokenize --quiet --config "$T/sys.yaml" --model_name_or_path "$TOK" -o "$T/sys" "$T/nosys.jsonl" 2>"$T/sys.log"
-    got=$("$G" inspect --json "$T/sys" 2>/dev/null | grep -o '"ids": *\[[^]]*\]' | head -1 | tr -d ' ' | sed 's/"ids"://')
-    check "default_system: the ids of transformers' rendering with that system message" test -n "$want" -a "$got" = "$want"
-    "$G" tokenize --quiet --config "$T/sys.yaml" --model_name_or_path "$TOK" -o "$T/sys2" <(sed -n 2p "$S/fixtures/chat_golden.jsonl") 2>/dev/null
-    got2=$("$G" inspect --json "$T/sys2" 2>/dev/null | grep -o '"ids": *\[[^]]*\]' | head -1 | tr -d ' ' | sed 's/"ids"://')
-    check "default_system: a sample with its own system message keeps it" test "$got2" = "$want"
-    # eval_dataset: its entries are the val split (an entry in dataset too: both splits); val_size excludes it
-    L=$S/corpora/llamafactory
-    printf 'stage: sft\ndataset: identity\neval_dataset: alpaca_en_demo,identity\nmax_samples: 40\ncutoff_len: 1024\nstreaming: false\ntool_format: glm4\neval_strategy: steps\neval_steps: 2\nmax_steps: 2\nper_device_train_batch_size: 2\n' > "$T/ev.yaml"
-    "$G" tokenize --quiet --config "$T/ev.yaml" --model_name_or_path "$TOK" --dataset_dir "$L" -o "$T/ev" 2>"$T/ev.log"
-    check "eval_dataset: 80 samples in val, identity's 40 in train" test "$(tr -d ' \n' < "$T/ev/manifest.json" | grep -o '"\(val\|train\)":{"rows":[0-9]*,"samples":[0-9]*' | sed 's/"rows":[0-9]*,//' | sort | tr '\n' ' ')" = '"train":{"samples":40 "val":{"samples":80 '
-    check "streaming and tool_format answered in one line each" test "$(grep -c 'is not used by tokenize' "$T/ev.log")" = 2
-    sed 's/^max_samples: 40/max_samples: 40\nval_size: 0.1/' "$T/ev.yaml" > "$T/ev2.yaml"
-    "$G" tokenize --quiet --config "$T/ev2.yaml" --model_name_or_path "$TOK" --dataset_dir "$L" -o "$T/ev2" 2>"$T/ev2.log"
-    check "eval_dataset with val_size: refused, as in LLaMA-Factory" grep -q "eval_dataset .* and val_size .* are both set" "$T/ev2.log"
-else
-    echo "SKIPPED (part 5): ../shared not found (GLM_SHARED=$S)"
-fi
+# ---- 5. tokenize's LLaMA-Factory data keys (tests/fixtures: the GLM-4 tokenizer, the chat fixtures)
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
+TOK=$F/glm4-tokenizer
+# default_system: the fixture's conversation rendered by transformers' apply_chat_template with the
+# model's own chat_template (make_fixtures.py), given here without its system message
+printf '%s\n' '{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "And times 3?"}, {"role": "assistant", "content": "12"}]}' > "$T/nosys.jsonl"
+want=$(sed -n 2p "$F/chat_golden.jsonl" | grep -o '"input_ids": \[[^]]*\]' | tr -d ' ' | sed 's/"input_ids"://')
+check "the fixture has the system turn" grep -q 'You are a terse assistant' <(sed -n 2p "$F/chat_golden.jsonl")
+printf 'stage: sft\ncutoff_len: 256\ndefault_system: You are a terse assistant.\n' > "$T/sys.yaml"
+"$G" tokenize --quiet --config "$T/sys.yaml" --model_name_or_path "$TOK" -o "$T/sys" "$T/nosys.jsonl" 2>"$T/sys.log"
+got=$("$G" inspect --json "$T/sys" 2>/dev/null | grep -o '"ids": *\[[^]]*\]' | head -1 | tr -d ' ' | sed 's/"ids"://')
+check "default_system: the ids of transformers' rendering with that system message" test -n "$want" -a "$got" = "$want"
+"$G" tokenize --quiet --config "$T/sys.yaml" --model_name_or_path "$TOK" -o "$T/sys2" <(sed -n 2p "$F/chat_golden.jsonl") 2>/dev/null
+got2=$("$G" inspect --json "$T/sys2" 2>/dev/null | grep -o '"ids": *\[[^]]*\]' | head -1 | tr -d ' ' | sed 's/"ids"://')
+check "default_system: a sample with its own system message keeps it" test "$got2" = "$want"
+# eval_dataset: its entries are the val split (an entry in dataset too: both splits); val_size excludes it
+L=$F/corpora/llamafactory
+printf 'stage: sft\ndataset: identity\neval_dataset: alpaca_en_demo,identity\nmax_samples: 40\ncutoff_len: 1024\nstreaming: false\ntool_format: glm4\neval_strategy: steps\neval_steps: 2\nmax_steps: 2\nper_device_train_batch_size: 2\n' > "$T/ev.yaml"
+"$G" tokenize --quiet --config "$T/ev.yaml" --model_name_or_path "$TOK" --dataset_dir "$L" -o "$T/ev" 2>"$T/ev.log"
+check "eval_dataset: 80 samples in val, identity's 40 in train" test "$(tr -d ' \n' < "$T/ev/manifest.json" | grep -o '"\(val\|train\)":{"rows":[0-9]*,"samples":[0-9]*' | sed 's/"rows":[0-9]*,//' | sort | tr '\n' ' ')" = '"train":{"samples":40 "val":{"samples":80 '
+check "streaming and tool_format answered in one line each" test "$(grep -c 'is not used by tokenize' "$T/ev.log")" = 2
+sed 's/^max_samples: 40/max_samples: 40\nval_size: 0.1/' "$T/ev.yaml" > "$T/ev2.yaml"
+"$G" tokenize --quiet --config "$T/ev2.yaml" --model_name_or_path "$TOK" --dataset_dir "$L" -o "$T/ev2" 2>"$T/ev2.log"
+check "eval_dataset with val_size: refused, as in LLaMA-Factory" grep -q "eval_dataset .* and val_size .* are both set" "$T/ev2.log"
 
 echo "test_lf_semantics: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"

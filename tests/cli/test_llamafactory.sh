@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LLaMA-Factory's own LoRA examples (../shared/llamafactory-configs: llama3_lora_sft.yaml,
+# LLaMA-Factory's own LoRA examples (tests/fixtures/llamafactory-configs: llama3_lora_sft.yaml,
 # qwen3_lora_sft.yaml, qwen3_lora_pretrain.yaml, unchanged) run through `glmtune train --config`
 # with only the model, dataset and output paths overridden on the command line, the way the
 # README's "Coming from LLaMA-Factory" section shows: every key of the file is used (it appears in
@@ -10,19 +10,19 @@
 # with the sample tokenizer (the tokenize side of the same YAML is `glmtune tokenize --config`).
 set -uo pipefail
 G=${GLMTUNE:?}
-S=${GLM_SHARED:-}
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
 SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-if [ -z "$S" ] || [ ! -d "$S/llamafactory-configs" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
 T=$(mktemp -d /tmp/glmlf.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 
 "$G" tokenize --quiet --tokenizer "$SRC/samples/tokenizer" --seq-len 2048 --dataset identity \
-    -o "$T/shards" "$S/corpora/llamafactory/dataset_info.json" 2>/dev/null
+    -o "$T/shards" "$F/corpora/llamafactory/dataset_info.json" 2>/dev/null
 check "identity tokenized at cutoff_len 2048" test -f "$T/shards/manifest.json"
 "$G" init-model --config "$SRC/samples/model-config.json" --tokenizer "$SRC/samples/tokenizer" --seed 1 -o "$T/model" 2>/dev/null
 
-for y in "$S"/llamafactory-configs/*.yaml; do
+for y in "$F"/llamafactory-configs/*.yaml; do
     name=$(basename "$y" .yaml)
     out="$T/$name"
     "$G" train --config "$y" --model_name_or_path "$T/model" --dataset "$T/shards" --output_dir "$out" \
@@ -57,25 +57,25 @@ done
 # (set_initial_training_values, 4.46+): ceil(epochs x ceil(ceil(samples / batch) / accum)).
 tf_steps() { awk -v n="$1" -v b="$2" -v g="$3" -v e="$4" 'function ceil(x) { return x == int(x) ? x : int(x) + 1 }
     BEGIN { dl = ceil(n / b); u = int(dl / g) + (dl % g > 0); if (u < 1) u = 1; print ceil(e * u) }'; }
-L=$S/corpora/llamafactory
+L=$F/corpora/llamafactory
 n_alpaca=$(grep -c '"instruction":' "$L/alpaca_en_demo.json"); n_identity=$(grep -c '"instruction":' "$L/identity.json")
 N=$(( (n_alpaca < 1000 ? n_alpaca : 1000) + (n_identity < 1000 ? n_identity : 1000) ))
 EXP=$(tf_steps $N 1 8 3)
 for name in llama3_lora_sft qwen3_lora_sft; do
-    y="$S/llamafactory-configs/$name.yaml"
+    y="$F/llamafactory-configs/$name.yaml"
     "$G" tokenize --quiet --config "$y" --model_name_or_path "$SRC/samples/tokenizer" --dataset_dir "$L" -o "$T/$name-data" 2>/dev/null
     "$G" train --config "$y" --model_name_or_path "$T/model" --dataset "$T/$name-data" --output_dir "$T/$name-steps" \
         --device cpu --dry-run >"$T/$name.dry" 2>/dev/null
     check "$name: $N samples, $EXP optimizer steps as LLaMA-Factory counts them ($(grep schedule "$T/$name.dry"))" \
         grep -q "schedule: $N samples, 8 per optimizer step, [0-9]* steps per epoch, $EXP optimizer steps" "$T/$name.dry"
 done
-"$G" train --config "$S/llamafactory-configs/qwen3_lora_pretrain.yaml" --model_name_or_path "$T/model" --dataset "$T/shards" \
+"$G" train --config "$F/llamafactory-configs/qwen3_lora_pretrain.yaml" --model_name_or_path "$T/model" --dataset "$T/shards" \
     --output_dir "$T/pt-steps" --device cpu --dry-run >"$T/pt.dry" 2>"$T/pt.dry.log"
 check "qwen3_lora_pretrain: stage pt packs rows (LLaMA-Factory's default packing for pt)" grep -q "schedule: [0-9]* rows" "$T/pt.dry"
 
 # a path not overridden says what to do: the file's dataset names are tokenized first, its hub id
 # model is not downloaded
-y="$S/llamafactory-configs/llama3_lora_sft.yaml"
+y="$F/llamafactory-configs/llama3_lora_sft.yaml"
 "$G" train --config "$y" --model_name_or_path "$T/model" --output_dir "$T/nodata" --device cpu 2>"$T/nodata.log"
 check "the YAML's dataset names, not overridden: the hint says to tokenize them" grep -q "glmtune tokenize --config" "$T/nodata.log"
 "$G" train --config "$y" --dataset "$T/shards" --output_dir "$T/nomodel" --device cpu 2>"$T/nomodel.log"

@@ -5,15 +5,15 @@
 # identical shards); loss flags counted in the report; role order and empty turns dropped by
 # reason; dataset_info: a missing file is an error naming entry and path, two entries on one
 # file are each selectable, num_samples draws as LLaMA-Factory does, --max-samples; one
-# LLaMA-Factory YAML (../shared/llamafactory-configs) driving `tokenize --config` and
+# LLaMA-Factory YAML (tests/fixtures/llamafactory-configs) driving `tokenize --config` and
 # `train --config` with only paths overridden; stage rm/ppo/dpo/kto refused by name; unknown
 # YAML keys; --snake_case spellings.
 set -uo pipefail
 G=${GLMTUNE:?}
-S=${GLM_SHARED:-}
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
 SRC=${GLM_SRC:?}
-if [ -z "$S" ] || [ ! -d "$S/corpora" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
-TOK="$S/glm4-tokenizer"
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
+TOK="$F/glm4-tokenizer"
 T=$(mktemp -d /tmp/glmdata.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
@@ -32,10 +32,10 @@ check "--truncate: one document per text" test "$(jget "$T/wint/report.json" sam
 check "--truncate keeps the end-of-text token" test "$($G inspect --json "$T/wint" | grep -c '151329\],"targets"')" = 4
 
 # 2. c4_demo (300 records) as pretraining text, directly and through LLaMA-Factory's registry entry
-C4="$S/pretrain/c4_demo.jsonl"
+C4="$F/pretrain/c4_demo.jsonl"
 if [ -f "$C4" ]; then
     mkdir -p "$T/lf"
-    cp "$S/corpora/llamafactory/dataset_info.json" "$T/lf/" # LLaMA-Factory's own: c4_demo = {prompt: text}
+    cp "$F/corpora/llamafactory/dataset_info.json" "$T/lf/" # LLaMA-Factory's own: c4_demo = {prompt: text}
     ln -s "$C4" "$T/lf/c4_demo.jsonl"
     $G tokenize --quiet --tokenizer "$TOK" --seq-len 16384 -o "$T/c4" "$C4" 2>/dev/null # the longest: 8545
     $G tokenize --quiet --tokenizer "$TOK" --seq-len 16384 --dataset c4_demo -o "$T/c4r" "$T/lf" 2>/dev/null
@@ -91,11 +91,11 @@ check "--train_on_prompt=true = --train-on-prompt" test "$(awk '/^--train_on_pro
 
 # 5. dataset_info: a missing file, two entries on one file, num_samples, --max-samples
 mkdir -p "$T/reg"
-ln -s "$S/corpora/llamafactory/alpaca_en_demo.json" "$T/reg/alpaca.json"
+ln -s "$F/corpora/llamafactory/alpaca_en_demo.json" "$T/reg/alpaca.json"
 cat > "$T/reg/dataset_info.json" <<'EOF'
 {"plain": {"file_name": "alpaca.json"},
  "short": {"file_name": "alpaca.json", "columns": {"prompt": "instruction", "response": "output"}, "num_samples": 10},
- "many": {"file_name": "alpaca.json", "num_samples": 1500},
+ "many": {"file_name": "alpaca.json", "num_samples": 1600},
  "gone": {"file_name": "nowhere.json"}}
 EOF
 $G tokenize --quiet --tokenizer "$TOK" --dataset gone -o "$T/gone" "$T/reg" 2>"$T/gone.log"; rc=$?
@@ -103,25 +103,25 @@ check "a selected entry whose file is missing fails (exit $rc)" test $rc = 1
 check "... naming entry and path" grep -q '"gone".*nowhere.json does not exist' "$T/gone.log"
 $G tokenize --quiet --tokenizer "$TOK" -o "$T/all" "$T/reg" 2>"$T/all.log"
 check "unselected missing files are said, not silent" grep -q 'gone (nowhere.json)' "$T/all.log"
-check "every entry read, three on one file: 999 + 10 + 1500" test "$(jget "$T/all/report.json" records_read)" = 2509
+check "every entry read, three on one file: 250 + 10 + 1600" test "$(jget "$T/all/report.json" records_read)" = 1860
 $G tokenize --quiet --tokenizer "$TOK" --dataset plain -o "$T/plain" "$T/reg" 2>/dev/null
-check "entry plain: 999 records" test "$(jget "$T/plain/report.json" records_read)" = 999
+check "entry plain: 250 records" test "$(jget "$T/plain/report.json" records_read)" = 250
 $G tokenize --quiet --tokenizer "$TOK" --dataset short --seed 1 -o "$T/s1" "$T/reg" 2>/dev/null
 $G tokenize --quiet --tokenizer "$TOK" --dataset short --seed 1 -o "$T/s1b" "$T/reg" 2>/dev/null
 $G tokenize --quiet --tokenizer "$TOK" --dataset short --seed 2 -o "$T/s2" "$T/reg" 2>/dev/null
-check "num_samples 10 of 999 (the second entry on the file)" test "$(jget "$T/s1/report.json" records_read)" = 10
+check "num_samples 10 of 250 (the second entry on the file)" test "$(jget "$T/s1/report.json" records_read)" = 10
 check "num_samples: the same draw for the same seed" cmp -s "$T/s1/train-00000.bin" "$T/s1b/train-00000.bin"
 check "num_samples: another draw for another seed" differ "$T/s1/train-00000.bin" "$T/s2/train-00000.bin"
 $G tokenize --quiet --tokenizer "$TOK" --dataset many -o "$T/many" "$T/reg" 2>/dev/null
-check "num_samples 1500 of 999: every record once, 501 more" test "$(jget "$T/many/report.json" records_read)" = 1500
+check "num_samples 1600 of 250: every record 6 times, 100 more" test "$(jget "$T/many/report.json" records_read)" = 1600
 $G tokenize --quiet --tokenizer "$TOK" --dataset "many" --max-samples 20 -o "$T/m20" "$T/reg" 2>/dev/null
 check "num_samples capped by max_samples" test "$(jget "$T/m20/report.json" records_read)" = 20
-$G tokenize --quiet --tokenizer "$TOK" --max_samples 7 -o "$T/max" "$S/corpora/fastchat" "$S/corpora/torchtune/alpaca_tiny.json" 2>/dev/null
+$G tokenize --quiet --tokenizer "$TOK" --max_samples 7 -o "$T/max" "$F/corpora/fastchat" "$F/corpora/torchtune/alpaca_tiny.json" 2>/dev/null
 check "--max-samples per input: 7 + 7" test "$(jget "$T/max/report.json" records_read)" = 14
 check "... reported" grep -q '"rest_not_read": true' "$T/max/report.json"
 
 # 6. one LLaMA-Factory YAML for tokenize and train, only paths overridden (pretraining)
-Y="$S/llamafactory-configs/qwen3_lora_pretrain.yaml"
+Y="$F/llamafactory-configs/qwen3_lora_pretrain.yaml"
 if [ -f "$Y" ] && [ -f "$C4" ]; then
     $G tokenize --quiet --config "$Y" --model_name_or_path "$TOK" --dataset_dir "$T/lf" -o "$T/pt" 2>"$T/pt.log"
     check "tokenize --config pretrain YAML (stage: pt, dataset: c4_demo)" grep -q '"text": 300' "$T/pt/report.json"
@@ -145,27 +145,27 @@ JSON
 else
     echo "SKIPPED part 6: $Y or $C4 not found"
 fi
-for y in qwen3_lora_sft llama3_lora_sft; do # the SFT examples: identity + alpaca_en_demo, max_samples 1000
-    $G tokenize --quiet --config "$S/llamafactory-configs/$y.yaml" --model_name_or_path "$TOK" \
-        --dataset_dir "$S/corpora/llamafactory" -o "$T/$y" 2>"$T/$y.log"
-    check "$y.yaml: identity + alpaca_en_demo" test "$(jget "$T/$y/report.json" records_kept)" = $((91 + 999))
+for y in qwen3_lora_sft llama3_lora_sft; do # the SFT examples: identity + alpaca_en_demo, max_samples 1000 (more than the 250 here)
+    $G tokenize --quiet --config "$F/llamafactory-configs/$y.yaml" --model_name_or_path "$TOK" \
+        --dataset_dir "$F/corpora/llamafactory" -o "$T/$y" 2>"$T/$y.log"
+    check "$y.yaml: identity + alpaca_en_demo" test "$(jget "$T/$y/report.json" records_kept)" = $((91 + 250))
     check "$y.yaml: template answered with one line" grep -q "template: .* is not used" "$T/$y.log"
 done
 
 # 7. stages glmtune does not train, and typos, are refused by name
-sed 's/^stage: sft/stage: dpo/' "$S/llamafactory-configs/qwen3_lora_sft.yaml" > "$T/dpo.yaml"
-$G tokenize --quiet --config "$T/dpo.yaml" --model_name_or_path "$TOK" --dataset_dir "$S/corpora/llamafactory" -o "$T/dpo" 2>"$T/dpo.log"; rc=$?
+sed 's/^stage: sft/stage: dpo/' "$F/llamafactory-configs/qwen3_lora_sft.yaml" > "$T/dpo.yaml"
+$G tokenize --quiet --config "$T/dpo.yaml" --model_name_or_path "$TOK" --dataset_dir "$F/corpora/llamafactory" -o "$T/dpo" 2>"$T/dpo.log"; rc=$?
 check "tokenize refuses stage: dpo (exit $rc)" test $rc = 1 -a ! -e "$T/dpo"
 check "... by name" grep -q "stage: dpo is refused: it is DPO" "$T/dpo.log"
 $G train --config "$T/dpo.yaml" --model "$T/model" --data "$T/pt" --output-dir "$T/rdpo" 2>"$T/rdpo.log"; rc=$?
 check "train refuses stage: dpo (exit $rc)" test $rc != 0 -a ! -e "$T/rdpo"
 for st in rm ppo kto; do
-    sed "s/^stage: sft/stage: $st/" "$S/llamafactory-configs/qwen3_lora_sft.yaml" > "$T/$st.yaml"
+    sed "s/^stage: sft/stage: $st/" "$F/llamafactory-configs/qwen3_lora_sft.yaml" > "$T/$st.yaml"
     $G train --config "$T/$st.yaml" --model "$T/model" --data "$T/pt" --output-dir "$T/r$st" 2>"$T/r$st.log"
     check "train refuses stage: $st by name" grep -q "stage: $st is refused" "$T/r$st.log"
 done
 printf 'dataset: identity\ncutof_len: 512\n' > "$T/typo.yaml"
-$G tokenize --quiet --config "$T/typo.yaml" --model_name_or_path "$TOK" --dataset_dir "$S/corpora/llamafactory" -o "$T/typo" 2>"$T/typo.log"; rc=$?
+$G tokenize --quiet --config "$T/typo.yaml" --model_name_or_path "$TOK" --dataset_dir "$F/corpora/llamafactory" -o "$T/typo" 2>"$T/typo.log"; rc=$?
 check "an unknown key fails (exit $rc) naming file:line and the close key" grep -q "typo.yaml:2: unknown key 'cutof_len'.*cutoff_len" "$T/typo.log"
 
 echo "test_tokenize_data: $pass passed, $fail failed"

@@ -5,15 +5,15 @@
 # clear error (or a warning and a fallback) and leave the previous checkpoint intact.
 set -uo pipefail
 G=${GLMTUNE:?}
-S=${GLM_SHARED:-}
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
 SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-if [ -z "$S" ] || [ ! -d "$S/fixtures" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
 T=$(mktemp -d /tmp/glmerr.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 has() { grep -q -- "$2" "$1" || { echo "--- $1:" >&2; cat "$1" >&2; return 1; }; }
 
-FIX="$S/fixtures/tiny-glm4/chatglm"
+FIX="$F/tiny-glm4/chatglm"
 # 40 pre-tokenized samples of 20-60 ids below 512 (the tiny model's vocabulary)
 awk 'BEGIN { srand(7); for (i = 0; i < 40; i++) { n = 20 + int(rand() * 40); ids = ""; lab = "";
      for (j = 0; j < n; j++) { x = int(rand() * 512); ids = ids (j ? ", " : "") x; lab = lab (j ? ", " : "") (j < 5 ? -100 : x) }
@@ -60,7 +60,7 @@ check "token id outside the vocabulary: exit 1 ($rc)" test $rc = 1
 check "... says so" has "$T/e4" "outside the model's vocabulary"
 
 # shards made with another tokenizer than the model's
-$G init-model --config "$SRC/samples/model-config.json" --tokenizer "$S/glm4-tokenizer" -o "$T/withtok" 2>/dev/null
+$G init-model --config "$SRC/samples/model-config.json" --tokenizer "$F/glm4-tokenizer" -o "$T/withtok" 2>/dev/null
 $G tokenize --quiet --tokenizer "$SRC/samples/tokenizer" --seq-len 128 -o "$T/spm" "$SRC/samples/data/alpaca.json" 2>/dev/null
 $G train --quiet --device cpu --model "$T/withtok" --data "$T/spm" --output-dir "$T/r" --max-steps 1 2>"$T/e5"; rc=$?
 check "shards of another tokenizer: exit 1 ($rc)" test $rc = 1

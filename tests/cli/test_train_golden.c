@@ -1,4 +1,4 @@
-/* End to end through the CLI, against ../shared/fixtures/tiny-glm4/{chatglm,hf}/golden.safetensors
+/* End to end through the CLI, against tests/fixtures/tiny-glm4/{chatglm,hf}/golden.safetensors
  * (transformers + PEFT + torch AdamW in float64): the golden rows are written as pre-tokenized
  * JSONL, tokenized, trained for one step from the fixture's adapter_init with the fixture's
  * settings (meta.json), with --dump-grads, and exported. The loss (metrics.jsonl), every
@@ -53,9 +53,9 @@ static double metrics_loss(const char *run_dir, int step) {
  * make_fixtures.py after model.to(torch.bfloat16) and back to float64, which also rounds
  * transformers' RoPE inv_freq buffer to bf16 (its README says float32): the hf case therefore
  * trains with --rope-inv-freq-dtype bfloat16, the table such a cast transformers model uses. */
-static void layout_case(const char *shared, const char *layout, const char *targets, const char *extra) {
+static void layout_case(const char *data_dir, const char *layout, const char *targets, const char *extra) {
     char *fix, *gold, *jsonl, *shards, *rund, *grads, *adapter;
-    asprintf(&fix, "%s/fixtures/tiny-glm4/%s", shared, layout);
+    asprintf(&fix, "%s/tiny-glm4/%s", data_dir, layout);
     asprintf(&gold, "%s/golden.safetensors", fix);
     asprintf(&jsonl, "%s/%s.jsonl", tmp, layout);
     asprintf(&shards, "%s/%s-shards", tmp, layout);
@@ -154,9 +154,9 @@ static void layout_case(const char *shared, const char *layout, const char *targ
 
 /* N steps == N/2 + resume + N/2, bit-identical, on the golden rows (micro-batch 1, shuffled, LoRA
  * dropout on, cosine schedule with warmup: every piece of state must be restored). */
-static void resume_case(const char *shared) {
+static void resume_case(const char *data_dir) {
     char *fix, *shards, *a, *b, *ea, *eb;
-    asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);
+    asprintf(&fix, "%s/tiny-glm4/chatglm", data_dir);
     asprintf(&shards, "%s/chatglm-shards", tmp);
     asprintf(&a, "%s/resume-a", tmp);
     asprintf(&b, "%s/resume-b", tmp);
@@ -195,12 +195,12 @@ static void resume_case(const char *shared) {
 }
 
 int main(void) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     int rc = train_test_begin("/tmp/glmgold.XXXXXX");
     if (rc) return rc;
-    layout_case(shared, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h", "");
-    layout_case(shared, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj", "--rope-inv-freq-dtype bfloat16");
-    resume_case(shared);
+    layout_case(data_dir, "chatglm", "query_key_value,dense,dense_h_to_4h,dense_4h_to_h", "");
+    layout_case(data_dir, "hf", "q_proj,k_proj,v_proj,o_proj,gate_up_proj,down_proj", "--rope-inv-freq-dtype bfloat16");
+    resume_case(data_dir);
     if (!check_failed_) glm_rmtree(tmp);
     else fprintf(stderr, "outputs kept in %s\n", tmp);
     return check_summary("test_train_golden");

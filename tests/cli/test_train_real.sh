@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Real input end to end: the real GLM-4 tokenizer over every file of ../shared/corpora into shards,
+# Real input end to end: the real GLM-4 tokenizer over every file of tests/fixtures/corpora into shards,
 # a tiny GLM-4-shaped model with the real vocabulary size (151552) and the real tokenizer, a few
 # LoRA steps on the CPU (loss finite and logged, eval on the val split), checkpoint, export of a
 # PEFT adapter (keys, shapes, config), and a merged model that loads like the base.
 set -uo pipefail
 G=${GLMTUNE:?}
-S=${GLM_SHARED:-}
-if [ -z "$S" ] || [ ! -d "$S/corpora" ]; then echo "SKIPPED: ../shared not found (GLM_SHARED=$S)"; exit 77; fi
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
+[ -d "$F" ] || { echo "FAIL: the test data folder $F does not exist" >&2; exit 1; }
 T=$(mktemp -d /tmp/glmreal.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 
-$G tokenize --quiet --tokenizer "$S/glm4-tokenizer" --seq-len 512 --truncate --val-size 8 -o "$T/shards" "$S/corpora" 2>"$T/tok.log"
+$G tokenize --quiet --tokenizer "$F/glm4-tokenizer" --seq-len 512 --truncate --val-size 8 -o "$T/shards" "$F/corpora" 2>"$T/tok.log"
 check "tokenize the corpora" test -f "$T/shards/manifest.json"
 cat > "$T/config.json" <<'JSON'
 {"model_type": "chatglm", "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4,
  "multi_query_group_num": 2, "kv_channels": 16, "ffn_hidden_size": 160, "padded_vocab_size": 151552,
  "layernorm_epsilon": 1.5625e-07, "rope_ratio": 1, "add_qkv_bias": true, "seq_length": 8192}
 JSON
-$G init-model --config "$T/config.json" --tokenizer "$S/glm4-tokenizer" --seed 3 -o "$T/model" 2>/dev/null
+$G init-model --config "$T/config.json" --tokenizer "$F/glm4-tokenizer" --seed 3 -o "$T/model" 2>/dev/null
 check "init-model with the real vocabulary" test -f "$T/model/model.safetensors" -a -f "$T/model/tokenizer.model"
 $G train --quiet --device cpu --model "$T/model" --data "$T/shards" --eval-data "$T/shards" --output-dir "$T/run" \
     --lora-target all --lora-rank 8 --lora-alpha 16 --learning-rate 2e-3 --per-device-train-batch-size 2 \

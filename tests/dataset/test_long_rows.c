@@ -1,6 +1,6 @@
 /* tests/dataset/test_long_rows.c: rows of 1,048,576 tokens (the 1M context), end to end through
  * `glmtune tokenize --seq-len 1048576` with real long documents, then the loader streaming them.
- *   - 5 long documents, each the plain texts of ../shared/pretrain/c4_demo.jsonl (English web text)
+ *   - 5 long documents, each the plain texts of tests/fixtures/pretrain/c4_demo.jsonl (English web text)
  *     concatenated 4 times in a different order (~628k tokens: more than 500k, and no two fit one
  *     row), and 40 short ones (single c4 texts), tokenized as pretraining text (--format text);
  *   - each long document lands whole in a row of its own: one document from [gMASK]<sop> to
@@ -35,14 +35,14 @@ static double rss_bytes(void) {
 }
 
 int main(void) {
-    const char *shared = check_shared(), *G = getenv("GLMTUNE");
+    const char *data_dir = test_data_dir(), *G = getenv("GLMTUNE");
     if (!G) {
         printf("SKIPPED: GLMTUNE (the binary) not set\n");
         return 77;
     }
     char tmp[] = "/tmp/glmlong.XXXXXX", cmd[4096], *c4, *in, *out;
     if (!mkdtemp(tmp)) return 1;
-    asprintf(&c4, "%s/pretrain/c4_demo.jsonl", shared);
+    asprintf(&c4, "%s/pretrain/c4_demo.jsonl", data_dir);
     asprintf(&in, "%s/in.jsonl", tmp);
     asprintf(&out, "%s/shards", tmp);
 
@@ -92,7 +92,7 @@ int main(void) {
     json_decref(keep);
     free(data);
     snprintf(cmd, sizeof cmd, "%s tokenize --quiet --tokenizer %s/glm4-tokenizer --format text --seq-len %d -o %s %s", G,
-             shared, T, out, in);
+             data_dir, T, out, in);
     CHECK(system(cmd) == 0, "tokenize --seq-len %d", T);
 
     /* the row buffers first (touched), then the baseline, then the shards */

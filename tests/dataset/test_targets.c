@@ -5,9 +5,9 @@
  * (xtuner/ms-swift "loss", axolotl "weight", LLaMA-Factory "loss_weight"), train_on_prompt and
  * mask_history, tool-call arguments with integers above 2^64 beside small ones, reasoning dropped
  * or kept, role order and empty turns, pretraining text. Then LLaMA-Factory's pretraining sample
- * ../shared/pretrain/c4_demo.jsonl, read directly and through a dataset_info.json entry
+ * tests/fixtures/pretrain/c4_demo.jsonl, read directly and through a dataset_info.json entry
  * {"file_name": "c4_demo.jsonl", "columns": {"prompt": "text"}}: every record's ids against
- * tiktoken's (tests/cli/data/c4_demo.expected). Skipped (77) without ../shared. */
+ * tiktoken's (tests/cli/data/c4_demo.expected). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,10 +138,10 @@ static void check_c4(const char *input, const char *dataset, const char *expecte
 }
 
 int main(void) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     const char *src = getenv("GLM_SRC");
     char path[4096], cases[4096];
-    snprintf(path, sizeof path, "%s/glm4-tokenizer", shared);
+    snprintf(path, sizeof path, "%s/glm4-tokenizer", data_dir);
     CHECK(glm_tokenizer_load(path, &tok) == GLM_OK, "load: %s", glm_errmsg());
     CHECK(glm_chat_template_load(tok, NULL, &tpl) == GLM_OK, "template: %s", glm_errmsg());
     if (!tok || !tpl) return check_summary("test_targets");
@@ -169,7 +169,7 @@ int main(void) {
 
     /* c4_demo: directly, and through a dataset_info.json entry naming it with columns {prompt: text} */
     char c4[4096], expected[4096];
-    snprintf(c4, sizeof c4, "%s/pretrain/c4_demo.jsonl", shared);
+    snprintf(c4, sizeof c4, "%s/pretrain/c4_demo.jsonl", data_dir);
     snprintf(expected, sizeof expected, "%s/tests/cli/data/c4_demo.expected", src ? src : ".");
     if (!glm_is_file(c4)) {
         printf("SKIPPED c4_demo: %s not found\n", c4);

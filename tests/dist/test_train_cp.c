@@ -133,11 +133,11 @@ static int grep_log(const char *needle) {
 }
 
 int main(void) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     int rc = train_test_begin("/tmp/glmcp.XXXXXX");
     if (rc) return rc;
     char *fix, *jsonl = path("docs.jsonl"), *shards = path("shards"), *common;
-    asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);
+    asprintf(&fix, "%s/tiny-glm4/chatglm", data_dir);
     write_docs(jsonl);
     CHECK(run("%s tokenize --quiet --seq-len 50 -o %s %s", G, shards, jsonl) == 0, "tokenize");
     check_rows(shards);

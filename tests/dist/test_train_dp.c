@@ -79,11 +79,11 @@ static void compare(const char *what, const char *ref, const char *dp, int steps
 }
 
 int main(void) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     int rc = train_test_begin("/tmp/glmdp.XXXXXX");
     if (rc) return rc;
     char *fix, *jsonl = path("rows.jsonl"), *shards = path("shards"), *common;
-    asprintf(&fix, "%s/fixtures/tiny-glm4/chatglm", shared);
+    asprintf(&fix, "%s/tiny-glm4/chatglm", data_dir);
     write_rows(fix, jsonl);
     CHECK(run("%s tokenize --quiet --seq-len 48 -o %s %s", G, shards, jsonl) == 0, "tokenize");
     asprintf(&common, "--model %s --init-adapter %s/adapter_init --data %s --lora-target all --lora-rank 4 --lora-alpha 8 "

@@ -14,9 +14,10 @@
 set -euo pipefail
 . "$(dirname "$0")/mpi_env.sh"
 [ -n "${GLMTUNE:-}" ] || { echo "SKIPPED: GLMTUNE not set"; exit 77; }
-[ -d "${GLM_SHARED:-}/fixtures/tiny-glm4" ] || { echo "SKIPPED: ../shared not found (GLM_SHARED=${GLM_SHARED:-})"; exit 77; }
+F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
+[ -d "$F/tiny-glm4" ] || { echo "FAIL: $F/tiny-glm4 does not exist (GLM_FIXTURES: the test data folder)" >&2; exit 1; }
 G=$GLMTUNE
-FIX=$GLM_SHARED/fixtures/tiny-glm4/chatglm
+FIX=$F/tiny-glm4/chatglm
 tmp=$(mktemp -d /tmp/glmkill.XXXXXX)
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }

@@ -10,7 +10,7 @@
 # usage: tests/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 180 s, every target)
 # Installs clang and the libFuzzer runtime from Debian packages when missing, builds with clang
 # into build-fuzz/ (nice, at most 2 jobs), seeds each corpus from the repository's samples and
-# tests (and ../shared's fixtures, corpora and LLaMA-Factory configs when present), runs each
+# tests (tests/fixtures: fixture adapters, corpora, LLaMA-Factory configs), runs each
 # target for the given time, one after the other, and prints one table row per target:
 # executions, corpus growth, findings. Findings are kept under build-fuzz/artifacts/<target>/;
 # reproduce one with: build-fuzz/tests/fuzz/fuzz_<target> build-fuzz/artifacts/<target>/<file>
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 SECS=${1:-180}
 shift || true
 TARGETS=${*:-jsonsplit shard safetensors options template}
-S=${GLM_SHARED:-../shared}
+S=${GLM_FIXTURES:-tests/fixtures}
 B=build-fuzz
 
 . tests/deps.sh
@@ -58,10 +58,8 @@ seed() { # DIR PREFIX-BYTE-OCTAL FILE: one seed, the control byte then the file
 }
 for f in samples/data/*; do seed jsonsplit 000 "$f"; seed jsonsplit 013 "$f"; seed jsonsplit 107 "$f"; done
 head -c 4000 tests/tokenize/data/tojson_cases.jsonl > "$W/tojson.jsonl" && seed jsonsplit 010 "$W/tojson.jsonl"
-if [ -d "$S/corpora" ]; then
-    find "$S/corpora" -type f \( -name '*.json' -o -name '*.jsonl' \) -size -64k | sort | head -40 |
-        while read -r f; do seed jsonsplit 000 "$f"; done
-fi
+find "$S/corpora" -type f \( -name '*.json' -o -name '*.jsonl' \) -size -64k | sort | head -40 |
+    while read -r f; do seed jsonsplit 000 "$f"; done
 # shards, a checkpoint and a tiny model from the samples, made by this build's glmtune
 awk 'BEGIN { srand(1); for (i = 0; i < 40; i++) { k = 5 + int(rand() * 20); ids = ""; lab = "";
      for (j = 0; j < k; j++) { x = 1 + int(rand() * 60); ids = ids (j ? ", " : "") x; lab = lab (j ? ", " : "") (j < 2 ? -100 : x) }
@@ -75,15 +73,15 @@ JSON
 "$G" init-model --config "$W/tiny.json" -o "$W/model" 2>/dev/null
 "$G" train --quiet --device cpu --model "$W/model" --data "$W/shards" --output-dir "$W/run" --max-steps 1 --lora-rank 2 2>/dev/null
 for f in "$W"/model/model.safetensors "$W"/run/checkpoint-1/*.safetensors; do cp "$f" "$C/safetensors/$(basename "$(dirname "$f")")-$(basename "$f")"; done
-[ -d "$S/fixtures" ] && for l in chatglm hf; do cp "$S/fixtures/tiny-glm4/$l/adapter_init/adapter_model.safetensors" "$C/safetensors/fixture-$l.safetensors"; done
+for l in chatglm hf; do cp "$S/tiny-glm4/$l/adapter_init/adapter_model.safetensors" "$C/safetensors/fixture-$l.safetensors"; done
 seed options 000 samples/train.yaml
-[ -d "$S/llamafactory-configs" ] && for f in "$S"/llamafactory-configs/*.yaml; do seed options 000 "$f"; done
+for f in "$S"/llamafactory-configs/*.yaml; do seed options 000 "$f"; done
 printf -- '--model_name_or_path\nm\n--dataset=d\n--output_dir\no\n--lr_scheduler_kwargs\n{"min_lr_rate": 0.1}\n--no-gradient-checkpointing\n--do_train\n--optim\nadamw_torch\n--warmup_steps\n0.1\n' > "$W/argv"
 seed options 001 "$W/argv"
 while IFS= read -r line; do n=$((n + 1)); printf '%s' "$line" > "$C/template/case-$n"; done < tests/tokenize/data/template_cases.jsonl
 cp samples/tokenizer/chat_template.jinja "$C/template/sample.jinja"
 cp samples/tokenizer/tokenizer_config.json "$C/template/sample-tokenizer_config.json"
-[ -f "$S/glm4-tokenizer/tokenizer_config.json" ] && cp "$S/glm4-tokenizer/tokenizer_config.json" "$C/template/glm4-tokenizer_config.json"
+cp "$S/glm4-tokenizer/tokenizer_config.json" "$C/template/glm4-tokenizer_config.json"
 
 # every finding fixed so far stays in its target's corpus (tests/fuzz/regressions/<target>-*)
 for f in tests/fuzz/regressions/*; do t=$(basename "$f"); t=${t%%-*}; if [ -d "$C/$t" ]; then cp "$f" "$C/$t/"; fi; done

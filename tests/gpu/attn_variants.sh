@@ -13,7 +13,7 @@ mkdir -p "$out"
 . "$root/tests/gpu/env.sh" # LD_LIBRARY_PATH: staged libraries, CUDA, the wheels' libraries
 # the variants compared are glmtune's own kernels: whole rows would otherwise go to cuDNN
 export GLMTUNE_ATTENTION=glmtune
-export GLM_SHARED=$pre/shared
+export GLM_FIXTURES=$root/tests/fixtures # the test data (tracked, so it travels with the working tree)
 tag=$(basename "$pre")
 timeout 120 "$pre/bin/bench_cuda" attention 2>&1 | grep '^| attention'
 timeout 150 "$pre/bin/test_cuda_ops" attention >"$out/ops_$tag.log" 2>&1

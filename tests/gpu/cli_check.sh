@@ -22,7 +22,7 @@ for line in open(sys.argv[1]):
         print(repr(o["loss"])); break' "$1" "$2" 2>/dev/null
 }
 for layout in chatglm hf; do
-  base="$pre/shared/fixtures/tiny-glm4/$layout"
+  base="$root/tests/fixtures/tiny-glm4/$layout"
   if ! "$G" train --quiet --device cuda --model "$base" --data "$pre/cli/$layout-shards" --output-dir "$T/$layout" $flags \
        --dump-grads "$T/$layout-grads.safetensors" 2>"$T/$layout.log"; then
     row $layout "train --device cuda" FAIL "$(tail -2 "$T/$layout.log")"; continue

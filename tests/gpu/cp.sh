@@ -66,7 +66,7 @@ PY
 }
 
 # ---- 0. does this build run the ring on CUDA at all?
-base=$pre/shared/fixtures/tiny-glm4/chatglm
+base=$root/tests/fixtures/tiny-glm4/chatglm
 # (tests/gpu/stage.sh writes the same documents and the CPU reference into $pre/cp)
 python3 - "$T/docs.jsonl" <<'PY'
 import random, sys, json
@@ -142,8 +142,7 @@ done
 [ "$one" = 1 ] && { mkdir -p "${OUT:-$T}"; printf '%s' "$table" >"${OUT:-$T}/cp.txt"; echo "one GPU: parts 2 and 3 need 8 GPUs; table in ${OUT:-$T}/cp.txt"; exit $fail; }
 
 # ---- the 9B checkpoint and rows of L random tokens
-cfg=$pre/shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json
-[ -f "$cfg" ] || cfg=$root/../shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json
+cfg=$root/tests/fixtures/glm4-tokenizer/config.glm-4-9b-chat-1m.json
 if [ ! -f "$T/m9b/config.json" ]; then
   "$G" init-model --config "$cfg" -o "$T/m9b" --seed 1 2>"$T/init.log" || { row setup "init-model 9B" FAIL "$(tail -2 "$T/init.log")"; exit 1; }
 fi

@@ -83,7 +83,7 @@ accounts() { awk -v fs="$1" -v ft="$2" -v ss="$3" -v st="$4" -v f="$5" 'BEGIN { 
 [ "$one" = 1 ] && echo "one-GPU mode: the ranks share GPU 0 over NCCL's socket transport (correctness only, never speed)" | tee -a "$tab"
 
 # ---- 1. equivalence on CUDA (tiny fixture, the staged golden shards)
-base=$pre/shared/fixtures/tiny-glm4/chatglm
+base=$root/tests/fixtures/tiny-glm4/chatglm
 flags="--quiet --device cuda --model $base --init-adapter $base/adapter_init --data $pre/cli/chatglm-shards --lora-target all
   --lora-rank 4 --lora-alpha 8 --learning-rate 1e-3 --lr-scheduler-type constant --logging-steps 1 --seed 3
   --gradient-checkpointing full --max-gpu-memory 16"
@@ -149,8 +149,7 @@ for v in "shard:--shard-base" "dp:"; do
 done
 
 # ---- the 9B-shaped checkpoint (parts 2, 3) and rows of 8k tokens (parts 2 to 4)
-cfg=$pre/shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json
-[ -f "$cfg" ] || cfg=$root/../shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json
+cfg=$root/tests/fixtures/glm4-tokenizer/config.glm-4-9b-chat-1m.json
 if [ "$one" = 0 ] && [ ! -f "$T/m9b/config.json" ]; then
   "$G" init-model --config "$cfg" -o "$T/m9b" --seed 1 2>"$T/init.log" || row speed "init-model 9B" FAIL "$(tail -2 "$T/init.log")"
 fi

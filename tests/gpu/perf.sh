@@ -16,7 +16,7 @@ pre=$root/.device/gpu
 out=${OUT:-/tmp/glm-perf}
 mkdir -p "$out"
 . "$root/tests/gpu/env.sh" # LD_LIBRARY_PATH: staged libraries, CUDA, cuDNN / NCCL from the wheels
-export GLM_SHARED=$pre/shared
+export GLM_FIXTURES=$root/tests/fixtures # the test data (tracked, so it travels with the working tree)
 G=$pre/bin/glmtune
 md=$out/perf.md
 section() { printf '\n## %s\n\n' "$1" >>"$md"; }

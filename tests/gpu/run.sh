@@ -5,7 +5,7 @@
 # Two modes:
 #  - prebuilt (the usual one): tests/gpu/stage.sh ran on the build machine and .device/gpu was
 #    carried here (bin/, lib/, shared/): the binaries run with LD_LIBRARY_PATH=.device/gpu/lib and
-#    GLM_SHARED=.device/gpu/shared. The GPU machine lacks libarchive-dev and libyaml-dev, so it
+#    GLM_FIXTURES=tests/fixtures (tracked: the working tree carries it). The GPU machine lacks libarchive-dev and libyaml-dev, so it
 #    cannot configure the project itself.
 #  - build: no .device/gpu: cmake + ninja with CUDA into build-gpu, then `ctest -L cuda`.
 # Logs go to $OUT (when set) as cuda_ops.log and cuda_model.log; then (prebuilt mode) cli_check.sh,
@@ -25,7 +25,7 @@ nvidia-smi -L 2>/dev/null || echo "nvidia-smi: no GPU listed"
 fail=0
 if [ -x "$pre/bin/test_cuda_ops" ]; then
   export LD_LIBRARY_PATH=$pre/lib:$LD_LIBRARY_PATH
-  export GLM_SHARED=$pre/shared
+  export GLM_FIXTURES=$root/tests/fixtures # the test data (tracked, so it travels with the working tree)
   for t in test_cuda_ops test_cuda_model; do
     ldd "$pre/bin/$t" | grep "not found" && echo "$t: missing libraries (above)"
     start=$(date +%s.%N)

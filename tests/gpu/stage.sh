@@ -6,8 +6,8 @@
 #   lib/     the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
 #            the GPU machine has in its own, matching versions)
-#   shared/  the fixtures the tests read (fixtures/tiny-glm4) and the peer benchmark
-#            (bench/hf_bench.py), which tests/gpu/perf.sh runs beside glmtune's
+#   shared/  the peer benchmark (bench/hf_bench.py, from ../shared), which tests/gpu/perf.sh runs
+#            beside glmtune's (the tests' data, tests/fixtures, is tracked and travels with the tree)
 # Usage: tests/gpu/stage.sh   (GLM_SHARED overrides ../shared; GLM_CUDA_ARCHS the GPU targets
 #        built, default 90: the H200 the device tool lends; the project's default build carries
 #        80 86 89 90)
@@ -22,14 +22,17 @@ cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON -DCMAKE_CUDA_COMPILER=${
       -DCMAKE_CUDA_ARCHITECTURES="${GLM_CUDA_ARCHS:-90}" ${fe:+-DGLMTUNE_CUDNN_FRONTEND_DIR="$fe"} >/dev/null
 ninja -C "$build" test_cuda_ops test_cuda_model bench_cuda glmtune
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/shared/fixtures" "$out/cli"
+fix=$root/tests/fixtures
+# the CPU reference runs below read the fixtures' safetensors with Python (numpy, safetensors)
+python3 -c 'import safetensors, numpy' 2>/dev/null || python3 -m pip install -q safetensors numpy >&2
+mkdir -p "$out/bin" "$out/lib" "$out/cli"
 cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tests/gpu/bench_cuda" "$build/tool/glmtune" "$out/bin/"
 # the CUDA backend module, loaded from beside the program (kernels/cuda_loader.c)
 cp "$build/tool/libglm_cuda.so" "$out/bin/"
 # for tests/gpu/cli_check.sh: the golden rows as shards, and the same run on the CPU here as the
 # reference (3 steps, both layouts)
 for layout in chatglm hf; do
-  python3 - "$shared/fixtures/tiny-glm4/$layout/golden.safetensors" "$out/cli/$layout.jsonl" <<'PY'
+  python3 - "$fix/tiny-glm4/$layout/golden.safetensors" "$out/cli/$layout.jsonl" <<'PY'
 import json, sys
 from safetensors.numpy import load_file
 g = load_file(sys.argv[1])
@@ -43,7 +46,7 @@ with open(sys.argv[2], "w") as f:
                 off += n
 PY
   "$build/tool/glmtune" tokenize --quiet --seq-len 48 -o "$out/cli/$layout-shards" "$out/cli/$layout.jsonl"
-  "$build/tool/glmtune" train --quiet --device cpu --model "$shared/fixtures/tiny-glm4/$layout" \
+  "$build/tool/glmtune" train --quiet --device cpu --model "$fix/tiny-glm4/$layout" \
       --data "$out/cli/$layout-shards" --output-dir "$out/cli/$layout-cpu" $(cat "$root/tests/gpu/cli_flags.txt") \
       --dump-grads "$out/cli/$layout-cpu-grads.safetensors"
 done
@@ -60,8 +63,8 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
 PY
 "$build/tool/glmtune" tokenize --quiet --seq-len 50 -o "$out/cp/s50" "$out/cp/docs.jsonl"
-"$build/tool/glmtune" train --quiet --device cpu --model "$shared/fixtures/tiny-glm4/chatglm" \
-    --init-adapter "$shared/fixtures/tiny-glm4/chatglm/adapter_init" --data "$out/cp/s50" --lora-target all --lora-rank 4 \
+"$build/tool/glmtune" train --quiet --device cpu --model "$fix/tiny-glm4/chatglm" \
+    --init-adapter "$fix/tiny-glm4/chatglm/adapter_init" --data "$out/cp/s50" --lora-target all --lora-rank 4 \
     --lora-alpha 8 --learning-rate 1e-3 --lr-scheduler-type constant --max-steps 2 --logging-steps 1 --seed 5 \
     --per-device-train-batch-size 1 --gradient-accumulation-steps 4 --gradient-checkpointing full \
     --output-dir "$out/cp/cpu" --dump-grads "$out/cp/cpu.st"
@@ -73,10 +76,11 @@ for b in "$out"/bin/*; do
 done | sort -u | while read -r name path; do
   if ! [[ $name =~ $skip ]]; then cp -L "$path" "$out/lib/$name"; fi
 done
-cp -r "$shared/fixtures/tiny-glm4" "$out/shared/fixtures/"
-# tests/gpu/multi.sh: the 9B shape's config for init-model
-mkdir -p "$out/shared/glm4-tokenizer" && cp "$shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json" "$out/shared/glm4-tokenizer/"
-mkdir -p "$out/shared/bench" && cp "$shared/bench/hf_bench.py" "$out/shared/bench/"
+if [ -f "$shared/bench/hf_bench.py" ]; then
+  mkdir -p "$out/shared/bench" && cp "$shared/bench/hf_bench.py" "$out/shared/bench/"
+else
+  echo "note: $shared/bench/hf_bench.py not found: tests/gpu/perf.sh will have no transformers + PEFT comparison" >&2
+fi
 echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.device' || echo -dirty)" >"$out/COMMIT"
 du -sh "$out" "$out"/*
 ls "$out/lib"

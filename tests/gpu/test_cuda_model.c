@@ -1,6 +1,6 @@
 /* tests/gpu/test_cuda_model.c: glm_model_step / glm_model_logits on the CUDA backend (bf16
  * weights and activations, fp32 LoRA) against the CPU backend (fp32) on the tiny GLM-4 fixtures
- * ($GLM_SHARED/fixtures/tiny-glm4/{chatglm,hf}: model, PEFT adapter_init, golden batch), both
+ * ($GLM_FIXTURES/tiny-glm4/{chatglm,hf}: model, PEFT adapter_init, golden batch), both
  * checkpoint layouts: logits, loss and every LoRA grad within the bf16 tolerances of
  * tests/gpu/tol.h; the loss also against the float64 golden; gradient checkpointing gives the
  * same grads; LoRA dropout masks agree with the CPU's; the copies that overlap compute (offload,
@@ -397,8 +397,8 @@ int main(int argc, char **argv) {
         printf("SKIPPED: no CUDA device\n");
         return 77;
     }
-    const char *shared = check_shared();
-    snprintf(fixtures, sizeof fixtures, "%s/fixtures/tiny-glm4", shared);
+    const char *data_dir = test_data_dir();
+    snprintf(fixtures, sizeof fixtures, "%s/tiny-glm4", data_dir);
     glm_status st;
     gpu = glm_backend_cuda(0, &st);
     if (!gpu) {

@@ -80,9 +80,9 @@ static bool files_equal(const char *a, const char *b) {
     return eq;
 }
 
-static void test_adapter(const char *shared, const char *layout) {
+static void test_adapter(const char *data_dir, const char *layout) {
     char *fxdir = NULL, *out = NULL, *cfgp = NULL;
-    asprintf(&fxdir, "%s/fixtures/tiny-glm4/%s/adapter_init", shared, layout);
+    asprintf(&fxdir, "%s/tiny-glm4/%s/adapter_init", data_dir, layout);
     asprintf(&out, "%s/%s-adapter", g_tmp, layout);
     asprintf(&cfgp, "%s/adapter_config.json", fxdir);
     adapter a = load_adapter(fxdir);
@@ -180,12 +180,12 @@ static double bf16_round(double x) {
     return r;
 }
 
-static void test_merge(const char *shared, const char *layout, const char *module, const char *keep,
+static void test_merge(const char *data_dir, const char *layout, const char *module, const char *keep,
                        const char *other_layout) {
     char *base = NULL, *adir = NULL, *out = NULL, *oadir = NULL;
-    asprintf(&base, "%s/fixtures/tiny-glm4/%s", shared, layout);
+    asprintf(&base, "%s/tiny-glm4/%s", data_dir, layout);
     asprintf(&adir, "%s/adapter_init", base);
-    asprintf(&oadir, "%s/fixtures/tiny-glm4/%s/adapter_init", shared, other_layout);
+    asprintf(&oadir, "%s/tiny-glm4/%s/adapter_init", data_dir, other_layout);
     asprintf(&out, "%s/%s-merged", g_tmp, layout);
     adapter a = load_adapter(adir);
     const double s = 8.0 / 4.0;
@@ -310,12 +310,12 @@ int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/glm_test_export_XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
     test_config_text();
-    const char *shared = check_shared();
-    test_adapter(shared, "chatglm");
-    test_adapter(shared, "hf");
-    test_merge(shared, "chatglm", "transformer.encoder.layers.1.self_attention.query_key_value",
+    const char *data_dir = test_data_dir();
+    test_adapter(data_dir, "chatglm");
+    test_adapter(data_dir, "hf");
+    test_merge(data_dir, "chatglm", "transformer.encoder.layers.1.self_attention.query_key_value",
                "transformer.embedding.word_embeddings.weight", "hf");
-    test_merge(shared, "hf", "model.layers.0.self_attn.k_proj", "model.embed_tokens.weight", "chatglm");
+    test_merge(data_dir, "hf", "model.layers.0.self_attn.k_proj", "model.embed_tokens.weight", "chatglm");
     glm_rmtree(g_tmp);
     return check_summary("test_export");
 }

@@ -46,9 +46,9 @@ static double lora_grad_abs(const glm_lora *l, int layer) {
 }
 
 int main(void) {
-    const char *S = check_shared();
+    const char *S = test_data_dir();
     char path[1024];
-    snprintf(path, sizeof path, "%s/fixtures/tiny-glm4/chatglm", S);
+    snprintf(path, sizeof path, "%s/tiny-glm4/chatglm", S);
     glm_config cfg;
     CHECK(glm_config_load(path, 0, &cfg) == GLM_OK, "config: %s", glm_errmsg());
     cfg.L = 4;

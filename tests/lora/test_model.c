@@ -1,5 +1,5 @@
 /* tests/lora/test_model.c: the GLM-4 model with LoRA on the CPU backend against the reference
- * fixtures (../shared/fixtures/tiny-glm4/{chatglm,hf}/golden.safetensors: transformers + PEFT in
+ * fixtures (tests/fixtures/tiny-glm4/{chatglm,hf}/golden.safetensors: transformers + PEFT in
  * float64), both checkpoint layouts; gradient checkpointing == none; micro-batch 2 == 1 + 1;
  * LoRA dropout backward vs finite differences; load errors; config parsing; random init.
  *
@@ -602,8 +602,8 @@ static void test_init_random(void) {
 }
 
 int main(void) {
-    const char *shared = check_shared();
-    snprintf(fixtures, sizeof fixtures, "%s/fixtures/tiny-glm4", shared);
+    const char *data_dir = test_data_dir();
+    snprintf(fixtures, sizeof fixtures, "%s/tiny-glm4", data_dir);
     test_config();
     test_layout("chatglm");
     test_layout("hf");

@@ -62,10 +62,10 @@ static void test_schedules(void) {
 
 #define PREFIX "base_model.model."
 
-static void test_adamw_golden(const char *shared, const char *layout, double want_norm) {
+static void test_adamw_golden(const char *data_dir, const char *layout, double want_norm) {
     char *gp = NULL, *ap = NULL;
-    if (asprintf(&gp, "%s/fixtures/tiny-glm4/%s/golden.safetensors", shared, layout) < 0 ||
-        asprintf(&ap, "%s/fixtures/tiny-glm4/%s/adapter_init", shared, layout) < 0)
+    if (asprintf(&gp, "%s/tiny-glm4/%s/golden.safetensors", data_dir, layout) < 0 ||
+        asprintf(&ap, "%s/tiny-glm4/%s/adapter_init", data_dir, layout) < 0)
         abort();
     glm_st_set *g = NULL, *a = NULL;
     CHECK(glm_st_open(gp, &g) == GLM_OK, "%s", glm_errmsg());
@@ -239,8 +239,8 @@ static void test_loraplus(void) {
 int main(void) {
     test_schedules();
     test_loraplus();
-    const char *shared = check_shared();
-    test_adamw_golden(shared, "chatglm", 1.4943607960178498); /* meta.json summary */
-    test_adamw_golden(shared, "hf", 1.3972674672955805);
+    const char *data_dir = test_data_dir();
+    test_adamw_golden(data_dir, "chatglm", 1.4943607960178498); /* meta.json summary */
+    test_adamw_golden(data_dir, "hf", 1.3972674672955805);
     return check_summary("test_optim");
 }

@@ -40,10 +40,10 @@ static glm_lora *adapter(glm_model *m) {
     return l;
 }
 
-static void one(const char *shared, const char *src, int dq) {
+static void one(const char *data_dir, const char *src, int dq) {
     const glm_backend *be = glm_backend_cpu();
     char orig[1024], ref[1024];
-    snprintf(orig, sizeof orig, "%s/fixtures/tiny-glm4/chatglm", shared);
+    snprintf(orig, sizeof orig, "%s/tiny-glm4/chatglm", data_dir);
     snprintf(ref, sizeof ref, "%s/tests/fixtures/bnb4/tiny-chatglm-nf4%s", src, dq ? "-dq" : "");
     glm_base_format f = {4, GLM_WF_NF4, dq};
     glm_model *q = NULL, *d = NULL;
@@ -111,11 +111,11 @@ out:
 }
 
 int main(void) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     const char *src = getenv("GLM_SRC");
     if (!src) src = ".";
-    one(shared, src, 0);
-    one(shared, src, 1);
+    one(data_dir, src, 0);
+    one(data_dir, src, 1);
     /* shards of a 4-bit tensor are whole double-quantization groups */
     CHECK(glm_weight_shard_elems(GLM_WF_NF4, 1000000, 3) % 16384 == 0 && glm_weight_shard_elems(GLM_WF_NF4, 1000000, 3) * 3 >= 1000000,
           "4-bit shards of whole groups");

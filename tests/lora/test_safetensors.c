@@ -13,9 +13,9 @@
 
 static char g_tmp[256];
 
-static char *fx(const char *shared, const char *rel) {
+static char *fx(const char *data_dir, const char *rel) {
     char *p = NULL;
-    if (asprintf(&p, "%s/fixtures/tiny-glm4/%s", shared, rel) < 0) abort();
+    if (asprintf(&p, "%s/tiny-glm4/%s", data_dir, rel) < 0) abort();
     return p;
 }
 
@@ -85,7 +85,7 @@ static void test_conversions(void) {
     CHECK(glm_st_from_f32(GLM_ST_F64, df, 1, d) == GLM_ERR_UNSUPPORTED, "to f64 unsupported");
 }
 
-static void test_fixtures(const char *shared) {
+static void test_fixtures(const char *data_dir) {
     static const struct {
         const char *layout;
         size_t n_golden, n_adapter, n_model;
@@ -93,7 +93,7 @@ static void test_fixtures(const char *shared) {
     for (int li = 0; li < 2; li++) {
         char rel[128];
         snprintf(rel, sizeof rel, "%s/golden.safetensors", L[li].layout);
-        char *p = fx(shared, rel);
+        char *p = fx(data_dir, rel);
         glm_st_set *g = NULL;
         CHECK(glm_st_open(p, &g) == GLM_OK, "open %s: %s", p, glm_errmsg());
         if (g) {
@@ -129,7 +129,7 @@ static void test_fixtures(const char *shared) {
 
         /* adapter dir: the one *.safetensors file in the directory */
         snprintf(rel, sizeof rel, "%s/adapter_init", L[li].layout);
-        p = fx(shared, rel);
+        p = fx(data_dir, rel);
         glm_st_set *a = NULL;
         CHECK(glm_st_open(p, &a) == GLM_OK, "open %s: %s", p, glm_errmsg());
         if (a) {
@@ -147,7 +147,7 @@ static void test_fixtures(const char *shared) {
         free(p);
 
         /* sharded base checkpoint through the directory (index preferred) */
-        p = fx(shared, L[li].layout);
+        p = fx(data_dir, L[li].layout);
         glm_st_set *m = NULL;
         CHECK(glm_st_open(p, &m) == GLM_OK, "open %s: %s", p, glm_errmsg());
         if (m) {
@@ -175,7 +175,7 @@ static void test_fixtures(const char *shared) {
         free(p);
         /* the index file itself */
         snprintf(rel, sizeof rel, "%s/model.safetensors.index.json", L[li].layout);
-        p = fx(shared, rel);
+        p = fx(data_dir, rel);
         CHECK(glm_st_open(p, &m) == GLM_OK, "open index: %s", glm_errmsg());
         if (m) glm_st_close(m);
         free(p);
@@ -234,9 +234,9 @@ static void test_roundtrip(void) {
     free(p);
 }
 
-static void test_corrupt(const char *shared) {
+static void test_corrupt(const char *data_dir) {
     /* truncated copy of a real file */
-    char *src = fx(shared, "chatglm/golden.safetensors");
+    char *src = fx(data_dir, "chatglm/golden.safetensors");
     char *raw;
     size_t len;
     CHECK(glm_read_file(src, &raw, &len) == GLM_OK, "read golden");
@@ -315,13 +315,13 @@ static void test_corrupt(const char *shared) {
 }
 
 int main(void) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     snprintf(g_tmp, sizeof g_tmp, "/tmp/glm_test_st_XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
     test_conversions();
-    test_fixtures(shared);
+    test_fixtures(data_dir);
     test_roundtrip();
-    test_corrupt(shared);
+    test_corrupt(data_dir);
     glm_rmtree(g_tmp);
     return check_summary("test_safetensors");
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes what tests/peft/check_peft.py checks with real PEFT + transformers (on the GPU machine,
-# which has them): for each checkpoint layout of ../shared/fixtures/tiny-glm4, glmtune trains a
+# which has them): for each checkpoint layout of tests/fixtures/tiny-glm4, glmtune trains a
 # LoRA adapter for 5 steps on the golden rows (evaluating on them at the end), exports it
 # (fp32 and bf16) and a merged model (fp32 and the base's bf16). Output: OUT (default
 # .device/peft, ignored by git), with the fixture files the check needs copied beside them.
@@ -9,12 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 G=${1:-build/tool/glmtune}
 OUT=${2:-.device/peft}
-S=${GLM_SHARED:-../shared}
+S=${GLM_FIXTURES:-tests/fixtures}
 rm -rf "$OUT"
 mkdir -p "$OUT"
-cp "$S/fixtures/make_fixtures.py" "$OUT/"
+cp "$S/make_fixtures.py" "$OUT/"
 for layout in chatglm hf; do
-    F="$S/fixtures/tiny-glm4/$layout"
+    F="$S/tiny-glm4/$layout"
     D="$OUT/$layout"
     mkdir -p "$D"
     cp -r "$F" "$D/base"

@@ -5,7 +5,7 @@
  * directory, and a second vocabulary beside it (its own file): every load must give the same
  * token bytes, whole-token lookups and backtracking merges for every token, and the same ids for
  * a mixed text.
- * usage: test_bpe_cache   (needs $GLM_SHARED/glm4-tokenizer/tokenizer.model) */
+ * usage: test_bpe_cache   (needs $GLM_FIXTURES/glm4-tokenizer/tokenizer.model) */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,8 +73,8 @@ static char *cache_file(const char *dir, int *count) {
 }
 
 int main(void) {
-    const char *shared = check_shared();
-    char *path = glm_path_join(shared, "glm4-tokenizer/tokenizer.model");
+    const char *data_dir = test_data_dir();
+    char *path = glm_path_join(data_dir, "glm4-tokenizer/tokenizer.model");
     if (!path || glm_read_file(path, &model_data, &model_len) != GLM_OK) {
         printf("SKIPPED: %s not readable\n", path ? path : "(null)");
         return 77;

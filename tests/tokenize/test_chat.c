@@ -1,7 +1,7 @@
 /* tests/tokenize/test_chat.c: GLM-4 chat rendering and training encoding against
- * ../shared/fixtures/chat_golden.jsonl (transformers' rendering + tiktoken ids) with the real
+ * tests/fixtures/chat_golden.jsonl (transformers' rendering + tiktoken ids) with the real
  * GLM-4 tokenizer; role strings inside content stay text; last-turn-only targets; the
- * glm-4-9b-chat template; template errors. Skipped (77) without ../shared. */
+ * glm-4-9b-chat template; template errors. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,7 +129,7 @@ static void test_plain_role_strings(void) {
     json_decref(msgs);
 }
 
-static void test_errors(const char *shared) {
+static void test_errors(const char *data_dir) {
     glm_u32vec ids = {0};
     glm_u8vec tg = {0};
     json_t *bad = json_loads("[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"robot\",\"content\":\"x\"}]", 0, NULL);
@@ -170,13 +170,13 @@ static void test_errors(const char *shared) {
     json_decref(two);
     free(ids.v);
     free(tg.v);
-    (void)shared;
+    (void)data_dir;
 }
 
 /* glm-4-9b-chat's template differs only in the assistant's name in the tool preamble. */
-static void test_9b_chat(const char *shared, json_t *tools_case) {
+static void test_9b_chat(const char *data_dir, json_t *tools_case) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/glm4-tokenizer/tokenizer_config.glm-4-9b-chat.json", shared);
+    snprintf(path, sizeof path, "%s/glm4-tokenizer/tokenizer_config.glm-4-9b-chat.json", data_dir);
     glm_template *t = NULL;
     glm_status st = glm_chat_template_load(tok, path, &t);
     CHECK(st == GLM_OK, "load %s: %s", path, glm_errmsg());
@@ -330,7 +330,7 @@ static void test_encode_output(void) {
 /* The native GLM-4 renderer (tokenize/chat_native.c) against the interpreter: the same segments
  * for messages of every branch of the template; unusual messages and other templates are left
  * to the interpreter. */
-static void test_native(const char *shared) {
+static void test_native(const char *data_dir) {
     static const char *const COMMON[] = {
         "{\"role\": \"user\", \"content\": \"hi <|user|> [gMASK]\"}",
         "{\"role\": \"assistant\", \"content\": \"{\\\"a\\\": 1}\", \"metadata\": \"get_weather\"}",
@@ -354,7 +354,7 @@ static void test_native(const char *shared) {
         "{\"role\": \"system\", \"content\": \"x\", \"tools\": [{\"type\": 7}]}",
     };
     char path[4096];
-    snprintf(path, sizeof path, "%s/glm4-tokenizer/tokenizer_config.glm-4-9b-chat.json", shared);
+    snprintf(path, sizeof path, "%s/glm4-tokenizer/tokenizer_config.glm-4-9b-chat.json", data_dir);
     glm_template *chat9b = NULL;
     CHECK(glm_chat_template_load(tok, path, &chat9b) == GLM_OK, "load %s", path);
     const glm_template *tpls[2] = {tpl, chat9b};
@@ -410,11 +410,9 @@ static void test_native(const char *shared) {
 
 int main(void) {
     test_samples();
-    const char *env = getenv("GLM_SHARED");
-    if ((!env || access(env, R_OK) != 0) && check_failed_) return check_summary("test_chat"); /* not a skip */
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     char path[4096];
-    snprintf(path, sizeof path, "%s/glm4-tokenizer", shared);
+    snprintf(path, sizeof path, "%s/glm4-tokenizer", data_dir);
     glm_status st = glm_tokenizer_load(path, &tok);
     CHECK(st == GLM_OK, "load tokenizer %s: %s", path, glm_errmsg());
     if (st != GLM_OK) return check_summary("test_chat");
@@ -422,7 +420,7 @@ int main(void) {
     CHECK(st == GLM_OK, "chat template: %s", glm_errmsg());
     if (st != GLM_OK) return check_summary("test_chat");
 
-    snprintf(path, sizeof path, "%s/fixtures/chat_golden.jsonl", shared);
+    snprintf(path, sizeof path, "%s/chat_golden.jsonl", data_dir);
     char *data;
     size_t len, n = 0;
     json_t *tools_case = NULL;
@@ -442,9 +440,9 @@ int main(void) {
     CHECK(tools_case != NULL, "a tools case");
     test_plain_role_strings();
     test_encode_output();
-    test_errors(shared);
-    test_9b_chat(shared, tools_case);
-    test_native(shared);
+    test_errors(data_dir);
+    test_9b_chat(data_dir, tools_case);
+    test_native(data_dir);
     json_decref(tools_case);
     glm_template_free(tpl);
     glm_tokenizer_free(tok);

@@ -1,9 +1,9 @@
 /* tests/tokenize/test_tokenizer.c: the GLM-4 tiktoken tokenizer against tiktoken's output
- * (../shared/fixtures/tokenizer_golden.jsonl), round trips, a 1 MB single-piece run (no
+ * (tests/fixtures/tokenizer_golden.jsonl), round trips, a 1 MB single-piece run (no
  * quadratic blow-up), a reference merge for long pieces, the backtracking encoder against the merge
  * loop (every token, random concatenations of tokens), the hand-written split paths against PCRE2,
  * invalid input, concurrent use.
- * usage: test_tokenizer [golden.jsonl]   (default $GLM_SHARED/fixtures/tokenizer_golden.jsonl) */
+ * usage: test_tokenizer [golden.jsonl]   (default $GLM_FIXTURES/tokenizer_golden.jsonl) */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -141,11 +141,11 @@ static void *work(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    const char *shared = check_shared();
+    const char *data_dir = test_data_dir();
     char dir[4096], golden[4096];
-    snprintf(dir, sizeof dir, "%s/glm4-tokenizer", shared);
+    snprintf(dir, sizeof dir, "%s/glm4-tokenizer", data_dir);
     if (argc > 1) snprintf(golden, sizeof golden, "%s", argv[1]);
-    else snprintf(golden, sizeof golden, "%s/fixtures/tokenizer_golden.jsonl", shared);
+    else snprintf(golden, sizeof golden, "%s/tokenizer_golden.jsonl", data_dir);
 
     glm_tokenizer *tok = NULL;
     double t0 = now_s();

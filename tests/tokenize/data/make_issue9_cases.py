@@ -5,8 +5,8 @@ role order and empty turns), computed without glmtune:
 
   - the chat text: transformers' own chat-template renderer (transformers.utils.chat_template_utils
     .render_jinja_template, transformers 5.x) with the chat_template of
-    ../shared/glm4-tokenizer/tokenizer_config.json, one message at a time, as in
-    ../shared/fixtures/make_fixtures.py (glm4_sft_example);
+    tests/fixtures/glm4-tokenizer/tokenizer_config.json, one message at a time, as in
+    tests/fixtures/make_fixtures.py (glm4_sft_example);
   - the ids: tiktoken with GLM-4's tokenizer.model and split pattern (tests/bench/glm4_tiktoken.py);
   - the GLM-4 messages each raw record stands for, and which of them are targets, are written
     out by hand below from the rules in docs/tokenize.md (a flagged turn is a target iff its flag
@@ -21,9 +21,9 @@ role order and empty turns), computed without glmtune:
 Writes issue9_cases.jsonl (read by tests/tokenize/test_chat.c), and for the CLI test
 ../../cli/data/pretrain_windows.jsonl (input) and pretrain_windows.expected (what
 `glmtune inspect --json` prints for it, "file" left out, lines sorted), and
-../../cli/data/c4_demo.expected (per record of ../shared/pretrain/c4_demo.jsonl: index, id count
+../../cli/data/c4_demo.expected (per record of tests/fixtures/pretrain/c4_demo.jsonl: index, id count
 and FNV-1a 64 of the little-endian uint32 ids; numbers only, no text).
-Run: python3 make_issue9_cases.py [SHARED_DIR]   (default ../../../../shared)
+Run: python3 make_issue9_cases.py [DATA_DIR]   (default ../../fixtures, i.e. tests/fixtures; ../shared works too)
 Only for producing test data: glmtune needs no Python."""
 import json
 import os
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(here, "..", "..", "bench"))
 from glm4_tiktoken import glm4_encoding  # noqa: E402
 from transformers.utils.chat_template_utils import render_jinja_template  # noqa: E402
 
-shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "..", "..", "shared")
+shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "fixtures")
 tok_dir = os.path.join(shared, "glm4-tokenizer")
 enc = glm4_encoding(tok_dir)
 template = json.load(open(os.path.join(tok_dir, "tokenizer_config.json")))["chat_template"]
