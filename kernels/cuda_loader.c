@@ -11,7 +11,7 @@
  * The module (the .cu files of kernels/cuda) is looked up next to the running program
  * (<dir of /proc/self/exe>/libglm_cuda.so, then <that dir>/../lib/glmtune/libglm_cuda.so, where
  * `cmake --install` puts it), then at its place in the build tree. It takes the few functions it
- * needs from the program (glm_err, glm_errmsg, glm_dtype_size, glm_mpi_abort, and the communication
+ * needs from the program (glm_err, glm_errmsg, glm_assert_fail, glm_dtype_size, glm_mpi_abort, and the communication
  * accounting's glm_comm_all_gather_bytes, glm_comm_all_reduce_bytes, glm_comm_delay_ms: one state for
  * both), which every program that links glm_kernels exports (kernels/CMakeLists.txt).
  * A module whose glm_cuda_abi_version() is not this program's GLM_BACKEND_ABI_VERSION (kernels/backend.h),
@@ -38,7 +38,8 @@
  * loader links them (and kernels/CMakeLists.txt exports them). */
 __attribute__((used)) static void *const needed_by_module[] = {(void *)glm_err, (void *)glm_errmsg, (void *)glm_dtype_size,
                                                                  (void *)glm_mpi_abort, (void *)glm_comm_all_gather_bytes,
-                                                                 (void *)glm_comm_all_reduce_bytes, (void *)glm_comm_delay_ms};
+                                                                 (void *)glm_comm_all_reduce_bytes, (void *)glm_comm_delay_ms,
+                                                                 (void *)glm_assert_fail};
 
 static struct {
     const glm_backend *(*backend)(int, glm_status *);
