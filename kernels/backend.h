@@ -616,6 +616,10 @@ const char *glm_cuda_device_name(int device);
  * once it declined a shape) or "glmtune kernels" (no cuDNN, GLMTUNE_ATTENTION=glmtune, or no
  * attention call yet). */
 const char *glm_cuda_attention_impl(const glm_backend *be);
+/* The address of `name` in the CUDA module this program loaded (the one glm_backend_cuda uses),
+ * or NULL when the module is not loaded or lacks the symbol. For tests that call the module's
+ * kernels directly (tests/gpu/test_cuda_ops.c's 4-bit check), never for the model. */
+void *glm_cuda_module_symbol(const char *name);
 glm_status glm_cuda_nccl_id(unsigned char id[128]);
 #endif
 

@@ -54,6 +54,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char why[1024]; /* why the module could not be loaded; "" = loaded */
 
 static char opened[PATH_MAX + 64]; /* the path of the module dlopen took */
+static void *module;                /* its handle, once loaded and accepted */
 
 static void *try_open(const char *path, char *errs, size_t cap) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -102,8 +103,10 @@ static void load(void) {
         *(void **)&fn.nccl_id = dlsym(h, "glm_cuda_nccl_id");
         *(void **)&fn.attention_impl = dlsym(h, "glm_cuda_attention_impl");
         if (fn.backend && fn.backend_dist && fn.close && fn.device_count && fn.device_name && fn.nccl_id &&
-            fn.attention_impl)
+            fn.attention_impl) {
+            module = h;
             return;
+        }
         snprintf(errs, sizeof errs, "libglm_cuda.so lacks an entry point (a module of another glmtune version?)");
         memset(&fn, 0, sizeof fn);
     }
@@ -146,3 +149,5 @@ glm_status glm_cuda_nccl_id(unsigned char id[128]) {
     if (ready()) return fn.nccl_id(id);
     return glm_err(GLM_ERR_UNSUPPORTED, "%s", why);
 }
+
+void *glm_cuda_module_symbol(const char *name) { return ready() && module ? dlsym(module, name) : NULL; }

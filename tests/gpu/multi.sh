@@ -153,8 +153,9 @@ cfg=$root/tests/fixtures/glm4-tokenizer/config.glm-4-9b-chat-1m.json
 if [ "$one" = 0 ] && [ ! -f "$T/m9b/config.json" ]; then
   "$G" init-model --config "$cfg" -o "$T/m9b" --seed 1 2>"$T/init.log" || row speed "init-model 9B" FAIL "$(tail -2 "$T/init.log")"
 fi
-awk 'BEGIN { srand(7); for (r = 0; r < 16; r++) { printf "{\"input_ids\": ["; for (i = 0; i < 8192; i++) printf "%s%d", i ? ", " : "", int(rand() * 151000); printf "], \"labels\": ["; for (i = 0; i < 8192; i++) printf "%s%d", i ? ", " : "", i ? int(rand() * 151000) : -100; print "]}" } }' >"$T/rows8k.jsonl"
-# (labels random: the loss value does not matter here, only the work)
+awk 'BEGIN { srand(7); for (r = 0; r < 16; r++) { printf "{\"input_ids\": ["; for (i = 0; i < 8192; i++) { id[i] = int(rand() * 151000); printf "%s%d", i ? ", " : "", id[i]; } printf "], \"labels\": ["; for (i = 0; i < 8192; i++) printf "%s%d", i ? ", " : "", i ? id[i] : -100; print "]}" } }' >"$T/rows8k.jsonl"
+# (random tokens, every one but the first a target: the loss value does not matter here, only the
+# work; labels must equal input_ids or be -100, as tokenize checks)
 "$G" tokenize --quiet --seq-len 8192 -o "$T/s8k" "$T/rows8k.jsonl" 2>"$T/tok.log" || row speed "tokenize 8k rows" FAIL "$(tail -2 "$T/tok.log")"
 
 if [ "$one" = 0 ]; then

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <dlfcn.h>
 
 #include "common/status.h"
 #include "kernels/backend.h"
@@ -820,12 +819,9 @@ static void test_memory(void) {
 }
 
 /* ---- the 4-bit (QLoRA) format: kernels/cuda/quant4.cu against kernels/cpu/quant4.c ----
- * Not a backend op (yet): its functions are taken from the CUDA module itself (dlopen of the
- * module the backend loaded: the same handle). GPU quantize vs CPU quantize and GPU dequantize vs
+ * Not a backend op: its functions are taken from the CUDA module the backend loaded
+ * (glm_cuda_module_symbol). GPU quantize vs CPU quantize and GPU dequantize vs
  * CPU dequantize must be bit for bit; the row's error column is the count of differing bytes. */
-#ifndef GLM_CUDA_MODULE_PATH
-#define GLM_CUDA_MODULE_PATH "libglm_cuda.so"
-#endif
 static struct {
     size_t (*workspace)(int64_t, int);
     glm_status (*quantize)(glm_q4_tensor *, const void *, int, void *, void *);
@@ -932,15 +928,12 @@ static void t_quant4(glm_q4_type type, int dq, int64_t rows, int64_t cols, int b
 }
 
 static void test_quant4(void) {
-    void *h = dlopen(GLM_CUDA_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-        *(void **)&q4.workspace = dlsym(h, "glm_q4_cuda_quantize_workspace");
-        *(void **)&q4.quantize = dlsym(h, "glm_q4_cuda_quantize");
-        *(void **)&q4.dequantize_bf16 = dlsym(h, "glm_q4_cuda_dequantize_bf16");
-        *(void **)&q4.sync = dlsym(h, "glm_q4_cuda_sync");
-    }
-    CHECK(h && q4.workspace && q4.quantize && q4.dequantize_bf16 && q4.sync, "the 4-bit kernels in %s: %s",
-          GLM_CUDA_MODULE_PATH, h ? "symbols missing" : dlerror());
+    *(void **)&q4.workspace = glm_cuda_module_symbol("glm_q4_cuda_quantize_workspace");
+    *(void **)&q4.quantize = glm_cuda_module_symbol("glm_q4_cuda_quantize");
+    *(void **)&q4.dequantize_bf16 = glm_cuda_module_symbol("glm_q4_cuda_dequantize_bf16");
+    *(void **)&q4.sync = glm_cuda_module_symbol("glm_q4_cuda_sync");
+    CHECK(q4.workspace && q4.quantize && q4.dequantize_bf16 && q4.sync,
+          "the 4-bit kernels in the loaded CUDA module (libglm_cuda.so): symbols missing");
     if (!q4.sync) return;
     t_quant4(GLM_Q4_NF4, 0, 4096, 13696, 1, 1); /* GLM-4-9B's dense_4h_to_h (and dense_h_to_4h^T) */
     t_quant4(GLM_Q4_NF4, 1, 4096, 13696, 1, 1);
