@@ -469,7 +469,8 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         r->T = longest_T(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
         if (r->T > 0 && (!shortest || r->T < shortest)) shortest = r->T;
     }
-    /* 2. the speed at a short row (4096 tokens, or the shortest longest row), no cap: for the estimates */
+    /* 2. the speed at a short row (4096 tokens, or the shortest longest row), for the estimates: planned
+     * for and capped at the smallest budget, so that the process never holds more than it allows */
     double t0_s = 0, cost0 = 0;
     if (shortest) {
         int64_t T0 = shortest < 4096 ? shortest : 4096;
@@ -478,8 +479,10 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         oc.warmup = 1;
         result cr;
         memset(&cr, 0, sizeof cr);
-        m->max_bytes = 0;
-        glm_status st = run_one(m, lora, opt, &oc, mode, T0, &cr);
+        m->max_bytes = rows[0].budget_gib * G;
+        glm_status st = be->set_mem_cap(be, (size_t)(rows[0].budget_gib * G));
+        if (!st) st = run_one(m, lora, opt, &oc, mode, T0, &cr);
+        be->set_mem_cap(be, 0);
         glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
         if (st) {
             cli_fail(st);
@@ -505,6 +508,10 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         m->max_bytes = r->budget_gib * G;
         glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
         glm_status st = be->set_mem_cap(be, cap);
+        /* planned again now: the calibration and the budgets before leave the process (its measured
+         * overhead, the host memory it can pin) otherwise than when step 1 planned, and a row found
+         * at the edge of the budget must be the row this state can hold */
+        if (!st && r->T > 0) r->T = longest_T(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
         if (!st && r->T > 0) {
             r->est_s = cost0 > 0 ? t0_s * step_cost(c, o->B, r->T, &r->plan) / cost0 : 0;
             if (!o->prove && r->est_s <= o->max_step_s) {

@@ -5,6 +5,8 @@
 # staged directory.
 pre=${GLM_PRE:-$root/.device/gpu}
 G=$pre/bin/glmtune
+# the staged libraries travel compressed (tests/gpu/stage.sh): unpacked once, here
+[ -d "$pre/lib" ] || [ ! -f "$pre/lib.tar.xz" ] || tar -C "$pre" -xJf "$pre/lib.tar.xz"
 export LD_LIBRARY_PATH=$pre/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for d in /usr/local/lib/python3*/dist-packages/nvidia/{nccl,cublas,cu13,cudnn}/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/{nccl,cublas,cu13,cudnn}/lib; do
   [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d

@@ -83,10 +83,10 @@ row "--prove-memory: nvidia-smi peak <= $cap GiB" "$r" "${p} MiB of ${capmib}"
 
 # ---- 4. a plan over the cap: refused before any weight is read
 mkdir -p "$T/noweights"
-cp "$pre/shared/glm4-tokenizer/config.glm-4-9b-chat-1m.json" "$T/noweights/config.json" # staged by stage.sh
-awk 'BEGIN { srand(3); for (i = 0; i < 2; i++) { n = 500000; ids = ""; lab = "";
-     for (j = 0; j < n; j++) { x = 1000 + int(rand() * 100000); ids = ids (j ? ", " : "") x; lab = lab (j ? ", " : "") (j < 5 ? -100 : x) }
-     print "{\"input_ids\": [" ids "], \"labels\": [" lab "]}" } }' >"$T/long.jsonl"
+cp "$root/tests/fixtures/glm4-tokenizer/config.glm-4-9b-chat-1m.json" "$T/noweights/config.json"
+awk 'BEGIN { srand(3); n = 500000; for (i = 0; i < 2; i++) { for (j = 0; j < n; j++) x[j] = 1000 + int(rand() * 100000);
+     printf "{\"input_ids\": ["; for (j = 0; j < n; j++) printf "%s%d", j ? ", " : "", x[j];
+     printf "], \"labels\": ["; for (j = 0; j < n; j++) printf "%s%d", j ? ", " : "", j < 5 ? -100 : x[j]; print "]}" } }' >"$T/long.jsonl"
 "$G" tokenize --quiet --seq-len 524288 -o "$T/long" "$T/long.jsonl" 2>/dev/null
 polled timeout 300 "$G" train --quiet --model "$T/noweights" --data "$T/long" --output-dir "$T/out" --max-steps 1 \
   --max-gpu-memory "$cap" $extra 2>"$T/e4"

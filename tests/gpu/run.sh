@@ -16,6 +16,8 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pre=$root/.device/gpu
 logdir=${OUT:-/tmp}
+# the staged libraries travel compressed (tests/gpu/stage.sh): unpacked once, here
+[ -d "$pre/lib" ] || [ ! -f "$pre/lib.tar.xz" ] || tar -C "$pre" -xJf "$pre/lib.tar.xz"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # NCCL and cuBLAS from the Python wheels as a last resort (the system ones come first)
 for d in /usr/local/lib/python3*/dist-packages/nvidia/{nccl,cublas,cu13,cudnn}/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/{nccl,cublas,cu13,cudnn}/lib; do

@@ -3,7 +3,7 @@
 # running tests/gpu/run.sh on the GPU machine. Builds the CUDA tests in build-cuda and copies into
 # .device/gpu (ignored by git; carry it to the GPU machine):
 #   bin/     test_cuda_ops, test_cuda_model, bench_cuda, glmtune, libglm_cuda.so (the CUDA backend)
-#   lib/     the shared libraries they need that the GPU machine lacks (everything ldd
+#   lib/     (as lib.tar.xz) the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
 #            the GPU machine has in its own, matching versions)
 #   shared/  the peer benchmark (bench/hf_bench.py, from ../shared), which tests/gpu/perf.sh runs
@@ -82,5 +82,8 @@ else
   echo "note: $shared/bench/hf_bench.py not found: tests/gpu/perf.sh will have no transformers + PEFT comparison" >&2
 fi
 echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.device' || echo -dirty)" >"$out/COMMIT"
-du -sh "$out" "$out"/*
 ls "$out/lib"
+# the libraries travel compressed (40 MB, most of it ICU's data, to 11 MB: the device tool carries
+# at most 64 MB with the tree); tests/gpu/env.sh and run.sh unpack them on the GPU machine
+tar -C "$out" -cJf "$out/lib.tar.xz" lib && rm -rf "$out/lib"
+du -sh "$out" "$out"/*
