@@ -290,11 +290,37 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
     return s;
 }
 
+/* A checkpoint resumes only the LoRA modules it was trained on: with fewer (a narrower
+ * --lora-target) its other trained weights would be dropped from every later checkpoint, and
+ * save_total_limit would then delete the last one that holds them; with more, the new modules
+ * would have no optimizer state. Either is refused, as a changed lora_rank is, naming both sets. */
+static glm_status check_resume_targets(const run_state *rs, const train_settings *ts, const char *ckpt) {
+    char *p = glm_path_join(ckpt, "adapter_config.json");
+    if (!p) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    char theirs[256], mine[256];
+    bool same = true;
+    glm_status s = glm_is_file(p) ? glm_lora_config_targets(rs->lora, p, theirs, mine, sizeof theirs, &same) : GLM_OK;
+    if (s == GLM_OK && !same) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", theirs);
+        for (char *c = list; *c; c++) *c = *c == ' ' && c[1] ? ',' : *c;
+        list[strcspn(list, " ")] = 0;
+        s = glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained with LoRA on { %s}, but this run's --lora-target %s "
+                    "gives { %s}: a checkpoint resumes exactly the modules it trained (fewer would drop trained weights "
+                    "from every later checkpoint, more would start without their optimizer state); hint: resume with "
+                    "--lora-target %s, or train other modules in a new run (another --output-dir)",
+                    ckpt, theirs, ts->lora_target ? ts->lora_target : "all", mine, list);
+    }
+    free(p);
+    return s;
+}
+
 static glm_status restore(run_state *rs, const train_settings *ts) {
     char *path = NULL;
     GLM_TRY(train_resume_path(ts, &path));
     glm_ckpt c;
     glm_status s = glm_ckpt_load(path, &c);
+    if (s == GLM_OK) s = check_resume_targets(rs, ts, path);
     if (s == GLM_OK) s = glm_ckpt_load_weights(&c, rs->model->be, rs->params, (size_t)rs->n_params, &rs->optim);
     if (s == GLM_OK) {
         json_t *dl = c.data_loader;
