@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +33,35 @@ static char *dir_of(const char *path) {
     char *d = strdup(dirname(c));
     free(c);
     return d;
+}
+
+glm_status glm_lock_dir(const char *dir, const char *holder, const char *opt, int *fd) {
+    for (int tries = 0; *fd < 0 && glm_is_dir(dir); tries++) {
+        int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d < 0)
+            return glm_err(GLM_ERR_IO, "%s: cannot open the output directory: %s; hint: check its permissions", dir,
+                           strerror(errno));
+        if (flock(d, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(d);
+            if (e == EWOULDBLOCK)
+                return glm_err(GLM_ERR_ARG, "%s is in use by another %s (it holds the directory's lock); hint: wait "
+                               "for that run to end, stop it, or choose another %s", dir, holder, opt);
+            glm_log_warn("%s: cannot lock the output directory (%s): a second run into it would not be stopped", dir,
+                         strerror(e));
+            return GLM_OK;
+        }
+        struct stat held, now;
+        if (fstat(d, &held) == 0 && stat(dir, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino) {
+            *fd = d;
+            return GLM_OK;
+        }
+        close(d); /* replaced while the lock was taken: lock what the name holds now */
+        if (tries == 100)
+            return glm_err(GLM_ERR_IO, "%s: replaced again and again while its lock was taken; hint: check what else "
+                           "writes %s", dir, dir);
+    }
+    return GLM_OK;
 }
 
 glm_status glm_fsync_dir(const char *dir) {

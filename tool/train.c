@@ -249,7 +249,7 @@ typedef struct {
     int cp, dp, dp_rank; /* context parallel: ranks per row (1: off), data-parallel groups, this rank's group */
     const glm_backend *cp_comm; /* the group's communicator (comm_split; NULL without context parallel) */
     int n_buckets_started; /* layers whose gradient all-reduce the backward started this step */
-    int out_lock;          /* rank 0: the output directory's lock (train_lock_output_dir), or -1 */
+    int out_lock;          /* rank 0: the output directory's lock (glm_lock_dir), or -1 */
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
@@ -597,7 +597,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->history = json_array();
     if (be->rank == 0) {
         GLM_TRY(glm_mkdir_p(ts->output_dir));
-        GLM_TRY(train_lock_output_dir(ts->output_dir, &rs->out_lock)); /* a fresh directory: locked once made */
+        GLM_TRY(glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs->out_lock)); /* a fresh directory: locked once made */
     }
     glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
@@ -890,7 +890,7 @@ glm_status train_run(const train_settings *ts) {
         if (rank > 0) glm_log_level = 0; /* the other ranks are quiet: only errors, prefixed "rank R: " */
     }
     /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
-    if (rank == 0) s = train_lock_output_dir(ts->output_dir, &rs.out_lock);
+    if (rank == 0) s = glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs.out_lock);
     s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
     if (s == GLM_OK) s = agree(be, setup(&rs, ts));
     glm_metrics mx;

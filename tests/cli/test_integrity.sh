@@ -52,6 +52,25 @@ check "... naming both sets" has "$T/t1b.log" "{ query_key_value }, but this run
     --max-steps 3 --save-steps 1 --save-total-limit 1 --resume-from-checkpoint 2>"$T/t1c.log"; rc=$?
 check "the same modules spelled out: resumes (exit $rc)" test $rc = 0 -a -d "$T/tgt/checkpoint-3"
 
+# ---- 6. two tokenize runs into one -o: the second stops at once, the first finishes
+mk 30 3 > "$T/a.jsonl"; mk 50 4 > "$T/b.jsonl"
+{ sleep 2; cat "$T/a.jsonl"; } | "$G" tokenize --quiet --seq-len 128 -o "$T/lockout" - 2>"$T/l1.log" & first=$!
+for _ in $(seq 1 100); do ls -d "$T"/lockout.tmp.* >/dev/null 2>&1 && break; sleep 0.05; done
+"$G" tokenize --quiet --seq-len 128 -o "$T/lockout" "$T/b.jsonl" 2>"$T/l2.log"; rc=$?
+wait $first; rc1=$?
+check "a second tokenize into a busy -o: refused (exit $rc)" test $rc = 2
+check "... saying another tokenize uses it" has "$T/l2.log" "lockout is in use by another glmtune tokenize"
+check "... with the hint" has "$T/l2.log" "hint: wait for that run to end, stop it, or choose another -o"
+check "the first one finishes (exit $rc1)" test $rc1 = 0
+check "... and -o holds its output (30 samples)" test "$("$G" inspect --json "$T/lockout" 2>/dev/null | wc -l)" = 30
+check "... nothing left beside it" test -z "$(ls -d "$T"/lockout.* 2>/dev/null)"
+"$G" tokenize --quiet --seq-len 128 -o "$T/lockout" "$T/b.jsonl" 2>/dev/null; rc=$?
+check "once it is done, the next run writes -o (exit $rc)" test $rc = 0 -a "$("$G" inspect --json "$T/lockout" 2>/dev/null | wc -l)" = 50
+printf '{"input_ids": [1, 2], "labels": [-100, -100]}\n' > "$T/unusable.jsonl"
+"$G" tokenize --quiet --seq-len 128 -o "$T/failnew" "$T/unusable.jsonl" 2>/dev/null; rc=$?
+check "a run that fails (exit $rc) leaves no -o it made, and no temporary directory" \
+    test $rc != 0 -a ! -e "$T/failnew" -a -z "$(ls -d "$T"/failnew.* 2>/dev/null)"
+
 # ---- end
 echo "test_integrity: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
