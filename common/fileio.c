@@ -195,6 +195,11 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
 
 /* What a failed write leaves and what to do: the earlier file stays (a temporary file was written). */
 static const char *write_hint(int e, const glm_afile *af) {
+    if (e == EFBIG)
+        return af->through ? "; hint: the file size limit of this process (ulimit -f) is too low: raise it (ulimit -f "
+                             "unlimited)"
+                           : " (an earlier file of that name is left as it was); hint: the file size limit of this process "
+                             "(ulimit -f) is too low: raise it (ulimit -f unlimited)";
     if (af->through) return e == ENOSPC ? "; hint: the disk is full" : "";
     return e == ENOSPC ? " (the disk is full; an earlier file of that name is left as it was); hint: free space (df -h)"
                        : " (an earlier file of that name is left as it was)";
@@ -203,7 +208,7 @@ static const char *write_hint(int e, const glm_afile *af) {
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n) {
     if (n && fwrite(data, 1, n, af->f) != n) {
         af->failed = true;
-        return glm_err(GLM_ERR_IO, "%s: write failed: %s%s", af->path, strerror(errno), write_hint(errno, af));
+        return glm_err(GLM_ERR_IO, "%s: cannot write: %s%s", af->path, strerror(errno), write_hint(errno, af));
     }
     return GLM_OK;
 }
@@ -225,7 +230,7 @@ glm_status glm_afile_commit(glm_afile *af) {
     glm_status s = GLM_OK;
     const char *name = af->path;
     if (af->failed || ferror(af->f) || fflush(af->f) != 0) {
-        s = glm_err(GLM_ERR_IO, "%s: write failed: %s%s", name, strerror(errno), write_hint(errno, af));
+        s = glm_err(GLM_ERR_IO, "%s: cannot write: %s%s", name, strerror(errno), write_hint(errno, af));
     } else if (fsync(fileno(af->f)) != 0 &&
                !(af->through && (errno == EINVAL || errno == EROFS || errno == ENOTSUP || errno == ENOTTY))) {
         /* a pipe or a terminal cannot be fsynced (EINVAL): nothing to make durable there */

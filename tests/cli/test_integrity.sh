@@ -52,6 +52,14 @@ check "... naming both sets" has "$T/t1b.log" "{ query_key_value }, but this run
     --max-steps 3 --save-steps 1 --save-total-limit 1 --resume-from-checkpoint 2>"$T/t1c.log"; rc=$?
 check "the same modules spelled out: resumes (exit $rc)" test $rc = 0 -a -d "$T/tgt/checkpoint-3"
 
+# ---- 5. a file size limit (ulimit -f, in KiB blocks): the write fails with EFBIG, said with a hint
+mk 400 1 60 > "$T/big.jsonl"
+(ulimit -f 16; exec "$G" tokenize --quiet --seq-len 128 -o "$T/ulim" "$T/big.jsonl") 2>"$T/u.log"; rc=$?
+check "tokenize past ulimit -f: exit 1, not killed by SIGXFSZ ($rc)" test $rc = 1
+check "... says it cannot write, and why" has "$T/u.log" "train-00000.bin: cannot write: File too large"
+check "... with the hint" has "$T/u.log" "hint: the file size limit of this process (ulimit -f) is too low"
+check "... and leaves no output and no temporary directory" test -z "$(ls -d "$T"/ulim* 2>/dev/null)"
+
 # ---- 6. two tokenize runs into one -o: the second stops at once, the first finishes
 mk 30 3 > "$T/a.jsonl"; mk 50 4 > "$T/b.jsonl"
 { sleep 2; cat "$T/a.jsonl"; } | "$G" tokenize --quiet --seq-len 128 -o "$T/lockout" - 2>"$T/l1.log" & first=$!
