@@ -72,6 +72,8 @@ struct glm_reader {
     size_t n_opened;
     size_t n_empty;                    /* streams that held no record */
     int64_t stream_recs;               /* records split from the open stream */
+    const char *misnamed;              /* the compression the open stream's name says ("gzip" for .gz)
+                                          when its data is not compressed at all, else NULL */
     bool failed;
     GLM_VEC(rd_group) groups;
     size_t cur_input;                  /* the input being expanded (glm_reader_open) */
@@ -749,6 +751,25 @@ static la_ssize_t inner_read_cb(struct archive *a, void *ud, const void **buf) {
     return (la_ssize_t)sz;
 }
 
+/* The compression a name ends in (".gz": "gzip", ".zst", ".xz", ".bz2", and the archive
+ * spellings .tgz ...), or NULL. */
+static const char *named_compression(const char *name) {
+    static const char *const ext[][2] = {{".gz", "gzip"},   {".tgz", "gzip"}, {".zst", "zstd"}, {".tzst", "zstd"},
+                                         {".xz", "xz"},     {".txz", "xz"},   {".bz2", "bzip2"}, {".tbz2", "bzip2"}};
+    for (size_t i = 0; i < sizeof ext / sizeof *ext; i++)
+        if (ends_with(name, ext[i][0])) return ext[i][1];
+    return NULL;
+}
+
+/* A name that says compressed data over data libarchive found no compression in: remembered
+ * (r->misnamed), so that data that is not JSON either is reported as "not gzip", and data that is
+ * JSON is read with a warning. */
+static void check_compression(glm_reader *r, struct archive *a, const char *name) {
+    r->misnamed = named_compression(name);
+    for (int i = 0; r->misnamed && i < archive_filter_count(a); i++)
+        if (archive_filter_code(a, i) != ARCHIVE_FILTER_NONE) r->misnamed = NULL;
+}
+
 static void start_split(glm_reader *r, const char *name_for_hint) {
     glm_jsonsplit_init(&r->js, r->max_record, is_lines_name(name_for_hint));
     r->stream_open = true;
@@ -796,6 +817,7 @@ static glm_status try_member(glm_reader *r, struct archive_entry *ent, bool *ope
         return GLM_OK;
     }
     if (rc < ARCHIVE_WARN) return archive_fail(r, r->inner, "cannot read the member");
+    check_compression(r, r->inner, mn);
     start_split(r, mn);
     *opened = true;
     return GLM_OK;
@@ -862,6 +884,7 @@ static glm_status open_next_stream(glm_reader *r) {
         if (rc < ARCHIVE_WARN) return archive_fail(r, r->outer, "cannot read the start");
         if (archive_format(r->outer) == ARCHIVE_FORMAT_RAW) {
             r->outer_raw = true;
+            check_compression(r, r->outer, r->cur->path);
             start_split(r, r->cur->path);
             return GLM_OK;
         }
@@ -982,8 +1005,13 @@ static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec
         parse_record(rec, sr->data, sr->n);
         return;
     }
-    snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s", r->name,
-             (long long)sr->line, (long long)sr->index, (long long)sr->offset, what, problem_hint(rec->reason));
+    if (sr->column > 0) /* text after a record on its line: named by line:column */
+        snprintf(rec->detail, sizeof rec->detail, "%s:%lld:%lld: record %lld (offset %lld): %s; hint: remove what "
+                 "follows the record on that line", r->name, (long long)sr->line, (long long)sr->column,
+                 (long long)sr->index, (long long)sr->offset, what);
+    else
+        snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s", r->name,
+                 (long long)sr->line, (long long)sr->index, (long long)sr->offset, what, problem_hint(rec->reason));
 }
 
 /* Has dataset s->group given its max_samples records already? */
@@ -1057,10 +1085,22 @@ glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
         } else {
             continue;
         }
+        if (st != GLM_OK && r->misnamed && st == GLM_ERR_FORMAT) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", glm_errmsg());
+            why[strcspn(why, ";")] = 0; /* what the data is; the hint is this one */
+            r->failed = true;
+            return glm_err(st, "%s: not %s data although its name says so, and not JSON either (%s); hint: check what "
+                           "the file is (file %s): a download may have failed, or the file was renamed", r->name,
+                           r->misnamed, why, r->cur->path);
+        }
         if (st != GLM_OK) {
             r->failed = true;
             return glm_err_context(st, "%s", r->name);
         }
+        if (have && r->misnamed && r->stream_recs == 0)
+            glm_log_warn("%s: its name says %s, but the data is not compressed: read as it is; hint: rename it "
+                         "without the compression suffix", r->name, r->misnamed);
         if (have) {
             r->stream_recs++;
             make_record(r, &sr, rec);
