@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -795,7 +796,8 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         } else if (VAL("--val-size")) {
             s = cli_double("--val-size", v, &o->val_size);
             o->set_val_size = true;
-            if (s == GLM_OK && (o->val_size < 0 || (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
+            if (s == GLM_OK && (!isfinite(o->val_size) || o->val_size < 0 ||
+                                (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
                 s = glm_err(GLM_ERR_ARG, "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got %s", v);
         } else if (VAL("--train-on")) {
             s = parse_train_on(v, &o->train_on);
@@ -846,6 +848,9 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         if (!have) o->inputs[o->n_inputs++] = o->dataset_dir;
     }
     if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
+    if (s == GLM_OK && o->report_path && !*o->report_path)
+        s = glm_err(GLM_ERR_ARG, "--report \"\" is empty; hint: --report FILE, or leave it out (-o gets its own "
+                    "report.json)");
     if (s == GLM_OK && o->report_path) { /* fail now, not after the whole run */
         char *target = NULL;
         bool through = false;
