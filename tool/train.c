@@ -553,6 +553,13 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                      (long long)ts->per_device_train_batch_size, (unsigned long long)group_rows,
                      ts->by_sample ? "sample" : "row", rs->dp > 1 ? "each data-parallel group gets" : "in the data");
     }
+    if (global_rows > rs->data.n_units && (uint64_t)B_eff == (uint64_t)ts->per_device_train_batch_size)
+        glm_log_warn("--gradient-accumulation-steps %lld: %llu %s(s) per optimizer step (%lld x %lld%s) is more than the "
+                     "%llu in the data: every step takes all of them (one epoch per step, fewer micro-batches); hint: a "
+                     "smaller --gradient-accumulation-steps, or more data", (long long)ts->gradient_accumulation_steps,
+                     (unsigned long long)global_rows, ts->by_sample ? "sample" : "row",
+                     (long long)ts->per_device_train_batch_size, (long long)ts->gradient_accumulation_steps,
+                     rs->dp > 1 ? " x the data-parallel groups" : "", (unsigned long long)rs->data.n_units);
     if (global_rows > rs->data.n_units) global_rows = rs->data.n_units;
     if (ts->by_sample) {
         /* one row of B_eff samples: as long as the B_eff longest samples (train and eval) together, so any
