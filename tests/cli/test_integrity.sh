@@ -79,6 +79,62 @@ printf '{"input_ids": [1, 2], "labels": [-100, -100]}\n' > "$T/unusable.jsonl"
 check "a run that fails (exit $rc) leaves no -o it made, and no temporary directory" \
     test $rc != 0 -a ! -e "$T/failnew" -a -z "$(ls -d "$T"/failnew.* 2>/dev/null)"
 
+# ---- 7. counts and messages
+# a trailing comma on a JSON Lines line: that line is one bad record, named by line:column; the
+# records after it keep their numbers (the broken line 4 is record 3)
+{ mk 1 11; mk 1 12 | sed 's/$/,/'; mk 1 13; printf '{"input_ids": [1, 2\n'; mk 1 14; } > "$T/comma.jsonl"
+"$G" tokenize --quiet --seq-len 128 --report "$T/comma.json" -o "$T/comma" "$T/comma.jsonl" 2>/dev/null; rc=$?
+check "a trailing comma: tokenize goes on (exit $rc)" test $rc = 0
+check "... 5 lines read as 5 records" test "$(jget "$T/comma.json" records_read)" = 5
+check "... 2 dropped, 3 kept" test "$(jget "$T/comma.json" records_kept)" = 3
+col=$(( $(sed -n 2p "$T/comma.jsonl" | wc -c) - 1 ))
+check "... the bad line named by line:column, as record 1" has "$T/comma.json" "comma.jsonl:2:$col: record 1 .*unexpected ','"
+check "... the next bad line is record 3" has "$T/comma.json" "comma.jsonl:4: record 3 "
+# --val-size nan / inf, --report '': refused up front (nothing made)
+for v in nan inf -inf; do
+  "$G" tokenize --seq-len 128 --val-size $v -o "$T/vs" "$T/data.jsonl" 2>"$T/vs.log"; rc=$?
+  check "--val-size $v: refused (exit $rc)" test $rc = 2 -a ! -e "$T/vs"
+  check "... before any work" hasnt "$T/vs.log" "records read"
+  check "... saying what it takes" has "$T/vs.log" "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got $v"
+done
+printf 'val_size: .nan\n' > "$T/vs.yaml"
+"$G" tokenize --quiet --config "$T/vs.yaml" --seq-len 128 -o "$T/vs" "$T/data.jsonl" 2>"$T/vsy.log"; rc=$?
+check "val_size: .nan in a YAML: refused (exit $rc)" test $rc != 0 -a ! -e "$T/vs"
+"$G" tokenize --seq-len 128 --report '' -o "$T/rep" "$T/data.jsonl" 2>"$T/rep.log"; rc=$?
+check "--report '': refused (exit $rc)" test $rc = 2
+check "... before any work" test ! -e "$T/rep" -a -z "$(grep 'records read' "$T/rep.log")"
+check "... saying it is empty" has "$T/rep.log" '--report "" is empty'
+# --encode / --decode: one output line per input line, an error object where a line cannot be read
+printf '{"text": "hello"}\nnot json\n\n{"txt": "x"}\n{"text": "world"}\n' |
+    "$G" tokenize --tokenizer "$F/glm4-tokenizer" --encode > "$T/enc.jsonl" 2>"$T/enc.log"; rc=$?
+check "--encode with unreadable lines: exit 1 ($rc)" test $rc = 1
+check "... one output line per input line" test "$(wc -l < "$T/enc.jsonl")" = 5
+check "... line 2: an error object" test "$(sed -n 2p "$T/enc.jsonl" | grep -c '"error":.*"line":2')" = 1
+check "... line 3 (blank) blank" test -z "$(sed -n 3p "$T/enc.jsonl")"
+check "... line 4: an error object" test "$(sed -n 4p "$T/enc.jsonl" | grep -c '"error":.*"line":4')" = 1
+check "... lines 1 and 5 encoded" test "$(sed -n '1p;5p' "$T/enc.jsonl" | grep -c '^{"ids":\[')" = 2
+check "... and the errors on stderr with their line" has "$T/enc.log" "<stdin>:2: not a JSON object"
+# train --seed -1, as tokenize refuses it
+"$G" train $TR --data "$T/shards" --output-dir "$T/seed" --max-steps 1 --seed -1 2>"$T/seed.log"; rc=$?
+check "train --seed -1: refused (exit $rc)" test $rc = 2 -a ! -e "$T/seed"
+check "... saying so" has "$T/seed.log" "--seed: expected a non-negative integer, got -1"
+"$G" tokenize --quiet --seq-len 128 --seed -1 -o "$T/seedt" "$T/data.jsonl" 2>"$T/seedt.log"; rc=$?
+check "tokenize --seed -1: refused too (exit $rc)" test $rc = 2
+# --gradient-accumulation-steps beyond the data (14 rows): one epoch per step, said as for the batch
+rows=$(jget "$T/shards/manifest.json" rows)
+"$G" train $TR --data "$T/shards" --output-dir "$T/acc" --max-steps 1 --gradient-accumulation-steps 64 2>"$T/acc.log"; rc=$?
+check "accumulation beyond the data: trains (exit $rc)" test $rc = 0
+check "... warning that every step takes all $rows rows" has "$T/acc.log" "warning: --gradient-accumulation-steps 64: 128 row(s) per optimizer step (2 x 64) is more than the $rows in the data"
+# a .gz file that is not gzip
+printf 'hello, this is no archive\n' > "$T/notgz.jsonl.gz"
+"$G" tokenize --quiet --seq-len 128 -o "$T/ngz" "$T/notgz.jsonl.gz" 2>"$T/ngz.log"; rc=$?
+check "a .gz file that is not gzip: exit 1 ($rc)" test $rc = 1
+check "... reported as not gzip" has "$T/ngz.log" "notgz.jsonl.gz: not gzip data although its name says so"
+mk 3 5 > "$T/plain.jsonl.gz"
+"$G" tokenize --quiet --seq-len 128 --report "$T/plain.json" -o "$T/pgz" "$T/plain.jsonl.gz" 2>"$T/pgz.log"; rc=$?
+check "uncompressed JSON Lines named .gz: read (exit $rc), 3 records" test $rc = 0 -a "$(jget "$T/plain.json" records_kept)" = 3
+check "... with a warning" has "$T/pgz.log" "its name says gzip, but the data is not compressed"
+
 # ---- end
 echo "test_integrity: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
