@@ -338,6 +338,60 @@ bool glm_reader_is_shards_dir(const char *dir) {
     return ours;
 }
 
+/* Whether `real` (a realpath) is one of the sources already collected. */
+static bool is_source(const glm_reader *r, const char *real) {
+    for (size_t i = 0; i < r->srcs.n; i++)
+        if (!strcmp(r->srcs.v[i].real, real)) return true;
+    return false;
+}
+
+/* Counts the corpus files under `dir` (hidden names and tokenize outputs skipped, as the walk
+ * skips them) that are not sources: the files a registry of the folder does not name. *first
+ * gets the first one's path (malloc'd, when still NULL). */
+static void count_unregistered(const glm_reader *r, const char *dir, const char *reg_real, size_t depth, size_t *n,
+                               char **first) {
+    struct dirent **names = NULL;
+    int nn = depth > 64 ? -1 : scandir(dir, &names, NULL, cmp_names);
+    for (int i = 0; i < nn; i++) {
+        const char *nm = names[i]->d_name;
+        char *p = nm[0] == '.' ? NULL : glm_path_join(dir, nm);
+        struct stat sb;
+        char rp[PATH_MAX];
+        if (p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && !glm_reader_is_shards_dir(p)) {
+            count_unregistered(r, p, reg_real, depth + 1, n, first);
+        } else if (p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
+            const char *real = realpath(p, rp) ? rp : p;
+            if (strcmp(real, reg_real) && !is_source(r, real) && (*n)++ == 0 && !*first) *first = strdup(p);
+        }
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* A folder that holds a dataset_info.json is read as LLaMA-Factory reads its dataset_dir: the
+ * datasets the registry names (every entry with a local file, or those --dataset selects), and no
+ * other file in it; those are counted and named in one line, so that nothing is left out unsaid. */
+static glm_status expand_registry_dir(glm_reader *r, const char *dir, glm_dsinfo *info) {
+    char *reg_real = strdup(info->path);
+    if (!reg_real) {
+        glm_dsinfo_free(info);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    glm_status st = expand_registry(r, info);
+    size_t n = 0;
+    char *first = NULL;
+    if (st == GLM_OK) count_unregistered(r, dir, reg_real, 0, &n, &first);
+    if (n > 0)
+        glm_log_info("%s: %zu file%s in the folder %s not named by its dataset_info.json and %s not read (as "
+                     "LLaMA-Factory reads only registered datasets), %s%s; hint: add an entry for a file to read it, "
+                     "or give the file as an input of its own", dir, n, n > 1 ? "s" : "", n > 1 ? "are" : "is",
+                     n > 1 ? "are" : "is", n > 1 ? "the first " : "", first ? first : "?");
+    free(first);
+    free(reg_real);
+    return st;
+}
+
 static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
                            size_t depth) {
     if (depth > 64)
@@ -349,20 +403,19 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
         return glm_err(GLM_ERR_IO, "%s: cannot list the folder: %s; hint: check its permissions",
                        dir, strerror(errno));
     glm_status st = GLM_OK;
-    /* A dataset_info.json in this folder maps the files it names. */
+    /* A dataset_info.json in this folder: its datasets are what the folder holds. */
     char *reg_path = glm_path_join(dir, "dataset_info.json");
-    char *reg_real = NULL;
     struct stat sb;
+    bool registry = false;
     if (!forced && reg_path && stat(reg_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
         glm_dsinfo *info = NULL;
         st = maybe_registry(reg_path, sb.st_size, &info);
         if (st == GLM_OK && info) {
-            reg_real = strdup(info->path);
-            st = add_registry(r, info);
-            if (st == GLM_OK) st = note_missing(r, info);
+            registry = true;
+            st = expand_registry_dir(r, dir, info);
         }
     }
-    for (int i = 0; i < nn && st == GLM_OK; i++) {
+    for (int i = 0; i < nn && st == GLM_OK && !registry; i++) {
         const char *nm = names[i]->d_name;
         if (nm[0] == '.') continue;
         char *p = glm_path_join(dir, nm);
@@ -379,13 +432,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
             else
                 st = walk_dir(r, p, forced, depth + 1);
         } else if (S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
-            char rp[PATH_MAX];
-            const char *real = realpath(p, rp) ? rp : p;
-            if (reg_real && strcmp(real, reg_real) == 0) {
-                /* the registry itself is not a corpus */
-            } else {
-                st = forced ? add_source(r, p, sb.st_size, forced, false) : add_mapped(r, p, sb.st_size, false);
-            }
+            st = forced ? add_source(r, p, sb.st_size, forced, false) : add_mapped(r, p, sb.st_size, false);
         } else {
             glm_log_debug("%s: not a .json/.jsonl file or archive: skipped", p);
         }
@@ -394,7 +441,6 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
     for (int i = 0; i < nn; i++) free(names[i]);
     free(names);
     free(reg_path);
-    free(reg_real);
     return st;
 }
 

@@ -52,6 +52,24 @@ check "... naming both sets" has "$T/t1b.log" "{ query_key_value }, but this run
     --max-steps 3 --save-steps 1 --save-total-limit 1 --resume-from-checkpoint 2>"$T/t1c.log"; rc=$?
 check "the same modules spelled out: resumes (exit $rc)" test $rc = 0 -a -d "$T/tgt/checkpoint-3"
 
+# ---- 3. a folder with a dataset_info.json gives the datasets it names, nothing else
+mkdir -p "$T/lf/sub"
+alpaca() { for i in $(seq 1 $1); do printf '{"instruction": "question %d", "output": "answer %d"}\n' $i $i; done; }
+alpaca 5 > "$T/lf/named.jsonl"; alpaca 7 > "$T/lf/sub/also.jsonl"; alpaca 11 > "$T/lf/stray.jsonl"; alpaca 13 > "$T/lf/sub/stray2.jsonl"
+LF="--quiet --seq-len 128 --tokenizer $F/glm4-tokenizer"
+printf '{"named": {"file_name": "named.jsonl"}, "also": {"file_name": "sub/also.jsonl"}}\n' > "$T/lf/dataset_info.json"
+"$G" tokenize $LF --dataset-dir "$T/lf" --report "$T/lf1.json" -o "$T/lf1" 2>"$T/lf1.log"; rc=$?
+check "--dataset-dir with a registry: exit $rc, the 12 records of its 2 datasets" \
+    test $rc = 0 -a "$(jget "$T/lf1.json" records_read)" = 12
+check "... the files it does not name said to be left out" has "$T/lf1.log" "lf: 2 files in the folder are not named by its dataset_info.json and are not read"
+check "... the first one named" has "$T/lf1.log" "the first $T/lf/stray.jsonl"
+"$G" tokenize $LF --report "$T/lf2.json" -o "$T/lf2" "$T/lf" 2>/dev/null; rc=$?
+check "the folder as input: exit $rc, the same 12 records" test $rc = 0 -a "$(jget "$T/lf2.json" records_read)" = 12
+"$G" tokenize $LF --dataset also --dataset-dir "$T/lf" --report "$T/lf3.json" -o "$T/lf3" 2>/dev/null
+check "--dataset also: its 7 records" test "$(jget "$T/lf3.json" records_read)" = 7
+"$G" tokenize $LF --report "$T/lf4.json" -o "$T/lf4" "$T/lf" "$T/lf/stray.jsonl" 2>/dev/null
+check "an unregistered file given as an input of its own is read: 23 records" test "$(jget "$T/lf4.json" records_read)" = 23
+
 # ---- 5. a file size limit (ulimit -f, in KiB blocks): the write fails with EFBIG, said with a hint
 mk 400 1 60 > "$T/big.jsonl"
 (ulimit -f 16; exec "$G" tokenize --quiet --seq-len 128 -o "$T/ulim" "$T/big.jsonl") 2>"$T/u.log"; rc=$?

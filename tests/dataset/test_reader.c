@@ -556,7 +556,7 @@ int main(void) {
         result_free(&r);
     }
 
-    /* --- a folder with a registry: it maps, it is not read */
+    /* --- a folder with a registry: it maps, it is not read; files it does not name are not read */
     glm_mkdir_p(tpath("reg"));
     write_str("reg/dataset_info.json",
               "{\"mine\": {\"file_name\": \"mine.json\", \"formatting\": \"sharegpt\", "
@@ -572,8 +572,10 @@ int main(void) {
     {
         const char *in[1] = {tpath("reg")};
         read_all(&r, in, 1, NULL, 0);
-        CHECK(r.st == GLM_OK && r.n == 3, "registry folder: %d records (dpo skipped) %s", r.n,
-              r.err);
+        CHECK(r.st == GLM_OK && r.n == 2, "registry folder: %d records (mine and other; dpo skipped, loose.jsonl "
+              "not named) %s", r.n, r.err);
+        for (int i = 0; i < r.n; i++)
+            CHECK(!json_object_get(r.values[i], "messages"), "registry folder: loose.jsonl (not registered) was read");
         result_free(&r);
         read_all(&r, in, 1, "mine", 0);
         CHECK(r.st == GLM_OK && r.n == 1 && json_object_get(r.values[0], "msgs"),
@@ -606,7 +608,12 @@ int main(void) {
         result_free(&r);
         const char *folder_then_file[2] = {tpath("reg"), tpath("reg/mine.json")};
         read_all(&r, folder_then_file, 2, NULL, 0);
-        CHECK(r.st == GLM_OK && r.n == 3, "folder then a file in it: %d records %s", r.n, r.err);
+        CHECK(r.st == GLM_OK && r.n == 2, "folder then a file in it: %d records %s", r.n, r.err);
+        result_free(&r);
+        const char *folder_then_loose[2] = {tpath("reg"), tpath("reg/loose.jsonl")};
+        read_all(&r, folder_then_loose, 2, NULL, 0);
+        CHECK(r.st == GLM_OK && r.n == 3, "folder then an unregistered file in it, as an input: %d records %s", r.n,
+              r.err);
         result_free(&r);
         /* a symlinked registry: file_name is relative to the folder of the link (dataset_dir) */
         glm_mkdir_p(tpath("reglink"));
