@@ -996,9 +996,10 @@ static json_t *shard_list(const glm_shard_writer *w) {
         const struct glm_shard_info *x = &w->written[i];
         char crc[16];
         snprintf(crc, sizeof crc, "%08x", x->crc);
-        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:I,s:s}", "file", x->file, "rows", (json_int_t)x->rows,
+        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:I,s:s,s:I}", "file", x->file, "rows", (json_int_t)x->rows,
                                            "samples", (json_int_t)x->docs, "tokens", (json_int_t)x->tokens,
-                                           "target_tokens", (json_int_t)x->targets, "payload_crc32", crc));
+                                           "target_tokens", (json_int_t)x->targets, "payload_crc32", crc, "bytes",
+                                           (json_int_t)x->bytes));
     }
     return a;
 }

@@ -253,8 +253,29 @@ typedef struct {
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
-    return json_pack("{s:I,s:I,s:I,s:s}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
-                     (json_int_t)l->n_units, "unit", l->by_doc ? "samples" : "rows");
+    char fp[24];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)l->data_fingerprint);
+    return json_pack("{s:I,s:I,s:I,s:s,s:s}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
+                     (json_int_t)l->n_units, "unit", l->by_doc ? "samples" : "rows", "data_fingerprint", fp);
+}
+
+/* The checkpoint's data against --data: the same rows (its data fingerprint, glm_loader.data_fingerprint),
+ * or the position it saved would continue on other rows (data re-tokenized in place, another
+ * seed, other shards). A checkpoint made before the fingerprint was kept is resumed with a note. */
+static glm_status check_resume_data(const run_state *rs, const train_settings *ts, const char *ckpt, const json_t *dl) {
+    const char *saved = json_string_value(json_object_get(dl, "data_fingerprint"));
+    char now[24];
+    snprintf(now, sizeof now, "%016llx", (unsigned long long)rs->data.data_fingerprint);
+    if (!saved) {
+        glm_log_info("%s has no data fingerprint (made by an older glmtune): that --data holds the rows it was trained on "
+                     "is not checked", ckpt);
+        return GLM_OK;
+    }
+    if (!strcmp(saved, now)) return GLM_OK;
+    return glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained on other data than --data %s holds now (data "
+                   "fingerprint %s, now %s: the shards were re-tokenized or replaced since): its saved position would "
+                   "continue on different rows; hint: resume with the shards it was trained on, or start a new run on "
+                   "these (another --output-dir, or --overwrite-output-dir)", ckpt, ts->data, saved, now);
 }
 
 static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
@@ -336,6 +357,8 @@ static glm_status restore(run_state *rs, const train_settings *ts) {
                         "resume with the same --data", path, (unsigned long long)rows, want,
                         (unsigned long long)rs->data.n_units);
         else
+            s = check_resume_data(rs, ts, path, dl);
+        if (s == GLM_OK)
             s = glm_loader_seek(&rs->data, (uint64_t)json_integer_value(json_object_get(dl, "epoch")),
                                 (uint64_t)json_integer_value(json_object_get(dl, "cursor")));
     }
@@ -498,7 +521,9 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         /* evaluation asked for without eval_data: the val split of the training shards, as LLaMA-Factory
          * evaluates on the split val_size made; none: said once, and training goes on */
         glm_loader_close(&rs->eval);
-        if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) == GLM_OK) {
+        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false);
+        if (ev != GLM_OK && ev != GLM_ERR_ARG) return ev; /* a val split that is there but broken */
+        if (ev == GLM_OK) {
             GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
             glm_log_info("evaluation (eval_strategy %s): the val split of %s, %llu rows", ts->eval_strategy, ts->eval_data,
                          (unsigned long long)rs->eval.n_rows);
@@ -510,7 +535,9 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         }
     } else if (ts->eval_data && *ts->eval_data) {
         /* the val split of a tokenize output (--val-size), or, when it has none, all of its rows */
-        if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) != GLM_OK) {
+        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false);
+        if (ev != GLM_OK && ev != GLM_ERR_ARG) return ev; /* a val split that is there but broken */
+        if (ev != GLM_OK) {
             GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "train", (uint64_t)ts->seed, false));
             glm_log_info("%s has no val split: evaluating on all of its %llu rows", ts->eval_data,
                          (unsigned long long)rs->eval.n_rows);

@@ -52,6 +52,40 @@ check "... naming both sets" has "$T/t1b.log" "{ query_key_value }, but this run
     --max-steps 3 --save-steps 1 --save-total-limit 1 --resume-from-checkpoint 2>"$T/t1c.log"; rc=$?
 check "the same modules spelled out: resumes (exit $rc)" test $rc = 0 -a -d "$T/tgt/checkpoint-3"
 
+# ---- 2. shards checked against manifest.json; a checkpoint knows the data it was trained on
+mk 40 8 > "$T/other.jsonl"
+"$G" tokenize --quiet --seq-len 128 --val-size 8 -o "$T/other" "$T/other.jsonl" 2>/dev/null
+cp -r "$T/shards" "$T/swapped" && cp "$T/other/train-00000.bin" "$T/swapped/train-00000.bin"
+"$G" train $TR --data "$T/swapped" --output-dir "$T/sw" --max-steps 1 2>"$T/sw.log"; rc=$?
+check "another corpus's shard in the folder: refused (exit $rc)" test $rc = 1 -a ! -e "$T/sw/checkpoint-1"
+check "... naming the shard and the manifest" has "$T/sw.log" "swapped/train-00000.bin: .* bytes, but .*swapped/manifest.json says"
+check "... with the hint" has "$T/sw.log" "hint: re-run glmtune tokenize for"
+# a manifest from before the sizes were kept: the header's counts and CRC decide
+cp -r "$T/other" "$T/valtrain" && cp "$T/other/val-00000.bin" "$T/valtrain/train-00000.bin"
+python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+for sp in m["splits"].values():
+    for e in sp["shards"]: e.pop("bytes", None)
+json.dump(m, open(sys.argv[1], "w"), indent=2)' "$T/valtrain/manifest.json"
+"$G" train $TR --data "$T/valtrain" --output-dir "$T/vt" --max-steps 1 2>"$T/vt.log"; rc=$?
+check "the val shard copied over the train shard: refused (exit $rc)" test $rc = 1 -a ! -e "$T/vt/checkpoint-1"
+check "... naming what differs from the manifest" has "$T/vt.log" "valtrain/train-00000.bin: does not match its entry in .*valtrain/manifest.json (.* rows, the manifest says"
+# resume on data re-tokenized in place (same path and row count, another seed): refused
+mk 40 9 30 > "$T/even.jsonl" # 40 samples of 30 tokens: 4 per row whatever the split
+"$G" tokenize --quiet --seq-len 128 --val-size 4 --seed 1 -o "$T/rt" "$T/even.jsonl" 2>/dev/null
+"$G" train $TR --data "$T/rt" --output-dir "$T/rtrun" --max-steps 2 --save-steps 2 2>/dev/null
+check "a checkpoint keeps the data fingerprint" grep -q '"data_fingerprint": "[0-9a-f]\{16\}"' "$T/rtrun/checkpoint-2/glmtune_state.json"
+rows1=$(jget "$T/rt/manifest.json" rows)
+"$G" tokenize --quiet --seq-len 128 --val-size 4 --seed 2 -o "$T/rt" "$T/even.jsonl" 2>/dev/null
+check "re-tokenized with another seed: the same $rows1 rows" test "$(jget "$T/rt/manifest.json" rows)" = "$rows1"
+"$G" train $TR --data "$T/rt" --output-dir "$T/rtrun" --max-steps 4 --save-steps 2 --resume-from-checkpoint 2>"$T/rt.log"; rc=$?
+check "resume on re-tokenized data: refused (exit $rc)" test $rc = 1 -a ! -e "$T/rtrun/checkpoint-4"
+check "... saying the data changed" has "$T/rt.log" "checkpoint-2: the checkpoint was trained on other data than --data .*rt holds now"
+check "... with the hint" has "$T/rt.log" "hint: resume with the shards it was trained on"
+"$G" tokenize --quiet --seq-len 128 --val-size 4 --seed 1 -o "$T/rt" "$T/even.jsonl" 2>/dev/null
+"$G" train $TR --data "$T/rt" --output-dir "$T/rtrun" --max-steps 4 --save-steps 2 --resume-from-checkpoint 2>/dev/null; rc=$?
+check "the same data tokenized again alike: resumes (exit $rc)" test $rc = 0 -a -d "$T/rtrun/checkpoint-4"
+
 # ---- 3. a folder with a dataset_info.json gives the datasets it names, nothing else
 mkdir -p "$T/lf/sub"
 alpaca() { for i in $(seq 1 $1); do printf '{"instruction": "question %d", "output": "answer %d"}\n' $i $i; done; }
