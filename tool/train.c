@@ -51,6 +51,7 @@ typedef struct {
     uint32_t *ids;
     uint8_t *targets;
     int32_t *pos, *doc;
+    uint64_t *key; /* the LoRA dropout key of each token (glm_batch.drop_key) */
 } batch_buf;
 
 static glm_status batch_alloc(batch_buf *b, int B, int T) {
@@ -61,7 +62,8 @@ static glm_status batch_alloc(batch_buf *b, int B, int T) {
     b->targets = malloc(n);
     b->pos = malloc(4 * n);
     b->doc = malloc(4 * n);
-    if (!b->ids || !b->targets || !b->pos || !b->doc) return glm_err(GLM_ERR_NOMEM, "out of memory for a batch");
+    b->key = malloc(8 * n);
+    if (!b->ids || !b->targets || !b->pos || !b->doc || !b->key) return glm_err(GLM_ERR_NOMEM, "out of memory for a batch");
     return GLM_OK;
 }
 
@@ -70,29 +72,40 @@ static void batch_free(batch_buf *b) {
     free(b->targets);
     free(b->pos);
     free(b->doc);
+    free(b->key);
 }
 
 /* Fills the first n rows of the buffer; returns the glm_batch view of them. A by-document loader
  * (packing false) gives n samples instead: concatenated into the buffer's one row, each its own
  * document (positions from 0, no attention across them), the rest of the row padding (id 0, no
- * target, a document of its own), as a packed row is. */
+ * target, a document of its own), as a packed row is. Each token's LoRA dropout key is its place
+ * in the data, global row * T + position in the row (a sample's tokens keep theirs; padding gets
+ * keys past the data's), so its mask in a step does not depend on the micro-batch or the rank that
+ * holds it: 2 ranks x B train what 1 rank x 2B and accumulation do, dropout on. */
 static glm_batch batch_fill(batch_buf *b, const glm_loader *l, const uint64_t *rows, int n) {
     if (l->by_doc) {
         uint32_t t = 0;
-        for (int i = 0; i < n; i++)
-            t += glm_loader_doc(l, rows[i], b->ids + t, b->targets + t, b->pos + t, b->doc + t, i, NULL);
+        for (int i = 0; i < n; i++) {
+            uint32_t len = glm_loader_doc(l, rows[i], b->ids + t, b->targets + t, b->pos + t, b->doc + t, i, NULL);
+            uint64_t k0 = l->docs[rows[i]].row * l->T + l->docs[rows[i]].off;
+            for (uint32_t k = 0; k < len; k++) b->key[t + k] = k0 + k;
+            t += len;
+        }
         for (int32_t k = 0; t < (uint32_t)b->T; t++, k++) {
             b->ids[t] = 0;
             b->targets[t] = 0;
             b->pos[t] = k;
             b->doc[t] = n;
+            b->key[t] = l->n_rows * l->T + (uint64_t)k;
         }
-        return (glm_batch){1, b->T, b->ids, b->targets, b->pos, b->doc};
+        return (glm_batch){1, b->T, b->ids, b->targets, b->pos, b->doc, b->key};
     }
-    for (int i = 0; i < n; i++)
-        glm_loader_row(l, rows[i], b->ids + (size_t)i * b->T, b->targets + (size_t)i * b->T, b->pos + (size_t)i * b->T,
-                       b->doc + (size_t)i * b->T, NULL);
-    return (glm_batch){n, b->T, b->ids, b->targets, b->pos, b->doc};
+    for (int i = 0; i < n; i++) {
+        size_t o = (size_t)i * b->T;
+        glm_loader_row(l, rows[i], b->ids + o, b->targets + o, b->pos + o, b->doc + o, NULL);
+        for (int t = 0; t < b->T; t++) b->key[o + (size_t)t] = rows[i] * (uint64_t)b->T + (uint64_t)t;
+    }
+    return (glm_batch){n, b->T, b->ids, b->targets, b->pos, b->doc, b->key};
 }
 
 /* Checks, before training, that the shards fit the model: token ids inside the vocabulary,
@@ -840,9 +853,9 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         if (n == 0) memset(rs->bb.targets, 0, (size_t)rs->bb.T); /* placeholder: no target, zero gradient */
         double ls = 0;
         int64_t k = 0;
-        /* the dropout stream of (step, micro-batch); groups > 0 take micro-batch numbers after group 0's (the
-         * ranks of a group share the stream: the masks follow the tokens' places in the whole rows) */
-        uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs->step), micro + (uint64_t)rs->dp_rank * n_micro);
+        /* the dropout seed of the step: every micro-batch and rank share it, the masks follow the tokens'
+         * keys (their places in the data, batch_fill) */
+        uint64_t dseed = mix64((uint64_t)ts->seed, (uint64_t)rs->step);
         bool last = micro + 1 == n_micro;
         if (W > 1 && last) {
             rs->model->grad_ready = bucket_ready;
