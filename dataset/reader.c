@@ -357,9 +357,10 @@ static void count_unregistered(const glm_reader *r, const char *dir, const char 
         char *p = nm[0] == '.' ? NULL : glm_path_join(dir, nm);
         struct stat sb;
         char rp[PATH_MAX];
-        if (p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && !glm_reader_is_shards_dir(p)) {
+        bool there = p && stat(p, &sb) == 0;
+        if (there && S_ISDIR(sb.st_mode) && !glm_reader_is_shards_dir(p)) {
             count_unregistered(r, p, reg_real, depth + 1, n, first);
-        } else if (p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
+        } else if (there && S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
             const char *real = realpath(p, rp) ? rp : p;
             if (strcmp(real, reg_real) && !is_source(r, real) && (*n)++ == 0 && !*first) *first = strdup(p);
         }
