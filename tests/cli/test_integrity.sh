@@ -10,7 +10,8 @@
 #  7. counts and messages: a JSON Lines line with a trailing comma is one bad record named by
 #     line:column, --val-size nan, --report '', --encode on an unreadable line, train --seed -1,
 #     --gradient-accumulation-steps beyond the data, a .gz file that is not gzip.
-# (4, LoRA dropout keyed by sample so that layouts agree, is tests/dist/test_train_dp.c.)
+# (4, LoRA dropout keyed by the tokens' places in the data so that every layout of a step agrees, is
+# tests/dist/test_train_dp.c.)
 set -uo pipefail
 G=${GLMTUNE:?}
 F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
