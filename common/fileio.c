@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +33,35 @@ static char *dir_of(const char *path) {
     char *d = strdup(dirname(c));
     free(c);
     return d;
+}
+
+glm_status glm_lock_dir(const char *dir, const char *holder, const char *opt, int *fd) {
+    for (int tries = 0; *fd < 0 && glm_is_dir(dir); tries++) {
+        int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d < 0)
+            return glm_err(GLM_ERR_IO, "%s: cannot open the output directory: %s; hint: check its permissions", dir,
+                           strerror(errno));
+        if (flock(d, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(d);
+            if (e == EWOULDBLOCK)
+                return glm_err(GLM_ERR_ARG, "%s is in use by another %s (it holds the directory's lock); hint: wait "
+                               "for that run to end, stop it, or choose another %s", dir, holder, opt);
+            glm_log_warn("%s: cannot lock the output directory (%s): a second run into it would not be stopped", dir,
+                         strerror(e));
+            return GLM_OK;
+        }
+        struct stat held, now;
+        if (fstat(d, &held) == 0 && stat(dir, &now) == 0 && held.st_dev == now.st_dev && held.st_ino == now.st_ino) {
+            *fd = d;
+            return GLM_OK;
+        }
+        close(d); /* replaced while the lock was taken: lock what the name holds now */
+        if (tries == 100)
+            return glm_err(GLM_ERR_IO, "%s: replaced again and again while its lock was taken; hint: check what else "
+                           "writes %s", dir, dir);
+    }
+    return GLM_OK;
 }
 
 glm_status glm_fsync_dir(const char *dir) {
@@ -165,6 +195,11 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
 
 /* What a failed write leaves and what to do: the earlier file stays (a temporary file was written). */
 static const char *write_hint(int e, const glm_afile *af) {
+    if (e == EFBIG)
+        return af->through ? "; hint: the file size limit of this process (ulimit -f) is too low: raise it (ulimit -f "
+                             "unlimited)"
+                           : " (an earlier file of that name is left as it was); hint: the file size limit of this process "
+                             "(ulimit -f) is too low: raise it (ulimit -f unlimited)";
     if (af->through) return e == ENOSPC ? "; hint: the disk is full" : "";
     return e == ENOSPC ? " (the disk is full; an earlier file of that name is left as it was); hint: free space (df -h)"
                        : " (an earlier file of that name is left as it was)";
@@ -173,7 +208,7 @@ static const char *write_hint(int e, const glm_afile *af) {
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n) {
     if (n && fwrite(data, 1, n, af->f) != n) {
         af->failed = true;
-        return glm_err(GLM_ERR_IO, "%s: write failed: %s%s", af->path, strerror(errno), write_hint(errno, af));
+        return glm_err(GLM_ERR_IO, "%s: cannot write: %s%s", af->path, strerror(errno), write_hint(errno, af));
     }
     return GLM_OK;
 }
@@ -195,7 +230,7 @@ glm_status glm_afile_commit(glm_afile *af) {
     glm_status s = GLM_OK;
     const char *name = af->path;
     if (af->failed || ferror(af->f) || fflush(af->f) != 0) {
-        s = glm_err(GLM_ERR_IO, "%s: write failed: %s%s", name, strerror(errno), write_hint(errno, af));
+        s = glm_err(GLM_ERR_IO, "%s: cannot write: %s%s", name, strerror(errno), write_hint(errno, af));
     } else if (fsync(fileno(af->f)) != 0 &&
                !(af->through && (errno == EINVAL || errno == EROFS || errno == ENOTSUP || errno == ENOTTY))) {
         /* a pipe or a terminal cannot be fsynced (EINVAL): nothing to make durable there */

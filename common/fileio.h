@@ -54,6 +54,17 @@ glm_status glm_output_target(const char *path, char **target, bool *through);
  * that the temp directory beside it is on the target's filesystem. Errors: GLM_ERR_IO. */
 glm_status glm_output_target_dir(const char *path, char **target);
 
+/* Takes an exclusive flock(2) on directory `dir`, kept on *fd (opened close-on-exec) until the
+ * caller closes it, so that a second run writing the same output stops before it touches the
+ * first one's files. The lock is on the directory `dir` names once the lock is held (a directory
+ * replaced as a whole meanwhile, as a finished tokenize replaces its output, is opened again).
+ * Does nothing when *fd >= 0 (already held) or when `dir` does not exist (the caller locks it
+ * once made); a filesystem without locks only gets a warning. holder ("glmtune train") and opt
+ * ("--output-dir") name the other run and the option in the message. Errors: GLM_ERR_ARG (held
+ * by another process: "<dir> is in use by another <holder>", with a hint), GLM_ERR_IO (cannot
+ * open the directory). */
+glm_status glm_lock_dir(const char *dir, const char *holder, const char *opt, int *fd);
+
 /* fsync of a directory, so that a rename inside it is durable. */
 glm_status glm_fsync_dir(const char *dir);
 

@@ -62,6 +62,7 @@ static void rec_begin(glm_jsonsplit *s, glm_jsplit_problem problem, const char *
     s->rec_line = s->line;
     s->rec_offset = s->offset;
     s->rec_problem = problem;
+    s->rec_column = 0;
     snprintf(s->rec_what, sizeof s->rec_what, "%s", what ? what : "");
     s->depth = 0;
     s->in_str = s->esc = false;
@@ -74,6 +75,7 @@ static void rec_emit(glm_jsonsplit *s, glm_jsplit_rec *rec, bool trim) {
     rec->index = s->index++;
     rec->line = s->rec_line;
     rec->offset = s->rec_offset;
+    rec->column = s->rec_column;
     rec->problem = s->rec_problem;
     snprintf(rec->what, sizeof rec->what, "%s", s->rec_what);
     if (s->overflow && rec->problem == GLM_JSPLIT_OK) {
@@ -85,6 +87,27 @@ static void rec_emit(glm_jsonsplit *s, glm_jsplit_rec *rec, bool trim) {
     rec->data = s->overflow ? NULL : (s->buf.v ? s->buf.v : "");
     rec->n = s->overflow ? (size_t)s->rec_len : s->buf.n;
     s->pending_reset = true;
+}
+
+/* Past a newline byte: the next line starts. */
+static inline void new_line(glm_jsonsplit *s) {
+    s->offset++;
+    s->line++;
+    s->line_start = s->offset;
+}
+
+/* A value complete in line mode met something other than whitespace on its line (byte c): the
+ * whole line becomes one SYNTAX problem, which names the column. */
+static void spoil_held(glm_jsonsplit *s, unsigned char c) {
+    s->held = false;
+    s->rec_problem = GLM_JSPLIT_SYNTAX;
+    s->rec_column = s->offset - s->line_start + 1;
+    char what[32];
+    snprintf(what, sizeof what, c >= 0x20 && c < 0x7f ? "'%c'" : "byte 0x%02x", c);
+    snprintf(s->rec_what, sizeof s->rec_what,
+             "unexpected %s at column %lld, after the end of the record on its line (JSON Lines holds one "
+             "record per line and nothing after it%s)",
+             what, (long long)s->rec_column, c == ',' ? ": a trailing comma?" : "");
 }
 
 /* Track strings and bracket depth for one byte inside a record; returns the new depth. */
@@ -226,8 +249,7 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
                          (long long)s->depth, s->depth == 1 ? "" : "s",
                          s->in_str ? " inside a string" : "");
                 s->state = S_BETWEEN;
-                s->offset++;
-                s->line++;
+                new_line(s);
                 i++;
                 rec_emit(s, rec, true);
                 *have = true;
@@ -242,6 +264,10 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
                 s->state = S_AFTER;
                 s->offset++;
                 i++;
+                if (s->line_mode) { /* returned when its line ends with nothing else on it */
+                    s->held = true;
+                    continue;
+                }
                 rec_emit(s, rec, false);
                 *have = true;
                 *used = i;
@@ -254,8 +280,7 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
                 GLM_TRY(rec_append(s, p + seg, i - seg));
                 recording = false;
                 s->state = S_BETWEEN;
-                s->offset++;
-                s->line++;
+                new_line(s);
                 i++;
                 rec_emit(s, rec, true);
                 *have = true;
@@ -267,11 +292,21 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
             if (c == ' ' || c == '\t' || c == '\r') break;
             if (c == '\n') {
                 s->state = S_BETWEEN;
-                break;
+                if (!s->held) break;
+                s->held = false;
+                new_line(s);
+                i++;
+                rec_emit(s, rec, false);
+                *have = true;
+                *used = i;
+                return GLM_OK;
             }
             if (s->line_mode) {
-                rec_begin(s, GLM_JSPLIT_SYNTAX,
-                          "unexpected text after the end of the previous record on the same line");
+                if (s->held)
+                    spoil_held(s, c); /* the rest of the line joins the record, one problem */
+                else
+                    rec_begin(s, GLM_JSPLIT_SYNTAX,
+                              "unexpected text after the end of the previous record on the same line");
                 s->state = S_GARBAGE;
                 recording = true;
                 seg = i;
@@ -329,8 +364,8 @@ glm_status glm_jsonsplit_feed(glm_jsonsplit *s, const char *p, size_t n, size_t 
                            c >= 0x20 && c < 0x7f ? c : '?');
         }
         if (adv) {
-            s->offset++;
-            if (c == '\n') s->line++;
+            if (c == '\n') new_line(s);
+            else s->offset++;
             i++;
         }
     next_noadv:;
@@ -367,6 +402,13 @@ glm_status glm_jsonsplit_finish(glm_jsonsplit *s, glm_jsplit_rec *rec, bool *hav
     case S_GARBAGE:
         s->state = S_BETWEEN;
         rec_emit(s, rec, true);
+        *have = true;
+        return GLM_OK;
+    case S_AFTER: /* the last line, without a newline: its value */
+        if (!s->held) return GLM_OK;
+        s->held = false;
+        s->state = S_BETWEEN;
+        rec_emit(s, rec, false);
         *have = true;
         return GLM_OK;
     case S_ARR_BEFORE:

@@ -18,7 +18,10 @@
  * caller passes lines_hint, e.g. for a ".jsonl" name), a newline ends the record even if
  * brackets are still open, so one broken line costs one record and the next line is read. (Any
  * one-line value switches it on, not only the first: a ".json" file holding JSON Lines whose
- * first line is broken still recovers at the next line.)
+ * first line is broken still recovers at the next line.) In line mode a line is one record: a
+ * value is returned when its line ends, and anything but whitespace after it on its line (a
+ * trailing comma, a second value) makes the whole line one SYNTAX problem, with the column of the
+ * first such byte.
  *
  * Memory: one record's bytes at most; a record longer than max_record is scanned to its end
  * without being stored and reported as GLM_JSPLIT_TOO_LARGE. */
@@ -53,6 +56,7 @@ typedef struct glm_jsplit_rec {
     int64_t index;        /* 0-based record index in the stream (problems count as records) */
     int64_t line;         /* 1-based line of the record's first byte */
     int64_t offset;       /* byte offset of the record's first byte (BOM included in offsets) */
+    int64_t column;       /* for a problem: 1-based byte column (in its line) where it is, 0 = not known */
     glm_jsplit_problem problem;
     char what[256];       /* for a problem: plain-words description (no file name) */
 } glm_jsplit_rec;
@@ -66,6 +70,8 @@ typedef struct glm_jsonsplit {
     int bom;              /* BOM bytes matched at the start */
     int64_t offset;       /* bytes consumed so far */
     int64_t line;         /* current line, 1-based */
+    int64_t line_start;   /* offset of the current line's first byte */
+    bool held;            /* line mode: a complete value waiting for the end of its line */
     int64_t depth;        /* bracket depth inside the current record */
     bool in_str, esc;
     bool after_comma;     /* array: the last separator was ',' */
@@ -73,7 +79,7 @@ typedef struct glm_jsonsplit {
     bool pending_reset;   /* a record was returned: clear buf before the next byte */
     bool byte_by_byte;    /* tests: no skipping over string contents, every byte through the
                              state machine (the reference for the skipping) */
-    int64_t rec_line, rec_offset, rec_len, index;
+    int64_t rec_line, rec_offset, rec_len, rec_column, index;
     glm_jsplit_problem rec_problem;
     char rec_what[256];
     glm_charvec buf;

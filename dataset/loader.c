@@ -1,9 +1,12 @@
 #include "loader.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "common/hash.h"
 #include "common/rng.h"
 
 static glm_status add_shard(glm_loader *l, const char *path) {
@@ -24,6 +27,57 @@ static glm_status add_shard(glm_loader *l, const char *path) {
                        (unsigned long long)l->fingerprint);
     }
     return GLM_OK;
+}
+
+/* Before a shard of a tokenize output is opened: its size against the manifest entry's "bytes"
+ * (manifests written before that field have none). */
+static glm_status check_entry_size(const char *file, const json_t *e, const char *dir) {
+    json_t *b = json_object_get(e, "bytes");
+    struct stat st;
+    if (!json_is_integer(b) || stat(file, &st) != 0 || (json_int_t)st.st_size == json_integer_value(b)) return GLM_OK;
+    return glm_err(GLM_ERR_MISMATCH, "%s: %lld bytes, but %s/manifest.json says %lld: the shard was replaced or changed "
+                   "after glmtune tokenize wrote it; hint: re-run glmtune tokenize for %s, or put back the shard it "
+                   "wrote", file, (long long)st.st_size, dir, (long long)json_integer_value(b), dir);
+}
+
+/* An opened shard against its manifest entry: its header's counts and payload CRC-32 (which
+ * glm_shard_open checked against the data), so that a valid shard of another corpus, or the val
+ * shard copied over a train shard, is not trained on. */
+static glm_status check_entry(const glm_shard *sh, const json_t *e, const char *dir) {
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", sh->payload_crc);
+    const char *want_crc = json_string_value(json_object_get(e, "payload_crc32"));
+    const struct {
+        const char *key;
+        uint64_t have;
+    } counts[] = {{"rows", sh->n_rows}, {"samples", sh->n_docs}, {"tokens", sh->n_tokens}, {"target_tokens", sh->n_targets}};
+    char what[160] = "";
+    for (size_t i = 0; i < sizeof counts / sizeof *counts && !what[0]; i++) {
+        json_t *v = json_object_get(e, counts[i].key);
+        if (json_is_integer(v) && (uint64_t)json_integer_value(v) != counts[i].have)
+            snprintf(what, sizeof what, "%llu %s, the manifest says %lld", (unsigned long long)counts[i].have,
+                     counts[i].key, (long long)json_integer_value(v));
+    }
+    if (!what[0] && want_crc && strcmp(want_crc, crc))
+        snprintf(what, sizeof what, "payload crc32 %s, the manifest says %s", crc, want_crc);
+    if (!what[0]) return GLM_OK;
+    return glm_err(GLM_ERR_MISMATCH, "%s: does not match its entry in %s/manifest.json (%s): it is another shard than the "
+                   "one glmtune tokenize wrote there (another corpus's, or the val shard copied over it?); hint: re-run "
+                   "glmtune tokenize for %s, or put back the shard it wrote", sh->path, dir, what, dir);
+}
+
+/* The data's fingerprint: FNV-1a over each shard's file name, payload CRC-32 and row count, in
+ * order (what the rows are; a checkpoint keeps it to know its data again). */
+static uint64_t data_fingerprint(const glm_loader *l) {
+    uint64_t h = GLM_FNV1A64_INIT;
+    for (size_t i = 0; i < l->n_shards; i++) {
+        const glm_shard *sh = &l->shards[i];
+        const char *base = strrchr(sh->path, '/') ? strrchr(sh->path, '/') + 1 : sh->path;
+        h = glm_fnv1a64(h, base, strlen(base) + 1);
+        h = glm_fnv1a64(h, &sh->payload_crc, sizeof sh->payload_crc);
+        h = glm_fnv1a64(h, &sh->n_rows, sizeof sh->n_rows);
+    }
+    return h;
 }
 
 glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, uint64_t seed, bool shuffle) {
@@ -76,7 +130,9 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
                 break;
             }
             char *fp = glm_path_join(path, f);
-            s = add_shard(l, fp);
+            s = fp ? check_entry_size(fp, e, path) : glm_err(GLM_ERR_NOMEM, "out of memory");
+            if (s == GLM_OK) s = add_shard(l, fp);
+            if (s == GLM_OK) s = check_entry(&l->shards[l->n_shards - 1], e, path);
             free(fp);
         }
         json_decref(m);
@@ -93,6 +149,7 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
         }
         if (s == GLM_OK) l->n_rows = l->n_units = l->row_base[l->n_shards];
         if (s == GLM_OK && l->n_rows == 0) s = glm_err(GLM_ERR_ARG, "%s: no rows in split \"%s\"", path, split);
+        l->data_fingerprint = data_fingerprint(l);
     }
     if (s == GLM_OK) s = glm_loader_seek(l, 0, 0);
     if (s != GLM_OK) glm_loader_close(l);

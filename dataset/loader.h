@@ -15,6 +15,8 @@ typedef struct glm_loader {
     uint32_t T;
     uint64_t fingerprint;   /* tokenizer fingerprint of the shards (0: pre-tokenized, unknown) */
     uint32_t vocab_size;    /* of that tokenizer (0: unknown) */
+    uint64_t data_fingerprint; /* the split's rows: FNV-1a over each shard's file name, payload CRC-32
+                                  and row count, in order (equal for a byte-identical re-tokenization) */
     size_t n_shards;
     glm_shard *shards;
     uint64_t *row_base;     /* [n_shards + 1]: first global row of each shard */
@@ -35,9 +37,13 @@ typedef struct glm_loader {
 } glm_loader;
 
 /* Opens the `split` ("train" or "val") of a tokenize output directory (or its manifest.json),
- * or a single shard file (split ignored). Every shard is validated (glm_shard_open) and must share
- * seq_len and tokenizer fingerprint. Errors: GLM_ERR_IO / GLM_ERR_FORMAT naming the file;
- * GLM_ERR_ARG when the split is missing or empty (hint: tokenize with --val-size). */
+ * or a single shard file (split ignored). Every shard is validated (glm_shard_open: header, sizes,
+ * the payload CRC-32 over all its data, every row) and must share seq_len and tokenizer
+ * fingerprint; a shard of a tokenize output must also be the one its manifest.json lists: the
+ * entry's file size (checked before it is read), row, sample, token and target counts and payload
+ * CRC-32. Errors: GLM_ERR_IO / GLM_ERR_FORMAT naming the file; GLM_ERR_MISMATCH naming the shard,
+ * what differs from the manifest and a hint; GLM_ERR_ARG when the split is missing or empty (hint:
+ * tokenize with --val-size). */
 glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, uint64_t seed, bool shuffle);
 void glm_loader_close(glm_loader *l);
 

@@ -72,6 +72,8 @@ struct glm_reader {
     size_t n_opened;
     size_t n_empty;                    /* streams that held no record */
     int64_t stream_recs;               /* records split from the open stream */
+    const char *misnamed;              /* the compression the open stream's name says ("gzip" for .gz)
+                                          when its data is not compressed at all, else NULL */
     bool failed;
     GLM_VEC(rd_group) groups;
     size_t cur_input;                  /* the input being expanded (glm_reader_open) */
@@ -336,6 +338,61 @@ bool glm_reader_is_shards_dir(const char *dir) {
     return ours;
 }
 
+/* Whether `real` (a realpath) is one of the sources already collected. */
+static bool is_source(const glm_reader *r, const char *real) {
+    for (size_t i = 0; i < r->srcs.n; i++)
+        if (!strcmp(r->srcs.v[i].real, real)) return true;
+    return false;
+}
+
+/* Counts the corpus files under `dir` (hidden names and tokenize outputs skipped, as the walk
+ * skips them) that are not sources: the files a registry of the folder does not name. *first
+ * gets the first one's path (malloc'd, when still NULL). */
+static void count_unregistered(const glm_reader *r, const char *dir, const char *reg_real, size_t depth, size_t *n,
+                               char **first) {
+    struct dirent **names = NULL;
+    int nn = depth > 64 ? -1 : scandir(dir, &names, NULL, cmp_names);
+    for (int i = 0; i < nn; i++) {
+        const char *nm = names[i]->d_name;
+        char *p = nm[0] == '.' ? NULL : glm_path_join(dir, nm);
+        struct stat sb;
+        char rp[PATH_MAX];
+        bool there = p && stat(p, &sb) == 0;
+        if (there && S_ISDIR(sb.st_mode) && !glm_reader_is_shards_dir(p)) {
+            count_unregistered(r, p, reg_real, depth + 1, n, first);
+        } else if (there && S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
+            const char *real = realpath(p, rp) ? rp : p;
+            if (strcmp(real, reg_real) && !is_source(r, real) && (*n)++ == 0 && !*first) *first = strdup(p);
+        }
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* A folder that holds a dataset_info.json is read as LLaMA-Factory reads its dataset_dir: the
+ * datasets the registry names (every entry with a local file, or those --dataset selects), and no
+ * other file in it; those are counted and named in one line, so that nothing is left out unsaid. */
+static glm_status expand_registry_dir(glm_reader *r, const char *dir, glm_dsinfo *info) {
+    char *reg_real = strdup(info->path);
+    if (!reg_real) {
+        glm_dsinfo_free(info);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    glm_status st = expand_registry(r, info);
+    size_t n = 0;
+    char *first = NULL;
+    if (st == GLM_OK) count_unregistered(r, dir, reg_real, 0, &n, &first);
+    if (n > 0)
+        glm_log_info("%s: %zu file%s in the folder %s not named by its dataset_info.json and %s not read (as "
+                     "LLaMA-Factory reads only registered datasets), %s%s; hint: add an entry for a file to read it, "
+                     "or give the file as an input of its own", dir, n, n > 1 ? "s" : "", n > 1 ? "are" : "is",
+                     n > 1 ? "are" : "is", n > 1 ? "the first " : "", first ? first : "?");
+    free(first);
+    free(reg_real);
+    return st;
+}
+
 static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
                            size_t depth) {
     if (depth > 64)
@@ -347,20 +404,19 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
         return glm_err(GLM_ERR_IO, "%s: cannot list the folder: %s; hint: check its permissions",
                        dir, strerror(errno));
     glm_status st = GLM_OK;
-    /* A dataset_info.json in this folder maps the files it names. */
+    /* A dataset_info.json in this folder: its datasets are what the folder holds. */
     char *reg_path = glm_path_join(dir, "dataset_info.json");
-    char *reg_real = NULL;
     struct stat sb;
+    bool registry = false;
     if (!forced && reg_path && stat(reg_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
         glm_dsinfo *info = NULL;
         st = maybe_registry(reg_path, sb.st_size, &info);
         if (st == GLM_OK && info) {
-            reg_real = strdup(info->path);
-            st = add_registry(r, info);
-            if (st == GLM_OK) st = note_missing(r, info);
+            registry = true;
+            st = expand_registry_dir(r, dir, info);
         }
     }
-    for (int i = 0; i < nn && st == GLM_OK; i++) {
+    for (int i = 0; i < nn && st == GLM_OK && !registry; i++) {
         const char *nm = names[i]->d_name;
         if (nm[0] == '.') continue;
         char *p = glm_path_join(dir, nm);
@@ -377,13 +433,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
             else
                 st = walk_dir(r, p, forced, depth + 1);
         } else if (S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
-            char rp[PATH_MAX];
-            const char *real = realpath(p, rp) ? rp : p;
-            if (reg_real && strcmp(real, reg_real) == 0) {
-                /* the registry itself is not a corpus */
-            } else {
-                st = forced ? add_source(r, p, sb.st_size, forced, false) : add_mapped(r, p, sb.st_size, false);
-            }
+            st = forced ? add_source(r, p, sb.st_size, forced, false) : add_mapped(r, p, sb.st_size, false);
         } else {
             glm_log_debug("%s: not a .json/.jsonl file or archive: skipped", p);
         }
@@ -392,7 +442,6 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
     for (int i = 0; i < nn; i++) free(names[i]);
     free(names);
     free(reg_path);
-    free(reg_real);
     return st;
 }
 
@@ -749,6 +798,25 @@ static la_ssize_t inner_read_cb(struct archive *a, void *ud, const void **buf) {
     return (la_ssize_t)sz;
 }
 
+/* The compression a name ends in (".gz": "gzip", ".zst", ".xz", ".bz2", and the archive
+ * spellings .tgz ...), or NULL. */
+static const char *named_compression(const char *name) {
+    static const char *const ext[][2] = {{".gz", "gzip"},   {".tgz", "gzip"}, {".zst", "zstd"}, {".tzst", "zstd"},
+                                         {".xz", "xz"},     {".txz", "xz"},   {".bz2", "bzip2"}, {".tbz2", "bzip2"}};
+    for (size_t i = 0; i < sizeof ext / sizeof *ext; i++)
+        if (ends_with(name, ext[i][0])) return ext[i][1];
+    return NULL;
+}
+
+/* A name that says compressed data over data libarchive found no compression in: remembered
+ * (r->misnamed), so that data that is not JSON either is reported as "not gzip", and data that is
+ * JSON is read with a warning. */
+static void check_compression(glm_reader *r, struct archive *a, const char *name) {
+    r->misnamed = named_compression(name);
+    for (int i = 0; r->misnamed && i < archive_filter_count(a); i++)
+        if (archive_filter_code(a, i) != ARCHIVE_FILTER_NONE) r->misnamed = NULL;
+}
+
 static void start_split(glm_reader *r, const char *name_for_hint) {
     glm_jsonsplit_init(&r->js, r->max_record, is_lines_name(name_for_hint));
     r->stream_open = true;
@@ -796,6 +864,7 @@ static glm_status try_member(glm_reader *r, struct archive_entry *ent, bool *ope
         return GLM_OK;
     }
     if (rc < ARCHIVE_WARN) return archive_fail(r, r->inner, "cannot read the member");
+    check_compression(r, r->inner, mn);
     start_split(r, mn);
     *opened = true;
     return GLM_OK;
@@ -862,6 +931,7 @@ static glm_status open_next_stream(glm_reader *r) {
         if (rc < ARCHIVE_WARN) return archive_fail(r, r->outer, "cannot read the start");
         if (archive_format(r->outer) == ARCHIVE_FORMAT_RAW) {
             r->outer_raw = true;
+            check_compression(r, r->outer, r->cur->path);
             start_split(r, r->cur->path);
             return GLM_OK;
         }
@@ -982,8 +1052,13 @@ static void make_record(glm_reader *r, const glm_jsplit_rec *sr, glm_record *rec
         parse_record(rec, sr->data, sr->n);
         return;
     }
-    snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s", r->name,
-             (long long)sr->line, (long long)sr->index, (long long)sr->offset, what, problem_hint(rec->reason));
+    if (sr->column > 0) /* text after a record on its line: named by line:column */
+        snprintf(rec->detail, sizeof rec->detail, "%s:%lld:%lld: record %lld (offset %lld): %s; hint: remove what "
+                 "follows the record on that line", r->name, (long long)sr->line, (long long)sr->column,
+                 (long long)sr->index, (long long)sr->offset, what);
+    else
+        snprintf(rec->detail, sizeof rec->detail, "%s:%lld: record %lld (offset %lld): %s; hint: %s", r->name,
+                 (long long)sr->line, (long long)sr->index, (long long)sr->offset, what, problem_hint(rec->reason));
 }
 
 /* Has dataset s->group given its max_samples records already? */
@@ -1057,10 +1132,22 @@ glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
         } else {
             continue;
         }
+        if (st != GLM_OK && r->misnamed && st == GLM_ERR_FORMAT) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", glm_errmsg());
+            why[strcspn(why, ";")] = 0; /* what the data is; the hint is this one */
+            r->failed = true;
+            return glm_err(st, "%s: not %s data although its name says so, and not JSON either (%s); hint: check what "
+                           "the file is (file %s): a download may have failed, or the file was renamed", r->name,
+                           r->misnamed, why, r->cur->path);
+        }
         if (st != GLM_OK) {
             r->failed = true;
             return glm_err_context(st, "%s", r->name);
         }
+        if (have && r->misnamed && r->stream_recs == 0)
+            glm_log_warn("%s: its name says %s, but the data is not compressed: read as it is; hint: rename it "
+                         "without the compression suffix", r->name, r->misnamed);
         if (have) {
             r->stream_recs++;
             make_record(r, &sr, rec);

@@ -10,7 +10,10 @@
  *
  * LLaMA-Factory registries (dataset_info.json, detected by content) are understood: given as
  * an input, its entries with a local file are read with their column/tag mapping; found in a
- * walked folder, it maps the files it names and is not itself read as a corpus.
+ * walked folder, the folder gives those entries and nothing else (as LLaMA-Factory reads its
+ * dataset_dir: the other corpus files there are counted and named in one log line, not read),
+ * and the registry is not itself read as a corpus. A file whose name says compressed (.gz ...)
+ * but whose data is not is read as it is, with a warning.
  *
  * Problems with one record (invalid JSON or UTF-8, lone surrogate, not an object, too large,
  * ...) are returned as records with `reason` set, so the caller counts them; problems with a
@@ -119,7 +122,8 @@ void glm_record_parse_keep(glm_record *rec);
 /* Reads the next record into *rec (overwriting it; rec->value must have been taken or freed).
  * Returns GLM_OK with a record (value set) or a per-record problem (reason + detail set);
  * GLM_EOF after the last source; or a fatal error: GLM_ERR_FORMAT for corrupt/truncated
- * compressed data or archives, a stream that is not JSON, a top-level array followed by other
+ * compressed data or archives, a stream that is not JSON (said to be "not gzip" first when its
+ * name ends in .gz but its data is not compressed; .zst, .xz, .bz2 alike), a top-level array followed by other
  * text (the message names the file or "archive:member", line and offset); a top-level array cut
  * off is not fatal: the records before the cut come as usual, the tail as a truncated_json
  * problem;

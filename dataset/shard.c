@@ -129,6 +129,7 @@ glm_status glm_shard_open(const char *path, glm_shard *sh) {
                 "re-run glmtune tokenize", rd32(p + 112), crc);
         goto fail;
     }
+    sh->payload_crc = crc;
     sh->ids = (const uint32_t *)(p + L.ids);
     sh->targets = p + L.targets;
     sh->rowdocs = (const uint64_t *)(p + L.rowdocs);
@@ -340,7 +341,7 @@ static glm_status writer_flush(glm_shard_writer *w) {
         w->written = p;
         w->cap_written = nc;
     }
-    w->written[w->n_written++] = (struct glm_shard_info){strdup(name), R, D, w->n_tokens, w->n_targets, crc};
+    w->written[w->n_written++] = (struct glm_shard_info){strdup(name), R, D, w->n_tokens, w->n_targets, crc, size};
     w->next_index++;
     /* reset the in-memory shard */
     w->ids.n = w->targets.n = w->docs.n = 0;

@@ -64,6 +64,7 @@ typedef struct glm_shard {
     glm_mmap map;
     uint32_t seq_len, n_rows, vocab_size;
     uint64_t n_docs, n_tokens, n_targets, fingerprint;
+    uint32_t payload_crc;       /* the header's payload CRC-32, checked against the data at open */
     const uint32_t *ids;        /* [R*T] */
     const uint8_t *targets;     /* bitmask over R*T */
     const uint64_t *rowdocs;    /* [R+1] */
@@ -112,7 +113,8 @@ typedef struct glm_shard_writer {
         char *file;              /* file name relative to dir */
         uint32_t rows;
         uint64_t docs, tokens, targets;
-        uint32_t crc;
+        uint32_t crc;            /* payload CRC-32 */
+        uint64_t bytes;          /* file size */
     } *written;
     size_t n_written, cap_written;
 } glm_shard_writer;

@@ -147,12 +147,14 @@ struct glm_backend {
     glm_status (*axpy)(const glm_backend *be, void *y, const void *x, float alpha, int64_t n);
 
     /* Inverted dropout over a [N, D] act matrix (row strides ldx, ldy; in place allowed) whose
-     * first row is row `row0` of the whole [*, D] matrix the mask is defined on:
+     * rows have the keys row0, row0 + 1, ... (their rows in the whole [*, D] matrix the mask is
+     * defined on; the model step keys a token by its place in the data, glm_batch.drop_key, and
+     * calls this op once per run of consecutive keys):
      * y[n,d] = keep ? x[n,d] / (1-p) : 0, keep = (glm_dropout_u01(seed, stream, (row0+n)*D+d) >= p).
      * The mask is a pure function of (seed, stream, element index) so recomputation, the
-     * backward pass (the same op on the gradient) and any split of the rows into chunks
-     * reproduce it exactly on every backend. p == 0 copies. Errors: GLM_ERR_ARG when p is not
-     * in [0, 1). */
+     * backward pass (the same op on the gradient) and any split of the rows into chunks,
+     * micro-batches or ranks reproduce it exactly on every backend. p == 0 copies. Errors:
+     * GLM_ERR_ARG when p is not in [0, 1). */
     glm_status (*dropout)(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
                           int64_t N, int64_t D, int64_t row0, float p, uint64_t seed, uint64_t stream);
 

@@ -526,6 +526,23 @@ static glm_status load_tensor(const glm_st_set *s, const char *file, const char 
     return glm_st_read_f32(s, name, p->ndim, p->shape, dst);
 }
 
+/* Every tensor of the checkpoint's adapter file is one of the run's params: a weight the run does
+ * not train would be dropped from every checkpoint after this one. */
+static glm_status check_no_extra(const glm_st_set *s, const char *file, const glm_param *params, size_t n) {
+    if (glm_st_count(s) <= n) return GLM_OK; /* every param was found in it */
+    for (size_t i = 0; i < glm_st_count(s); i++) {
+        const char *name = glm_st_at(s, i)->name, *k = name;
+        if (!strncmp(k, GLM_PEFT_PREFIX, strlen(GLM_PEFT_PREFIX))) k += strlen(GLM_PEFT_PREFIX);
+        size_t j = 0;
+        while (j < n && strcmp(params[j].name, k)) j++;
+        if (j == n)
+            return glm_err(GLM_ERR_MISMATCH, "%s: holds tensor '%s', which this run does not train: resuming would drop "
+                           "it from every later checkpoint; hint: resume with the lora-target (and model) the checkpoint "
+                           "was made with", file, name);
+    }
+    return GLM_OK;
+}
+
 glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be, glm_param *params,
                                  size_t n, glm_optim *optim) {
     char *ap = glm_path_join(c->dir, "adapter_model.safetensors");
@@ -566,6 +583,7 @@ glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be
         if (st == GLM_OK) st = load_tensor(os, op, name, p, buf2);
         if (st == GLM_OK) st = glm_optim_set_state(optim, i, buf, buf2);
     }
+    if (st == GLM_OK) st = check_no_extra(as, ap, params, n);
     if (st == GLM_OK && optim) {
         const char *s = glm_st_metadata(os, "step");
         char *end = NULL;

@@ -111,8 +111,10 @@ glm_status glm_ckpt_load(const char *dir, glm_ckpt *c);
 
 /* Loads the LoRA weights (overwrite params[i].w, via be->upload when be != NULL) and, when
  * optim != NULL, exp_avg / exp_avg_sq and the optimizer step from the checkpoint. Every param
- * must be present with its shape. Errors: GLM_ERR_MISMATCH naming the param and file
- * (missing / shape; hint: different lora-rank or lora-target than the checkpoint). */
+ * must be present with its shape, and the adapter file must hold no other tensor (a weight the
+ * run does not train would be lost from its later checkpoints). Errors: GLM_ERR_MISMATCH naming
+ * the param and file (missing / shape / a tensor the run lacks; hint: different lora-rank or
+ * lora-target than the checkpoint). */
 glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be, glm_param *params,
                                  size_t n, glm_optim *optim);
 void glm_ckpt_free(glm_ckpt *c);

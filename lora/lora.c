@@ -239,67 +239,83 @@ glm_status glm_lora_zero_grads(glm_lora *l) {
     return GLM_OK;
 }
 
-/* Compares adapter_config.json with the adapter. */
-static glm_status check_adapter_config(const glm_lora *l, const char *path) {
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root)
-        return glm_is_file(path) ? glm_err(GLM_ERR_FORMAT, "%s: line %d: bad JSON: %s", path, je.line, je.text)
-                                 : glm_err(GLM_ERR_IO, "%s: cannot read the adapter config", path);
+/* "a b c " from the modules marked in on[] (into buf of n bytes). */
+static void target_words(glm_layout layout, const bool *on, char *buf, size_t n) {
+    int nm;
+    const char *const *names = glm_lora_module_names(layout, &nm);
+    buf[0] = 0;
+    for (int i = 0; i < nm; i++)
+        if (on[i]) snprintf(buf + strlen(buf), n - strlen(buf), "%s ", names[i]);
+}
+
+/* adapter_config.json's target_modules (a list, or one name or "all" as a string) into on[]. */
+static glm_status config_targets(const glm_lora *l, const json_t *root, const char *path, bool *on) {
+    json_t *jt = json_object_get(root, "target_modules");
+    memset(on, 0, 6 * sizeof(bool));
     glm_status st = GLM_OK;
-    json_t *jr = json_object_get(root, "r"), *ja = json_object_get(root, "lora_alpha");
-    json_t *jt = json_object_get(root, "target_modules"), *jrs = json_object_get(root, "use_rslora");
-    const char *pt = json_string_value(json_object_get(root, "peft_type"));
-    if (pt && strcmp(pt, "LORA")) {
-        st = glm_err(GLM_ERR_UNSUPPORTED, "%s: peft_type is '%s'; only LORA adapters are supported", path, pt);
-        goto done;
-    }
-    if (!json_is_integer(jr) || json_integer_value(jr) != l->r) {
-        st = glm_err(GLM_ERR_MISMATCH, "%s: r is %lld but the adapter being loaded has r = %d (hint: set lora r to match)",
-                     path, json_is_integer(jr) ? (long long)json_integer_value(jr) : -1LL, l->r);
-        goto done;
-    }
-    if (!json_is_number(ja) || fabs(json_number_value(ja) - l->alpha) > 1e-6 * fabs(l->alpha)) {
-        st = glm_err(GLM_ERR_MISMATCH, "%s: lora_alpha is %g but the adapter being loaded has alpha = %g", path,
-                     json_is_number(ja) ? json_number_value(ja) : NAN, l->alpha);
-        goto done;
-    }
-    if (jrs && json_is_boolean(jrs) && json_is_true(jrs) != l->use_rslora) {
-        st = glm_err(GLM_ERR_MISMATCH, "%s: use_rslora is %s but the adapter being loaded has %s", path,
-                     json_is_true(jrs) ? "true" : "false", l->use_rslora ? "true" : "false");
-        goto done;
-    }
-    bool on[6] = {0};
     if (json_is_string(jt)) {
-        if ((st = mark_target(l->layout, json_string_value(jt), on))) {
-            st = glm_err_context(st, "%s: target_modules", path);
-            goto done;
-        }
+        if ((st = mark_target(l->layout, json_string_value(jt), on))) return glm_err_context(st, "%s: target_modules", path);
     } else if (json_is_array(jt)) {
         size_t i;
         json_t *v;
         json_array_foreach(jt, i, v) {
-            if (!json_is_string(v) || (st = mark_target(l->layout, json_string_value(v), on))) {
-                st = st ? glm_err_context(st, "%s: target_modules", path)
-                        : glm_err(GLM_ERR_FORMAT, "%s: target_modules[%zu] is not a string", path, i);
-                goto done;
-            }
+            if (!json_is_string(v)) return glm_err(GLM_ERR_FORMAT, "%s: target_modules[%zu] is not a string", path, i);
+            if ((st = mark_target(l->layout, json_string_value(v), on)))
+                return glm_err_context(st, "%s: target_modules", path);
         }
     } else {
-        st = glm_err(GLM_ERR_FORMAT, "%s: target_modules is missing", path);
-        goto done;
+        return glm_err(GLM_ERR_FORMAT, "%s: target_modules is missing", path);
     }
-    if (memcmp(on, l->module_on, sizeof on)) {
-        int nm;
-        const char *const *names = glm_lora_module_names(l->layout, &nm);
-        char a[256] = "", b[256] = "";
-        for (int i = 0; i < nm; i++) {
-            if (on[i]) strncat(strncat(a, names[i], 200 - strlen(a)), " ", 250 - strlen(a));
-            if (l->module_on[i]) strncat(strncat(b, names[i], 200 - strlen(b)), " ", 250 - strlen(b));
-        }
+    return GLM_OK;
+}
+
+static glm_status load_config(const char *path, json_t **root) {
+    json_error_t je;
+    *root = json_load_file(path, 0, &je);
+    if (*root) return GLM_OK;
+    return glm_is_file(path) ? glm_err(GLM_ERR_FORMAT, "%s: line %d: bad JSON: %s", path, je.line, je.text)
+                             : glm_err(GLM_ERR_IO, "%s: cannot read the adapter config", path);
+}
+
+glm_status glm_lora_config_targets(const glm_lora *l, const char *path, char *theirs, char *mine, size_t n, bool *same) {
+    json_t *root;
+    GLM_TRY(load_config(path, &root));
+    bool on[6];
+    glm_status st = config_targets(l, root, path, on);
+    json_decref(root);
+    if (st) return st;
+    *same = !memcmp(on, l->module_on, sizeof on);
+    target_words(l->layout, on, theirs, n);
+    target_words(l->layout, l->module_on, mine, n);
+    return GLM_OK;
+}
+
+/* Compares adapter_config.json with the adapter. */
+static glm_status check_adapter_config(const glm_lora *l, const char *path) {
+    json_t *root;
+    GLM_TRY(load_config(path, &root));
+    glm_status st = GLM_OK;
+    json_t *jr = json_object_get(root, "r"), *ja = json_object_get(root, "lora_alpha");
+    json_t *jrs = json_object_get(root, "use_rslora");
+    const char *pt = json_string_value(json_object_get(root, "peft_type"));
+    bool on[6];
+    if (pt && strcmp(pt, "LORA")) {
+        st = glm_err(GLM_ERR_UNSUPPORTED, "%s: peft_type is '%s'; only LORA adapters are supported", path, pt);
+    } else if (!json_is_integer(jr) || json_integer_value(jr) != l->r) {
+        st = glm_err(GLM_ERR_MISMATCH, "%s: r is %lld but the adapter being loaded has r = %d (hint: set lora r to match)",
+                     path, json_is_integer(jr) ? (long long)json_integer_value(jr) : -1LL, l->r);
+    } else if (!json_is_number(ja) || fabs(json_number_value(ja) - l->alpha) > 1e-6 * fabs(l->alpha)) {
+        st = glm_err(GLM_ERR_MISMATCH, "%s: lora_alpha is %g but the adapter being loaded has alpha = %g", path,
+                     json_is_number(ja) ? json_number_value(ja) : NAN, l->alpha);
+    } else if (jrs && json_is_boolean(jrs) && json_is_true(jrs) != l->use_rslora) {
+        st = glm_err(GLM_ERR_MISMATCH, "%s: use_rslora is %s but the adapter being loaded has %s", path,
+                     json_is_true(jrs) ? "true" : "false", l->use_rslora ? "true" : "false");
+    } else if ((st = config_targets(l, root, path, on)) == GLM_OK && memcmp(on, l->module_on, sizeof on)) {
+        char a[256], b[256];
+        target_words(l->layout, on, a, sizeof a);
+        target_words(l->layout, l->module_on, b, sizeof b);
         st = glm_err(GLM_ERR_MISMATCH, "%s: target_modules are { %s} but the adapter being loaded targets { %s}", path, a, b);
     }
-done:
     json_decref(root);
     return st;
 }

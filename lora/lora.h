@@ -83,6 +83,15 @@ void glm_lora_free(glm_lora *lora);
  * the file and key), GLM_ERR_MISMATCH (r, alpha, targets or a shape differ: expected vs found). */
 glm_status glm_lora_load_peft(glm_lora *lora, const char *adapter_dir);
 
+/* Reads the target modules of adapter_config.json at `path` (a checkpoint's or an adapter's;
+ * target_modules a list of names, or one name or "all" as a string) and compares them with the
+ * adapter's own: *same = whether they are the same set of modules; theirs / mine = the two sets
+ * as "name name " in the layout's module order (buffers of n bytes). Errors: GLM_ERR_IO (cannot
+ * read the file), GLM_ERR_FORMAT (bad JSON, target_modules missing or not strings), GLM_ERR_ARG
+ * (a name that is no module of the adapter's layout), each naming the file. */
+glm_status glm_lora_config_targets(const glm_lora *lora, const char *path, char *theirs, char *mine, size_t n,
+                                   bool *same);
+
 /* The adapter's shape for the memory planner (lora/plan.h), from a model config and LoRA
  * settings (no allocation), or of an existing adapter. Errors: as glm_lora_create's checks. */
 glm_status glm_lora_info_for(const glm_config *c, const glm_lora_config *cfg, glm_lora_info *out);

@@ -25,6 +25,10 @@ typedef struct glm_batch {
     const uint8_t *targets;  /* [B*T] 1 = ids[b*T+t] is a target, predicted at position t-1 (never the first token of a doc) */
     const int32_t *pos;      /* [B*T] position within the document, restarting at 0 */
     const int32_t *doc;      /* [B*T] document index within the row; attention never crosses documents; padding is its own document with no targets */
+    const uint64_t *drop_key;/* [B*T] or NULL: the LoRA dropout key of each token, which decides its mask (see
+                                glm_model_step); NULL: b*T + t. The trainer keys a token by its place in the data
+                                (global row * T + position, or a sample's own tokens), so that the masks do not depend
+                                on how the rows are split into micro-batches and ranks */
 } glm_batch;
 
 /* One layer's frozen weights: the norms and the bias dense (be->weight_dtype), the four linear
@@ -186,8 +190,10 @@ const glm_plan *glm_model_current_plan(const glm_model *m);
  * input and recompute the layer in the backward), 2 selective, 3 auto (the planner's mix for the
  * memory budget); all give the same grads (bit-identical on the CPU backend). The workspace is
  * allocated on the first call for a shape and reused while B*T, T and the mode stay the same. LoRA dropout masks come from
- * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, element) so the recomputation and
- * the backward reproduce them; the dropout applies to every call with lora->dropout > 0, backward
+ * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, key * D + d) for feature d of a token of key
+ * batch->drop_key[b*T+t] (b*T + t without keys) and a LoRA input of D features, so the recomputation and the
+ * backward reproduce them, and two calls give a token the same mask whatever batch it is in when its key and
+ * dropout_seed are the same; the dropout applies to every call with lora->dropout > 0, backward
  * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and
  * skips such steps). With context parallel (m->cp > 1) the batch is whole rows, the attention a
  * ring over m->cp_comm (a collective: every rank of the group makes the same calls) and the sums

@@ -628,24 +628,36 @@ typedef struct ctx {
     int T_row;      /* the rows' whole length (the dropout masks index tokens of the whole rows) */
     const glm_cp_layout *cpl; /* context parallel: this rank's chunks; NULL: off */
     const glm_layer_weights *lw; /* the current layer's weights (layer_weights) */
+    const uint64_t *drop_key; /* [B * T_row] the batch's dropout keys (glm_batch.drop_key), or NULL */
 } ctx;
 
 /* Inverted dropout over rows [row0, row0 + rows) of the step's tokens (see be->dropout). The mask
- * of a token is indexed by its place in the whole batch, row b token t -> b * T + t, so that with
- * context parallel (local tokens from two chunks of each row) every rank draws the mask the
- * unsplit step draws: the local rows are cut into runs of consecutive global tokens. */
+ * of a token is indexed by its key: cx->drop_key of its place in the whole batch (row b, token t of
+ * the whole row: b * T_row + t), or that place itself without keys. The rows are cut into runs of
+ * tokens whose keys follow each other, one be->dropout each: with context parallel (local tokens
+ * from two chunks of each row) every rank draws the masks the unsplit step draws, and with keys
+ * every layout of the rows into micro-batches and ranks draws a token's mask alike. */
 static glm_status drop_rows(const ctx *cx, void *y, int64_t ldy, const void *x, int64_t ldx, int64_t rows, int64_t D,
                             int64_t row0, uint64_t stream) {
     const glm_backend *be = cx->m->be;
-    if (!cx->cpl) return be->dropout(be, y, ldy, x, ldx, rows, D, row0, cx->p_drop, cx->seed, stream);
+    if (!cx->cpl && !cx->drop_key) return be->dropout(be, y, ldy, x, ldx, rows, D, row0, cx->p_drop, cx->seed, stream);
     const size_t e = glm_dtype_size(be->act_dtype);
-    const int64_t S = cx->cpl->S;
     for (int64_t n = 0; n < rows;) {
-        int64_t l = row0 + n, b = l / cx->T, j = l % cx->T, run = S - j % S;
+        int64_t l = row0 + n, b = l / cx->T, j = l % cx->T;
+        int64_t t = cx->cpl ? glm_cp_global(cx->cpl, j) : j; /* in the whole row */
+        int64_t run = cx->cpl ? cx->cpl->S - j % cx->cpl->S : cx->T - j; /* consecutive in the whole row */
         if (run > rows - n) run = rows - n;
-        int64_t g = b * cx->T_row + glm_cp_global(cx->cpl, j);
+        const int64_t g = b * cx->T_row + t;
+        uint64_t key = (uint64_t)g;
+        if (cx->drop_key) {
+            const uint64_t *k = cx->drop_key + g;
+            int64_t r = 1;
+            while (r < run && k[r] == k[0] + (uint64_t)r) r++;
+            run = r;
+            key = k[0];
+        }
         GLM_TRY(be->dropout(be, (char *)y + (size_t)(n * ldy) * e, ldy, (const char *)x + (size_t)(n * ldx) * e, ldx, run, D,
-                            g, cx->p_drop, cx->seed, stream));
+                            (int64_t)key, cx->p_drop, cx->seed, stream));
         n += run;
     }
     return GLM_OK;
@@ -1147,7 +1159,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     w->ring.B = b->B; /* this batch's rows (at most the workspace's) */
     const glm_cp_layout *cpl = cp ? &w->ring.L : NULL;
     const int TL = cp ? w->TL : b->T;
-    ctx cx = {m, lora, w, b->B, TL, (int64_t)b->B * TL, seed, p_drop, b->T, cpl, NULL};
+    ctx cx = {m, lora, w, b->B, TL, (int64_t)b->B * TL, seed, p_drop, b->T, cpl, NULL, b->drop_key};
     const int L = m->run_layers > 0 && m->run_layers < c->L ? m->run_layers : c->L; /* the memory proof: the first ones */
     int64_t N = cx.N, C = c->C, V = c->V, nlab = 0;
     glm_status st = upload_batch(m, w, b, cpl, &nlab);

@@ -1296,6 +1296,8 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     if (!(cond)) return glm_err(GLM_ERR_ARG, __VA_ARGS__)
     NEED(o->per_device_train_batch_size >= 1, "--per-device-train-batch-size must be >= 1 (got %lld)",
          (long long)o->per_device_train_batch_size);
+    NEED(o->seed >= 0, "--seed: expected a non-negative integer, got %lld (glmtune tokenize refuses it too); hint: "
+         "--seed 42", (long long)o->seed);
     NEED(o->gradient_accumulation_steps >= 1, "--gradient-accumulation-steps must be >= 1 (got %lld)",
          (long long)o->gradient_accumulation_steps);
     NEED(o->learning_rate > 0, "--learning-rate must be > 0 (got %g)", o->learning_rate);

@@ -47,4 +47,15 @@ static inline const char *test_data_dir(void) {
     return s;
 }
 
+/* Every corpus file of tests/fixtures/corpora as reader inputs (in[3], paths in bufs): the folder,
+ * which gives every file but the two in llamafactory/ that its dataset_info.json does not name (a
+ * folder with a registry gives only the registered datasets), and those two. Returns 3. */
+static inline size_t corpora_inputs(const char *data_dir, char bufs[3][4096], const char *in[3]) {
+    snprintf(bufs[0], sizeof bufs[0], "%s/corpora", data_dir);
+    snprintf(bufs[1], sizeof bufs[1], "%s/corpora/llamafactory/reason_tool_use_demo_50.jsonl", data_dir);
+    snprintf(bufs[2], sizeof bufs[2], "%s/corpora/llamafactory/v1_sft_demo.jsonl", data_dir);
+    for (int i = 0; i < 3; i++) in[i] = bufs[i];
+    return 3;
+}
+
 #endif

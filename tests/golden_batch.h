@@ -76,7 +76,7 @@ static inline void golden_free(golden *g) {
 /* Rows [row0, row0 + nrows) as a glm_batch. */
 static inline glm_batch golden_batch(const golden *g, int row0, int nrows) {
     glm_batch b = {nrows, g->T, g->ids + row0 * g->T, g->targets + row0 * g->T, g->pos + row0 * g->T,
-                   g->doc + row0 * g->T};
+                   g->doc + row0 * g->T, NULL};
     return b;
 }
 

@@ -317,7 +317,8 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
         tg[i] = t >= T / 2 && t > 0;
         ntg += tg[i];
     }
-    glm_batch bs[3] = {{B, (int)T, ids, tg, pos, doc}, {B, (int)T, ids + N, tg, pos, doc}, {B, (int)T, ids + 2 * N, tg, pos, doc}};
+    glm_batch bs[3] = {{B, (int)T, ids, tg, pos, doc, NULL}, {B, (int)T, ids + N, tg, pos, doc, NULL},
+                          {B, (int)T, ids + 2 * N, tg, pos, doc, NULL}};
     alternate alt = {m, {&bs[0], &bs[1], &bs[2]}, 0};
     int n_params = 0;
     glm_param *params = glm_lora_params(lora, &n_params);
@@ -437,7 +438,7 @@ static glm_status proof_step(glm_model *m, glm_lora *lora, const bench_opts *o, 
     sampler smp;
     sampler_start(&smp, m->be);
     if (!st) {
-        glm_batch b = {o->B, (int)T, ids, tg, pos, doc};
+        glm_batch b = {o->B, (int)T, ids, tg, pos, doc, NULL};
         st = glm_lora_zero_grads(lora);
         if (!st) st = glm_model_prove_memory(m, lora, &b, mode, 2, pr);
     }

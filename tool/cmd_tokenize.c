@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -795,7 +796,8 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         } else if (VAL("--val-size")) {
             s = cli_double("--val-size", v, &o->val_size);
             o->set_val_size = true;
-            if (s == GLM_OK && (o->val_size < 0 || (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
+            if (s == GLM_OK && (!isfinite(o->val_size) || o->val_size < 0 ||
+                                (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
                 s = glm_err(GLM_ERR_ARG, "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got %s", v);
         } else if (VAL("--train-on")) {
             s = parse_train_on(v, &o->train_on);
@@ -846,6 +848,9 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         if (!have) o->inputs[o->n_inputs++] = o->dataset_dir;
     }
     if (s == GLM_OK && o->encode && o->decode) s = glm_err(GLM_ERR_ARG, "--encode and --decode exclude each other");
+    if (s == GLM_OK && o->report_path && !*o->report_path)
+        s = glm_err(GLM_ERR_ARG, "--report \"\" is empty; hint: --report FILE, or leave it out (-o gets its own "
+                    "report.json)");
     if (s == GLM_OK && o->report_path) { /* fail now, not after the whole run */
         char *target = NULL;
         bool through = false;
@@ -958,9 +963,28 @@ static glm_status check_outdir(const char *out) {
     return s;
 }
 
-static glm_status prepare_outdir(const char *out, char **tmp) {
+/* -o checked, what killed runs left beside it cleaned ("<out>.tmp.<pid>", "<out>.old.<pid>"; an
+ * output a kill left missing is restored first), -o made when it is new (*made: the caller removes
+ * it again when the run fails) and locked for the run (*lock, glm_lock_dir: a second tokenize into
+ * it stops at once, as a second train into an output directory does), then the temporary
+ * directory *tmp that replaces it at the end. */
+static glm_status prepare_outdir(const char *out, char **tmp, int *lock, bool *made) {
     GLM_TRY(check_outdir(out));
-    glm_cleanup_leftovers(out); /* "<out>.tmp.<pid>" and "<out>.old.<pid>" of killed runs */
+    glm_cleanup_leftovers(out);
+    *made = !glm_is_dir(out);
+    glm_status s = glm_mkdir_p(out);
+    if (s != GLM_OK && s != GLM_ERR_NOMEM) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", glm_errmsg());
+        return glm_err(s, "%s: cannot create the output (%s); hint: an output path in a directory you can write to", out,
+                       why);
+    }
+    GLM_TRY(s);
+    s = glm_lock_dir(out, "glmtune tokenize", "-o", lock);
+    if (s != GLM_OK) {
+        *made = false; /* made at the same moment by the run that holds it */
+        return s;
+    }
     if (asprintf(tmp, "%s.tmp.%d", out, (int)getpid()) < 0) return glm_err(GLM_ERR_NOMEM, "out of memory");
     glm_rmtree(*tmp);
     return glm_mkdir_aside(*tmp, out);
@@ -972,9 +996,10 @@ static json_t *shard_list(const glm_shard_writer *w) {
         const struct glm_shard_info *x = &w->written[i];
         char crc[16];
         snprintf(crc, sizeof crc, "%08x", x->crc);
-        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:I,s:s}", "file", x->file, "rows", (json_int_t)x->rows,
+        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:I,s:s,s:I}", "file", x->file, "rows", (json_int_t)x->rows,
                                            "samples", (json_int_t)x->docs, "tokens", (json_int_t)x->tokens,
-                                           "target_tokens", (json_int_t)x->targets, "payload_crc32", crc));
+                                           "target_tokens", (json_int_t)x->targets, "payload_crc32", crc, "bytes",
+                                           (json_int_t)x->bytes));
     }
     return a;
 }
@@ -1122,6 +1147,8 @@ static int tokenize_main(tok_opts *op) {
 
     glm_reader *rd = NULL;
     char *tmpdir = NULL, *out_real = NULL;
+    int out_lock = -1;
+    bool out_made = false;
     /* a symbolic link -o is followed: its target is replaced, the link stays */
     if ((s = glm_output_target_dir(o.out, &out_real)) != GLM_OK) {
         glm_template_free(tpl);
@@ -1132,7 +1159,9 @@ static int tokenize_main(tok_opts *op) {
     o.out = out_real;
     glm_reader_opts ro = {o.reader_filter ? o.reader_filter : o.dataset, o.max_samples, o.seed};
     if ((s = glm_reader_open_ex((const char *const *)o.inputs, (size_t)o.n_inputs, &ro, &rd)) != GLM_OK ||
-        (s = prepare_outdir(o.out, &tmpdir)) != GLM_OK) {
+        (s = prepare_outdir(o.out, &tmpdir, &out_lock, &out_made)) != GLM_OK) {
+        if (out_made) rmdir(o.out);
+        if (out_lock >= 0) close(out_lock);
         glm_reader_close(rd);
         glm_template_free(tpl);
         glm_tokenizer_free(tok);
@@ -1310,6 +1339,8 @@ static int tokenize_main(tok_opts *op) {
     if (s == GLM_OK) s = glm_commit_dir(tmpdir, o.out);
     tok_report_print(&rep, s == GLM_OK);
     if (s != GLM_OK) glm_rmtree(tmpdir);
+    if (s != GLM_OK && out_made) rmdir(o.out); /* made by this run, still empty: as it was, absent */
+    if (out_lock >= 0) close(out_lock);
     glm_packer_free(&ptrain);
     glm_packer_free(&pval);
     glm_shard_writer_free(&wtrain);

@@ -1,4 +1,5 @@
 /* glmtune: LoRA fine-tuning for GLM-4 (see README.md). Dispatches the subcommands. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,10 @@ static const char *USAGE =
     "variable GLMTUNE_VERBOSE=1) adds debug messages.\n";
 
 int main(int argc, char **argv) {
+    /* a write past the file size limit (ulimit -f) fails with EFBIG and is reported like any failed
+     * write (file, reason, hint; the temporary output removed) instead of killing the process with
+     * SIGXFSZ, which leaves no message and the temporary files behind */
+    signal(SIGXFSZ, SIG_IGN);
     /* --verbose anywhere: debug messages; exported so that the ranks a launcher starts inherit it */
     int k = 1;
     for (int i = 1; i < argc; i++)

@@ -3,6 +3,7 @@
 #include "tool/tokenize_config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +98,7 @@ static glm_status set_key(tok_config *c, const char *path, int line, const char 
         char *end;
         double x = strtod(v, &end);
         if (is_null(v)) return GLM_OK;
-        if (*end || end == v || x < 0 || (x >= 1 && x != (double)(int64_t)x))
+        if (*end || end == v || !isfinite(x) || x < 0 || (x >= 1 && x != (double)(int64_t)x))
             return glm_err(GLM_ERR_FORMAT, "%s:%d: val_size: expected a count (e.g. 200) or a fraction in "
                            "(0, 1), got \"%s\"", path, line, v);
         c->val_size = x;

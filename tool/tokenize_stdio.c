@@ -2,12 +2,26 @@
 #include "tokenize_stdio.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "tool/cli.h"
+
+/* A line that cannot be converted: the message on stderr, and {"error": message, "line": N} as its
+ * output line, so that the output still lines up with the input. */
+static json_t *line_error(long lineno, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static json_t *line_error(long lineno, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    glm_log_error("<stdin>:%ld: %s", lineno, msg);
+    return json_pack("{s:s,s:I}", "error", msg, "line", (json_int_t)lineno);
+}
 
 int tokenize_stdio(const glm_tokenizer *tok, bool encode) {
     char *line = NULL;
@@ -20,22 +34,25 @@ int tokenize_stdio(const glm_tokenizer *tok, bool encode) {
     while ((n = getline(&line, &cap, stdin)) >= 0) {
         lineno++;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
-        if (n == 0) continue;
+        if (n == 0) { /* a blank line gives a blank line: the output lines up with the input */
+            putchar('\n');
+            continue;
+        }
         json_error_t je;
         json_t *v = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, &je);
         json_t *out = NULL;
         if (!v || !json_is_object(v)) {
-            glm_log_error("<stdin>:%ld: not a JSON object (%s); hint: one object per line, like {\"%s\": ...}", lineno,
-                          v ? "another JSON value" : je.text, encode ? "text" : "ids");
+            out = line_error(lineno, "not a JSON object (%s); hint: one object per line, like {\"%s\": ...}",
+                             v ? "another JSON value" : je.text, encode ? "text" : "ids");
             rc = GLM_EXIT_FAIL;
         } else if (encode) {
             json_t *t = json_object_get(v, "text");
             ids.n = 0;
             if (!json_is_string(t)) {
-                glm_log_error("<stdin>:%ld: no string \"text\" field", lineno);
+                out = line_error(lineno, "no string \"text\" field; hint: {\"text\": \"...\"}");
                 rc = GLM_EXIT_FAIL;
             } else if (glm_tokenizer_encode(tok, json_string_value(t), json_string_length(t), &ids) != GLM_OK) {
-                glm_log_error("<stdin>:%ld: %s", lineno, glm_errmsg());
+                out = line_error(lineno, "%s", glm_errmsg());
                 rc = GLM_EXIT_FAIL;
             } else {
                 json_t *arr = json_array();
@@ -53,10 +70,10 @@ int tokenize_stdio(const glm_tokenizer *tok, bool encode) {
                 if (ok) glm_vec_push(ids, (uint32_t)json_integer_value(x));
             }
             if (!ok) {
-                glm_log_error("<stdin>:%ld: \"ids\" must be an array of non-negative integers", lineno);
+                out = line_error(lineno, "\"ids\" must be an array of non-negative integers");
                 rc = GLM_EXIT_FAIL;
             } else if (glm_tokenizer_decode(tok, ids.v, ids.n, &bytes) != GLM_OK) {
-                glm_log_error("<stdin>:%ld: %s", lineno, glm_errmsg());
+                out = line_error(lineno, "%s", glm_errmsg());
                 rc = GLM_EXIT_FAIL;
             } else {
                 json_t *s = json_stringn(bytes.v ? bytes.v : "", bytes.n);

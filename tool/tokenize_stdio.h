@@ -10,8 +10,9 @@
 /* encode: each line {"text": str} -> {"ids": [...]} (ordinary text: special-token strings are
  * plain text). decode: each line {"ids": [...]} -> {"text": str}, or {"text": null,
  * "bytes_hex": "..."} when the bytes are not valid UTF-8 (ids ending inside a character).
- * Blank lines are skipped; a bad line is reported with its line number and the run goes on.
- * Returns the exit code: 0, or 1 when any line failed. */
+ * Output line k answers input line k: a blank line gives a blank line, and a line that cannot be
+ * read or converted gives {"error": message, "line": k} (the message also on stderr with the line
+ * number), and the run goes on. Returns the exit code: 0, or 1 when any line failed. */
 int tokenize_stdio(const glm_tokenizer *tok, bool encode);
 
 #endif

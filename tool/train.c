@@ -51,6 +51,7 @@ typedef struct {
     uint32_t *ids;
     uint8_t *targets;
     int32_t *pos, *doc;
+    uint64_t *key; /* the LoRA dropout key of each token (glm_batch.drop_key) */
 } batch_buf;
 
 static glm_status batch_alloc(batch_buf *b, int B, int T) {
@@ -61,7 +62,8 @@ static glm_status batch_alloc(batch_buf *b, int B, int T) {
     b->targets = malloc(n);
     b->pos = malloc(4 * n);
     b->doc = malloc(4 * n);
-    if (!b->ids || !b->targets || !b->pos || !b->doc) return glm_err(GLM_ERR_NOMEM, "out of memory for a batch");
+    b->key = malloc(8 * n);
+    if (!b->ids || !b->targets || !b->pos || !b->doc || !b->key) return glm_err(GLM_ERR_NOMEM, "out of memory for a batch");
     return GLM_OK;
 }
 
@@ -70,29 +72,40 @@ static void batch_free(batch_buf *b) {
     free(b->targets);
     free(b->pos);
     free(b->doc);
+    free(b->key);
 }
 
 /* Fills the first n rows of the buffer; returns the glm_batch view of them. A by-document loader
  * (packing false) gives n samples instead: concatenated into the buffer's one row, each its own
  * document (positions from 0, no attention across them), the rest of the row padding (id 0, no
- * target, a document of its own), as a packed row is. */
+ * target, a document of its own), as a packed row is. Each token's LoRA dropout key is its place
+ * in the data, global row * T + position in the row (a sample's tokens keep theirs; padding gets
+ * keys past the data's), so its mask in a step does not depend on the micro-batch or the rank that
+ * holds it: 2 ranks x B train what 1 rank x 2B and accumulation do, dropout on. */
 static glm_batch batch_fill(batch_buf *b, const glm_loader *l, const uint64_t *rows, int n) {
     if (l->by_doc) {
         uint32_t t = 0;
-        for (int i = 0; i < n; i++)
-            t += glm_loader_doc(l, rows[i], b->ids + t, b->targets + t, b->pos + t, b->doc + t, i, NULL);
+        for (int i = 0; i < n; i++) {
+            uint32_t len = glm_loader_doc(l, rows[i], b->ids + t, b->targets + t, b->pos + t, b->doc + t, i, NULL);
+            uint64_t k0 = l->docs[rows[i]].row * l->T + l->docs[rows[i]].off;
+            for (uint32_t k = 0; k < len; k++) b->key[t + k] = k0 + k;
+            t += len;
+        }
         for (int32_t k = 0; t < (uint32_t)b->T; t++, k++) {
             b->ids[t] = 0;
             b->targets[t] = 0;
             b->pos[t] = k;
             b->doc[t] = n;
+            b->key[t] = l->n_rows * l->T + (uint64_t)k;
         }
-        return (glm_batch){1, b->T, b->ids, b->targets, b->pos, b->doc};
+        return (glm_batch){1, b->T, b->ids, b->targets, b->pos, b->doc, b->key};
     }
-    for (int i = 0; i < n; i++)
-        glm_loader_row(l, rows[i], b->ids + (size_t)i * b->T, b->targets + (size_t)i * b->T, b->pos + (size_t)i * b->T,
-                       b->doc + (size_t)i * b->T, NULL);
-    return (glm_batch){n, b->T, b->ids, b->targets, b->pos, b->doc};
+    for (int i = 0; i < n; i++) {
+        size_t o = (size_t)i * b->T;
+        glm_loader_row(l, rows[i], b->ids + o, b->targets + o, b->pos + o, b->doc + o, NULL);
+        for (int t = 0; t < b->T; t++) b->key[o + (size_t)t] = rows[i] * (uint64_t)b->T + (uint64_t)t;
+    }
+    return (glm_batch){n, b->T, b->ids, b->targets, b->pos, b->doc, b->key};
 }
 
 /* Checks, before training, that the shards fit the model: token ids inside the vocabulary,
@@ -249,12 +262,33 @@ typedef struct {
     int cp, dp, dp_rank; /* context parallel: ranks per row (1: off), data-parallel groups, this rank's group */
     const glm_backend *cp_comm; /* the group's communicator (comm_split; NULL without context parallel) */
     int n_buckets_started; /* layers whose gradient all-reduce the backward started this step */
-    int out_lock;          /* rank 0: the output directory's lock (train_lock_output_dir), or -1 */
+    int out_lock;          /* rank 0: the output directory's lock (glm_lock_dir), or -1 */
 } run_state;
 
 static json_t *loader_pos(const glm_loader *l) {
-    return json_pack("{s:I,s:I,s:I,s:s}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
-                     (json_int_t)l->n_units, "unit", l->by_doc ? "samples" : "rows");
+    char fp[24];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)l->data_fingerprint);
+    return json_pack("{s:I,s:I,s:I,s:s,s:s}", "epoch", (json_int_t)l->epoch, "cursor", (json_int_t)l->cursor, "rows",
+                     (json_int_t)l->n_units, "unit", l->by_doc ? "samples" : "rows", "data_fingerprint", fp);
+}
+
+/* The checkpoint's data against --data: the same rows (its data fingerprint, glm_loader.data_fingerprint),
+ * or the position it saved would continue on other rows (data re-tokenized in place, another
+ * seed, other shards). A checkpoint made before the fingerprint was kept is resumed with a note. */
+static glm_status check_resume_data(const run_state *rs, const train_settings *ts, const char *ckpt, const json_t *dl) {
+    const char *saved = json_string_value(json_object_get(dl, "data_fingerprint"));
+    char now[24];
+    snprintf(now, sizeof now, "%016llx", (unsigned long long)rs->data.data_fingerprint);
+    if (!saved) {
+        glm_log_info("%s has no data fingerprint (made by an older glmtune): that --data holds the rows it was trained on "
+                     "is not checked", ckpt);
+        return GLM_OK;
+    }
+    if (!strcmp(saved, now)) return GLM_OK;
+    return glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained on other data than --data %s holds now (data "
+                   "fingerprint %s, now %s: the shards were re-tokenized or replaced since): its saved position would "
+                   "continue on different rows; hint: resume with the shards it was trained on, or start a new run on "
+                   "these (another --output-dir, or --overwrite-output-dir)", ckpt, ts->data, saved, now);
 }
 
 static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
@@ -290,11 +324,37 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
     return s;
 }
 
+/* A checkpoint resumes only the LoRA modules it was trained on: with fewer (a narrower
+ * --lora-target) its other trained weights would be dropped from every later checkpoint, and
+ * save_total_limit would then delete the last one that holds them; with more, the new modules
+ * would have no optimizer state. Either is refused, as a changed lora_rank is, naming both sets. */
+static glm_status check_resume_targets(const run_state *rs, const train_settings *ts, const char *ckpt) {
+    char *p = glm_path_join(ckpt, "adapter_config.json");
+    if (!p) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    char theirs[256], mine[256];
+    bool same = true;
+    glm_status s = glm_is_file(p) ? glm_lora_config_targets(rs->lora, p, theirs, mine, sizeof theirs, &same) : GLM_OK;
+    if (s == GLM_OK && !same) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", theirs);
+        for (char *c = list; *c; c++) *c = *c == ' ' && c[1] ? ',' : *c;
+        list[strcspn(list, " ")] = 0;
+        s = glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained with LoRA on { %s}, but this run's --lora-target %s "
+                    "gives { %s}: a checkpoint resumes exactly the modules it trained (fewer would drop trained weights "
+                    "from every later checkpoint, more would start without their optimizer state); hint: resume with "
+                    "--lora-target %s, or train other modules in a new run (another --output-dir)",
+                    ckpt, theirs, ts->lora_target ? ts->lora_target : "all", mine, list);
+    }
+    free(p);
+    return s;
+}
+
 static glm_status restore(run_state *rs, const train_settings *ts) {
     char *path = NULL;
     GLM_TRY(train_resume_path(ts, &path));
     glm_ckpt c;
     glm_status s = glm_ckpt_load(path, &c);
+    if (s == GLM_OK) s = check_resume_targets(rs, ts, path);
     if (s == GLM_OK) s = glm_ckpt_load_weights(&c, rs->model->be, rs->params, (size_t)rs->n_params, &rs->optim);
     if (s == GLM_OK) {
         json_t *dl = c.data_loader;
@@ -310,6 +370,8 @@ static glm_status restore(run_state *rs, const train_settings *ts) {
                         "resume with the same --data", path, (unsigned long long)rows, want,
                         (unsigned long long)rs->data.n_units);
         else
+            s = check_resume_data(rs, ts, path, dl);
+        if (s == GLM_OK)
             s = glm_loader_seek(&rs->data, (uint64_t)json_integer_value(json_object_get(dl, "epoch")),
                                 (uint64_t)json_integer_value(json_object_get(dl, "cursor")));
     }
@@ -472,7 +534,9 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         /* evaluation asked for without eval_data: the val split of the training shards, as LLaMA-Factory
          * evaluates on the split val_size made; none: said once, and training goes on */
         glm_loader_close(&rs->eval);
-        if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) == GLM_OK) {
+        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false);
+        if (ev != GLM_OK && ev != GLM_ERR_ARG) return ev; /* a val split that is there but broken */
+        if (ev == GLM_OK) {
             GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
             glm_log_info("evaluation (eval_strategy %s): the val split of %s, %llu rows", ts->eval_strategy, ts->eval_data,
                          (unsigned long long)rs->eval.n_rows);
@@ -484,7 +548,9 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         }
     } else if (ts->eval_data && *ts->eval_data) {
         /* the val split of a tokenize output (--val-size), or, when it has none, all of its rows */
-        if (glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false) != GLM_OK) {
+        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false);
+        if (ev != GLM_OK && ev != GLM_ERR_ARG) return ev; /* a val split that is there but broken */
+        if (ev != GLM_OK) {
             GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "train", (uint64_t)ts->seed, false));
             glm_log_info("%s has no val split: evaluating on all of its %llu rows", ts->eval_data,
                          (unsigned long long)rs->eval.n_rows);
@@ -527,6 +593,13 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                      (long long)ts->per_device_train_batch_size, (unsigned long long)group_rows,
                      ts->by_sample ? "sample" : "row", rs->dp > 1 ? "each data-parallel group gets" : "in the data");
     }
+    if (global_rows > rs->data.n_units && (uint64_t)B_eff == (uint64_t)ts->per_device_train_batch_size)
+        glm_log_warn("--gradient-accumulation-steps %lld: %llu %s(s) per optimizer step (%lld x %lld%s) is more than the "
+                     "%llu in the data: every step takes all of them (one epoch per step, fewer micro-batches); hint: a "
+                     "smaller --gradient-accumulation-steps, or more data", (long long)ts->gradient_accumulation_steps,
+                     (unsigned long long)global_rows, ts->by_sample ? "sample" : "row",
+                     (long long)ts->per_device_train_batch_size, (long long)ts->gradient_accumulation_steps,
+                     rs->dp > 1 ? " x the data-parallel groups" : "", (unsigned long long)rs->data.n_units);
     if (global_rows > rs->data.n_units) global_rows = rs->data.n_units;
     if (ts->by_sample) {
         /* one row of B_eff samples: as long as the B_eff longest samples (train and eval) together, so any
@@ -571,7 +644,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     rs->history = json_array();
     if (be->rank == 0) {
         GLM_TRY(glm_mkdir_p(ts->output_dir));
-        GLM_TRY(train_lock_output_dir(ts->output_dir, &rs->out_lock)); /* a fresh directory: locked once made */
+        GLM_TRY(glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs->out_lock)); /* a fresh directory: locked once made */
     }
     glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
@@ -780,9 +853,9 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         if (n == 0) memset(rs->bb.targets, 0, (size_t)rs->bb.T); /* placeholder: no target, zero gradient */
         double ls = 0;
         int64_t k = 0;
-        /* the dropout stream of (step, micro-batch); groups > 0 take micro-batch numbers after group 0's (the
-         * ranks of a group share the stream: the masks follow the tokens' places in the whole rows) */
-        uint64_t dseed = mix64(mix64((uint64_t)ts->seed, (uint64_t)rs->step), micro + (uint64_t)rs->dp_rank * n_micro);
+        /* the dropout seed of the step: every micro-batch and rank share it, the masks follow the tokens'
+         * keys (their places in the data, batch_fill) */
+        uint64_t dseed = mix64((uint64_t)ts->seed, (uint64_t)rs->step);
         bool last = micro + 1 == n_micro;
         if (W > 1 && last) {
             rs->model->grad_ready = bucket_ready;
@@ -864,7 +937,7 @@ glm_status train_run(const train_settings *ts) {
         if (rank > 0) glm_log_level = 0; /* the other ranks are quiet: only errors, prefixed "rank R: " */
     }
     /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
-    if (rank == 0) s = train_lock_output_dir(ts->output_dir, &rs.out_lock);
+    if (rank == 0) s = glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs.out_lock);
     s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
     if (s == GLM_OK) s = agree(be, setup(&rs, ts));
     glm_metrics mx;

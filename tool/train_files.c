@@ -5,12 +5,9 @@
 
 #include <dirent.h>
 #include <math.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
@@ -64,26 +61,6 @@ glm_status train_check_output_dir(const train_settings *ts) {
     free(ckpt);
     free(metrics);
     return s;
-}
-
-glm_status train_lock_output_dir(const char *dir, int *fd) {
-    if (*fd >= 0 || !glm_is_dir(dir)) return GLM_OK;
-    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (d < 0)
-        return glm_err(GLM_ERR_IO, "%s: cannot open the output directory: %s; hint: check its permissions", dir,
-                       strerror(errno));
-    if (flock(d, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        close(d);
-        if (e == EWOULDBLOCK)
-            return glm_err(GLM_ERR_ARG, "%s is in use by another glmtune train (it holds the directory's lock); "
-                           "hint: wait for that run to end, stop it, or choose another --output-dir", dir);
-        glm_log_warn("%s: cannot lock the output directory (%s): a second run into it would not be stopped", dir,
-                     strerror(e));
-        return GLM_OK;
-    }
-    *fd = d;
-    return GLM_OK;
 }
 
 /* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;

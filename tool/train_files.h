@@ -15,13 +15,6 @@
  * GLM_ERR_ARG (an earlier run there, no checkpoint to resume), GLM_ERR_IO. */
 glm_status train_check_output_dir(const train_settings *ts);
 
-/* Takes an exclusive flock(2) on output directory `dir`, kept on *fd (opened close-on-exec) for the
- * life of the run, so that a second `glmtune train` into the same directory stops before it
- * touches the first one's checkpoints. Does nothing when *fd >= 0 (already held) or when `dir`
- * does not exist yet (the caller locks it once made). Errors: GLM_ERR_ARG (held by another
- * process), GLM_ERR_IO (cannot open the directory). */
-glm_status train_lock_output_dir(const char *dir, int *fd);
-
 /* Resolves --resume-from-checkpoint: "" / "latest" / "true" -> the newest complete checkpoint of
  * output_dir; a checkpoint directory; or another output directory (its newest). *path is malloc'd.
  * Errors: GLM_ERR_ARG when there is no complete checkpoint (with what to do). */

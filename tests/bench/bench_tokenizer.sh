@@ -63,6 +63,18 @@ median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 if [ -x "$glmtune" ]; then
   for i in 1 2 3 4 5 6; do mkdir -p "$tmp/in/$i" && cp -r "$shared/corpora/." "$tmp/in/$i/"; done
   in_bytes=$(find "$tmp/in" -type f -name '*.json*' ! -name dataset_info.json -printf '%s\n' | awk '{s += $1} END {print s}')
+  # a folder with a dataset_info.json gives only the files it names: the others are inputs of their own
+  unregistered=$(python3 - "$tmp/in" <<'PY'
+import json, os, sys
+for root, _, files in sorted(os.walk(sys.argv[1])):
+    if "dataset_info.json" not in files:
+        continue
+    named = {v.get("file_name") for v in json.load(open(os.path.join(root, "dataset_info.json"))).values()}
+    for f in sorted(files):
+        if f.endswith((".json", ".jsonl")) and f != "dataset_info.json" and f not in named:
+            print(os.path.join(root, f))
+PY
+)
   echo
   echo "| whole command: glmtune tokenize --seq-len 8192 (${in_bytes} bytes of JSON), median of $runs runs | threads | seconds | MB/s | CPU seconds | MB per CPU-second |"
   echo "|---|---|---|---|---|---|"
@@ -72,7 +84,7 @@ if [ -x "$glmtune" ]; then
     : > "$tmp/cpus"
     for rep in $(seq "$runs"); do
       rm -rf "$tmp/out"
-      read -r wall usr sys < <({ time "$glmtune" tokenize --quiet --threads "$t" --tokenizer "$tok" --seq-len 8192 -o "$tmp/out" "$tmp/in" >/dev/null 2>&1; } 2>&1)
+      read -r wall usr sys < <({ time "$glmtune" tokenize --quiet --threads "$t" --tokenizer "$tok" --seq-len 8192 -o "$tmp/out" "$tmp/in" $unregistered >/dev/null 2>&1; } 2>&1)
       echo "$wall" >> "$tmp/walls"
       echo "$usr + $sys" | bc -l >> "$tmp/cpus"
     done

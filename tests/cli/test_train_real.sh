@@ -11,7 +11,10 @@ T=$(mktemp -d /tmp/glmreal.XXXXXX)
 pass=0; fail=0
 check() { local what=$1; shift; if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what" >&2; fi; }
 
-$G tokenize --quiet --tokenizer "$F/glm4-tokenizer" --seq-len 512 --truncate --val-size 8 -o "$T/shards" "$F/corpora" 2>"$T/tok.log"
+# (the two llamafactory files its dataset_info.json does not name are inputs of their own: the folder
+# gives only the registered ones)
+$G tokenize --quiet --tokenizer "$F/glm4-tokenizer" --seq-len 512 --truncate --val-size 8 -o "$T/shards" "$F/corpora" \
+    "$F/corpora/llamafactory/reason_tool_use_demo_50.jsonl" "$F/corpora/llamafactory/v1_sft_demo.jsonl" 2>"$T/tok.log"
 check "tokenize the corpora" test -f "$T/shards/manifest.json"
 cat > "$T/config.json" <<'JSON'
 {"model_type": "chatglm", "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4,

@@ -17,11 +17,13 @@ typedef struct {
     size_t records, messages, native, same, tools;
 } tally;
 
-/* Every message of every record of `dir`, rendered both ways with `tpl`. */
-static void check_corpus(const char *dir, const glm_template *tpl, const glm_convert_opts *copt, tally *t) {
-    const char *in[] = {dir};
+/* Every message of every record of the corpus files, rendered both ways with `tpl`. */
+static void check_corpus(const char *data_dir, const glm_template *tpl, const glm_convert_opts *copt, tally *t) {
+    char bufs[3][4096];
+    const char *in[3];
+    size_t nin = corpora_inputs(data_dir, bufs, in);
     glm_reader *r = NULL;
-    CHECK(glm_reader_open(in, 1, NULL, &r) == GLM_OK, "open %s: %s", dir, glm_errmsg());
+    CHECK(glm_reader_open(in, nin, NULL, &r) == GLM_OK, "open %s: %s", in[0], glm_errmsg());
     glm_record rec;
     while (r && glm_reader_next(r, &rec) == GLM_OK) {
         glm_conversation conv;
@@ -58,9 +60,8 @@ static void check_corpus(const char *dir, const glm_template *tpl, const glm_con
 
 int main(void) {
     const char *data_dir = test_data_dir();
-    char path[4096], dir[4096];
+    char path[4096];
     snprintf(path, sizeof path, "%s/glm4-tokenizer", data_dir);
-    snprintf(dir, sizeof dir, "%s/corpora", data_dir);
     glm_tokenizer *tok = NULL;
     CHECK(glm_tokenizer_load(path, &tok) == GLM_OK, "load %s: %s", path, glm_errmsg());
     if (!tok) return check_summary("test_chat_native");
@@ -76,7 +77,7 @@ int main(void) {
         const glm_convert_opts *opts[2] = {&plain, &other};
         for (int o = 0; o < 2; o++) {
             tally t = {0};
-            check_corpus(dir, tpl, opts[o], &t);
+            check_corpus(data_dir, tpl, opts[o], &t);
             printf("template %d, options %d: %zu records, %zu messages (%zu with tools), %zu native, %zu the same\n", k, o,
                    t.records, t.messages, t.tools, t.native, t.same);
             /* 1,497: SOURCES.md's 1,500 records less the 3 that test_corpora expects dropped */

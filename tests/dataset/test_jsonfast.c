@@ -151,11 +151,11 @@ int main(void) {
     const char *data_dir = test_data_dir();
     size_t records = 0;
     {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s/corpora", data_dir);
-        const char *in[] = {dir};
+        char bufs[3][4096];
+        const char *in[3];
+        size_t nin = corpora_inputs(data_dir, bufs, in);
         glm_reader *rd = NULL;
-        CHECK(glm_reader_open(in, 1, NULL, &rd) == GLM_OK, "open %s: %s", dir, glm_errmsg());
+        CHECK(glm_reader_open(in, nin, NULL, &rd) == GLM_OK, "open %s: %s", in[0], glm_errmsg());
         glm_reader_set_deferred_parse(rd, true);
         glm_record rec;
         tally yc = {0};

@@ -392,21 +392,37 @@ int main(void) {
           r.details[1]);
     result_free(&r);
 
-    /* a JSON Lines line cut off, a syntax error, a scalar, text after a record */
+    /* a JSON Lines line cut off, a syntax error, a scalar, text after a record (the line is one
+     * bad record, named by line:column) */
     write_str("trunc.jsonl", "{\"i\": 0}\n{\"i\": [1, 2\n{\"i\": 2}\n{\"i\" 3}\n\"str\"\n"
                              "{\"i\": 5} x\n{\"i\": 6}\n{\"i\": 7");
     read1(&r, "trunc.jsonl");
-    CHECK(r.st == GLM_OK && r.n == 9, "trunc jsonl: %d %s", r.n, r.err);
-    const char *want_reason[] = {"", "invalid_json", "", "invalid_json", "not_an_object", "",
+    CHECK(r.st == GLM_OK && r.n == 8, "trunc jsonl: %d %s", r.n, r.err);
+    const char *want_reason[] = {"", "invalid_json", "", "invalid_json", "not_an_object",
                                  "invalid_json", "", "truncated_json"};
-    for (int i = 0; i < 9 && i < r.n; i++)
+    for (int i = 0; i < 8 && i < r.n; i++)
         CHECK(!strcmp(r.reasons[i], want_reason[i]), "line record %d: %s, want %s (%s)", i,
               r.reasons[i], want_reason[i], r.details[i]);
     CHECK(r.lines[2] == 3 && ival(r.values[2], "i") == 2, "resync at the next line");
     CHECK(strstr(r.details[3], "trunc.jsonl:4:") && strstr(r.details[3], "record 3"), "detail %s",
           r.details[3]);
-    CHECK(strstr(r.details[8], "trunc.jsonl:8:") && strstr(r.details[8], "cut off"), "detail %s",
-          r.details[8]);
+    CHECK(strstr(r.details[5], "trunc.jsonl:6:10: record 5") && strstr(r.details[5], "unexpected 'x' at column 10"),
+          "detail %s", r.details[5]);
+    CHECK(r.lines[6] == 7 && ival(r.values[6], "i") == 6, "the next line is record 6: line %lld",
+          (long long)r.lines[6]);
+    CHECK(strstr(r.details[7], "trunc.jsonl:8:") && strstr(r.details[7], "cut off"), "detail %s",
+          r.details[7]);
+    result_free(&r);
+
+    /* a trailing comma on a line: that line is one bad record, the next ones keep their numbers */
+    write_str("comma.jsonl", "{\"i\": 0}\n{\"i\": 1},\n{\"i\": 2}\n{\"i\": 3}, \r\n{\"i\": 4}");
+    read1(&r, "comma.jsonl");
+    CHECK(r.st == GLM_OK && r.n == 5 && r.n_problems == 2, "trailing commas: %d records, %d problems %s", r.n,
+          r.n_problems, r.err);
+    CHECK(r.n == 5 && !strcmp(r.reasons[1], "invalid_json") && strstr(r.details[1], "comma.jsonl:2:9: record 1") &&
+              strstr(r.details[1], "trailing comma"), "trailing comma named by line:column: %s", r.details[1]);
+    CHECK(r.n == 5 && ival(r.values[2], "i") == 2 && r.lines[2] == 3 && strstr(r.details[3], "comma.jsonl:4:9: record 3") &&
+              ival(r.values[4], "i") == 4, "the records after it: numbered as their lines (%s)", r.n == 5 ? r.details[3] : "");
     result_free(&r);
 
     /* an array element with a syntax error: resync at the next element */
@@ -540,7 +556,7 @@ int main(void) {
         result_free(&r);
     }
 
-    /* --- a folder with a registry: it maps, it is not read */
+    /* --- a folder with a registry: it maps, it is not read; files it does not name are not read */
     glm_mkdir_p(tpath("reg"));
     write_str("reg/dataset_info.json",
               "{\"mine\": {\"file_name\": \"mine.json\", \"formatting\": \"sharegpt\", "
@@ -556,8 +572,10 @@ int main(void) {
     {
         const char *in[1] = {tpath("reg")};
         read_all(&r, in, 1, NULL, 0);
-        CHECK(r.st == GLM_OK && r.n == 3, "registry folder: %d records (dpo skipped) %s", r.n,
-              r.err);
+        CHECK(r.st == GLM_OK && r.n == 2, "registry folder: %d records (mine and other; dpo skipped, loose.jsonl "
+              "not named) %s", r.n, r.err);
+        for (int i = 0; i < r.n; i++)
+            CHECK(!json_object_get(r.values[i], "messages"), "registry folder: loose.jsonl (not registered) was read");
         result_free(&r);
         read_all(&r, in, 1, "mine", 0);
         CHECK(r.st == GLM_OK && r.n == 1 && json_object_get(r.values[0], "msgs"),
@@ -590,7 +608,12 @@ int main(void) {
         result_free(&r);
         const char *folder_then_file[2] = {tpath("reg"), tpath("reg/mine.json")};
         read_all(&r, folder_then_file, 2, NULL, 0);
-        CHECK(r.st == GLM_OK && r.n == 3, "folder then a file in it: %d records %s", r.n, r.err);
+        CHECK(r.st == GLM_OK && r.n == 2, "folder then a file in it: %d records %s", r.n, r.err);
+        result_free(&r);
+        const char *folder_then_loose[2] = {tpath("reg"), tpath("reg/loose.jsonl")};
+        read_all(&r, folder_then_loose, 2, NULL, 0);
+        CHECK(r.st == GLM_OK && r.n == 3, "folder then an unregistered file in it, as an input: %d records %s", r.n,
+              r.err);
         result_free(&r);
         /* a symlinked registry: file_name is relative to the folder of the link (dataset_dir) */
         glm_mkdir_p(tpath("reglink"));

@@ -12,7 +12,8 @@
  *   - T not a multiple of 2 CP (the padding rule of lora/ring_attention.h);
  *   - gradient checkpointing none, full (the ring runs again in the recomputation), selective;
  *   - micro-batches of 2 rows, a short last micro-batch (1 row in a workspace of 2);
- *   - LoRA dropout (the masks follow the tokens' global places) when one group covers the batch.
+ *   - LoRA dropout (the masks follow the tokens' global places, or their keys, glm_batch.drop_key) when
+ *     one group covers the batch.
  * Numbers. The CPU ring accumulates in double (the backend's acc_dtype) and rounds once, so its
  * attention is the whole-row attention's to the last bit in almost every element; the loss
  * sums agree to ~1e-16. The gradients still differ where the sums over tokens are split (each
@@ -145,15 +146,16 @@ static double grad_diff(const net *a, const net *b, double *worst, int *zero) {
 
 /* One case: the global batch `all` (dp groups x B rows); group g takes rows g*B.. . */
 static void run_case(const char *what, const glm_backend *be, net *cp, net *ref, net *ref2, const rows *all, int B, int dp_rank,
-                     int ckpt, float p_drop) {
+                     int ckpt, float p_drop, const uint64_t *keys) {
     cp->lora->dropout = ref->lora->dropout = ref2->lora->dropout = p_drop;
     glm_lora_zero_grads(cp->lora);
     glm_lora_zero_grads(ref->lora);
     glm_lora_zero_grads(ref2->lora);
     int T = all->T;
     glm_batch mine = {B, T, all->ids + (size_t)dp_rank * B * T, all->tg + (size_t)dp_rank * B * T,
-                      all->pos + (size_t)dp_rank * B * T, all->doc + (size_t)dp_rank * B * T};
-    glm_batch whole = {all->B, T, all->ids, all->tg, all->pos, all->doc};
+                      all->pos + (size_t)dp_rank * B * T, all->doc + (size_t)dp_rank * B * T,
+                      keys ? keys + (size_t)dp_rank * B * T : NULL};
+    glm_batch whole = {all->B, T, all->ids, all->tg, all->pos, all->doc, keys};
     double ls = 0, lr = 0;
     int64_t nt = 0, nr = 0;
     glm_status s = glm_model_step(cp->m, cp->lora, &mine, 1.0f, 1, ckpt, 77, &ls, &nt);
@@ -236,7 +238,7 @@ int main(int argc, char **argv) {
             for (int g = 0; g < dp; g++) memcpy(lens[g], L1[(c + (size_t)g) % 4].lens[0], sizeof lens[g]);
             rows r = make_rows(dp, T, (const int(*)[8])lens, 3 + c);
             snprintf(what, sizeof what, "CP %d x DP %d, T %d (S %d): %s, %s", cpn, dp, T, S, L1[c].name, ckn[ck]);
-            run_case(what, be, &cp, &ref, &ref2, &r, 1, dp_rank, mode, 0.0f);
+            run_case(what, be, &cp, &ref, &ref2, &r, 1, dp_rank, mode, 0.0f, NULL);
             free_rows(&r);
         }
     }
@@ -246,11 +248,11 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 2 * dp; i++) memcpy(lens[i], L1[(size_t)(i + 1) % 4].lens[0], sizeof lens[i]);
         rows r = make_rows(2 * dp, T, (const int(*)[8])lens, 11);
         snprintf(what, sizeof what, "CP %d x DP %d: micro-batch of 2 rows", cpn, dp);
-        run_case(what, be, &cp, &ref, &ref2, &r, 2, dp_rank, 0, 0.0f);
+        run_case(what, be, &cp, &ref, &ref2, &r, 2, dp_rank, 0, 0.0f, NULL);
         free_rows(&r);
         rows r1 = make_rows(dp, T, (const int(*)[8])lens, 12);
         snprintf(what, sizeof what, "CP %d x DP %d: a 1-row micro-batch after 2-row ones", cpn, dp);
-        run_case(what, be, &cp, &ref, &ref2, &r1, 1, dp_rank, 0, 0.0f);
+        run_case(what, be, &cp, &ref, &ref2, &r1, 1, dp_rank, 0, 0.0f, NULL);
         free_rows(&r1);
     }
     /* the most padding: T = 10 CP + 1 (2 CP - 1 padding tokens), one document */
@@ -259,7 +261,7 @@ int main(int argc, char **argv) {
         for (int g = 0; g < dp; g++) lens[g][0] = T3 - g; /* group 1: the loader's padding too */
         rows r = make_rows(dp, T3, (const int(*)[8])lens, 41);
         snprintf(what, sizeof what, "CP %d x DP %d, T %d (%d padding tokens): one document", cpn, dp, T3, 2 * cpn - 1);
-        run_case(what, be, &cp, &ref, &ref2, &r, 1, dp_rank, 0, 0.0f);
+        run_case(what, be, &cp, &ref, &ref2, &r, 1, dp_rank, 0, 0.0f, NULL);
         free_rows(&r);
     }
     /* a longer row with many documents (T = 40 CP + 3, odd) in every group */
@@ -273,7 +275,7 @@ int main(int argc, char **argv) {
         }
         rows r = make_rows(dp, T2, (const int(*)[8])lens, 21);
         snprintf(what, sizeof what, "CP %d x DP %d, T %d: many documents", cpn, dp, T2);
-        run_case(what, be, &cp, &ref, &ref2, &r, 1, dp_rank, 0, 0.0f);
+        run_case(what, be, &cp, &ref, &ref2, &r, 1, dp_rank, 0, 0.0f, NULL);
         free_rows(&r);
     }
     /* LoRA dropout: the masks follow the global token places (one group: the reference batch is
@@ -281,14 +283,21 @@ int main(int argc, char **argv) {
     if (dp == 1) {
         rows r = make_rows(1, T, edges, 31);
         snprintf(what, sizeof what, "CP %d, T %d: LoRA dropout 0.1, full recomputation", cpn, T);
-        run_case(what, be, &cp, &ref, &ref2, &r, 1, 0, 1, 0.1f);
+        run_case(what, be, &cp, &ref, &ref2, &r, 1, 0, 1, 0.1f, NULL);
+        /* with dropout keys (glm_batch.drop_key) as the trainer gives them: runs of consecutive keys
+         * that break where a sample of the data ends (here a third into the row) */
+        uint64_t *keys = malloc(sizeof(uint64_t) * (size_t)T);
+        for (int t = 0; t < T; t++) keys[t] = t < T / 3 ? 5000 + (uint64_t)t : 90000 + (uint64_t)t;
+        snprintf(what, sizeof what, "CP %d, T %d: LoRA dropout 0.1 keyed by the data, full recomputation", cpn, T);
+        run_case(what, be, &cp, &ref, &ref2, &r, 1, 0, 1, 0.1f, keys);
+        free(keys);
         free_rows(&r);
     }
     /* errors: a model step with a group of the wrong size */
     cp.m->cp = cpn + 1;
     {
         rows r = make_rows(1, T, one, 1);
-        glm_batch b = {1, T, r.ids, r.tg, r.pos, r.doc};
+        glm_batch b = {1, T, r.ids, r.tg, r.pos, r.doc, NULL};
         double ls;
         int64_t nt;
         CHECK(glm_model_step(cp.m, cp.lora, &b, 1.0f, 1, 0, 0, &ls, &nt) == GLM_ERR_ARG && strstr(glm_errmsg(), "group"),

@@ -84,7 +84,7 @@ static void test_layout(const char *layout) {
     if (!golden_load(fixtures, layout, &g)) return;
     side c, d;
     if (!open_side(cpu, layout, &c) || !open_side(gpu, layout, &d)) return;
-    glm_batch b = {g.B, g.T, g.ids, g.targets, g.pos, g.doc};
+    glm_batch b = {g.B, g.T, g.ids, g.targets, g.pos, g.doc, NULL};
     int64_t N = (int64_t)g.B * g.T, V = c.m->cfg.V;
     char what[400];
 
@@ -232,7 +232,7 @@ static void test_9b_shape(int quant) {
             tg[t] = pos[t] > 0;
             ids[t] = (uint32_t)((t * 2654435761u) % (uint32_t)V);
         }
-        glm_batch b = {1, T, ids, tg, pos, doc};
+        glm_batch b = {1, T, ids, tg, pos, doc, NULL};
         float scale = 1.0f / 317.0f; /* targets: every position but a document's first (99 + 199 + 19) */
         double lsc = 0, lsg = 0;
         int64_t ntc = 0, nt = 0, n;
@@ -323,7 +323,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
     for (int k = 0; k < 3; k++)
         for (int t = 0; t < T; t++) ids[k][t] = (uint32_t)(((uint64_t)(t + 7919 * k) * 2654435761u) % (uint32_t)cfg.V);
     glm_batch b[3];
-    for (int k = 0; k < 3; k++) b[k] = (glm_batch){1, T, ids[k], tg, pos, doc};
+    for (int k = 0; k < 3; k++) b[k] = (glm_batch){1, T, ids[k], tg, pos, doc, NULL};
     const float scale = 1.0f / (T - 5);
     int64_t n = 0;
     for (int i = 0; i < l->n_params; i++) n += l->params[i].numel;

@@ -118,7 +118,7 @@ int main(void) {
     uint8_t tg[64];
     int32_t pos[64], doc[64];
     for (int i = 0; i < T; i++) ids[i] = (uint32_t)(7 + 13 * i) % (uint32_t)cfg.V, tg[i] = i >= T / 2, pos[i] = i, doc[i] = 0;
-    glm_batch b = {B, T, ids, tg, pos, doc};
+    glm_batch b = {B, T, ids, tg, pos, doc, NULL};
     /* lora_B is zero at init (no gradient reaches lora_A then): nudge it so every layer's grads can flow */
     for (int si = 0; si < l->n_sites; si++) {
         glm_param *pb = &l->params[l->sites[si].pb];

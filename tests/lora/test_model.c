@@ -590,7 +590,7 @@ static void test_init_random(void) {
         uint32_t ids[8] = {1, 5, 9, 13, 95, 0, 7, 3};
         uint8_t tg[8] = {0, 1, 1, 1, 0, 0, 1, 1};
         int32_t pos[8] = {0, 1, 2, 3, 0, 1, 2, 3}, doc[8] = {0, 0, 0, 0, 1, 1, 1, 1};
-        glm_batch b = {1, 8, ids, tg, pos, doc};
+        glm_batch b = {1, 8, ids, tg, pos, doc, NULL};
         double ls;
         int64_t nt;
         CHECK(glm_model_step(m, NULL, &b, 1, 0, 0, 0, &ls, &nt) == GLM_OK && nt == 5 && isfinite(ls) && ls / nt > 1 &&

@@ -26,7 +26,7 @@ static void make_batch(int V, uint32_t *ids, uint8_t *tg, int32_t *pos, int32_t 
         pos[t] = t < 24 ? t : t - 24;
         tg[t] = pos[t] > 0;
     }
-    *b = (glm_batch){1, T, ids, tg, pos, doc};
+    *b = (glm_batch){1, T, ids, tg, pos, doc, NULL};
 }
 
 /* A LoRA adapter on every linear with lora_B set to a fixed pattern (so lora_A's grads are not 0). */
