@@ -165,9 +165,13 @@ static glm_status prepare(cuda_impl *I, int bwd, const int32_t *doc, int B, int 
     int64_t ws_bytes = 0;
     glm_status st = cudnn_attn_plan(I->cudnn, &sh, &rc->plan, &ws_bytes);
     if (st) return decline(I, st);
-    if (I->attn_ws_cap >= 0 && (double)ws_bytes > I->attn_ws_cap)
-        return decline(I, glm_err(GLM_ERR_UNSUPPORTED, "attention: cuDNN's %.2f GiB workspace is more than the memory plan "
-                                  "leaves it (%.2f GiB)", ws_bytes / 1073741824.0, I->attn_ws_cap / 1073741824.0));
+    if (I->attn_ws_cap == 0 && ws_bytes > 0)
+        return decline(I, glm_err(GLM_ERR_UNSUPPORTED, "attention: the memory plan leaves the attention library no "
+                                  "workspace (cuDNN asks %.1f MiB at %d tokens), as planned for rows this long",
+                                  ws_bytes / 1048576.0, n));
+    if (I->attn_ws_cap > 0 && (double)ws_bytes > I->attn_ws_cap)
+        return decline(I, glm_err(GLM_ERR_UNSUPPORTED, "attention: cuDNN's %.1f MiB workspace is more than the memory "
+                                  "plan leaves it (%.1f MiB)", ws_bytes / 1048576.0, I->attn_ws_cap / 1048576.0));
     GLM_TRY(scratch(I, SCR_CUDNN_RAGGED, (size_t)sh.nb * 4 + (size_t)(sh.nb + 1) * 5 * 8 + 16, &p));
     rc->off = (int64_t *)p;
     rc->nb = sh.nb;
