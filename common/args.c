@@ -422,7 +422,7 @@ static void head_of(const glm_arg_opt *o, char *buf, size_t n) {
         snprintf(buf, n, "%s--%s %s", sh, o->name, metavar(o, mv, sizeof mv));
 }
 
-/* help text + " (default: D; also --a, --b)"; malloc'd */
+/* help text + " (default: D; also --a, --b)", malloc'd */
 static char *text_of(const glm_arg_opt *o) {
     const char *help = o->help ? o->help : "";
     size_t n = strlen(help) + (o->def ? strlen(o->def) : 0) + (o->alias ? 4 * strlen(o->alias) : 0) + 64;
@@ -434,11 +434,14 @@ static char *text_of(const glm_arg_opt *o) {
         used += (size_t)snprintf(t + used, n - used, "%sdefault: %s", sep, o->def);
         sep = "; ";
     }
+    bool first_alias = true;
     for (const char *p = o->alias; p && *p;) {
         size_t len = strcspn(p, "|");
         if (len) {
-            used += (size_t)snprintf(t + used, n - used, "%s%s--%.*s", sep, !strcmp(sep, ", ") ? "" : "also ", (int)len, p);
-            sep = ", ";
+            used += (size_t)snprintf(t + used, n - used, "%s%s--%.*s", first_alias ? sep : ", ", first_alias ? "also " : "",
+                                     (int)len, p);
+            first_alias = false;
+            sep = "; ";
         }
         p += len + (p[len] == '|');
     }
