@@ -78,7 +78,7 @@ static glm_status step_seconds_check(const glm_arg_opt *opt, const char *flag, c
 static glm_status parse(int argc, char **argv, bench_opts *o, bool *help) {
     memset(o, 0, sizeof *o);
     o->alpha = NAN;
-    uint64_t steps, warmup, B, rank, quant_bits, seq_step;
+    uint64_t steps = 0, warmup = 0, B = 0, rank = 0, quant_bits = 0, seq_step = 0; /* set from the defaults below */
     size_t nseq = 0, nbud = 0;
     int device = 0, q4 = GLM_WF_NF4;
     bool double_quant = true, seq_given = false;
