@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/strdist.h"
@@ -621,14 +622,9 @@ static const char *suggest(const char *s, bool kebab, char *buf, size_t n) {
     return suggest_as(s, kebab, kebab, buf, n);
 }
 
-/* flag: suggest as --name, else as 'name'. */
+/* flag: suggest as --name, else as 'name' (the wording every command's unknown options share). */
 static const char *suggest_as(const char *s, bool kebab, bool flag, char *buf, size_t n) {
-    const char *c = closest(s, kebab);
-    if (c)
-        snprintf(buf, n, "; hint: did you mean %s%s%s?", flag ? "--" : "'", c, flag ? "" : "'");
-    else
-        snprintf(buf, n, "; hint: `glmtune train --help` lists the options");
-    return buf;
+    return glm_args_hint(buf, n, closest(s, kebab), flag, "train");
 }
 
 static void list_free(glm_strlist *l) {
@@ -651,14 +647,8 @@ static glm_status list_push(glm_strlist *l, const char *s, size_t n) {
     return GLM_OK;
 }
 
-static bool parse_bool(const char *v, bool *out) {
-    static const char *t[] = {"true", "yes", "on", "1"}, *f[] = {"false", "no", "off", "0"};
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(v, t[i]) == 0) return *out = true, true;
-        if (strcasecmp(v, f[i]) == 0) return *out = false, true;
-    }
-    return false;
-}
+/* true/yes/on/1, false/no/off/0 in any case: the words every command reads as booleans */
+static bool parse_bool(const char *v, bool *out) { return glm_args_parse_bool(v, out); }
 
 /* Sets table entry i from text. `where` names the source for messages. */
 static glm_status set_value(glm_train_opts *o, size_t i, const char *v, glm_opt_src src, const char *where) {
@@ -1131,20 +1121,50 @@ glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
 
 /* ------------------------------------------------------------------ command line */
 
-static bool looks_bool(const char *s) {
-    bool b;
-    return s && parse_bool(s, &b);
+/* The command line goes through the option engine (common/args.h), which reads the spellings
+ * (--name value, --name=value, snake_case names, bare and negated bools, a bare
+ * --resume-from-checkpoint / --gradient-checkpointing) with a table made from k_opts; every
+ * value reaches set_option as text, as a YAML value does. */
+typedef struct {
+    glm_train_opts *o;
+    const glm_arg_opt *tab; /* N_OPTS entries for k_opts, then --no-gradient-checkpointing */
+} cli_ctx;
+
+static glm_status cli_option(const glm_arg_opt *a, const char *flag, const char *value, void *user) {
+    cli_ctx *c = user;
+    size_t i = (size_t)(a - c->tab);
+    if (i == N_OPTS) return glm_opts_set(c->o, "gradient-checkpointing", "none", GLM_SRC_CLI); /* the bool flag it was */
+    if (!strcmp(k_opts[i].name, "config")) return GLM_OK; /* read before the other options */
+    return set_option(c->o, i, flag + 2, value, GLM_SRC_CLI, flag);
 }
 
-/* Table index of a command-line name: kebab flag, snake key or alias (so a llamafactory-cli line
- * pastes: --learning_rate, --model_name_or_path, --dataset, --cutoff_len, --output_dir). */
-static long find_flag(const char *name) {
-    long i = find_opt(name);
-    if (i >= 0) return i;
-    char snake[128];
-    snprintf(snake, sizeof snake, "%s", name);
-    for (char *q = snake; *q; q++) *q = *q == '-' ? '_' : *q;
-    return find_opt(snake);
+/* A name outside the table: a LLaMA-Factory / transformers key, as --key value, --key=value, or
+ * a bare --key (true); answered by apply_key (used, not needed, refused, or unknown with a
+ * suggestion). */
+static glm_status cli_key(const char *flag, const char *value, int argc, char **argv, int *i, void *user) {
+    cli_ctx *c = user;
+    const char *name = flag + 2;
+    char key[128];
+    snprintf(key, sizeof key, "%s", name);
+    for (char *q = key; *q; q++) *q = *q == '-' ? '_' : *q;
+    const char *val = value ? value : (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) ? argv[++*i] : "true";
+    return apply_key(c->o, key, val, GLM_SRC_CLI, flag, strchr(name, '_') == NULL);
+}
+
+/* The engine's table for k_opts: kebab name (the snake key matches it: the engine takes '_' for
+ * '-'), the YAML alias, bool or value, and the value a bare option stands for. */
+static void cli_table(glm_arg_opt *tab, cli_ctx *c) {
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const glm_opt_def *d = &k_opts[i];
+        tab[i] = (glm_arg_opt){.name = d->name, .alias = d->alias, .type = d->type == GLM_OPT_BOOL ? GLM_ARG_BOOL : GLM_ARG_STRING,
+                               .metavar = type_name(d->type), .help = d->help, .hook = cli_option};
+        if (!strcmp(d->name, "lora-target")) tab[i].alias = "lora_target_modules"; /* PEFT's name */
+        if (d->optional_value) tab[i].bare = "latest";
+        if (!strcmp(d->name, "gradient-checkpointing")) tab[i].bare = "full"; /* transformers' bare flag */
+    }
+    tab[N_OPTS] = (glm_arg_opt){.name = "no-gradient-checkpointing", .type = GLM_ARG_FLAG, .hook = cli_option,
+                                .hidden = true};
+    c->tab = tab;
 }
 
 /* LLaMA-Factory's / transformers' defaults for the options a YAML leaves out (source
@@ -1199,73 +1219,12 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
         long ci = find_opt("config");
         GLM_TRY(set_value(o, (size_t)ci, config, GLM_SRC_CLI, "--config"));
     }
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            o->help = true;
-            continue;
-        }
-        if (strncmp(a, "--", 2) != 0 || !a[2])
-            return glm_err(GLM_ERR_ARG, "unexpected argument '%s'; hint: options look like --name value", a);
-        char name[128];
-        const char *eq = strchr(a + 2, '=');
-        size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (nl >= sizeof name) return glm_err(GLM_ERR_ARG, "option '%.60s...' is too long", a);
-        memcpy(name, a + 2, nl);
-        name[nl] = 0;
-        bool negated = false;
-        long idx = find_flag(name);
-        if (idx < 0 && (!strncmp(name, "no-", 3) || !strncmp(name, "no_", 3))) {
-            idx = find_flag(name + 3);
-            if (idx >= 0 && k_opts[idx].type != GLM_OPT_BOOL) idx = -1;
-            negated = idx >= 0;
-        }
-        if (idx < 0 && (!strcmp(name, "no-gradient-checkpointing") || !strcmp(name, "no_gradient_checkpointing"))) {
-            /* the bool flag it used to be */
-            if (eq) return glm_err(GLM_ERR_ARG, "--%s takes no value", name);
-            GLM_TRY(glm_opts_set(o, "gradient-checkpointing", "none", GLM_SRC_CLI));
-            continue;
-        }
-        char where[160];
-        if (idx < 0) {
-            /* a LLaMA-Factory / transformers key: --key value, --key=value, or a bare --key (true) */
-            char key[128];
-            snprintf(key, sizeof key, "%s", name);
-            for (char *q = key; *q; q++) *q = *q == '-' ? '_' : *q;
-            const char *val = eq ? eq + 1 : (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) ? argv[++i] : "true";
-            snprintf(where, sizeof where, "--%s", name);
-            GLM_TRY(apply_key(o, key, val, GLM_SRC_CLI, where, strchr(name, '_') == NULL));
-            continue;
-        }
-        const glm_opt_def *d = &k_opts[idx];
-        snprintf(where, sizeof where, "--%s", name);
-        if (strcmp(d->name, "config") == 0) { /* done above */
-            if (!eq) i++;
-            continue;
-        }
-        const char *val;
-        if (d->type == GLM_OPT_BOOL) {
-            if (negated && eq) return glm_err(GLM_ERR_ARG, "--%s takes no value", name);
-            if (eq)
-                val = eq + 1;
-            else if (!negated && i + 1 < argc && looks_bool(argv[i + 1]))
-                val = argv[++i];
-            else
-                val = negated ? "false" : "true";
-        } else if (eq) {
-            val = eq + 1;
-        } else if (!strcmp(d->name, "gradient-checkpointing") &&
-                   !(i + 1 < argc && (glm_ckpt_parse_quiet(argv[i + 1]) || strncmp(argv[i + 1], "--", 2) != 0))) {
-            val = "full"; /* transformers' --gradient_checkpointing flag alone */
-        } else if (i + 1 < argc && !(d->optional_value && strncmp(argv[i + 1], "--", 2) == 0)) {
-            val = argv[++i];
-        } else if (d->optional_value) {
-            val = "latest";
-        } else {
-            return glm_err(GLM_ERR_ARG, "--%s needs a value (%s)", name, type_name(d->type));
-        }
-        GLM_TRY(set_option(o, (size_t)idx, name, val, GLM_SRC_CLI, where));
-    }
+    glm_arg_opt tab[N_OPTS + 1];
+    cli_ctx ctx = {o, NULL};
+    cli_table(tab, &ctx);
+    const glm_arg_cmd cmd = {.name = "train", .opts = tab, .n_opts = N_OPTS + 1, .unknown = cli_key, .user = &ctx,
+                             .help_continues = true};
+    GLM_TRY(glm_args_parse(&cmd, argc, argv, &o->help));
     if (config) GLM_TRY(lf_defaults(o));
     long pi = find_opt("packing");
     if (o->packing && o->src[pi] != GLM_SRC_DEFAULT && !o->neat_packing)
@@ -1445,17 +1404,22 @@ void glm_opts_help(FILE *f) {
                "`glmtune tokenize --config` for the data keys), or refused with the reason.\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         const glm_opt_def *d = &k_opts[i];
-        char head[96];
+        char head[96], text[2048];
         if (d->type == GLM_OPT_BOOL)
             snprintf(head, sizeof head, "--%s, --no-%s", d->name, d->name);
         else if (d->optional_value)
             snprintf(head, sizeof head, "--%s [%s]", d->name, d->unit[0] ? d->unit : type_name(d->type));
         else
             snprintf(head, sizeof head, "--%s %s", d->name, d->unit[0] ? d->unit : type_name(d->type));
-        fprintf(f, "  %s\n      %s", head, d->help);
-        if (d->unit[0] && d->type != GLM_OPT_STRING) fprintf(f, " [%s]", d->unit);
-        fprintf(f, " (default: %s", d->def ? d->def : (strcmp(d->name, "lora-alpha") == 0 ? "2 x lora-rank" : "none"));
-        if (d->alias) fprintf(f, "; YAML also %s", d->alias);
-        fprintf(f, ")\n");
+        int n = snprintf(text, sizeof text, "%s", d->help);
+        if (d->unit[0] && d->type != GLM_OPT_STRING && n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, " [%s]", d->unit);
+        if (n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, " (default: %s",
+                          d->def ? d->def : (strcmp(d->name, "lora-alpha") == 0 ? "2 x lora-rank" : "none"));
+        if (d->alias && n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, "; YAML also %s", d->alias);
+        if (n >= 0 && (size_t)n < sizeof text) snprintf(text + n, sizeof text - (size_t)n, ")");
+        glm_args_help_entry(f, head, text, 6, 100); /* the layout of every command's help, the text below its flag */
     }
 }

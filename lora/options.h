@@ -2,7 +2,8 @@
  * type, default, unit, help) drives the command line (--name value, --name=value, bool flags,
  * --no-name), the YAML config (--config FILE.yaml, snake_case keys, LLaMA-Factory style), the
  * help text, and the resolved settings (printed, and saved as JSON in trainer_state.json).
- * Precedence: defaults < YAML < command line. */
+ * Precedence: defaults < YAML < command line. The command line is read by the option engine of
+ * common/args.h (the spellings every command shares), with a table made from this one. */
 #ifndef GLM_OPTIONS_H
 #define GLM_OPTIONS_H
 

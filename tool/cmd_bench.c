@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/args.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
@@ -25,177 +26,145 @@
 #include "lora/plan.h"
 #include "tool/cli.h"
 
-static const char *HELP =
+static const char *USAGE =
     "usage: glmtune bench [--shape NAME | --model DIR | --config FILE] [--seq-len T[,T...]] [--steps N] [--warmup N]\n"
     "                     [--batch-size B] [--gradient-checkpointing auto|none|selective|full]\n"
     "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
     "                     [--quantization-bit 4 [--quantization-type nf4|fp4] [--double-quantization B]]\n"
     "                     [--device cuda|cpu] [--json]\n"
     "       glmtune bench --max-seq-len [--max-gpu-memory GiB[,GiB...]] [--seq-len MAX_T] [--seq-step N]\n"
-    "                     [--max-step-seconds S] [--prove-memory] [model and LoRA options as above]\n"
-    "\n"
+    "                     [--max-step-seconds S] [--prove-memory] [model and LoRA options as above]";
+static const char *ABOUT =
     "Times LoRA training steps of a GLM-4 model with random bf16 weights made on the GPU (seconds for\n"
     "the 9B shape; no checkpoint is read), and prints per sequence length: tokens/s, useful TFLOP/s,\n"
-    "MFU, peak GPU memory, the memory plan, and the time of each phase of a step.\n"
-    "  --shape NAME      glm-4-9b-chat-1m (default), glm-4-9b-chat or glm-4-9b\n"
-    "  --model DIR       the shape of DIR/config.json (weights are not read)\n"
-    "  --config FILE     the shape of a config.json file\n"
-    "  --seq-len T,...   tokens per row, one benchmark each (default 8192)\n"
-    "  --steps N         timed steps (default 3; the median is reported)\n"
-    "  --warmup N        untimed steps first (default 1: the first step also plans GEMMs and\n"
-    "                    allocates; 0 for the longest sequences, where one step takes minutes)\n"
-    "  --batch-size B    rows per micro-batch (default 1)\n"
-    "  --gradient-checkpointing MODE   as glmtune train (default auto: the planner's choice)\n"
-    "  --max-gpu-memory GiB            plan for a smaller card, e.g. 22 for 24 GB (default: the GPU's)\n"
-    "  --lora-rank R, --lora-alpha A, --lora-target LIST   the adapter (default 8, 2 R, all)\n"
-    "  --quantization-bit 4            the QLoRA base: the linear layers quantized to 4 bits where they are\n"
-    "                    made (bitsandbytes' format; --quantization-type nf4 (default) or fp4,\n"
-    "                    --double-quantization true (default) or false), as glmtune train\n"
-    "  --json            one JSON object per sequence length instead of the tables\n"
-    "--max-gpu-memory is a hard cap on everything the process holds on the GPU as nvidia-smi counts it\n"
-    "(CUDA context and library workspaces included): an allocation past it fails.\n"
-    "  --max-seq-len     for each budget of --max-gpu-memory (a list, e.g. 12,16,22,40,80; default: the\n"
-    "                    GPU's free memory), the longest row that trains there (found with the memory\n"
-    "                    planner, in steps of --seq-step tokens, default 1024, up to --seq-len, default\n"
-    "                    4194304), proven by one real training step at that length under that cap, and\n"
-    "                    a table: budget, longest T, tokens/s, the process's peak GPU memory as nvidia-smi\n"
-    "                    counts it (sampled during the step) and whether it stayed within the budget\n"
-    "  --max-step-seconds S   a step estimated to take longer (from the plan's work and the speed measured\n"
-    "                    at 4096 tokens; default 600) is not run whole: the memory proof instead\n"
-    "  --prove-memory    the memory proof for every budget: every buffer of the step allocated at the full\n"
-    "                    T, the first 2 layers' forward and backward (and, where the plan offloads layer\n"
-    "                    inputs, one round trip to host memory), the peak within the budget, and the step\n"
-    "                    time extrapolated from the layers run (labelled so)\n"
+    "MFU, peak GPU memory, the memory plan, and the time of each phase of a step.\n";
+static const char *EPILOG =
     "Useful work per token = 4 N_matmul + 6 L T H Dh (forward and input-gradient GEMMs, causal\n"
     "attention forward and backward; recomputation not counted); MFU = useful FLOP/s / 989e12.\n";
 
 typedef struct bench_opts {
     const char *shape, *model, *config, *targets, *device, *ckpt;
     int64_t seqs[32];
-    int nseq, steps, warmup, B, rank, json;
+    int nseq, steps, warmup, B, rank;
+    bool json;
     double alpha, max_gib;
     double budgets[16];    /* --max-gpu-memory's list (GiB); max_gib = budgets[0] */
     int nbud;
-    int max_seq_len, prove; /* --max-seq-len, --prove-memory */
+    bool max_seq_len, prove; /* --max-seq-len, --prove-memory */
     int64_t seq_step;      /* --seq-step */
     double max_step_s;     /* --max-step-seconds */
     glm_base_format fmt;   /* the linear layers' format (quant_bits 0: bf16) */
 } bench_opts;
 
-static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
+/* --shape names the shape: a --model or --config before it no longer does */
+static glm_status shape_given(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    bench_opts *o = user;
+    o->model = o->config = NULL;
+    return GLM_OK;
+}
+
+static glm_status quant_bits_check(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    uint64_t u = *(const uint64_t *)opt->dest;
+    if (u != 0 && u != 4) return glm_err(GLM_ERR_ARG, "%s %s: expected 4 (QLoRA) or 0", flag, value);
+    return GLM_OK;
+}
+
+static glm_status step_seconds_check(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    if (!(*(const double *)opt->dest > 0)) return glm_err(GLM_ERR_ARG, "%s %s: expected seconds > 0", flag, value);
+    return GLM_OK;
+}
+
+/* The options; *help: --help was given (nothing else is checked then). */
+static glm_status parse(int argc, char **argv, bench_opts *o, bool *help) {
     memset(o, 0, sizeof *o);
-    o->shape = "glm-4-9b-chat-1m";
-    o->targets = "all";
-    o->device = "cuda";
-    o->ckpt = "auto";
-    o->steps = 3;
-    o->warmup = 1;
-    o->B = 1;
-    o->rank = 8;
     o->alpha = NAN;
-    o->seqs[0] = 8192;
-    o->nseq = 1;
-    o->fmt.q4 = GLM_WF_NF4;
-    o->fmt.double_quant = 1;
-    o->seq_step = 1024;
-    o->max_step_s = 600;
-    int seq_given = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        uint64_t u;
-        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
-            *help = 1;
-            return GLM_OK;
-        }
-        if (cli_flag(argv[i], "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (cli_flag(argv[i], "--max-seq-len")) {
-            o->max_seq_len = 1;
-            continue;
-        }
-        if (cli_flag(argv[i], "--prove-memory")) {
-            o->prove = 1;
-            continue;
-        }
-#define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) < 0 ? -1 : r)
-        if ((r = VAL("--shape")) > 0) o->shape = v, o->model = o->config = NULL;
-        else if (r == 0 && (r = VAL("--model")) > 0) o->model = v;
-        else if (r == 0 && (r = VAL("--config")) > 0) o->config = v;
-        else if (r == 0 && (r = VAL("--lora-target")) > 0) o->targets = v;
-        else if (r == 0 && (r = VAL("--device")) > 0) o->device = v;
-        else if (r == 0 && (r = VAL("--gradient-checkpointing")) > 0) o->ckpt = v;
-        else if (r == 0 && (r = VAL("--seq-len")) > 0) {
-            seq_given = 1;
-            o->nseq = 0;
-            char *s = strdup(v), *save = NULL;
-            glm_status st = GLM_OK;
-            for (char *t = strtok_r(s, ",", &save); t && !st; t = strtok_r(NULL, ",", &save)) {
-                if (o->nseq == 32) st = glm_err(GLM_ERR_ARG, "--seq-len: at most 32 lengths");
-                else if (!(st = cli_u64("--seq-len", t, &u)) && (u < 2 || u > (1u << 30)))
-                    st = glm_err(GLM_ERR_ARG, "--seq-len %s: expected 2 .. 2^30 tokens", t);
-                if (!st) o->seqs[o->nseq++] = (int64_t)u;
-            }
-            free(s);
-            GLM_TRY(st);
-        } else if (r == 0 && (r = VAL("--steps")) > 0) {
-            GLM_TRY(cli_u64("--steps", v, &u));
-            if (u < 1 || u > 1000) return glm_err(GLM_ERR_ARG, "--steps %s: expected 1 .. 1000", v);
-            o->steps = (int)u;
-        } else if (r == 0 && (r = VAL("--warmup")) > 0) {
-            GLM_TRY(cli_u64("--warmup", v, &u));
-            if (u > 100) return glm_err(GLM_ERR_ARG, "--warmup %s: expected 0 .. 100", v);
-            o->warmup = (int)u;
-        } else if (r == 0 && (r = VAL("--batch-size")) > 0) {
-            GLM_TRY(cli_u64("--batch-size", v, &u));
-            if (u < 1 || u > 4096) return glm_err(GLM_ERR_ARG, "--batch-size %s: expected 1 .. 4096", v);
-            o->B = (int)u;
-        } else if (r == 0 && (r = VAL("--lora-rank")) > 0) {
-            GLM_TRY(cli_u64("--lora-rank", v, &u));
-            if (u < 1 || u > 4096) return glm_err(GLM_ERR_ARG, "--lora-rank %s: expected 1 .. 4096", v);
-            o->rank = (int)u;
-        } else if (r == 0 && (r = VAL("--lora-alpha")) > 0) {
-            GLM_TRY(cli_double("--lora-alpha", v, &o->alpha));
-        } else if (r == 0 && (r = VAL("--quantization-bit")) > 0) {
-            GLM_TRY(cli_u64("--quantization-bit", v, &u));
-            if (u != 0 && u != 4) return glm_err(GLM_ERR_ARG, "--quantization-bit %s: expected 4 (QLoRA) or 0", v);
-            o->fmt.quant_bits = (int)u;
-        } else if (r == 0 && (r = VAL("--quantization-type")) > 0) {
-            if (strcmp(v, "nf4") && strcmp(v, "fp4")) return glm_err(GLM_ERR_ARG, "--quantization-type %s: expected nf4 or fp4", v);
-            o->fmt.q4 = strcmp(v, "fp4") ? GLM_WF_NF4 : GLM_WF_FP4;
-        } else if (r == 0 && (r = VAL("--double-quantization")) > 0) {
-            if (!strcmp(v, "true") || !strcmp(v, "1")) o->fmt.double_quant = 1;
-            else if (!strcmp(v, "false") || !strcmp(v, "0")) o->fmt.double_quant = 0;
-            else return glm_err(GLM_ERR_ARG, "--double-quantization %s: expected true or false", v);
-        } else if (r == 0 && (r = VAL("--max-gpu-memory")) > 0) {
-            o->nbud = 0;
-            char *s = strdup(v), *save = NULL;
-            glm_status st = s ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
-            for (char *t = s ? strtok_r(s, ",", &save) : NULL; t && !st; t = strtok_r(NULL, ",", &save)) {
-                double g = 0;
-                if (o->nbud == 16) st = glm_err(GLM_ERR_ARG, "--max-gpu-memory: at most 16 budgets");
-                else if (!(st = cli_double("--max-gpu-memory", t, &g)) && !(g >= 0 && g < 1e6))
-                    st = glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0", t);
-                if (!st) o->budgets[o->nbud++] = g;
-            }
-            free(s);
-            GLM_TRY(st);
-            if (!o->nbud) return glm_err(GLM_ERR_ARG, "--max-gpu-memory %s: expected GiB >= 0 (or a list: 12,16,22)", v);
-            o->max_gib = o->budgets[0];
-        } else if (r == 0 && (r = VAL("--seq-step")) > 0) {
-            GLM_TRY(cli_u64("--seq-step", v, &u));
-            if (u < 1 || u > (1u << 24)) return glm_err(GLM_ERR_ARG, "--seq-step %s: expected 1 .. 16777216 tokens", v);
-            o->seq_step = (int64_t)u;
-        } else if (r == 0 && (r = VAL("--max-step-seconds")) > 0) {
-            GLM_TRY(cli_double("--max-step-seconds", v, &o->max_step_s));
-            if (!(o->max_step_s > 0)) return glm_err(GLM_ERR_ARG, "--max-step-seconds %s: expected seconds > 0", v);
-        }
-#undef VAL
-        if (r < 0) return glm_err(GLM_ERR_ARG, "%s needs a value", argv[i]);
-        if (r == 0) return glm_err(GLM_ERR_ARG, "unknown option %s; hint: glmtune bench --help", argv[i]);
+    uint64_t steps = 0, warmup = 0, B = 0, rank = 0, quant_bits = 0, seq_step = 0; /* set from the defaults below */
+    size_t nseq = 0, nbud = 0;
+    int device = 0, q4 = GLM_WF_NF4;
+    bool double_quant = true, seq_given = false;
+    static const glm_arg_choice devices[] = {{"cuda", 0}, {"cpu", 1}, {NULL, 0}};
+    static const glm_arg_choice q4_types[] = {{"nf4", GLM_WF_NF4}, {"fp4", GLM_WF_FP4}, {NULL, 0}};
+    const glm_arg_opt opts[] = {
+        {.name = "shape", .type = GLM_ARG_STRING, .dest = &o->shape, .def = "glm-4-9b-chat-1m", .metavar = "NAME",
+         .hook = shape_given, .help = "glm-4-9b-chat-1m, glm-4-9b-chat or glm-4-9b"},
+        {.name = "model", .type = GLM_ARG_STRING, .dest = &o->model, .metavar = "DIR",
+         .help = "the shape of DIR/config.json (weights are not read)"},
+        {.name = "config", .type = GLM_ARG_STRING, .dest = &o->config, .metavar = "FILE",
+         .help = "the shape of a config.json file"},
+        {.name = "seq-len", .type = GLM_ARG_LIST, .elem = GLM_ARG_INT, .dest = o->seqs, .max_items = 32, .count = &nseq,
+         .def = "8192", .metavar = "T,...", .ranged = true, .min = 2, .max = 1 << 30, .unit = "tokens",
+         .given = &seq_given,
+         .help = "tokens per row, one benchmark each. With --max-seq-len: one value, the longest row to search up "
+                 "to, 4194304 when not given"},
+        {.name = "steps", .type = GLM_ARG_U64, .dest = &steps, .def = "3", .ranged = true, .min = 1, .max = 1000,
+         .help = "timed steps; the median is reported"},
+        {.name = "warmup", .type = GLM_ARG_U64, .dest = &warmup, .def = "1", .ranged = true, .min = 0, .max = 100,
+         .help = "untimed steps first: the first step also plans GEMMs and allocates; 0 for the longest sequences, "
+                 "where one step takes minutes"},
+        {.name = "batch-size", .type = GLM_ARG_U64, .dest = &B, .def = "1", .metavar = "B", .ranged = true, .min = 1,
+         .max = 4096, .help = "rows per micro-batch"},
+        {.name = "gradient-checkpointing", .type = GLM_ARG_STRING, .dest = &o->ckpt, .def = "auto", .metavar = "MODE",
+         .help = "auto (the planner's choice) | none | selective | full, as glmtune train"},
+        {.name = "max-gpu-memory", .type = GLM_ARG_LIST, .elem = GLM_ARG_DOUBLE, .dest = o->budgets, .max_items = 16,
+         .count = &nbud, .metavar = "GiB", .ranged = true, .min = 0, .max = 1e6,
+         .help = "plan for a smaller card, e.g. 22 for 24 GB (default: the GPU's); a hard cap on everything the "
+                 "process holds on the GPU as nvidia-smi counts it (CUDA context and library workspaces included): an "
+                 "allocation past it fails. With --max-seq-len: a list of budgets, e.g. 12,16,22,40,80 (default: the "
+                 "GPU's free memory)"},
+        {.name = "lora-rank", .type = GLM_ARG_U64, .dest = &rank, .def = "8", .metavar = "R", .ranged = true, .min = 1,
+         .max = 4096, .help = "the adapter's rank"},
+        {.name = "lora-alpha", .type = GLM_ARG_DOUBLE, .dest = &o->alpha, .metavar = "A",
+         .help = "the adapter's alpha (default: 2 R)"},
+        {.name = "lora-target", .type = GLM_ARG_STRING, .dest = &o->targets, .def = "all", .metavar = "LIST",
+         .help = "the adapted modules, as glmtune train"},
+        {.name = "quantization-bit", .type = GLM_ARG_U64, .dest = &quant_bits, .def = "0", .metavar = "4",
+         .hook = quant_bits_check,
+         .help = "4: the QLoRA base, as glmtune train: the linear layers quantized to 4 bits where they are "
+                 "made, in bitsandbytes' format; 0: bf16"},
+        {.name = "quantization-type", .type = GLM_ARG_ENUM, .dest = &q4, .def = "nf4", .choices = q4_types,
+         .help = "the 4-bit code book"},
+        {.name = "double-quantization", .type = GLM_ARG_BOOL, .dest = &double_quant, .def = "true",
+         .help = "4-bit: quantize the blocks' absmax too"},
+        {.name = "device", .type = GLM_ARG_ENUM, .dest = &device, .def = "cuda", .choices = devices,
+         .help = "the backend; cpu: small shapes only"},
+        {.name = "json", .type = GLM_ARG_FLAG, .dest = &o->json,
+         .help = "one JSON object per sequence length instead of the tables"},
+        {.name = "max-seq-len", .type = GLM_ARG_FLAG, .dest = &o->max_seq_len,
+         .help = "for each budget of --max-gpu-memory, the longest row that trains there (found with the memory "
+                 "planner, in steps of --seq-step tokens, up to --seq-len), proven by one real training step at that "
+                 "length under that cap, and a table: budget, longest T, tokens/s, the process's peak GPU memory as "
+                 "nvidia-smi counts it (sampled during the step) and whether it stayed within the budget"},
+        {.name = "seq-step", .type = GLM_ARG_U64, .dest = &seq_step, .def = "1024", .ranged = true, .min = 1,
+         .max = 1 << 24, .unit = "tokens", .help = "--max-seq-len: the step of the search"},
+        {.name = "max-step-seconds", .type = GLM_ARG_DOUBLE, .dest = &o->max_step_s, .def = "600", .metavar = "S",
+         .hook = step_seconds_check,
+         .help = "--max-seq-len: a step estimated to take longer (from the plan's work and the speed measured at "
+                 "4096 tokens) is not run whole: the memory proof instead"},
+        {.name = "prove-memory", .type = GLM_ARG_FLAG, .dest = &o->prove,
+         .help = "--max-seq-len: the memory proof for every budget: every buffer of the step allocated at the full "
+                 "T, the first 2 layers' forward and backward (and, where the plan offloads layer inputs, one round "
+                 "trip to host memory), the peak within the budget, and the step time extrapolated from the layers "
+                 "run (labelled so)"},
+    };
+    const glm_arg_cmd cmd = {.name = "bench", .usage = USAGE, .about = ABOUT, .epilog = EPILOG, .opts = opts,
+                             .n_opts = sizeof opts / sizeof *opts, .user = o};
+    GLM_TRY(glm_args_parse(&cmd, argc - 1, argv + 1, help));
+    if (*help) {
+        glm_args_help(stdout, &cmd);
+        return GLM_OK;
     }
+    o->nseq = (int)nseq;
+    o->steps = (int)steps;
+    o->warmup = (int)warmup;
+    o->B = (int)B;
+    o->rank = (int)rank;
+    o->fmt.quant_bits = (int)quant_bits;
+    o->fmt.q4 = (glm_wformat)q4;
+    o->fmt.double_quant = double_quant;
+    o->device = device ? "cpu" : "cuda";
+    o->nbud = (int)nbud;
+    if (nbud) o->max_gib = o->budgets[0];
+    o->seq_step = (int64_t)seq_step;
     if (isnan(o->alpha)) o->alpha = 2.0 * o->rank;
     if (o->nbud > 1 && !o->max_seq_len)
         return glm_err(GLM_ERR_ARG, "--max-gpu-memory: a list of budgets is for --max-seq-len; hint: one budget, or add "
@@ -598,12 +567,9 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
-    int help = 0;
+    bool help = false;
     glm_status st = parse(argc, argv, &o, &help);
-    if (help) {
-        fputs(HELP, stdout);
-        return GLM_EXIT_OK;
-    }
+    if (!st && help) return GLM_EXIT_OK;
     if (st) {
         cli_fail(st);
         return GLM_EXIT_USAGE;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "lora/checkpoint.h"
@@ -15,14 +16,14 @@
 #include "lora/safetensors.h"
 #include "tool/cli.h"
 
-static const char *HELP =
-    "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--dtype fp32|bf16|fp16] [--merge [--base MODEL]]\n"
-    "\n"
+static const char *USAGE =
+    "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--dtype fp32|bf16|fp16] [--merge [--base MODEL]]";
+static const char *ABOUT =
     "DIR is a checkpoint directory (checkpoint-N) or a training output directory (its latest\n"
-    "checkpoint, which must be complete: a corrupt one is an error, not a fallback). Writes OUTDIR with adapter_config.json and adapter_model.safetensors (keys\n"
-    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n"
-    "--dtype: fp32 (default), bf16 or fp16.\n"
-    "\n"
+    "checkpoint, which must be complete: a corrupt one is an error, not a fallback). Writes OUTDIR\n"
+    "with adapter_config.json and adapter_model.safetensors (keys\n"
+    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n";
+static const char *EPILOG =
     "vLLM: adapters of the THUDM (chatglm) layout load in vLLM on every module (ChatGLMForCausalLM\n"
     "supports LoRA on query_key_value, dense, dense_h_to_4h, dense_4h_to_h). Adapters of the -hf\n"
     "layout (GlmForCausalLM, in vLLM since 0.6.5) load on q_proj, k_proj, v_proj, o_proj and\n"
@@ -30,10 +31,7 @@ static const char *HELP =
     "2026 releases; not run here): vLLM implements GlmForCausalLM with its LlamaForCausalLM, whose LoRA\n"
     "expects gate_proj and up_proj and fails with \"expected target modules in [...] but received\n"
     "['gate_up_proj']\". For vLLM, train with --lora-target vllm (every module but gate_up_proj in\n"
-    "the hf layout), or serve a --merge export (a plain model, no adapter).\n"
-    "--merge writes the whole model instead: every adapted weight becomes W + scaling * B A, in the\n"
-    "base checkpoint's layout, shard files and dtype (or --dtype), with its config, tokenizer and\n"
-    "generation files copied. The base is the run's --model unless --base is given.\n";
+    "the hf layout), or serve a --merge export (a plain model, no adapter).\n";
 
 /* glm_ckpt_verify's messages end in a hint about resuming: an export gives its own. */
 static void drop_resume_hint(char *msg) {
@@ -147,22 +145,29 @@ static glm_status check_outdir(const char *out, bool merge, const char *base, co
 
 int cmd_export_adapter(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *dtype_s = "fp32", *base = NULL;
-    bool merge = false, dtype_given = false;
-    glm_status s = GLM_OK;
-    for (int i = 1; i < argc && s == GLM_OK; i++) {
-        const char *v;
-        int r = 0;
-        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
-            fputs(HELP, stdout);
-            return GLM_EXIT_OK;
-        }
-        if (cli_flag(argv[i], "--merge")) merge = true;
-        else if ((r = cli_value(argc, argv, &i, "--checkpoint", &v))) ckpt = v;
-        else if ((r = cli_value(argc, argv, &i, "--output", &v)) || (r = cli_value(argc, argv, &i, "-o", &v))) out = v;
-        else if ((r = cli_value(argc, argv, &i, "--dtype", &v))) dtype_s = v, dtype_given = true;
-        else if ((r = cli_value(argc, argv, &i, "--base", &v))) base = v;
-        else s = glm_err(GLM_ERR_ARG, "export-adapter: unknown argument %s; hint: glmtune export-adapter --help", argv[i]);
-        if (r < 0) s = GLM_ERR_ARG;
+    bool merge = false, dtype_given = false, help = false;
+    const glm_arg_opt opts[] = {
+        {.name = "checkpoint", .type = GLM_ARG_STRING, .dest = &ckpt, .metavar = "DIR",
+         .help = "the checkpoint to export: a checkpoint-N directory, or a training output directory (its newest "
+                 "checkpoint, which must be complete)"},
+        {.name = "output", .short_name = 'o', .type = GLM_ARG_STRING, .dest = &out, .metavar = "OUTDIR",
+         .help = "the directory to write (replaced as a whole: a new or empty one, or an earlier export)"},
+        {.name = "dtype", .type = GLM_ARG_STRING, .dest = &dtype_s, .metavar = "fp32|bf16|fp16", .given = &dtype_given,
+         .help = "the adapter's dtype: fp32 (default), bf16 or fp16 (also float32, bfloat16, float16); with --merge, "
+                 "the merged model's (default there: the base checkpoint's)"},
+        {.name = "merge", .type = GLM_ARG_FLAG, .dest = &merge,
+         .help = "write the whole model instead: every adapted weight becomes W + scaling * B A, in the base "
+                 "checkpoint's layout, shard files and dtype (or --dtype), with its config, tokenizer and generation "
+                 "files copied"},
+        {.name = "base", .type = GLM_ARG_STRING, .dest = &base, .metavar = "MODEL",
+         .help = "--merge: the base model to merge into (default: the run's --model, named by the checkpoint)"},
+    };
+    const glm_arg_cmd cmd = {.name = "export-adapter", .usage = USAGE, .about = ABOUT, .epilog = EPILOG, .opts = opts,
+                             .n_opts = sizeof opts / sizeof *opts};
+    glm_status s = glm_args_parse(&cmd, argc - 1, argv + 1, &help);
+    if (s == GLM_OK && help) {
+        glm_args_help(stdout, &cmd);
+        return GLM_EXIT_OK;
     }
     if (s == GLM_OK && (!ckpt || !out)) s = glm_err(GLM_ERR_ARG, "export-adapter needs --checkpoint DIR and -o OUTDIR");
     char ckptbuf[4096];

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "lora/config.h"
@@ -13,9 +14,9 @@
 #include "tokenize/tokenizer.h"
 #include "tool/cli.h"
 
-static const char *HELP =
-    "usage: glmtune init-model --config FILE -o OUTDIR [--layout chatglm|hf] [--seed N] [--tokenizer DIR]\n"
-    "\n"
+static const char *USAGE =
+    "usage: glmtune init-model --config FILE -o OUTDIR [--layout chatglm|hf] [--seed N] [--tokenizer DIR]";
+static const char *ABOUT =
     "Writes config.json and model.safetensors (bf16) of a GLM-4-shaped model with seeded random\n"
     "weights. FILE is a config.json in either layout (THUDM chatglm or transformers glm); the output\n"
     "layout defaults to the config's. --tokenizer copies tokenizer.model and tokenizer_config.json\n"
@@ -43,21 +44,25 @@ static glm_status copy_file(const char *src_dir, const char *name, const char *d
 int cmd_init_model(int argc, char **argv) {
     const char *config = NULL, *out = NULL, *layout_s = NULL, *tok = NULL;
     uint64_t seed = 0;
-    glm_status s = GLM_OK;
-    for (int i = 1; i < argc && s == GLM_OK; i++) {
-        const char *v;
-        int r;
-        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
-            fputs(HELP, stdout);
-            return GLM_EXIT_OK;
-        }
-        if ((r = cli_value(argc, argv, &i, "--config", &v))) config = v;
-        else if ((r = cli_value(argc, argv, &i, "--out", &v)) || (r = cli_value(argc, argv, &i, "-o", &v))) out = v;
-        else if ((r = cli_value(argc, argv, &i, "--layout", &v))) layout_s = v;
-        else if ((r = cli_value(argc, argv, &i, "--tokenizer", &v))) tok = v;
-        else if ((r = cli_value(argc, argv, &i, "--seed", &v))) s = r > 0 ? cli_u64("--seed", v, &seed) : GLM_ERR_ARG;
-        else s = glm_err(GLM_ERR_ARG, "init-model: unknown argument %s; hint: glmtune init-model --help", argv[i]);
-        if (r < 0) s = GLM_ERR_ARG;
+    bool help = false;
+    const glm_arg_opt opts[] = {
+        {.name = "config", .type = GLM_ARG_STRING, .dest = &config, .metavar = "FILE",
+         .help = "the model's config.json (chatglm or glm layout)"},
+        {.name = "output", .short_name = 'o', .alias = "out", .type = GLM_ARG_STRING, .dest = &out, .metavar = "OUTDIR",
+         .help = "the directory to write, new or empty"},
+        {.name = "layout", .type = GLM_ARG_STRING, .dest = &layout_s, .metavar = "chatglm|hf",
+         .help = "the output's tensor names (default: the config's layout)"},
+        {.name = "seed", .type = GLM_ARG_U64, .dest = &seed, .def = "0", .help = "seed of the random weights"},
+        {.name = "tokenizer", .type = GLM_ARG_STRING, .dest = &tok, .metavar = "DIR",
+         .help = "a directory with tokenizer.model (and tokenizer_config.json) to copy into OUTDIR; its special ids "
+                 "go into config.json (pad, eos)"},
+    };
+    const glm_arg_cmd cmd = {.name = "init-model", .usage = USAGE, .about = ABOUT, .opts = opts,
+                             .n_opts = sizeof opts / sizeof *opts};
+    glm_status s = glm_args_parse(&cmd, argc - 1, argv + 1, &help);
+    if (s == GLM_OK && help) {
+        glm_args_help(stdout, &cmd);
+        return GLM_EXIT_OK;
     }
     if (s == GLM_OK && (!config || !out)) s = glm_err(GLM_ERR_ARG, "init-model needs --config FILE and -o OUTDIR");
     char outbuf[4096];

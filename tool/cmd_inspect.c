@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/utf8.h"
@@ -12,18 +13,10 @@
 #include "tokenize/tokenizer.h"
 #include "tool/cli.h"
 
-static const char *HELP =
-    "usage: glmtune inspect [options] OUTDIR|SHARD\n"
-    "\n"
+static const char *USAGE = "usage: glmtune inspect [options] OUTDIR|SHARD";
+static const char *ABOUT =
     "Shows statistics of the shards of a `glmtune tokenize` output (or one shard file) and\n"
-    "samples decoded with their training targets marked.\n"
-    "\n"
-    "options:\n"
-    "  --json             one JSON object per line per sample: {\"file\", \"record\", \"ids\", \"targets\"}\n"
-    "  --tokenizer PATH   tokenizer for decoding (default: the one recorded in manifest.json)\n"
-    "  --sample K         first sample to show (0-based, default 0)\n"
-    "  --samples N        how many samples to show (default 1; with --json: all)\n"
-    "  --split S          train (default) or val, for an output directory\n";
+    "samples decoded with their training targets marked.\n";
 
 typedef struct {
     glm_shard *sh;
@@ -83,24 +76,29 @@ static void print_decoded(const glm_tokenizer *tok, const uint32_t *ids, const u
 }
 
 int cmd_inspect(int argc, char **argv) {
-    bool json = false;
+    bool json = false, help = false;
     const char *tok_arg = NULL, *split = "train", *path = NULL;
     uint64_t first = 0, count = 0;
-    glm_status s = GLM_OK;
-    for (int i = 1; i < argc && s == GLM_OK; i++) {
-        const char *v;
-        int r;
-        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
-            fputs(HELP, stdout);
-            return GLM_EXIT_OK;
-        } else if (cli_flag(argv[i], "--json")) json = true;
-        else if ((r = cli_value(argc, argv, &i, "--tokenizer", &v))) s = r < 0 ? GLM_ERR_ARG : (tok_arg = v, GLM_OK);
-        else if ((r = cli_value(argc, argv, &i, "--split", &v))) s = r < 0 ? GLM_ERR_ARG : (split = v, GLM_OK);
-        else if ((r = cli_value(argc, argv, &i, "--sample", &v))) s = r < 0 ? GLM_ERR_ARG : cli_u64("--sample", v, &first);
-        else if ((r = cli_value(argc, argv, &i, "--samples", &v))) s = r < 0 ? GLM_ERR_ARG : cli_u64("--samples", v, &count);
-        else if (argv[i][0] == '-') s = glm_err(GLM_ERR_ARG, "inspect: unknown option %s; hint: glmtune inspect --help", argv[i]);
-        else if (path) s = glm_err(GLM_ERR_ARG, "inspect: one OUTDIR or SHARD, got a second: %s", argv[i]);
-        else path = argv[i];
+    size_t n_path = 0;
+    const glm_arg_opt opts[] = {
+        {.name = "json", .type = GLM_ARG_FLAG, .dest = &json,
+         .help = "one JSON object per line per sample: {\"file\", \"record\", \"ids\", \"targets\"}"},
+        {.name = "tokenizer", .type = GLM_ARG_STRING, .dest = &tok_arg, .metavar = "PATH",
+         .help = "tokenizer for decoding (default: the one recorded in manifest.json)"},
+        {.name = "sample", .type = GLM_ARG_U64, .dest = &first, .def = "0", .metavar = "K",
+         .help = "first sample to show, 0-based"},
+        {.name = "samples", .type = GLM_ARG_U64, .dest = &count, .metavar = "N",
+         .help = "how many samples to show (default 1; with --json: all)"},
+        {.name = "split", .type = GLM_ARG_STRING, .dest = &split, .def = "train", .metavar = "S",
+         .help = "train or val, for an output directory"},
+    };
+    const glm_arg_cmd cmd = {.name = "inspect", .usage = USAGE, .about = ABOUT, .opts = opts,
+                             .n_opts = sizeof opts / sizeof *opts, .pos = &path, .max_pos = 1, .n_pos = &n_path,
+                             .pos_name = "OUTDIR or SHARD"};
+    glm_status s = glm_args_parse(&cmd, argc - 1, argv + 1, &help);
+    if (s == GLM_OK && help) {
+        glm_args_help(stdout, &cmd);
+        return GLM_EXIT_OK;
     }
     if (s == GLM_OK && !path) s = glm_err(GLM_ERR_ARG, "inspect: no OUTDIR or SHARD given; hint: glmtune inspect out/");
     if (s != GLM_OK) return cli_fail(s);

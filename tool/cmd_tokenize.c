@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "common/arena.h"
+#include "common/args.h"
 #include "common/fileio.h"
 #include "common/hash.h"
-#include "common/strdist.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "common/progress.h"
@@ -40,65 +40,16 @@
 #include "tool/tokenize_report.h"
 #include "tool/tokenize_stdio.h"
 
-static const char *HELP =
+static const char *USAGE =
     "usage: glmtune tokenize --tokenizer PATH [options] -o OUTDIR INPUT...\n"
     "       glmtune tokenize --config FILE.yaml [options] [-o OUTDIR] [INPUT...]\n"
-    "       glmtune tokenize --tokenizer PATH --encode|--decode  < in.jsonl > out.jsonl\n"
-    "\n"
+    "       glmtune tokenize --tokenizer PATH --encode|--decode  < in.jsonl > out.jsonl";
+static const char *ABOUT =
     "Reads conversation corpora (or plain text for pretraining) and writes packed training shards\n"
     "in the GLM-4 chat format. INPUT: files, directories or globs; .json (array or one object) and\n"
     ".jsonl, plain or .gz .zst .xz .bz2, or inside .tar .tar.gz .zip archives; a LLaMA-Factory\n"
     "dataset_info.json; - is standard input. Options also spelled with underscores (--max_samples),\n"
-    "and --opt=value.\n"
-    "\n"
-    "options:\n"
-    "  --tokenizer PATH     model directory (tokenizer.model + tokenizer_config.json) or tokenizer\n"
-    "                       file; not needed when every record is pre-tokenized\n"
-    "                       (also --model-name-or-path)\n"
-    "  -o, --output OUTDIR  output directory (created; a previous tokenize output there is replaced;\n"
-    "                       a directory with other files is refused)\n"
-    "  --config FILE.yaml   a LLaMA-Factory training YAML (the one glmtune train --config reads):\n"
-    "                       model_name_or_path, dataset, dataset_dir, cutoff_len, max_samples,\n"
-    "                       val_size, train_on_prompt, mask_history, stage (pt = plain text), seed,\n"
-    "                       tokenized_path (= -o); options given here override it\n"
-    "  --format F           auto (default, per record) | messages | sharegpt | alpaca | pretokenized\n"
-    "                       | text (pretraining: [gMASK]<sop> text <|endoftext|>, all targets)\n"
-    "  --text-column NAME   the text layout's field (default \"text\"; a record with only that field\n"
-    "                       is detected as text)\n"
-    "  --dataset NAMES      with a dataset_info.json: the entries to read (comma list; default all\n"
-    "                       entries with a local file)\n"
-    "  --dataset-dir DIR    the folder that holds dataset_info.json (read when no INPUT is given)\n"
-    "  --eval-dataset NAMES entries tokenized into the val split (LLaMA-Factory's eval_dataset; an\n"
-    "                       entry also in --dataset is in both splits; not with --val-size)\n"
-    "  --default-system TEXT  the system message of every sample that has none (LLaMA-Factory's\n"
-    "                       default_system), rendered by the model's chat template\n"
-    "  --max-samples N      the first N records of each dataset (an entry, or an INPUT as given)\n"
-    "  --chat-template FILE a Jinja chat template to use instead of tokenizer_config.json's; it is\n"
-    "                       applied to each message alone and the renders joined, so only templates\n"
-    "                       whose output for a message does not depend on the others work (GLM-4's)\n"
-    "  --seq-len T          tokens per packed row (default 8192; also --cutoff-len)\n"
-    "  --train-on WHAT      all (default: every assistant turn) | last (the last assistant turn,\n"
-    "                       LLaMA-Factory's mask_history) | prompt (system, user and tool turns too,\n"
-    "                       train_on_prompt) | last,prompt. A turn's own \"loss\"/\"weight\"/\n"
-    "                       \"loss_weight\" flag always decides for that turn\n"
-    "  --mask-history       = --train-on last\n"
-    "  --train-on-prompt    = --train-on prompt\n"
-    "  --keep-reasoning     keep reasoning (reasoning_content, reasoning parts) in the assistant's\n"
-    "                       content as <think>...</think> (default: dropped, counted)\n"
-    "  --merge-consecutive-turns  join neighbouring turns of one role (else two user turns in a row\n"
-    "                       drop the record: role_order)\n"
-    "  --truncate           cut samples longer than T to their first T-1 tokens and the end token\n"
-    "                       (default: drop chats; split texts into windows of T tokens)\n"
-    "  --val-size N         set N records (or a fraction like 0.05) aside as the val split\n"
-    "  --seed N             seed of the validation selection and num_samples draws (default 42)\n"
-    "  --strict             any bad record is fatal (default: skip it and count it by reason)\n"
-    "  --threads N          worker threads (default and maximum: the CPUs this process may use)\n"
-    "  --report FILE        also write the report as JSON\n"
-    "  --shard-rows N       rows per shard file (default: about 16 Mi tokens)\n"
-    "  --quiet              no progress display\n"
-    "  --verbose            debug messages too (files skipped and why)\n"
-    "  --encode             read JSONL {\"text\": ...} on stdin, write JSONL {\"ids\": [...]}\n"
-    "  --decode             read JSONL {\"ids\": [...]} on stdin, write JSONL {\"text\": ...}\n";
+    "and --opt=value.\n";
 
 typedef struct {
     const char *tokenizer_path, *out, *format_name, *dataset, *template_path, *report_path;
@@ -689,39 +640,28 @@ static glm_status parse_train_on(const char *v, int *out) {
     return s;
 }
 
-/* "unknown option --seqlen; hint: did you mean --seq-len?": the candidates are the flags that
- * --help names, so the two cannot drift apart. */
-static glm_status unknown_option(const char *a) {
-    const char *cands[128];
-    char names[128][40];
-    size_t n = 0;
-    for (const char *p = HELP; (p = strstr(p, "--")) && n < 128; p += 2) {
-        size_t k = 2;
-        while ((p[k] >= 'a' && p[k] <= 'z') || (p[k] == '-' && p[k + 1] != '-')) k++;
-        if (k <= 2 || k >= sizeof names[0]) continue;
-        snprintf(names[n], sizeof names[n], "%.*s", (int)k, p);
-        cands[n] = names[n];
-        n++;
-    }
-    char name[64];
-    snprintf(name, sizeof name, "%.*s", (int)strcspn(a, "="), a);
-    const char *near = glm_closest_name(name, cands, n);
-    if (near)
-        return glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: did you mean %s? (glmtune tokenize --help)", a,
-                       near);
-    return glm_err(GLM_ERR_ARG, "tokenize: unknown option %s; hint: glmtune tokenize --help", a);
+/* The hooks of the options that set train_on bits or check more than their type (user: tok_opts). */
+static glm_status train_on_given(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    return parse_train_on(value, &((tok_opts *)user)->train_on);
 }
 
-/* A flag that may carry true/false (--mask-history, --mask-history=false, --mask-history true),
- * as LLaMA-Factory's command line spells booleans. 1/0 = given as true/false, -1 = not it. */
-static int bool_flag(int argc, char **argv, int *i, const char *name) {
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0 || (a[n] && a[n] != '=')) return -1;
-    const char *v = a[n] == '=' ? a + n + 1 : NULL;
-    if (!v && *i + 1 < argc && (!strcmp(argv[*i + 1], "true") || !strcmp(argv[*i + 1], "false"))) v = argv[++*i];
-    if (!v || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) return 1;
-    return 0;
+static glm_status mask_history_given(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    tok_opts *o = user;
+    o->train_on = *(const bool *)opt->dest ? o->train_on | GLM_TRAIN_LAST : o->train_on & ~GLM_TRAIN_LAST;
+    return GLM_OK;
+}
+
+static glm_status train_on_prompt_given(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    tok_opts *o = user;
+    o->train_on = *(const bool *)opt->dest ? o->train_on | GLM_TRAIN_PROMPT : o->train_on & ~GLM_TRAIN_PROMPT;
+    return GLM_OK;
+}
+
+static glm_status val_size_given(const glm_arg_opt *opt, const char *flag, const char *value, void *user) {
+    double v = *(const double *)opt->dest;
+    if (!isfinite(v) || v < 0 || (v >= 1 && v != (double)(uint64_t)v))
+        return glm_err(GLM_ERR_ARG, "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got %s", value);
+    return GLM_OK;
 }
 
 /* Settings from --config that the command line did not give. */
@@ -750,76 +690,97 @@ static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dat
 
 static int parse_opts(int argc, char **argv, tok_opts *o) {
     memset(o, 0, sizeof *o);
-    o->seq_len = 8192;
-    o->seed = 42;
     o->threads = glm_usable_cpus();
-    bool threads_given = false;
-    o->format_name = "auto";
     o->max_samples = -1;
     o->inputs = calloc((size_t)argc + 1, sizeof(char *));
-    glm_status s = GLM_OK;
-    bool tok_set = false, out_set = false, dataset_set = false, dir_set = false;
-    for (int i = 1; i < argc; i++) /* --snake_case spellings: the option name as kebab-case */
-        if (argv[i][0] == '-' && argv[i][1] == '-')
-            for (char *c = argv[i] + 2; *c && *c != '='; c++)
-                if (*c == '_') *c = '-';
-    for (int i = 1; i < argc && s == GLM_OK; i++) {
-        const char *v = NULL;
-        int r, b;
-        const char *a = argv[i];
-        if (cli_flag(a, "--help") || cli_flag(a, "-h")) {
-            fputs(HELP, stdout);
-            return -1;
-        }
-#define VAL(name) ((r = cli_value(argc, argv, &i, name, &v)) != 0)
-        if (VAL("--tokenizer") || VAL("--model-name-or-path")) o->tokenizer_path = v, tok_set = true;
-        else if (VAL("--output") || VAL("-o") || VAL("--tokenized-path")) o->out = v, out_set = true;
-        else if (VAL("--config")) o->config_path = v;
-        else if (VAL("--format")) o->format_name = v, o->set_format = true;
-        else if (VAL("--text-column")) o->text_column = v;
-        else if (VAL("--dataset")) o->dataset = v, dataset_set = true;
-        else if (VAL("--eval-dataset")) o->eval_dataset = v;
-        else if (VAL("--default-system")) o->default_system = v;
-        else if (VAL("--dataset-dir")) o->dataset_dir = v, dir_set = true;
-        else if (VAL("--chat-template")) o->template_path = v;
-        else if (VAL("--report")) o->report_path = v;
-        else if (VAL("--seq-len") || VAL("--cutoff-len")) s = cli_u64("--seq-len", v, &o->seq_len), o->set_seq_len = true;
-        else if (VAL("--seed")) s = cli_u64("--seed", v, &o->seed), o->set_seed = true;
-        else if (VAL("--threads") || VAL("--preprocessing-num-workers"))
-            s = cli_u64("--threads", v, &o->threads), o->set_threads = true, threads_given = true;
-        else if (VAL("--shard-rows")) s = cli_u64("--shard-rows", v, &o->shard_rows);
-        else if (VAL("--max-samples")) {
-            uint64_t x = 0;
-            s = cli_u64("--max-samples", v, &x);
-            o->max_samples = (int64_t)x;
-            o->set_max_samples = true;
-        } else if (VAL("--val-size")) {
-            s = cli_double("--val-size", v, &o->val_size);
-            o->set_val_size = true;
-            if (s == GLM_OK && (!isfinite(o->val_size) || o->val_size < 0 ||
-                                (o->val_size >= 1 && o->val_size != (double)(uint64_t)o->val_size)))
-                s = glm_err(GLM_ERR_ARG, "--val-size: expected a count (e.g. 200) or a fraction in (0, 1), got %s", v);
-        } else if (VAL("--train-on")) {
-            s = parse_train_on(v, &o->train_on);
-            o->set_train_on = true;
-        } else if (r < 0) s = GLM_ERR_ARG;
-        else if ((b = bool_flag(argc, argv, &i, "--mask-history")) >= 0) {
-            o->train_on = b ? o->train_on | GLM_TRAIN_LAST : o->train_on & ~GLM_TRAIN_LAST;
-            o->set_train_on = true;
-        } else if ((b = bool_flag(argc, argv, &i, "--train-on-prompt")) >= 0) {
-            o->train_on = b ? o->train_on | GLM_TRAIN_PROMPT : o->train_on & ~GLM_TRAIN_PROMPT;
-            o->set_train_on = true;
-        } else if (cli_flag(a, "--truncate")) o->truncate = true;
-        else if (cli_flag(a, "--keep-reasoning")) o->keep_reasoning = true;
-        else if (cli_flag(a, "--merge-consecutive-turns")) o->merge_turns = true;
-        else if (cli_flag(a, "--strict")) o->strict = true;
-        else if (cli_flag(a, "--quiet") || cli_flag(a, "-q")) o->quiet = true;
-        else if (cli_flag(a, "--encode")) o->encode = true;
-        else if (cli_flag(a, "--decode")) o->decode = true;
-        else if (a[0] == '-' && a[1]) s = unknown_option(a);
-        else o->inputs[o->n_inputs++] = a;
-#undef VAL
+    uint64_t max_samples = 0;
+    size_t n_inputs = 0;
+    bool tok_set = false, out_set = false, dataset_set = false, dir_set = false, mask_history = false,
+         train_on_prompt = false, help = false;
+    const glm_arg_opt opts[] = {
+        {.name = "tokenizer", .alias = "model-name-or-path", .type = GLM_ARG_STRING, .dest = &o->tokenizer_path,
+         .metavar = "PATH", .given = &tok_set,
+         .help = "model directory (tokenizer.model + tokenizer_config.json) or tokenizer file; not needed when every "
+                 "record is pre-tokenized"},
+        {.name = "output", .short_name = 'o', .alias = "tokenized-path", .type = GLM_ARG_STRING, .dest = &o->out,
+         .metavar = "OUTDIR", .given = &out_set,
+         .help = "output directory: created; a previous tokenize output there is replaced, a directory with other "
+                 "files is refused"},
+        {.name = "config", .type = GLM_ARG_STRING, .dest = &o->config_path, .metavar = "FILE.yaml",
+         .help = "a LLaMA-Factory training YAML (the one glmtune train --config reads): model_name_or_path, dataset, "
+                 "dataset_dir, cutoff_len, max_samples, val_size, train_on_prompt, mask_history, stage (pt = plain "
+                 "text), seed, tokenized_path (= -o); options given here override it"},
+        {.name = "format", .type = GLM_ARG_STRING, .dest = &o->format_name, .def = "auto", .metavar = "F",
+         .given = &o->set_format,
+         .help = "auto (per record) | messages | sharegpt | alpaca | pretokenized | text: pretraining, [gMASK]<sop> "
+                 "text <|endoftext|>, all targets"},
+        {.name = "text-column", .type = GLM_ARG_STRING, .dest = &o->text_column, .metavar = "NAME",
+         .help = "the text layout's field (default \"text\"; a record with only that field is detected as text)"},
+        {.name = "dataset", .type = GLM_ARG_STRING, .dest = &o->dataset, .metavar = "NAMES", .given = &dataset_set,
+         .help = "with a dataset_info.json: the entries to read (comma list; default all entries with a local file)"},
+        {.name = "dataset-dir", .type = GLM_ARG_STRING, .dest = &o->dataset_dir, .metavar = "DIR", .given = &dir_set,
+         .help = "the folder that holds dataset_info.json (read when no INPUT is given)"},
+        {.name = "eval-dataset", .type = GLM_ARG_STRING, .dest = &o->eval_dataset, .metavar = "NAMES",
+         .help = "entries tokenized into the val split (LLaMA-Factory's eval_dataset; an entry also in --dataset is in "
+                 "both splits; not with --val-size)"},
+        {.name = "default-system", .type = GLM_ARG_STRING, .dest = &o->default_system, .metavar = "TEXT",
+         .help = "the system message of every sample that has none (LLaMA-Factory's default_system), rendered by the "
+                 "model's chat template"},
+        {.name = "max-samples", .type = GLM_ARG_U64, .dest = &max_samples, .given = &o->set_max_samples,
+         .help = "the first N records of each dataset (an entry, or an INPUT as given)"},
+        {.name = "chat-template", .type = GLM_ARG_STRING, .dest = &o->template_path, .metavar = "FILE",
+         .help = "a Jinja chat template to use instead of tokenizer_config.json's; it is applied to each message alone "
+                 "and the renders joined, so only templates whose output for a message does not depend on the others "
+                 "work (GLM-4's)"},
+        {.name = "seq-len", .alias = "cutoff-len", .type = GLM_ARG_U64, .dest = &o->seq_len, .def = "8192",
+         .metavar = "T", .given = &o->set_seq_len, .help = "tokens per packed row"},
+        {.name = "train-on", .type = GLM_ARG_STRING, .metavar = "WHAT", .given = &o->set_train_on,
+         .hook = train_on_given,
+         .help = "all (default: every assistant turn) | last (the last assistant turn, LLaMA-Factory's mask_history) "
+                 "| prompt (system, user and tool turns too, train_on_prompt) | last,prompt. A turn's own "
+                 "\"loss\"/\"weight\"/\"loss_weight\" flag always decides for that turn"},
+        {.name = "mask-history", .type = GLM_ARG_BOOL, .dest = &mask_history, .given = &o->set_train_on,
+         .hook = mask_history_given, .help = "= --train-on last"},
+        {.name = "train-on-prompt", .type = GLM_ARG_BOOL, .dest = &train_on_prompt, .given = &o->set_train_on,
+         .hook = train_on_prompt_given, .help = "= --train-on prompt"},
+        {.name = "keep-reasoning", .type = GLM_ARG_FLAG, .dest = &o->keep_reasoning,
+         .help = "keep reasoning (reasoning_content, reasoning parts) in the assistant's content as "
+                 "<think>...</think> (default: dropped, counted)"},
+        {.name = "merge-consecutive-turns", .type = GLM_ARG_FLAG, .dest = &o->merge_turns,
+         .help = "join neighbouring turns of one role (else two user turns in a row drop the record: role_order)"},
+        {.name = "truncate", .type = GLM_ARG_FLAG, .dest = &o->truncate,
+         .help = "cut samples longer than T to their first T-1 tokens and the end token (default: drop chats; split "
+                 "texts into windows of T tokens)"},
+        {.name = "val-size", .type = GLM_ARG_DOUBLE, .dest = &o->val_size, .metavar = "N", .given = &o->set_val_size,
+         .hook = val_size_given, .help = "set N records (or a fraction like 0.05) aside as the val split"},
+        {.name = "seed", .type = GLM_ARG_U64, .dest = &o->seed, .def = "42", .given = &o->set_seed,
+         .help = "seed of the validation selection and num_samples draws"},
+        {.name = "strict", .type = GLM_ARG_FLAG, .dest = &o->strict,
+         .help = "any bad record is fatal (default: skip it and count it by reason)"},
+        {.name = "threads", .alias = "preprocessing-num-workers", .type = GLM_ARG_U64, .dest = &o->threads,
+         .given = &o->set_threads, .help = "worker threads; default and maximum: the CPUs this process may use"},
+        {.name = "report", .type = GLM_ARG_STRING, .dest = &o->report_path, .metavar = "FILE",
+         .help = "also write the report as JSON"},
+        {.name = "shard-rows", .type = GLM_ARG_U64, .dest = &o->shard_rows,
+         .help = "rows per shard file (default: about 16 Mi tokens)"},
+        {.name = "quiet", .short_name = 'q', .type = GLM_ARG_FLAG, .dest = &o->quiet, .help = "no progress display"},
+        {.name = "verbose", .type = GLM_ARG_FLAG, .help = "debug messages too (files skipped and why)"},
+        {.name = "encode", .type = GLM_ARG_FLAG, .dest = &o->encode,
+         .help = "read JSONL {\"text\": ...} on stdin, write JSONL {\"ids\": [...]}"},
+        {.name = "decode", .type = GLM_ARG_FLAG, .dest = &o->decode,
+         .help = "read JSONL {\"ids\": [...]} on stdin, write JSONL {\"text\": ...}"},
+    };
+    const glm_arg_cmd cmd = {.name = "tokenize", .usage = USAGE, .about = ABOUT, .opts = opts,
+                             .n_opts = sizeof opts / sizeof *opts, .pos = o->inputs, .max_pos = (size_t)argc,
+                             .n_pos = &n_inputs, .pos_name = "INPUT", .user = o};
+    glm_status s = o->inputs ? glm_args_parse(&cmd, argc - 1, argv + 1, &help) : glm_err(GLM_ERR_NOMEM, "out of memory");
+    if (s == GLM_OK && help) {
+        glm_args_help(stdout, &cmd);
+        return -1;
     }
+    o->n_inputs = (int)n_inputs;
+    if (o->set_max_samples) o->max_samples = (int64_t)max_samples;
+    bool threads_given = o->set_threads;
     if (s == GLM_OK && o->config_path) s = apply_config(o, tok_set, out_set, dataset_set, dir_set);
     if (s == GLM_OK && o->eval_dataset) { /* LLaMA-Factory: eval_dataset and val_size exclude each other */
         if (o->val_size > 0)
