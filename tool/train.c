@@ -770,8 +770,8 @@ static glm_status agree(const glm_backend *be, glm_status s) {
 
 /* The model's backward hook: layer l's LoRA gradients are final (last micro-batch of the step),
  * so their all-reduce starts now, one request per tensor, while the earlier layers compute (CPU:
- * MPI_Iallreduce, tested in CI; CUDA: NCCL on the communication stream, compiled but not yet run
- * on several GPUs, see kernels/cuda/comm.cu and tests/gpu/multi.sh). */
+ * MPI_Iallreduce, tested in CI; CUDA: NCCL on the communication stream, run with several ranks on
+ * one GPU by tests/gpu/multi.sh, not yet on several GPUs; see kernels/cuda/comm.cu). */
 static glm_status bucket_ready(void *user, int layer) {
     run_state *rs = user;
     const glm_backend *be = rs->be;
