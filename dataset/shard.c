@@ -49,39 +49,26 @@ void glm_shard_close(glm_shard *sh) {
     memset(sh, 0, sizeof *sh);
 }
 
-glm_status glm_shard_open(const char *path, glm_shard *sh) {
-    memset(sh, 0, sizeof *sh);
-    GLM_TRY(glm_mmap_open(&sh->map, path));
-    sh->path = strdup(path);
+/* Header of the mapped shard: magic, version, header CRC, the counts (into *sh), the section
+ * offsets against the counts' layout (*L), the file size and the payload CRC. */
+static glm_status check_header(const char *path, glm_shard *sh, layout *L) {
     const uint8_t *p = sh->map.data;
     uint64_t size = sh->map.size;
-    glm_status s = GLM_OK;
     const char *hint_trunc = "hint: the file is truncated or is not a glmtune shard; re-run glmtune tokenize";
-    if (size < GLM_SHARD_HEADER_BYTES) {
-        s = BAD(size, "file is %llu bytes, shorter than the %d-byte header; %s", (unsigned long long)size,
-                GLM_SHARD_HEADER_BYTES, hint_trunc);
-        goto fail;
-    }
-    if (memcmp(p, GLM_SHARD_MAGIC, 8) != 0) {
-        s = BAD(0, "bad magic (expected \"GLMSHARD\"); hint: this is not a glmtune shard");
-        goto fail;
-    }
+    if (size < GLM_SHARD_HEADER_BYTES)
+        return BAD(size, "file is %llu bytes, shorter than the %d-byte header; %s", (unsigned long long)size,
+                   GLM_SHARD_HEADER_BYTES, hint_trunc);
+    if (memcmp(p, GLM_SHARD_MAGIC, 8) != 0) return BAD(0, "bad magic (expected \"GLMSHARD\"); hint: this is not a glmtune shard");
     uint32_t version = rd32(p + 8);
-    if (version != GLM_SHARD_VERSION) {
-        s = glm_err(GLM_ERR_UNSUPPORTED,
-                    "%s: offset 8: shard format version %u, this glmtune reads version %d; hint: re-run "
-                    "glmtune tokenize with this version", path, version, GLM_SHARD_VERSION);
-        goto fail;
-    }
-    if (glm_crc32(0, p, 124) != rd32(p + 124)) {
-        s = BAD(124, "header checksum mismatch (expected %08x, found %08x); hint: the header is corrupt, "
-                "re-run glmtune tokenize", glm_crc32(0, p, 124), rd32(p + 124));
-        goto fail;
-    }
-    if (rd32(p + 12) != GLM_SHARD_HEADER_BYTES) {
-        s = BAD(12, "header_bytes is %u, expected %d", rd32(p + 12), GLM_SHARD_HEADER_BYTES);
-        goto fail;
-    }
+    if (version != GLM_SHARD_VERSION)
+        return glm_err(GLM_ERR_UNSUPPORTED,
+                       "%s: offset 8: shard format version %u, this glmtune reads version %d; hint: re-run "
+                       "glmtune tokenize with this version", path, version, GLM_SHARD_VERSION);
+    if (glm_crc32(0, p, 124) != rd32(p + 124))
+        return BAD(124, "header checksum mismatch (expected %08x, found %08x); hint: the header is corrupt, "
+                   "re-run glmtune tokenize", glm_crc32(0, p, 124), rd32(p + 124));
+    if (rd32(p + 12) != GLM_SHARD_HEADER_BYTES)
+        return BAD(12, "header_bytes is %u, expected %d", rd32(p + 12), GLM_SHARD_HEADER_BYTES);
     sh->seq_len = rd32(p + 16);
     sh->n_rows = rd32(p + 20);
     sh->n_docs = rd64(p + 24);
@@ -89,141 +76,122 @@ glm_status glm_shard_open(const char *path, glm_shard *sh) {
     sh->n_targets = rd64(p + 40);
     sh->fingerprint = rd64(p + 48);
     sh->vocab_size = rd32(p + 56);
-    if (sh->seq_len == 0) {
-        s = BAD(16, "seq_len is 0");
-        goto fail;
-    }
+    if (sh->seq_len == 0) return BAD(16, "seq_len is 0");
     uint64_t rt = (uint64_t)sh->n_rows * sh->seq_len;
-    if (rt > size / 4 || sh->n_docs > size / 16) { /* before make_layout: its sums must not wrap */
-        s = BAD(20, "%u rows of %u tokens and %llu documents cannot fit in a %llu-byte file; %s", sh->n_rows,
-                sh->seq_len, (unsigned long long)sh->n_docs, (unsigned long long)size, hint_trunc);
-        goto fail;
-    }
-    if (sh->n_docs > rt) {
-        s = BAD(24, "n_docs %llu exceeds rows x seq_len", (unsigned long long)sh->n_docs);
-        goto fail;
-    }
-    layout L = make_layout(sh->seq_len, sh->n_rows, sh->n_docs);
+    if (rt > size / 4 || sh->n_docs > size / 16) /* before make_layout: its sums must not wrap */
+        return BAD(20, "%u rows of %u tokens and %llu documents cannot fit in a %llu-byte file; %s", sh->n_rows,
+                   sh->seq_len, (unsigned long long)sh->n_docs, (unsigned long long)size, hint_trunc);
+    if (sh->n_docs > rt) return BAD(24, "n_docs %llu exceeds rows x seq_len", (unsigned long long)sh->n_docs);
+    *L = make_layout(sh->seq_len, sh->n_rows, sh->n_docs);
     const uint64_t found[5] = {rd64(p + 64), rd64(p + 72), rd64(p + 80), rd64(p + 88), rd64(p + 96)};
-    const uint64_t want[5] = {L.ids, L.targets, L.rowdocs, L.docs, L.sources};
+    const uint64_t want[5] = {L->ids, L->targets, L->rowdocs, L->docs, L->sources};
     static const char *names[5] = {"ids_offset", "targets_offset", "rowdocs_offset", "docs_offset", "sources_offset"};
     for (int i = 0; i < 5; i++)
-        if (found[i] != want[i]) {
-            s = BAD(64 + 8 * i, "%s is %llu, expected %llu from the counts; hint: the header is inconsistent",
-                    names[i], (unsigned long long)found[i], (unsigned long long)want[i]);
-            goto fail;
-        }
+        if (found[i] != want[i])
+            return BAD(64 + 8 * i, "%s is %llu, expected %llu from the counts; hint: the header is inconsistent",
+                       names[i], (unsigned long long)found[i], (unsigned long long)want[i]);
     uint64_t file_bytes = rd64(p + 104);
-    if (file_bytes != size) {
-        s = BAD(104, "header says %llu bytes, file has %llu; %s", (unsigned long long)file_bytes,
-                (unsigned long long)size, hint_trunc);
-        goto fail;
-    }
-    if (L.sources + 4 > size) {
-        s = BAD(L.sources, "source table is beyond the end of the file; %s", hint_trunc);
-        goto fail;
-    }
+    if (file_bytes != size)
+        return BAD(104, "header says %llu bytes, file has %llu; %s", (unsigned long long)file_bytes,
+                   (unsigned long long)size, hint_trunc);
+    if (L->sources + 4 > size) return BAD(L->sources, "source table is beyond the end of the file; %s", hint_trunc);
     uint32_t crc = glm_crc32(0, p + GLM_SHARD_HEADER_BYTES, size - GLM_SHARD_HEADER_BYTES);
-    if (crc != rd32(p + 112)) {
-        s = BAD(112, "payload checksum mismatch (expected %08x, computed %08x); hint: the file is corrupt, "
-                "re-run glmtune tokenize", rd32(p + 112), crc);
-        goto fail;
-    }
+    if (crc != rd32(p + 112))
+        return BAD(112, "payload checksum mismatch (expected %08x, computed %08x); hint: the file is corrupt, "
+                   "re-run glmtune tokenize", rd32(p + 112), crc);
     sh->payload_crc = crc;
-    sh->ids = (const uint32_t *)(p + L.ids);
-    sh->targets = p + L.targets;
-    sh->rowdocs = (const uint64_t *)(p + L.rowdocs);
-    sh->docs = (const glm_shard_doc *)(p + L.docs);
-    /* source names */
-    uint64_t off = L.sources;
+    return GLM_OK;
+}
+
+/* The source table at L->sources: the names into sh->sources, and nothing after it but padding. */
+static glm_status read_sources(const char *path, glm_shard *sh, const layout *L) {
+    const uint8_t *p = sh->map.data;
+    uint64_t size = sh->map.size;
+    uint64_t off = L->sources;
     sh->n_sources = rd32(p + off);
     off += 4;
-    if (sh->n_sources > size) {
-        s = BAD(L.sources, "source count %u is impossible", sh->n_sources);
-        goto fail;
-    }
+    if (sh->n_sources > size) return BAD(L->sources, "source count %u is impossible", sh->n_sources);
     sh->sources = calloc(sh->n_sources ? sh->n_sources : 1, sizeof(char *));
-    if (!sh->path || !sh->sources) {
-        s = glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard", path);
-        goto fail;
-    }
+    if (!sh->path || !sh->sources) return glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard", path);
     for (uint32_t i = 0; i < sh->n_sources; i++) {
-        if (off + 4 > size || off + 4 + rd32(p + off) > size) {
-            s = BAD(off, "source name %u runs past the end of the file", i);
-            goto fail;
-        }
+        if (off + 4 > size || off + 4 + rd32(p + off) > size)
+            return BAD(off, "source name %u runs past the end of the file", i);
         uint32_t n = rd32(p + off);
-        if (!(sh->sources[i] = strndup((const char *)p + off + 4, n))) {
-            s = glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard", path);
-            goto fail;
-        }
+        if (!(sh->sources[i] = strndup((const char *)p + off + 4, n)))
+            return glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard", path);
         off += 4 + n;
     }
-    if (pad8(off) != size) {
-        s = BAD(off, "%llu unexpected bytes after the source table", (unsigned long long)(size - off));
-        goto fail;
-    }
-    /* rows and documents */
-    if (sh->rowdocs[0] != 0 || sh->rowdocs[sh->n_rows] != sh->n_docs) {
-        s = BAD(L.rowdocs, "row document index does not cover the %llu documents", (unsigned long long)sh->n_docs);
-        goto fail;
-    }
+    if (pad8(off) != size)
+        return BAD(off, "%llu unexpected bytes after the source table", (unsigned long long)(size - off));
+    return GLM_OK;
+}
+
+/* Rows and documents: the row index covers the documents in order, each document fits its row
+ * and names a source, no target on a document's first token or on padding, ids below vocab_size,
+ * and the token and target counts equal the header's. */
+static glm_status check_rows(const char *path, const glm_shard *sh, const layout *L) {
+    if (sh->rowdocs[0] != 0 || sh->rowdocs[sh->n_rows] != sh->n_docs)
+        return BAD(L->rowdocs, "row document index does not cover the %llu documents", (unsigned long long)sh->n_docs);
     uint64_t ntok = 0, ntgt = 0;
     for (uint32_t r = 0; r < sh->n_rows; r++) {
         uint64_t a = sh->rowdocs[r], b = sh->rowdocs[r + 1];
-        if (b < a || b > sh->n_docs) {
-            s = BAD(L.rowdocs + 8 * (r + 1), "row %u: document index %llu out of order", r, (unsigned long long)b);
-            goto fail;
-        }
+        if (b < a || b > sh->n_docs)
+            return BAD(L->rowdocs + 8 * (r + 1), "row %u: document index %llu out of order", r, (unsigned long long)b);
         uint64_t t = 0;
         for (uint64_t d = a; d < b; d++) {
             const glm_shard_doc *doc = &sh->docs[d];
-            if (doc->len == 0 || t + doc->len > sh->seq_len) {
-                s = BAD(L.docs + 16 * d, "row %u: document %llu of %u tokens does not fit (row has %u)", r,
-                        (unsigned long long)d, doc->len, sh->seq_len);
-                goto fail;
-            }
-            if (doc->source >= sh->n_sources) {
-                s = BAD(L.docs + 16 * d + 4, "document %llu: source index %u out of range", (unsigned long long)d,
-                        doc->source);
-                goto fail;
-            }
+            if (doc->len == 0 || t + doc->len > sh->seq_len)
+                return BAD(L->docs + 16 * d, "row %u: document %llu of %u tokens does not fit (row has %u)", r,
+                           (unsigned long long)d, doc->len, sh->seq_len);
+            if (doc->source >= sh->n_sources)
+                return BAD(L->docs + 16 * d + 4, "document %llu: source index %u out of range", (unsigned long long)d,
+                           doc->source);
             uint64_t base = (uint64_t)r * sh->seq_len + t;
-            if (glm_shard_target(sh, base)) {
-                s = BAD(L.targets + base / 8, "row %u: the first token of document %llu is marked as a target", r,
-                        (unsigned long long)d);
-                goto fail;
-            }
+            if (glm_shard_target(sh, base))
+                return BAD(L->targets + base / 8, "row %u: the first token of document %llu is marked as a target", r,
+                           (unsigned long long)d);
             for (uint32_t k = 0; k < doc->len; k++) {
-                if (sh->vocab_size && sh->ids[base + k] >= sh->vocab_size) {
-                    s = BAD(L.ids + 4 * (base + k), "token id %u is outside the vocabulary (%u)", sh->ids[base + k],
-                            sh->vocab_size);
-                    goto fail;
-                }
+                if (sh->vocab_size && sh->ids[base + k] >= sh->vocab_size)
+                    return BAD(L->ids + 4 * (base + k), "token id %u is outside the vocabulary (%u)", sh->ids[base + k],
+                               sh->vocab_size);
                 ntgt += glm_shard_target(sh, base + k);
             }
             t += doc->len;
         }
         for (uint64_t i = (uint64_t)r * sh->seq_len + t; i < (uint64_t)(r + 1) * sh->seq_len; i++)
-            if (glm_shard_target(sh, i)) {
-                s = BAD(L.targets + i / 8, "row %u: a padding token is marked as a target", r);
-                goto fail;
-            }
+            if (glm_shard_target(sh, i)) return BAD(L->targets + i / 8, "row %u: a padding token is marked as a target", r);
         ntok += t;
     }
-    if (ntok != sh->n_tokens || ntgt != sh->n_targets) {
-        s = BAD(32, "header counts (%llu tokens, %llu targets) differ from the data (%llu, %llu)",
-                (unsigned long long)sh->n_tokens, (unsigned long long)sh->n_targets, (unsigned long long)ntok,
-                (unsigned long long)ntgt);
-        goto fail;
+    if (ntok != sh->n_tokens || ntgt != sh->n_targets)
+        return BAD(32, "header counts (%llu tokens, %llu targets) differ from the data (%llu, %llu)",
+                   (unsigned long long)sh->n_tokens, (unsigned long long)sh->n_targets, (unsigned long long)ntok,
+                   (unsigned long long)ntgt);
+    return GLM_OK;
+}
+
+glm_status glm_shard_open(const char *path, glm_shard *sh) {
+    memset(sh, 0, sizeof *sh);
+    GLM_TRY(glm_mmap_open(&sh->map, path));
+    sh->path = strdup(path);
+    layout L = {0};
+    glm_status s = check_header(path, sh, &L);
+    if (s == GLM_OK) {
+        const uint8_t *p = sh->map.data;
+        sh->ids = (const uint32_t *)(p + L.ids);
+        sh->targets = p + L.targets;
+        sh->rowdocs = (const uint64_t *)(p + L.rowdocs);
+        sh->docs = (const glm_shard_doc *)(p + L.docs);
+        s = read_sources(path, sh, &L);
+    }
+    if (s == GLM_OK) s = check_rows(path, sh, &L);
+    if (s != GLM_OK) {
+        glm_shard_close(sh);
+        return s;
     }
     /* validation touched every page: leave them to the page cache, not this process (rows of
      * 1M tokens: the loader maps one row at a time, see glm_shard_release) */
-    glm_shard_release(sh, 0, size);
+    glm_shard_release(sh, 0, sh->map.size);
     return GLM_OK;
-fail:
-    glm_shard_close(sh);
-    return s;
 }
 
 void glm_shard_release(const glm_shard *sh, uint64_t off, uint64_t len) {

@@ -386,7 +386,8 @@ struct glm_backend {
      * in *out a backend for this rank's group, whose rank and world are the group's and whose
      * communication ops (all of this section) run over the group only. Its compute ops, memory and
      * device are be's: buffers from be->alloc serve both. CPU: MPI_Comm_split; CUDA: ncclCommSplit
-     * with its own communication stream and requests (compiled, not yet run). A collective over
+     * with its own communication stream and requests (run with several ranks on one GPU by
+     * tests/gpu/cp.sh, not yet on several GPUs). A collective over
      * be: every rank calls it, in the same order as the other collectives. World 1: a backend of
      * world 1. Free it with comm_free before be is closed. Errors: GLM_ERR_ARG (color < 0),
      * GLM_ERR_COMM naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL

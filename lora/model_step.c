@@ -265,11 +265,155 @@ static void wslots_layout(const glm_model *m, struct glm_ws *w) {
     g->dense = WB(w, GLM_BUF_WDENSE);
 }
 
+/* The workspace's host arrays (layer inputs, kept activations, context parallel's host copies),
+ * then every buffer of the plan's table, in the table's order, but the backend's own scratch. */
+static glm_status ws_alloc_table(struct glm_ws *w, const glm_plan *p, int L) {
+    w->xs = calloc((size_t)L + 1, sizeof(void *));
+    w->S = calloc((size_t)L, sizeof(saved));
+    if (p->cp > 1) {
+        w->lab_host = malloc((size_t)p->N * sizeof(int32_t));
+        w->gdoc_host = malloc((size_t)p->B * (size_t)p->T_padded * sizeof(int32_t));
+        w->loc_host = malloc((size_t)p->N * sizeof(int32_t));
+    }
+    if (!w->xs || !w->S || (p->cp > 1 && (!w->lab_host || !w->gdoc_host || !w->loc_host)))
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_status st = GLM_OK;
+    for (int id = 0; id < GLM_BUF_COUNT && !st; id++) {
+        const glm_plan_buf *pb = &p->buf[id];
+        if (pb->count <= 0 || id == GLM_BUF_BACKEND) continue; /* the backend grows its own scratch */
+        if (!(w->buf[id] = calloc((size_t)pb->count, sizeof(void *)))) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < pb->count && !st; k++) st = ws_alloc(w, pb->bytes, glm_buf_name((glm_buf_id)id), &w->buf[id][k]);
+    }
+    return st;
+}
+
+/* Each layer's input (its own buffer, or with offloading a slot plus a host copy) and, for the
+ * backward, each layer's kept activations as its checkpointing policy keeps them. */
+static glm_status ws_bind_layers(struct glm_ws *w, const glm_plan *p, int L) {
+    if (!p->backward) {
+        for (int l = 0; l <= L; l++) w->xs[l] = w->buf[GLM_BUF_X][l & 1];
+        return GLM_OK;
+    }
+    /* layer inputs: the offloaded ones through the slots, the others in their own buffers */
+    int next = 0;
+    for (int l = 0; l <= L; l++)
+        w->xs[l] = glm_plan_x_in_slot(p, L, l) ? w->buf[GLM_BUF_XSLOT][l & 1] : w->buf[GLM_BUF_X][next++];
+    if (p->n_host > 0) {
+        if (!(w->xh = calloc((size_t)p->n_host, sizeof(void *)))) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        for (int l = 0; l < p->n_host; l++, w->n_xh++)
+            GLM_TRY(w->be->host_alloc(w->be, (size_t)p->buf[GLM_BUF_XSLOT].bytes, "offloaded layer inputs", &w->xh[l]));
+    }
+    for (int l = 0; l < L; l++) { /* kept activations: layers [0, n_keep + n_selective) keep attention's */
+        saved *s = &w->S[l];
+        glm_ckpt_mode pol = glm_plan_layer(p, l);
+        if (pol == GLM_CKPT_FULL) continue;
+        s->qkv = w->buf[GLM_BUF_KEEP_QKV][l];
+        s->o = w->buf[GLM_BUF_KEEP_O][l];
+        s->x_mid = w->buf[GLM_BUF_KEEP_XMID][l];
+        s->lse = w->buf[GLM_BUF_KEEP_LSE][l];
+        if (pol == GLM_CKPT_SELECTIVE) continue;
+        s->xn1 = w->buf[GLM_BUF_KEEP_XN1][l];
+        s->xn2 = w->buf[GLM_BUF_KEEP_XN2][l];
+        s->h = w->buf[GLM_BUF_KEEP_H][l];
+        s->a = w->buf[GLM_BUF_KEEP_A][l];
+        s->rstd1 = w->buf[GLM_BUF_KEEP_RSTD1][l];
+        s->rstd2 = w->buf[GLM_BUF_KEEP_RSTD2][l];
+    }
+    return GLM_OK;
+}
+
+/* The LoRA chunk buffers and each site's lora_A / lora_B as the step reads them: copies in the
+ * activation dtype laid out in the plan's LORA_COPIES buffer, or the fp32 weights themselves. */
+static glm_status ws_bind_lora(struct glm_ws *w, const glm_lora *lora, const glm_plan *p) {
+    w->u = WB(w, GLM_BUF_LORA_U);
+    w->du = WB(w, GLM_BUF_LORA_DU);
+    w->drop = WB(w, GLM_BUF_LORA_DROP);
+    if (!lora) return GLM_OK;
+    w->shA = calloc((size_t)lora->n_sites, sizeof(void *));
+    w->shB = calloc((size_t)lora->n_sites, sizeof(void *));
+    if (!w->shA || !w->shB) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    w->shadows = w->be->act_dtype != GLM_DT_F32;
+    if (!w->shadows) {
+        for (int si = 0; si < lora->n_sites; si++) {
+            w->shA[si] = lora->params[lora->sites[si].pa].w;
+            w->shB[si] = lora->params[lora->sites[si].pb].w;
+        }
+        return GLM_OK;
+    }
+    /* one buffer; per (layer, linear) the lora_A copies of its adapters are contiguous, so
+     * one GEMM can compute u for all of them ([sites * r, in] stacked) */
+    char *base = WB(w, GLM_BUF_LORA_COPIES);
+    size_t off = 0;
+    for (int l = 0; l < lora->L; l++)
+        for (int lin = 0; lin < 4; lin++) {
+            for (int k = 0; k < lora->layer_count[l]; k++) {
+                int si = lora->layer_first[l] + k;
+                if (lora->sites[si].lin != (glm_linear)lin) continue;
+                w->shA[si] = base + off;
+                off += (size_t)lora->params[lora->sites[si].pa].numel * w->esz;
+            }
+            for (int k = 0; k < lora->layer_count[l]; k++) {
+                int si = lora->layer_first[l] + k;
+                if (lora->sites[si].lin != (glm_linear)lin) continue;
+                off = (off + 255) / 256 * 256;
+                w->shB[si] = base + off;
+                off += (size_t)lora->params[lora->sites[si].pb].numel * w->esz;
+                off = (off + 255) / 256 * 256;
+            }
+        }
+    if (!base || off > p->buf[GLM_BUF_LORA_COPIES].bytes)
+        return glm_err(GLM_ERR_INTERNAL, "model step: the LoRA copies take %zu bytes, the plan sized %.0f", off,
+                       p->buf[GLM_BUF_LORA_COPIES].bytes);
+    return GLM_OK;
+}
+
+/* The batch sets in the plan's BATCH buffers (two, one being uploaded while the other runs;
+ * context parallel: one) with their pinned host copies, the first one current. */
+static glm_status ws_bind_batches(struct glm_ws *w, const glm_plan *p) {
+    for (int k = 0; k < (p->cp > 1 ? 1 : 2); k++) {
+        batch_set *bs = &w->bset[k];
+        void **bb = w->buf[GLM_BUF_BATCH] + 4 * k;
+        bs->ids = bb[0];
+        bs->pos = bb[1];
+        bs->doc = bb[2];
+        bs->labels = bb[3];
+        if (p->cp <= 1)
+            GLM_TRY(w->be->host_alloc(w->be, (size_t)p->N * 17, "the batches' host copies", (void **)&bs->host));
+    }
+    w->ids = w->bset[0].ids;
+    w->pos = w->bset[0].pos;
+    w->doc = w->bset[0].doc;
+    w->labels = w->bset[0].labels;
+    return GLM_OK;
+}
+
+/* Context parallel: the ring (lora/ring_attention.h) over the plan's RING_* buffers and this
+ * rank's place in the group's layout. */
+static void ws_bind_ring(const glm_model *m, struct glm_ws *w, const glm_plan *p) {
+    glm_ring *R = &w->ring;
+    R->be = w->be;
+    R->comm = m->cp_comm;
+    glm_cp_layout_make(p->T, p->cp, m->cp_comm->rank, &R->L);
+    R->B = p->B;
+    R->H = m->cfg.H;
+    R->Hkv = m->cfg.Hkv;
+    R->Dh = m->cfg.Dh;
+    R->kv[0] = w->buf[GLM_BUF_RING_KV][0];
+    R->kv[1] = w->buf[GLM_BUF_RING_KV][1];
+    if (p->backward) {
+        R->dkv[0] = w->buf[GLM_BUF_RING_DKV][0];
+        R->dkv[1] = w->buf[GLM_BUF_RING_DKV][1];
+    }
+    R->acc = WB(w, GLM_BUF_RING_ACC);
+    R->lse_acc = WB(w, GLM_BUF_RING_LSE);
+    w->gdoc = WB(w, GLM_BUF_RING_GDOC);
+    R->gdoc = w->gdoc;
+    R->gdoc_host = w->gdoc_host;
+}
+
 /* The workspace for plan p (and the LoRA copies of lora): every buffer of the plan's table. */
 static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *p, glm_ckpt_mode mode, struct glm_ws **out) {
-    const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
-    const int L = c->L;
     struct glm_ws *w = calloc(1, sizeof *w);
     if (!w) return glm_err(GLM_ERR_NOMEM, "out of memory");
     w->be = be;
@@ -287,151 +431,25 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->offload_over = m->offload;
     w->plan_offload_layers = m->offload_layers;
     w->esz = glm_dtype_size(be->act_dtype);
-    w->xs = calloc((size_t)L + 1, sizeof(void *));
-    w->S = calloc((size_t)L, sizeof(saved));
-    glm_status st = GLM_OK;
-    if (p->cp > 1) {
-        w->lab_host = malloc((size_t)p->N * sizeof(int32_t));
-        w->gdoc_host = malloc((size_t)p->B * (size_t)p->T_padded * sizeof(int32_t));
-        w->loc_host = malloc((size_t)p->N * sizeof(int32_t));
-    }
-    if (!w->xs || !w->S || (p->cp > 1 && (!w->lab_host || !w->gdoc_host || !w->loc_host))) {
-        glm_ws_free(w);
-        return glm_err(GLM_ERR_NOMEM, "out of memory");
-    }
-    /* every buffer of the plan, in the table's order */
-    for (int id = 0; id < GLM_BUF_COUNT && !st; id++) {
-        const glm_plan_buf *pb = &p->buf[id];
-        if (pb->count <= 0 || id == GLM_BUF_BACKEND) continue; /* the backend grows its own scratch */
-        if (!(w->buf[id] = calloc((size_t)pb->count, sizeof(void *)))) st = glm_err(GLM_ERR_NOMEM, "out of memory");
-        for (int k = 0; k < pb->count && !st; k++) st = ws_alloc(w, pb->bytes, glm_buf_name((glm_buf_id)id), &w->buf[id][k]);
-    }
-    if (st) goto fail;
-    /* layer inputs: the offloaded ones through the slots, the others in their own buffers */
-    if (p->backward) {
-        int next = 0;
-        for (int l = 0; l <= L; l++)
-            w->xs[l] = glm_plan_x_in_slot(p, L, l) ? w->buf[GLM_BUF_XSLOT][l & 1] : w->buf[GLM_BUF_X][next++];
-        if (p->n_host > 0) {
-            if (!(w->xh = calloc((size_t)p->n_host, sizeof(void *)))) {
-                st = glm_err(GLM_ERR_NOMEM, "out of memory");
-                goto fail;
-            }
-            for (int l = 0; l < p->n_host; l++, w->n_xh++)
-                if ((st = be->host_alloc(be, (size_t)p->buf[GLM_BUF_XSLOT].bytes, "offloaded layer inputs", &w->xh[l])))
-                    goto fail;
-        }
-        for (int l = 0; l < L; l++) { /* kept activations: layers [0, n_keep + n_selective) keep attention's */
-            saved *s = &w->S[l];
-            glm_ckpt_mode pol = glm_plan_layer(p, l);
-            if (pol == GLM_CKPT_FULL) continue;
-            s->qkv = w->buf[GLM_BUF_KEEP_QKV][l];
-            s->o = w->buf[GLM_BUF_KEEP_O][l];
-            s->x_mid = w->buf[GLM_BUF_KEEP_XMID][l];
-            s->lse = w->buf[GLM_BUF_KEEP_LSE][l];
-            if (pol == GLM_CKPT_SELECTIVE) continue;
-            s->xn1 = w->buf[GLM_BUF_KEEP_XN1][l];
-            s->xn2 = w->buf[GLM_BUF_KEEP_XN2][l];
-            s->h = w->buf[GLM_BUF_KEEP_H][l];
-            s->a = w->buf[GLM_BUF_KEEP_A][l];
-            s->rstd1 = w->buf[GLM_BUF_KEEP_RSTD1][l];
-            s->rstd2 = w->buf[GLM_BUF_KEEP_RSTD2][l];
-        }
-    } else {
-        for (int l = 0; l <= L; l++) w->xs[l] = w->buf[GLM_BUF_X][l & 1];
-    }
-    w->u = WB(w, GLM_BUF_LORA_U);
-    w->du = WB(w, GLM_BUF_LORA_DU);
-    w->drop = WB(w, GLM_BUF_LORA_DROP);
-    if (lora) {
-        w->shA = calloc((size_t)lora->n_sites, sizeof(void *));
-        w->shB = calloc((size_t)lora->n_sites, sizeof(void *));
-        if (!w->shA || !w->shB) {
-            st = glm_err(GLM_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        w->shadows = be->act_dtype != GLM_DT_F32;
-        if (w->shadows) {
-            /* one buffer; per (layer, linear) the lora_A copies of its adapters are contiguous, so
-             * one GEMM can compute u for all of them ([sites * r, in] stacked) */
-            char *base = WB(w, GLM_BUF_LORA_COPIES);
-            size_t off = 0;
-            for (int l = 0; l < lora->L; l++)
-                for (int lin = 0; lin < 4; lin++) {
-                    for (int k = 0; k < lora->layer_count[l]; k++) {
-                        int si = lora->layer_first[l] + k;
-                        if (lora->sites[si].lin != (glm_linear)lin) continue;
-                        w->shA[si] = base + off;
-                        off += (size_t)lora->params[lora->sites[si].pa].numel * w->esz;
-                    }
-                    for (int k = 0; k < lora->layer_count[l]; k++) {
-                        int si = lora->layer_first[l] + k;
-                        if (lora->sites[si].lin != (glm_linear)lin) continue;
-                        off = (off + 255) / 256 * 256;
-                        w->shB[si] = base + off;
-                        off += (size_t)lora->params[lora->sites[si].pb].numel * w->esz;
-                        off = (off + 255) / 256 * 256;
-                    }
-                }
-            if (!base || off > p->buf[GLM_BUF_LORA_COPIES].bytes) {
-                st = glm_err(GLM_ERR_INTERNAL, "model step: the LoRA copies take %zu bytes, the plan sized %.0f", off,
-                             p->buf[GLM_BUF_LORA_COPIES].bytes);
-                goto fail;
-            }
-        } else {
-            for (int si = 0; si < lora->n_sites; si++) {
-                w->shA[si] = lora->params[lora->sites[si].pa].w;
-                w->shB[si] = lora->params[lora->sites[si].pb].w;
-            }
-        }
-    }
-    for (int k = 0; k < (p->cp > 1 ? 1 : 2); k++) {
-        batch_set *bs = &w->bset[k];
-        void **bb = w->buf[GLM_BUF_BATCH] + 4 * k;
-        bs->ids = bb[0];
-        bs->pos = bb[1];
-        bs->doc = bb[2];
-        bs->labels = bb[3];
-        if (p->cp <= 1 && (st = be->host_alloc(be, (size_t)p->N * 17, "the batches' host copies", (void **)&bs->host)))
-            goto fail;
-    }
-    w->ids = w->bset[0].ids;
-    w->pos = w->bset[0].pos;
-    w->doc = w->bset[0].doc;
-    w->labels = w->bset[0].labels;
-    if (p->cp > 1) { /* the ring (lora/ring_attention.h) */
-        glm_ring *R = &w->ring;
-        R->be = be;
-        R->comm = m->cp_comm;
-        glm_cp_layout_make(p->T, p->cp, m->cp_comm->rank, &R->L);
-        R->B = p->B;
-        R->H = c->H;
-        R->Hkv = c->Hkv;
-        R->Dh = c->Dh;
-        R->kv[0] = w->buf[GLM_BUF_RING_KV][0];
-        R->kv[1] = w->buf[GLM_BUF_RING_KV][1];
-        if (p->backward) {
-            R->dkv[0] = w->buf[GLM_BUF_RING_DKV][0];
-            R->dkv[1] = w->buf[GLM_BUF_RING_DKV][1];
-        }
-        R->acc = WB(w, GLM_BUF_RING_ACC);
-        R->lse_acc = WB(w, GLM_BUF_RING_LSE);
-        w->gdoc = WB(w, GLM_BUF_RING_GDOC);
-        R->gdoc = w->gdoc;
-        R->gdoc_host = w->gdoc_host;
-    }
-    wslots_layout(m, w);
-    { /* the backend's scratch grown now (cuDNN's workspace unless the plan left it out): an out-of-memory
-       * or the memory cap shows here, before the first step */
+    glm_status st = ws_alloc_table(w, p, m->cfg.L);
+    if (!st) st = ws_bind_layers(w, p, m->cfg.L);
+    if (!st) st = ws_bind_lora(w, lora, p);
+    if (!st) st = ws_bind_batches(w, p);
+    if (!st && p->cp > 1) ws_bind_ring(m, w, p);
+    if (!st) {
+        wslots_layout(m, w);
+        /* the backend's scratch grown now (cuDNN's workspace unless the plan left it out): an
+         * out-of-memory or the memory cap shows here, before the first step */
         glm_scratch_shape sh;
         scratch_shape(m, p->B, p->T, p->backward, p->loss_chunk, &sh);
-        if ((st = be->scratch_reserve(be, &sh, !p->attn_lean))) goto fail;
+        st = be->scratch_reserve(be, &sh, !p->attn_lean);
+    }
+    if (st) {
+        glm_ws_free(w);
+        return st;
     }
     *out = w;
     return GLM_OK;
-fail:
-    glm_ws_free(w);
-    return st;
 }
 
 /* An out-of-memory while allocating the workspace: the message says what the plan was and what

@@ -1062,137 +1062,172 @@ int cmd_tokenize(int argc, char **argv) {
     return rc < 0 ? GLM_EXIT_OK : rc; /* -1: --help was printed */
 }
 
-/* The run itself, once the options are parsed (the caller frees o->inputs). */
-static int tokenize_main(tok_opts *op) {
-    tok_opts o = *op;
-    int rc;
-    glm_status s = GLM_OK;
-    glm_tokenizer *tok = NULL;
-    glm_template *tpl = NULL;
-    if (o.tokenizer_path && o.tokenizer_path == o.cfg.model && !glm_is_dir(o.tokenizer_path) &&
-        !glm_is_file(o.tokenizer_path))
-        return cli_fail(glm_err(GLM_ERR_ARG, "%s: model_name_or_path %s is not a local folder (a hub id?): glmtune "
-                                "reads the tokenizer from the model's folder; hint: override it with "
-                                "--model_name_or_path DIR (or --tokenizer DIR)", o.config_path, o.tokenizer_path));
-    glm_json_alloc_install(); /* before any thread: the workers' values live in arenas */
-    if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
-    if (o.encode || o.decode) {
-        rc = tokenize_stdio(tok, o.encode);
-        glm_tokenizer_free(tok);
-        return rc;
-    }
-    glm_format fmt;
-    if ((s = glm_format_parse(o.format_name, &fmt)) != GLM_OK) return cli_fail(s);
-    glm_convert_opts copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns};
-    if (tok) {
-        char *src = NULL;
-        size_t n;
-        const char *tsrc = glm_tokenizer_chat_template(tok), *tname = "tokenizer_config.json chat_template";
-        if (o.template_path) {
-            if ((s = glm_read_file(o.template_path, &src, &n)) != GLM_OK) return cli_fail(s);
-            tsrc = src;
-            tname = o.template_path;
-        }
-        if (!tsrc) {
-            glm_tokenizer_free(tok);
-            return cli_fail(glm_err(GLM_ERR_ARG, "%s: the tokenizer has no chat_template in tokenizer_config.json; hint: "
-                                    "pass --chat-template FILE", o.tokenizer_path));
-        }
-        s = glm_template_parse(tsrc, tname, &tpl);
-        free(src);
-        if (s != GLM_OK) {
-            glm_tokenizer_free(tok);
-            return cli_fail(s);
-        }
-    }
-
-    glm_reader *rd = NULL;
-    char *tmpdir = NULL, *out_real = NULL;
-    int out_lock = -1;
-    bool out_made = false;
-    /* a symbolic link -o is followed: its target is replaced, the link stays */
-    if ((s = glm_output_target_dir(o.out, &out_real)) != GLM_OK) {
-        glm_template_free(tpl);
-        glm_tokenizer_free(tok);
-        return cli_fail(s);
-    }
-    if (strcmp(out_real, o.out)) glm_log_info("-o %s is a symbolic link: writing %s", o.out, out_real);
-    o.out = out_real;
-    glm_reader_opts ro = {o.reader_filter ? o.reader_filter : o.dataset, o.max_samples, o.seed};
-    if ((s = glm_reader_open_ex((const char *const *)o.inputs, (size_t)o.n_inputs, &ro, &rd)) != GLM_OK ||
-        (s = prepare_outdir(o.out, &tmpdir, &out_lock, &out_made)) != GLM_OK) {
-        if (out_made) rmdir(o.out);
-        if (out_lock >= 0) close(out_lock);
-        glm_reader_close(rd);
-        glm_template_free(tpl);
-        glm_tokenizer_free(tok);
-        free(out_real);
-        return cli_fail(s);
-    }
-    glm_reader_set_deferred_parse(rd, true);
-    catch_stop_signals(true);
-    uint32_t T = (uint32_t)o.seq_len;
-    uint64_t fp = tok ? glm_tokenizer_fingerprint(tok) : 0;
-    uint32_t V = tok ? glm_tokenizer_vocab_size(tok) : 0;
-    /* about 16 Mi tokens (64 MiB of ids) per shard: a shard is built in memory before its write */
-    uint32_t rows_per_shard = o.shard_rows ? (uint32_t)o.shard_rows : (uint32_t)((1u << 24) / T + 1);
+/* One tokenize run once the options are parsed: its tokenizer and template, the reader, the
+ * output directory, the two splits' writers and packers, the validation draw and the report. */
+typedef struct {
+    tok_opts *o;              /* the run's copy of the options (o->out: the real output directory) */
+    glm_tokenizer *tok;       /* NULL: every record is pre-tokenized */
+    glm_template *tpl;
+    glm_convert_opts copt;
+    glm_reader *rd;
+    char *tmpdir, *out_real;  /* the directory that replaces -o at the end; -o with its links followed */
+    int out_lock;             /* -o's lock (glm_lock_dir), or -1 */
+    bool out_made;            /* -o was made by this run */
+    uint32_t T;
     glm_shard_writer wtrain, wval;
-    glm_shard_writer_init(&wtrain, tmpdir, "train", T, rows_per_shard, fp, V);
-    glm_shard_writer_init(&wval, tmpdir, "val", T, rows_per_shard, fp, V);
     glm_packer ptrain, pval;
-    glm_packer_init(&ptrain, T, (uint64_t)1 << 24, &wtrain);
-    glm_packer_init(&pval, T, (uint64_t)1 << 24, &wval);
-    val_split vs = {.size = o.val_size, .seed = o.seed};
+    val_split vs;
     tok_report rep;
-    tok_report_init(&rep);
+    uint64_t seq;             /* kept records routed so far: the validation draw's record number */
+    double t0;                /* when the reading started */
+} tok_run;
 
+enum { TOK_BATCH = 512 }; /* records per batch that the workers process while the next is read */
+
+/* The chat template: --chat-template FILE, else the tokenizer's; an error when it has none. */
+static glm_status load_template(const tok_opts *o, const glm_tokenizer *tok, glm_template **tpl) {
+    char *src = NULL;
+    size_t n;
+    const char *tsrc = glm_tokenizer_chat_template(tok), *tname = "tokenizer_config.json chat_template";
+    if (o->template_path) {
+        GLM_TRY(glm_read_file(o->template_path, &src, &n));
+        tsrc = src;
+        tname = o->template_path;
+    }
+    if (!tsrc)
+        return glm_err(GLM_ERR_ARG, "%s: the tokenizer has no chat_template in tokenizer_config.json; hint: "
+                       "pass --chat-template FILE", o->tokenizer_path);
+    glm_status s = glm_template_parse(tsrc, tname, tpl);
+    free(src);
+    return s;
+}
+
+/* -o with its links followed (r->out_real, then r->o->out), the reader over the inputs and the
+ * prepared output directory (prepare_outdir). */
+static glm_status open_run(tok_run *r) {
+    tok_opts *o = r->o;
+    /* a symbolic link -o is followed: its target is replaced, the link stays */
+    GLM_TRY(glm_output_target_dir(o->out, &r->out_real));
+    if (strcmp(r->out_real, o->out)) glm_log_info("-o %s is a symbolic link: writing %s", o->out, r->out_real);
+    o->out = r->out_real;
+    glm_reader_opts ro = {o->reader_filter ? o->reader_filter : o->dataset, o->max_samples, o->seed};
+    GLM_TRY(glm_reader_open_ex((const char *const *)o->inputs, (size_t)o->n_inputs, &ro, &r->rd));
+    return prepare_outdir(o->out, &r->tmpdir, &r->out_lock, &r->out_made);
+}
+
+/* The train and val shard writers (into the temporary directory) and packers, the validation
+ * draw and the report. */
+static void init_splits(tok_run *r) {
+    const tok_opts *o = r->o;
+    r->T = (uint32_t)o->seq_len;
+    uint64_t fp = r->tok ? glm_tokenizer_fingerprint(r->tok) : 0;
+    uint32_t V = r->tok ? glm_tokenizer_vocab_size(r->tok) : 0;
+    /* about 16 Mi tokens (64 MiB of ids) per shard: a shard is built in memory before its write */
+    uint32_t rows_per_shard = o->shard_rows ? (uint32_t)o->shard_rows : (uint32_t)((1u << 24) / r->T + 1);
+    glm_shard_writer_init(&r->wtrain, r->tmpdir, "train", r->T, rows_per_shard, fp, V);
+    glm_shard_writer_init(&r->wval, r->tmpdir, "val", r->T, rows_per_shard, fp, V);
+    glm_packer_init(&r->ptrain, r->T, (uint64_t)1 << 24, &r->wtrain);
+    glm_packer_init(&r->pval, r->T, (uint64_t)1 << 24, &r->wval);
+    r->vs = (val_split){.size = o->val_size, .seed = o->seed};
+    tok_report_init(&r->rep);
+}
+
+/* Reads up to TOK_BATCH records into jb (*n of them; *eof at the end of the input); a stop
+ * signal ends the run with an error. */
+static glm_status read_batch(tok_run *r, job *jb, size_t *n, bool *eof) {
+    *n = 0;
+    while (!*eof && *n < TOK_BATCH) {
+        if (g_stop_sig)
+            return glm_err(GLM_ERR_IO, "interrupted (%s): stopped; nothing was written, %s is as it was",
+                           strsignal(g_stop_sig), r->o->out);
+        job *j = &jb[*n];
+        glm_status st = glm_reader_next(r->rd, &j->rec);
+        if (st == GLM_EOF) {
+            *eof = true;
+            break;
+        }
+        if (st != GLM_OK) return st;
+        j->rec.source = tok_report_source(&r->rep, j->rec.source);
+        (*n)++;
+    }
+    return GLM_OK;
+}
+
+/* One processed record, in input order: counted in the report, then dropped (fatal with
+ * --strict) or its documents routed to the splits (eval_dataset entries to val, the others by
+ * the validation draw) and added to their packers. */
+static glm_status consume_job(tok_run *r, job *j) {
+    const tok_opts *o = r->o;
+    tok_report *rep = &r->rep;
+    out_view(j);
+    tok_report_record(rep, j->rec.source, j->rec.nbytes);
+    for (int q = 0; q < j->n_notes; q++) tok_report_note(rep, j->notes[q]);
+    if (j->drop) {
+        tok_report_drop(rep, j->rec.source, j->drop, j->drop_detail);
+        if (o->strict)
+            return glm_err(GLM_ERR_FORMAT, "%s [%s]; hint: without --strict bad records are skipped and counted",
+                           j->drop_detail ? j->drop_detail : j->drop, j->drop);
+        return GLM_OK;
+    }
+    if (j->truncated) tok_report_note(rep, "truncated");
+    tok_report_layout(rep, glm_format_name(j->layout));
+    tok_report_flags(rep, j->flag_turns, j->flag_off);
+    size_t nt, ntok = j->ids.n;
+    bool tail;
+    doc_set d = {0}, to_train, to_val;
+    glm_status s = job_docs(j, &d, &nt, &tail);
+    if (s == GLM_OK && j->window) tok_report_windows(rep, d.n, tail);
+    if (s == GLM_OK) tok_report_keep(rep, j->rec.source, tail ? ntok - 1 : ntok, nt);
+    /* eval_dataset: its entries go to the val split (and to train too when dataset names them) */
+    const glm_dsinfo_entry *ent = j->rec.mapping;
+    bool to_eval = o->eval_dataset && ent && ent->name && name_in(o->eval_dataset, ent->name);
+    bool also_train = to_eval && name_in(o->dataset, ent->name);
+    if (s == GLM_OK && to_eval && !also_train) {
+        to_train = (doc_set){0};
+        to_val = d;
+        r->seq++;
+    } else if (s == GLM_OK && to_eval) {
+        to_train = d;
+        s = doc_set_copy(&d, &to_val);
+        r->seq++;
+    } else if (s == GLM_OK) s = val_route(&r->vs, d, r->seq++, &to_train, &to_val);
+    else doc_set_free(&d);
+    if (s == GLM_OK && to_train.n) s = add_docs(&r->ptrain, &to_train);
+    if (s == GLM_OK && to_val.n) s = add_docs(&r->pval, &to_val);
+    doc_set_free(&to_train);
+    doc_set_free(&to_val);
+    return s;
+}
+
+/* Every record of the input, batch by batch: the worker threads convert and encode one batch
+ * while the next is read, and the finished batch is consumed in input order (consume_job), so
+ * the output does not depend on the thread count. Shows the progress line. */
+static glm_status tokenize_records(tok_run *r) {
+    glm_status s = GLM_OK;
     glm_progress prog;
-    glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(rd), !o.quiet);
-    enum { BATCH = 512 };
-    job *batches[2] = {calloc(BATCH, sizeof(job)), calloc(BATCH, sizeof(job))};
+    glm_progress_start(&prog, "tokenize", "records", 0, glm_reader_total_bytes(r->rd), !r->o->quiet);
+    job *batches[2] = {calloc(TOK_BATCH, sizeof(job)), calloc(TOK_BATCH, sizeof(job))};
     worker_pool pool;
-    pool_start(&pool, (size_t)o.threads);
+    pool_start(&pool, (size_t)r->o->threads);
     glm_arena main_arena = {0}; /* when no worker could start */
     out_buf main_out[2] = {0};
     batch_ctx ctx[2];
     int cur = 0;
     bool eof = false, running = false;
     size_t n_running = 0;
-    uint64_t seq = 0;
     int64_t last_bytes = 0;
-    double t0 = glm_now();
-
-    /* read batch into batches[b]; returns count */
+    r->t0 = glm_now();
     while (s == GLM_OK) {
-        size_t n = 0;
+        size_t n;
         job *jb = batches[cur];
-        while (!eof && n < BATCH && s == GLM_OK) {
-            if (g_stop_sig) {
-                s = glm_err(GLM_ERR_IO, "interrupted (%s): stopped; nothing was written, %s is as it was",
-                            strsignal(g_stop_sig), o.out);
-                break;
-            }
-            job *j = &jb[n];
-            glm_status r = glm_reader_next(rd, &j->rec);
-            if (r == GLM_EOF) {
-                eof = true;
-                break;
-            }
-            if (r != GLM_OK) {
-                s = r;
-                break;
-            }
-            j->rec.source = tok_report_source(&rep, j->rec.source);
-            n++;
-        }
-        if (s != GLM_OK) break;
+        if ((s = read_batch(r, jb, &n, &eof)) != GLM_OK) break;
         /* wait for the running batch, then start this one */
         if (running) {
             pool_wait(&pool);
             running = false;
         }
         if (n > 0) {
-            ctx[cur] = (batch_ctx){&o, tok, tpl, copt, jb, n, 0, cur};
+            ctx[cur] = (batch_ctx){r->o, r->tok, r->tpl, r->copt, jb, n, 0, cur};
             if (pool.n > 0) {
                 pool_run(&pool, &ctx[cur]);
                 running = true;
@@ -1202,48 +1237,9 @@ static int tokenize_main(tok_opts *op) {
         }
         /* consume the previous batch (finished) in order */
         job *prev = batches[1 - cur];
-        for (size_t k = 0; k < n_running && s == GLM_OK; k++) {
-            job *j = &prev[k];
-            out_view(j);
-            tok_report_record(&rep, j->rec.source, j->rec.nbytes);
-            for (int q = 0; q < j->n_notes; q++) tok_report_note(&rep, j->notes[q]);
-            if (j->drop) {
-                tok_report_drop(&rep, j->rec.source, j->drop, j->drop_detail);
-                if (o.strict)
-                    s = glm_err(GLM_ERR_FORMAT, "%s [%s]; hint: without --strict bad records are skipped and counted",
-                                j->drop_detail ? j->drop_detail : j->drop, j->drop);
-            } else {
-                if (j->truncated) tok_report_note(&rep, "truncated");
-                tok_report_layout(&rep, glm_format_name(j->layout));
-                tok_report_flags(&rep, j->flag_turns, j->flag_off);
-                size_t nt, ntok = j->ids.n;
-                bool tail;
-                doc_set d = {0}, to_train, to_val;
-                s = job_docs(j, &d, &nt, &tail);
-                if (s == GLM_OK && j->window) tok_report_windows(&rep, d.n, tail);
-                if (s == GLM_OK) tok_report_keep(&rep, j->rec.source, tail ? ntok - 1 : ntok, nt);
-                /* eval_dataset: its entries go to the val split (and to train too when dataset names them) */
-                const glm_dsinfo_entry *ent = j->rec.mapping;
-                bool to_eval = o.eval_dataset && ent && ent->name && name_in(o.eval_dataset, ent->name);
-                bool also_train = to_eval && name_in(o.dataset, ent->name);
-                if (s == GLM_OK && to_eval && !also_train) {
-                    to_train = (doc_set){0};
-                    to_val = d;
-                    seq++;
-                } else if (s == GLM_OK && to_eval) {
-                    to_train = d;
-                    s = doc_set_copy(&d, &to_val);
-                    seq++;
-                } else if (s == GLM_OK) s = val_route(&vs, d, seq++, &to_train, &to_val);
-                else doc_set_free(&d);
-                if (s == GLM_OK && to_train.n) s = add_docs(&ptrain, &to_train);
-                if (s == GLM_OK && to_val.n) s = add_docs(&pval, &to_val);
-                doc_set_free(&to_train);
-                doc_set_free(&to_val);
-            }
-        }
+        for (size_t k = 0; k < n_running && s == GLM_OK; k++) s = consume_job(r, &prev[k]);
         for (size_t k = 0; k < n_running; k++) job_clear(&prev[k]);
-        int64_t b = glm_reader_bytes_read(rd);
+        int64_t b = glm_reader_bytes_read(r->rd);
         glm_progress_add(&prog, (int64_t)n_running, b - last_bytes);
         last_bytes = b;
         n_running = n;
@@ -1258,60 +1254,125 @@ static int tokenize_main(tok_opts *op) {
         glm_vec_free(main_out[k].tg);
     }
     for (int b = 0; b < 2; b++) {
-        for (size_t k = 0; k < BATCH; k++) job_clear(&batches[b][k]);
+        for (size_t k = 0; k < TOK_BATCH; k++) job_clear(&batches[b][k]);
         free(batches[b]);
     }
     glm_progress_finish(&prog);
-    /* validation split: in input order */
-    if (s == GLM_OK && vs.heap.n) {
-        qsort(vs.heap.v, vs.heap.n, sizeof *vs.heap.v, by_seq);
-        for (size_t i = 0; i < vs.heap.n && s == GLM_OK; i++) s = add_docs(&pval, &vs.heap.v[i].set);
+    return s;
+}
+
+/* The validation draw's records into the val packer in input order, then both packers' last
+ * rows written. */
+static glm_status flush_splits(tok_run *r) {
+    glm_status s = GLM_OK;
+    if (r->vs.heap.n) {
+        qsort(r->vs.heap.v, r->vs.heap.n, sizeof *r->vs.heap.v, by_seq);
+        for (size_t i = 0; i < r->vs.heap.n && s == GLM_OK; i++) s = add_docs(&r->pval, &r->vs.heap.v[i].set);
     }
-    for (size_t i = 0; i < vs.heap.n; i++) doc_set_free(&vs.heap.v[i].set);
-    glm_vec_free(vs.heap);
-    if (s == GLM_OK) s = glm_packer_finish(&ptrain);
-    if (s == GLM_OK) s = glm_packer_finish(&pval);
-    double secs = glm_now() - t0;
-    if (s == GLM_OK && ptrain.rows == 0 && rep.records_kept > 0)
-        s = glm_err(GLM_ERR_ARG, "all %lld kept samples went to the validation split, none is left for training; "
-                    "nothing was written. hint: a smaller --val-size", (long long)rep.records_kept);
-    else if (s == GLM_OK && ptrain.rows == 0)
-        s = glm_err(GLM_ERR_FORMAT, "no usable sample in the input (%lld records read, all dropped); nothing was written. "
-                    "See the reasons above; hint: check --format, --seq-len, --tokenizer", (long long)rep.records_read);
-    if (s == GLM_OK && o.val_size > 0 && o.val_size < 1 && pval.rows == 0)
+    if (s == GLM_OK) s = glm_packer_finish(&r->ptrain);
+    if (s == GLM_OK) s = glm_packer_finish(&r->pval);
+    return s;
+}
+
+/* The run's result checked (a train split that is not empty), warnings for an empty val draw and
+ * for inputs without records, and each dataset's selection into the report. */
+static glm_status check_splits(tok_run *r) {
+    const tok_opts *o = r->o;
+    if (r->ptrain.rows == 0 && r->rep.records_kept > 0)
+        return glm_err(GLM_ERR_ARG, "all %lld kept samples went to the validation split, none is left for training; "
+                       "nothing was written. hint: a smaller --val-size", (long long)r->rep.records_kept);
+    if (r->ptrain.rows == 0)
+        return glm_err(GLM_ERR_FORMAT, "no usable sample in the input (%lld records read, all dropped); nothing was "
+                       "written. See the reasons above; hint: check --format, --seq-len, --tokenizer",
+                       (long long)r->rep.records_read);
+    if (o->val_size > 0 && o->val_size < 1 && r->pval.rows == 0)
         glm_log_warn("--val-size %g selected no sample out of %lld (a fraction is drawn per sample); hint: give a "
-                     "count, e.g. --val-size 1", o.val_size, (long long)rep.records_kept);
-    if (s == GLM_OK && glm_reader_n_empty(rd) > 20)
+                     "count, e.g. --val-size 1", o->val_size, (long long)r->rep.records_kept);
+    if (glm_reader_n_empty(r->rd) > 20)
         glm_log_warn("%zu input files or archive members held no record (empty); the first 20 are "
-                     "named above", glm_reader_n_empty(rd));
-    for (size_t i = 0; s == GLM_OK && i < glm_reader_n_datasets(rd); i++) {
+                     "named above", glm_reader_n_empty(r->rd));
+    for (size_t i = 0; i < glm_reader_n_datasets(r->rd); i++) {
         glm_reader_dataset ds;
-        glm_reader_dataset_info(rd, i, &ds);
-        tok_report_selection(&rep, &ds);
+        glm_reader_dataset_info(r->rd, i, &ds);
+        tok_report_selection(&r->rep, &ds);
     }
+    return GLM_OK;
+}
+
+/* Frees what init_splits and open_run made, and the tokenizer and template. */
+static void close_run(tok_run *r) {
+    for (size_t i = 0; i < r->vs.heap.n; i++) doc_set_free(&r->vs.heap.v[i].set);
+    glm_vec_free(r->vs.heap);
+    glm_packer_free(&r->ptrain);
+    glm_packer_free(&r->pval);
+    glm_shard_writer_free(&r->wtrain);
+    glm_shard_writer_free(&r->wval);
+    tok_report_free(&r->rep);
+    free(r->tmpdir);
+    free(r->out_real);
+    glm_reader_close(r->rd);
+    glm_template_free(r->tpl);
+    glm_tokenizer_free(r->tok);
+}
+
+/* The run itself, once the options are parsed (the caller frees o->inputs). */
+static int tokenize_main(tok_opts *op) {
+    tok_opts o = *op;
+    glm_status s = GLM_OK;
+    glm_tokenizer *tok = NULL;
+    if (o.tokenizer_path && o.tokenizer_path == o.cfg.model && !glm_is_dir(o.tokenizer_path) &&
+        !glm_is_file(o.tokenizer_path))
+        return cli_fail(glm_err(GLM_ERR_ARG, "%s: model_name_or_path %s is not a local folder (a hub id?): glmtune "
+                                "reads the tokenizer from the model's folder; hint: override it with "
+                                "--model_name_or_path DIR (or --tokenizer DIR)", o.config_path, o.tokenizer_path));
+    glm_json_alloc_install(); /* before any thread: the workers' values live in arenas */
+    if (o.tokenizer_path && (s = glm_tokenizer_load(o.tokenizer_path, &tok)) != GLM_OK) return cli_fail(s);
+    if (o.encode || o.decode) {
+        int rc = tokenize_stdio(tok, o.encode);
+        glm_tokenizer_free(tok);
+        return rc;
+    }
+    glm_format fmt;
+    if ((s = glm_format_parse(o.format_name, &fmt)) != GLM_OK) {
+        glm_tokenizer_free(tok);
+        return cli_fail(s);
+    }
+    tok_run r = {.o = &o, .tok = tok, .copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns}, .out_lock = -1};
+    if (tok && (s = load_template(&o, tok, &r.tpl)) != GLM_OK) {
+        glm_tokenizer_free(tok);
+        return cli_fail(s);
+    }
+    if ((s = open_run(&r)) != GLM_OK) {
+        if (r.out_made) rmdir(o.out);
+        if (r.out_lock >= 0) close(r.out_lock);
+        glm_reader_close(r.rd);
+        glm_template_free(r.tpl);
+        glm_tokenizer_free(tok);
+        free(r.tmpdir);
+        free(r.out_real);
+        return cli_fail(s);
+    }
+    glm_reader_set_deferred_parse(r.rd, true);
+    catch_stop_signals(true);
+    init_splits(&r);
+    s = tokenize_records(&r);
+    if (s == GLM_OK) s = flush_splits(&r);
+    double secs = glm_now() - r.t0;
+    if (s == GLM_OK) s = check_splits(&r);
     if (s == GLM_OK) s = check_outdir(o.out); /* files put into -o during the run */
     if (s == GLM_OK) {
-        tok_report_finish(&rep, &ptrain, &pval, T, secs, glm_reader_total_bytes(rd));
-        s = tok_write_outputs(&rep, tmpdir, o.out, o.report_path, &o, tok, &wtrain, &wval);
+        tok_report_finish(&r.rep, &r.ptrain, &r.pval, r.T, secs, glm_reader_total_bytes(r.rd));
+        s = tok_write_outputs(&r.rep, r.tmpdir, o.out, o.report_path, &o, tok, &r.wtrain, &r.wval);
     }
     if (s == GLM_OK && g_stop_sig)
         s = glm_err(GLM_ERR_IO, "interrupted (%s): stopped; nothing was written, %s is as it was", strsignal(g_stop_sig),
                     o.out);
-    if (s == GLM_OK) s = glm_commit_dir(tmpdir, o.out);
-    tok_report_print(&rep, s == GLM_OK);
-    if (s != GLM_OK) glm_rmtree(tmpdir);
-    if (s != GLM_OK && out_made) rmdir(o.out); /* made by this run, still empty: as it was, absent */
-    if (out_lock >= 0) close(out_lock);
-    glm_packer_free(&ptrain);
-    glm_packer_free(&pval);
-    glm_shard_writer_free(&wtrain);
-    glm_shard_writer_free(&wval);
-    tok_report_free(&rep);
-    free(tmpdir);
-    free(out_real);
-    glm_reader_close(rd);
-    glm_template_free(tpl);
-    glm_tokenizer_free(tok);
+    if (s == GLM_OK) s = glm_commit_dir(r.tmpdir, o.out);
+    tok_report_print(&r.rep, s == GLM_OK);
+    if (s != GLM_OK) glm_rmtree(r.tmpdir);
+    if (s != GLM_OK && r.out_made) rmdir(o.out); /* made by this run, still empty: as it was, absent */
+    if (r.out_lock >= 0) close(r.out_lock);
+    close_run(&r);
     const int sig = g_stop_sig;
     catch_stop_signals(false);
     if (sig && s != GLM_OK) {

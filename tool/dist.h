@@ -14,8 +14,9 @@
  * by MPI_Bcast under an MPI launcher, or through a file on a shared filesystem
  * (GLMTUNE_NCCL_ID_FILE, written atomically by rank 0 with the run's key, read by the others).
  * CPU ranks talk over MPI only: world > 1 on the CPU needs an MPI launcher.
- * Verified in CI: the CPU ranks under mpirun. The CUDA paths (the NCCL id from the launcher, MPI
- * or a shared file; glm_backend_cuda_dist) are compiled but have not yet run on several GPUs. */
+ * Verified in CI: the CPU ranks under mpirun. The CUDA paths (glm_backend_cuda_dist): the NCCL id
+ * from the launcher has run with several ranks on one GPU (tests/gpu/multi.sh, --gpus 0,0); the id
+ * by MPI or a shared file has not yet run on a GPU; none has run on several GPUs. */
 #ifndef GLM_TOOL_DIST_H
 #define GLM_TOOL_DIST_H
 

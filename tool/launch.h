@@ -12,7 +12,8 @@
  * A worker recognises itself by those variables (or an MPI launcher's) and trains.
  * Verified: the --nproc path end to end in CI (tests/dist/test_train_kill.sh); the supervision
  * itself with ordinary programs as workers (tests/dist/test_launch.c). The --gpus path with real
- * GPU workers and NCCL is compiled but has not yet run (tests/gpu/multi.sh is its check). */
+ * GPU workers and NCCL has run with several workers on one GPU (tests/gpu/multi.sh, --gpus 0,0 and
+ * 0,0,0,0), not yet on several GPUs. */
 #ifndef GLM_TOOL_LAUNCH_H
 #define GLM_TOOL_LAUNCH_H
 

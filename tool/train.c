@@ -770,8 +770,8 @@ static glm_status agree(const glm_backend *be, glm_status s) {
 
 /* The model's backward hook: layer l's LoRA gradients are final (last micro-batch of the step),
  * so their all-reduce starts now, one request per tensor, while the earlier layers compute (CPU:
- * MPI_Iallreduce, tested in CI; CUDA: NCCL on the communication stream, compiled but not yet run
- * on several GPUs, see kernels/cuda/comm.cu and tests/gpu/multi.sh). */
+ * MPI_Iallreduce, tested in CI; CUDA: NCCL on the communication stream, run with several ranks on
+ * one GPU by tests/gpu/multi.sh, not yet on several GPUs; see kernels/cuda/comm.cu). */
 static glm_status bucket_ready(void *user, int layer) {
     run_state *rs = user;
     const glm_backend *be = rs->be;
@@ -895,270 +895,374 @@ static glm_status save_final_adapter(run_state *rs, const train_settings *ts) {
     return s;
 }
 
-glm_status train_run(const train_settings *ts) {
-    run_state rs;
-    memset(&rs, 0, sizeof rs);
-    rs.out_lock = -1;
+/* The training loop's state beside run_state: the step's row buffers, the run's counters, the
+ * logging window and the metrics file. */
+typedef struct {
+    glm_metrics mx;
+    bool mx_open;
+    int B;                          /* per_device_train_batch_size */
+    uint32_t global_rows;           /* rows of a global batch: B x accumulation x data-parallel groups */
+    uint64_t *rows, *mine;          /* [global_rows]: the step's global rows; this rank's share of them */
+    double *ranks_stats, *tps_rank; /* [3 world], [world]: every rank's window, for rank 0's log */
+    int64_t nonfinite_run, nonfinite_total, start_step;
+    /* transformers' IntervalStrategy of saving, evaluating and logging: 0 steps, 1 epoch, 2 no */
+    int save_mode, eval_mode, log_mode;
+    bool save_on, tty;
+    bool agreed_failure;            /* the error (if any) was decided alike on every rank */
+    double t_start, run_loss_sum;
+    int64_t tokens_total, rows_total, run_losses;
+    log_window win;
+    double cbytes[GLM_COMM_KINDS], cbytes_step[GLM_COMM_KINDS];
+} train_loop;
+
+/* What logging needs of one optimizer step that updated the weights. */
+typedef struct {
+    double loss, gnorm, lr, tokens, epoch;
+    double t_step;     /* when the step began (glm_now) */
+    int64_t targets;   /* the global batch's target tokens */
+    bool last, epoch_end;
+} step_result;
+
+/* This process's place in the run: the rank's backend (dist_detect, dist_backend), the context
+ * parallel groups (rs->cp, dp, dp_rank, cp_comm), and, with several ranks, the start line of each
+ * rank (the ranks after 0 then log errors only). */
+static glm_status join_ranks(run_state *rs, const train_settings *ts) {
     /* under a cap NCCL makes its connections (and their device buffers) when the communicator is
      * created, where the overhead the planner takes off the cap is measured, not at the first
      * collective (NCCL 2.22+; an explicit NCCL_RUNTIME_CONNECT is kept) */
     if (ts->max_gpu_gib > 0) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
-    glm_status s = dist_detect(&rs.dist);
-    if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs.dist, &rs.be);
+    glm_status s = dist_detect(&rs->dist);
+    if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs->dist, &rs->be);
     if (s != GLM_OK) return s;
-    const glm_backend *be = rs.be;
+    const glm_backend *be = rs->be;
     const int rank = be->rank, W = be->world;
     /* context parallel: groups of cp consecutive ranks; every rank decides alike, no collective yet */
-    rs.cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
-    if (W % rs.cp) {
+    rs->cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
+    if (W % rs->cp) {
         s = glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d rank%s of this run (%s); hint: %d, %d, ... "
-                    "ranks (--gpus / --nproc) for %d ranks per row, or a --context-parallel that divides %d", rs.cp, W,
-                    W > 1 ? "s" : "", rs.dist.how, rs.cp, 2 * rs.cp, rs.cp, W);
+                    "ranks (--gpus / --nproc) for %d ranks per row, or a --context-parallel that divides %d", rs->cp, W,
+                    W > 1 ? "s" : "", rs->dist.how, rs->cp, 2 * rs->cp, rs->cp, W);
         dist_close(be);
         return s;
     }
-    rs.dp = W / rs.cp;
-    rs.dp_rank = rank / rs.cp;
-    if (rs.cp > 1 && (s = glm_ring_supported(be)) != GLM_OK) { /* a backend without the block attention ops */
-        s = glm_err_context(s, "--context-parallel %d", rs.cp);
+    rs->dp = W / rs->cp;
+    rs->dp_rank = rank / rs->cp;
+    if (rs->cp > 1 && (s = glm_ring_supported(be)) != GLM_OK) { /* a backend without the block attention ops */
+        s = glm_err_context(s, "--context-parallel %d", rs->cp);
         dist_close(be);
         return s;
     }
-    if (rs.cp > 1 && (s = be->comm_split(be, rs.dp_rank, rank % rs.cp, &rs.cp_comm)) != GLM_OK) {
+    if (rs->cp > 1 && (s = be->comm_split(be, rs->dp_rank, rank % rs->cp, &rs->cp_comm)) != GLM_OK) {
         dist_close(be);
         return s;
     }
     if (W > 1) {
         if (!ts->quiet) {
             char where[64] = "the CPU backend (MPI)";
-            if (!strcmp(be->name, "cuda")) snprintf(where, sizeof where, "GPU %d (NCCL)", rs.dist.device);
-            glm_log_plain("glmtune: rank %d of %d: pid %d, %s, started by %s", rank, W, (int)getpid(), where, rs.dist.how);
+            if (!strcmp(be->name, "cuda")) snprintf(where, sizeof where, "GPU %d (NCCL)", rs->dist.device);
+            glm_log_plain("glmtune: rank %d of %d: pid %d, %s, started by %s", rank, W, (int)getpid(), where, rs->dist.how);
         }
         if (rank > 0) glm_log_level = 0; /* the other ranks are quiet: only errors, prefixed "rank R: " */
     }
-    /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
-    if (rank == 0) s = glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs.out_lock);
-    s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
-    if (s == GLM_OK) s = agree(be, setup(&rs, ts));
-    glm_metrics mx;
-    bool mx_open = false;
-    if (s == GLM_OK && !ts->resume && rank == 0) { /* a fresh run: no metrics of an earlier run in this directory */
+    return GLM_OK;
+}
+
+/* Rank 0's metrics.jsonl and TensorBoard events, opened for this run: a fresh run removes an
+ * earlier run's metrics, a resumed one drops the points logged after its checkpoint; both start
+ * the events with a restart marker. */
+static glm_status open_metrics(const run_state *rs, const train_settings *ts, train_loop *tl) {
+    glm_status s = GLM_OK;
+    if (!ts->resume) { /* a fresh run: no metrics of an earlier run in this directory */
         char *old = glm_path_join(ts->output_dir, "metrics.jsonl");
         unlink(old);
         free(old);
     }
-    if (s == GLM_OK && ts->resume && rank == 0) { /* the points after the checkpoint are superseded by this run */
+    if (ts->resume) { /* the points after the checkpoint are superseded by this run */
         int64_t dropped = 0;
-        s = glm_metrics_truncate(ts->output_dir, rs.step, &dropped);
+        s = glm_metrics_truncate(ts->output_dir, rs->step, &dropped);
         if (s == GLM_OK && dropped)
             glm_log_info("metrics.jsonl: removed %lld line(s) logged after step %lld by the run being resumed",
-                         (long long)dropped, (long long)rs.step);
+                         (long long)dropped, (long long)rs->step);
     }
-    if (s == GLM_OK && rank == 0) s = glm_metrics_open(&mx, ts->output_dir, true);
-    mx_open = s == GLM_OK && rank == 0;
-    if (s == GLM_OK && ts->resume && rank == 0) s = glm_metrics_restart(&mx, rs.step); /* TensorBoard drops the superseded points */
+    if (s == GLM_OK) s = glm_metrics_open(&tl->mx, ts->output_dir, true);
+    tl->mx_open = s == GLM_OK;
+    if (s == GLM_OK && ts->resume) s = glm_metrics_restart(&tl->mx, rs->step); /* TensorBoard drops the superseded points */
     /* a fresh run's first event file starts with a START marker too: TensorBoard's Python loader
      * (--load_fast=false) purges on a later file's marker only when the run's first file had one */
-    if (s == GLM_OK && !ts->resume && rank == 0) s = glm_metrics_restart(&mx, rs.step);
-    s = agree(be, s);
-    int B = (int)ts->per_device_train_batch_size, accum = (int)ts->gradient_accumulation_steps;
-    uint32_t global_rows = (uint32_t)(B * accum * rs.dp);
-    uint64_t *rows = calloc(global_rows, sizeof *rows), *mine = calloc(global_rows, sizeof *mine);
-    rs.pf_global = global_rows;
-    rs.pf_rows = calloc(global_rows, sizeof *rs.pf_rows);
-    rs.pf_mine = calloc(global_rows, sizeof *rs.pf_mine);
-    double *ranks_stats = calloc(3 * (size_t)W, sizeof(double)), *tps_rank = calloc((size_t)W, sizeof(double));
-    if (s == GLM_OK && (!rows || !mine || !ranks_stats || !tps_rank || !rs.pf_rows || !rs.pf_mine))
-        s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", global_rows);
-    int64_t nonfinite_run = 0, nonfinite_total = 0, start_step = rs.step;
-    /* transformers' IntervalStrategy of saving, evaluating and logging: 0 steps, 1 epoch, 2 no */
-    const int save_mode = strategy_mode(ts->save_strategy), eval_mode = strategy_mode(ts->eval_strategy),
-              log_mode = strategy_mode(ts->logging_strategy);
-    const bool save_on = save_mode != 2;
-    double t_start = glm_now(), run_loss_sum = 0;
-    int64_t tokens_total = 0, rows_total = 0, run_losses = 0;
-    log_window win = {0};
-    bool tty = isatty(2) && !ts->quiet && rank == 0;
-    bool agreed_failure = s != GLM_OK; /* setup failures were agreed: every rank stops by itself */
-    double cbytes[GLM_COMM_KINDS], cbytes_step[GLM_COMM_KINDS];
-    if (s == GLM_OK) be->comm_wait_ms(be, 1);
-    while (s == GLM_OK && rs.step < rs.total_steps) {
-        double t_step = glm_now();
-        be->comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
-        be->comm_bytes(be, cbytes, 1); /* and so are their bytes */
-        uint32_t got;
-        /* the global batch: the loader's position is global and the same on every rank */
-        if ((s = glm_loader_next(&rs.data, global_rows, rows, &got)) != GLM_OK) break;
-        int64_t n_global = 0;
-        for (uint32_t i = 0; i < got; i++) n_global += glm_loader_unit_targets(&rs.data, rows[i]);
-        /* this step took the epoch's last rows (samples): transformers' on_epoch_end follows it */
-        bool epoch_end = rs.data.cursor >= rs.data.n_units;
-        if ((s = glm_lora_zero_grads(rs.lora)) != GLM_OK) break;
-        if (n_global == 0) { /* the same decision on every rank: the batch is global */
-            glm_log_warn("step %lld: the batch has no target token; skipped (not logged as loss 0)", (long long)rs.step + 1);
-            rs.step++;
-            if (rs.step == rs.total_steps && save_on) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
-            continue;
-        }
-        double loss_sum = 0, step_tokens = 0;
-        if ((s = step_passes(&rs, ts, rows, got, mine, n_global, &loss_sum, &step_tokens)) != GLM_OK) break;
-        tokens_total += (int64_t)step_tokens;
-        rows_total += got;
-        if (rs.data.by_doc) /* every rank's samples: the global batch */
-            for (uint32_t i = 0; i < got; i++) rs.tokens_seen += rs.data.docs[rows[i]].len;
-        else
-            rs.tokens_seen += (int64_t)got * rs.data.T; /* every rank's rows: the global batch */
-        /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
-         * takes the same skip / stop decisions below */
-        if ((s = be->all_reduce_host(be, &loss_sum, 1)) != GLM_OK) break;
-        if (ts->dump_grads && *ts->dump_grads && rs.step == start_step && start_step == 0 && rank == 0)
-            if ((s = dump_grads(be, ts->dump_grads, rs.params, rs.n_params)) != GLM_OK) break;
-        double loss = loss_sum / (double)n_global, gnorm;
-        /* from the all-reduced gradients: the same bits on every rank */
-        if ((s = glm_grad_norm(&rs.optim, rs.params, (size_t)rs.n_params, &gnorm)) != GLM_OK) break;
-        double lr = glm_lr_at(&rs.sched, rs.step);
-        rs.step++;
-        if (!isfinite(loss) || !isfinite(gnorm)) {
-            nonfinite_run++;
-            nonfinite_total++;
-            glm_log_warn("step %lld: non-finite %s (%g); the update is skipped (%lld in a row)", (long long)rs.step,
-                         isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? gnorm : loss, (long long)nonfinite_run);
-            if (nonfinite_run >= ts->max_nonfinite) {
-                s = glm_err(GLM_ERR_NUMERIC, "%lld steps in a row had a non-finite loss or gradient norm; stopping. hint: "
-                            "lower --learning-rate, check the data with glmtune inspect, or resume from the last "
-                            "checkpoint", (long long)nonfinite_run);
-                agreed_failure = true; /* every rank decided it from the same values */
-                break;
-            }
-            if (rs.step == rs.total_steps && save_on) s = save_checkpoint(&rs, ts); /* the run still ends with a checkpoint */
-            continue;
-        }
-        nonfinite_run = 0;
-        glm_step_stats st;
-        if ((s = glm_optim_step(&rs.optim, rs.params, (size_t)rs.n_params, lr, &st)) != GLM_OK) break;
-        /* the step joins the logging window */
-        win.loss_sum += loss;
-        win.gnorm_sum += gnorm;
-        win.steps++;
-        win.targets += n_global;
-        win.tokens += step_tokens;
-        win.seconds += glm_now() - t_step;
-        win.comm_ms += be->comm_wait_ms(be, 1);
-        be->comm_bytes(be, cbytes, 1);
-        for (int k = 0; k < GLM_COMM_KINDS; k++) win.comm_bytes[k] += cbytes[k];
-        run_loss_sum += loss;
-        run_losses++;
-        double epoch = (double)rs.data.epoch + (double)rs.data.cursor / (double)rs.data.n_units;
-        bool last = rs.step == rs.total_steps;
-        /* transformers' DefaultFlowCallback: steps: every logging_steps (and the first with logging_first_step);
-         * epoch: at each epoch's end; no: never. glmtune also logs the last step (the end of the curve). */
-        bool log_now = log_mode == 0   ? rs.step % rs.logging_steps == 0 || last || (ts->logging_first_step && rs.step == 1)
-                       : log_mode == 1 ? epoch_end || last || (ts->logging_first_step && rs.step == 1)
+    if (s == GLM_OK && !ts->resume) s = glm_metrics_restart(&tl->mx, rs->step);
+    return s;
+}
+
+/* The loop's row buffers, strategies and counters from the settings and the run's current step;
+ * false when a buffer could not be allocated. */
+static bool loop_init(run_state *rs, const train_settings *ts, train_loop *tl) {
+    const int W = rs->be->world;
+    tl->B = (int)ts->per_device_train_batch_size;
+    int accum = (int)ts->gradient_accumulation_steps;
+    tl->global_rows = (uint32_t)(tl->B * accum * rs->dp);
+    tl->rows = calloc(tl->global_rows, sizeof *tl->rows);
+    tl->mine = calloc(tl->global_rows, sizeof *tl->mine);
+    rs->pf_global = tl->global_rows;
+    rs->pf_rows = calloc(tl->global_rows, sizeof *rs->pf_rows);
+    rs->pf_mine = calloc(tl->global_rows, sizeof *rs->pf_mine);
+    tl->ranks_stats = calloc(3 * (size_t)W, sizeof(double));
+    tl->tps_rank = calloc((size_t)W, sizeof(double));
+    tl->start_step = rs->step;
+    tl->save_mode = strategy_mode(ts->save_strategy);
+    tl->eval_mode = strategy_mode(ts->eval_strategy);
+    tl->log_mode = strategy_mode(ts->logging_strategy);
+    tl->save_on = tl->save_mode != 2;
+    tl->t_start = glm_now();
+    tl->tty = isatty(2) && !ts->quiet && rs->be->rank == 0;
+    return tl->rows && tl->mine && tl->ranks_stats && tl->tps_rank && rs->pf_rows && rs->pf_mine;
+}
+
+/* Frees the row buffers that loop_init allocated (the prefetch rows are run_state's: teardown). */
+static void loop_free(train_loop *tl) {
+    free(tl->rows);
+    free(tl->mine);
+    free(tl->ranks_stats);
+    free(tl->tps_rank);
+}
+
+/* The step joins the logging window; at a logging point (logging_strategy) the window's mean
+ * loss, this step's grad norm and the tokens/s (with several ranks: all of theirs, gathered)
+ * go to metrics.jsonl and log_history (rank 0) and the status line, and the window restarts. */
+static glm_status log_step(run_state *rs, const train_settings *ts, train_loop *tl, const step_result *r) {
+    const glm_backend *be = rs->be;
+    const int rank = be->rank, W = be->world;
+    glm_status s = GLM_OK;
+    log_window *win = &tl->win;
+    win->loss_sum += r->loss;
+    win->gnorm_sum += r->gnorm;
+    win->steps++;
+    win->targets += r->targets;
+    win->tokens += r->tokens;
+    win->seconds += glm_now() - r->t_step;
+    win->comm_ms += be->comm_wait_ms(be, 1);
+    be->comm_bytes(be, tl->cbytes, 1);
+    for (int k = 0; k < GLM_COMM_KINDS; k++) win->comm_bytes[k] += tl->cbytes[k];
+    tl->run_loss_sum += r->loss;
+    tl->run_losses++;
+    /* transformers' DefaultFlowCallback: steps: every logging_steps (and the first with logging_first_step);
+     * epoch: at each epoch's end; no: never. glmtune also logs the last step (the end of the curve). */
+    bool log_now = tl->log_mode == 0   ? rs->step % rs->logging_steps == 0 || r->last || (ts->logging_first_step && rs->step == 1)
+                   : tl->log_mode == 1 ? r->epoch_end || r->last || (ts->logging_first_step && rs->step == 1)
                                        : false;
-        /* loss: the window's mean (transformers logs tr_loss / steps since the last log); grad_norm: this
-         * step's, as transformers logs the last step's grad_norm (trainer.py _maybe_log_save_evaluate) */
-        double wloss = win.loss_sum / (double)win.steps, wgnorm = gnorm;
-        double wtps = win.tokens / (win.seconds > 1e-9 ? win.seconds : 1e-9), comm_share = NAN;
-        if (log_now && W > 1) { /* every rank's tokens, seconds and communication wait, for rank 0's log */
-            memset(ranks_stats, 0, 3 * (size_t)W * sizeof(double));
-            ranks_stats[rank] = win.tokens;
-            ranks_stats[W + rank] = win.seconds;
-            ranks_stats[2 * W + rank] = win.comm_ms / 1e3;
-            if ((s = be->all_reduce_host(be, ranks_stats, 3 * W)) != GLM_OK) break;
-            double tok = 0, sec = 0, comm = 0;
-            for (int r = 0; r < W; r++) {
-                double rs_ = ranks_stats[W + r] > 1e-9 ? ranks_stats[W + r] : 1e-9;
-                tps_rank[r] = ranks_stats[r] / rs_;
-                tok += ranks_stats[r];
-                sec = ranks_stats[W + r] > sec ? ranks_stats[W + r] : sec;
-                comm += ranks_stats[2 * W + r] / rs_;
-            }
-            wtps = tok / (sec > 1e-9 ? sec : 1e-9); /* in total: every rank's tokens over the slowest rank's time */
-            comm_share = comm / W;                  /* mean over the ranks of the step time spent waiting */
+    /* loss: the window's mean (transformers logs tr_loss / steps since the last log); grad_norm: this
+     * step's, as transformers logs the last step's grad_norm (trainer.py _maybe_log_save_evaluate) */
+    double wloss = win->loss_sum / (double)win->steps, wgnorm = r->gnorm;
+    double wtps = win->tokens / (win->seconds > 1e-9 ? win->seconds : 1e-9), comm_share = NAN;
+    if (log_now && W > 1) { /* every rank's tokens, seconds and communication wait, for rank 0's log */
+        double *ranks_stats = tl->ranks_stats;
+        memset(ranks_stats, 0, 3 * (size_t)W * sizeof(double));
+        ranks_stats[rank] = win->tokens;
+        ranks_stats[W + rank] = win->seconds;
+        ranks_stats[2 * W + rank] = win->comm_ms / 1e3;
+        if ((s = be->all_reduce_host(be, ranks_stats, 3 * W)) != GLM_OK) return s;
+        double tok = 0, sec = 0, comm = 0;
+        for (int q = 0; q < W; q++) {
+            double rs_ = ranks_stats[W + q] > 1e-9 ? ranks_stats[W + q] : 1e-9;
+            tl->tps_rank[q] = ranks_stats[q] / rs_;
+            tok += ranks_stats[q];
+            sec = ranks_stats[W + q] > sec ? ranks_stats[W + q] : sec;
+            comm += ranks_stats[2 * W + q] / rs_;
         }
-        if (log_now && rank == 0) {
-            glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
-            mr.epoch = epoch;
-            mr.loss = wloss;
-            mr.grad_norm = wgnorm;
-            mr.learning_rate = lr;
-            mr.target_tokens = win.targets;
-            mr.tokens_per_second = wtps;
-            if (W > 1) {
-                mr.tokens_per_second_rank = tps_rank;
-                mr.n_ranks = W;
-                mr.comm_share = comm_share;
-                for (int k = 0; k < GLM_COMM_KINDS; k++) cbytes_step[k] = win.comm_bytes[k] / (double)win.steps;
-                mr.comm_bytes = cbytes_step;
-            }
-            s = glm_metrics_log(&mx, &mr);
-            json_array_append_new(rs.history, history_train(wloss, wgnorm, lr, epoch, rs.step));
-        }
-        if (!ts->quiet && rank == 0 && (tty || log_now)) { /* on a terminal every step (the window so far), in a log each log */
-            double el = glm_now() - t_start, eta = el / (double)(rs.step - start_step) * (double)(rs.total_steps - rs.step);
-            char dp[96] = "";
-            if (W > 1 && log_now) snprintf(dp, sizeof dp, " (%d ranks, %.0f/rank, comm %.0f%%)", W, wtps / W, 100 * comm_share);
-            glm_log_status(tty, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s%s  ETA %.0fs",
-                           (long long)rs.step, (long long)rs.total_steps, epoch, wloss, lr, wgnorm, wtps, dp, eta);
-        }
-        if (log_now) win = (log_window){0};
-        bool eval_now = eval_mode == 0   ? rs.eval_steps > 0 && (rs.step % rs.eval_steps == 0 || last)
-                        : eval_mode == 1 ? epoch_end || last
-                                         : false;
-        if (s == GLM_OK && rs.has_eval && eval_now) {
-            double el, t_eval = glm_now();
-            s = evaluate(rs.model, rs.lora, &rs.eval, &rs.bb, B, rs.dp, rs.dp_rank, &el);
-            if (s == GLM_OK && rank == 0) {
-                double rt = glm_now() - t_eval, rts = rt > 1e-9 ? rt : 1e-9;
-                uint64_t ev_steps = (rs.eval.n_units + (uint64_t)B - 1) / (uint64_t)B;
-                glm_metrics_rec mr = glm_metrics_rec_empty(rs.step);
-                mr.epoch = epoch;
-                mr.eval_loss = el;
-                mr.eval_perplexity = exp(el);
-                s = glm_metrics_log(&mx, &mr);
-                json_array_append_new(rs.history,
-                                      json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I}", "eval_loss", el, "eval_perplexity",
-                                                exp(el), "eval_runtime", rt, "eval_samples_per_second",
-                                                (double)rs.eval.n_units / rts, "eval_steps_per_second",
-                                                (double)ev_steps / rts, "epoch", epoch, "step", (json_int_t)rs.step));
-                if (!ts->quiet) glm_log_plain("step %lld: eval loss %.4f, perplexity %.2f", (long long)rs.step, el, exp(el));
-            }
-            be->comm_wait_ms(be, 1); /* evaluation's waits are not the training step's */
-        }
-        bool save_now = save_mode == 0   ? (rs.save_steps > 0 && rs.step % rs.save_steps == 0) || last
-                        : save_mode == 1 ? epoch_end || last
-                                         : false;
-        if (s == GLM_OK && save_now) s = save_checkpoint(&rs, ts);
+        wtps = tok / (sec > 1e-9 ? sec : 1e-9); /* in total: every rank's tokens over the slowest rank's time */
+        comm_share = comm / W;                  /* mean over the ranks of the step time spent waiting */
     }
-    if (s != GLM_OK && W > 1 && !agreed_failure) {
+    if (log_now && rank == 0) {
+        glm_metrics_rec mr = glm_metrics_rec_empty(rs->step);
+        mr.epoch = r->epoch;
+        mr.loss = wloss;
+        mr.grad_norm = wgnorm;
+        mr.learning_rate = r->lr;
+        mr.target_tokens = win->targets;
+        mr.tokens_per_second = wtps;
+        if (W > 1) {
+            mr.tokens_per_second_rank = tl->tps_rank;
+            mr.n_ranks = W;
+            mr.comm_share = comm_share;
+            for (int k = 0; k < GLM_COMM_KINDS; k++) tl->cbytes_step[k] = win->comm_bytes[k] / (double)win->steps;
+            mr.comm_bytes = tl->cbytes_step;
+        }
+        s = glm_metrics_log(&tl->mx, &mr);
+        json_array_append_new(rs->history, history_train(wloss, wgnorm, r->lr, r->epoch, rs->step));
+    }
+    if (!ts->quiet && rank == 0 && (tl->tty || log_now)) { /* on a terminal every step (the window so far), in a log each log */
+        double el = glm_now() - tl->t_start,
+               eta = el / (double)(rs->step - tl->start_step) * (double)(rs->total_steps - rs->step);
+        char dp[96] = "";
+        if (W > 1 && log_now) snprintf(dp, sizeof dp, " (%d ranks, %.0f/rank, comm %.0f%%)", W, wtps / W, 100 * comm_share);
+        glm_log_status(tl->tty, "step %lld/%lld  epoch %.2f  loss %.4f  lr %.3g  grad norm %.3f  %.0f tok/s%s  ETA %.0fs",
+                       (long long)rs->step, (long long)rs->total_steps, r->epoch, wloss, r->lr, wgnorm, wtps, dp, eta);
+    }
+    if (log_now) *win = (log_window){0};
+    return s;
+}
+
+/* The eval split's loss at this step: to metrics.jsonl, log_history and the log (rank 0). */
+static glm_status evaluate_step(run_state *rs, const train_settings *ts, train_loop *tl, double epoch) {
+    const glm_backend *be = rs->be;
+    const int B = tl->B;
+    double el, t_eval = glm_now();
+    glm_status s = evaluate(rs->model, rs->lora, &rs->eval, &rs->bb, B, rs->dp, rs->dp_rank, &el);
+    if (s == GLM_OK && be->rank == 0) {
+        double rt = glm_now() - t_eval, rts = rt > 1e-9 ? rt : 1e-9;
+        uint64_t ev_steps = (rs->eval.n_units + (uint64_t)B - 1) / (uint64_t)B;
+        glm_metrics_rec mr = glm_metrics_rec_empty(rs->step);
+        mr.epoch = epoch;
+        mr.eval_loss = el;
+        mr.eval_perplexity = exp(el);
+        s = glm_metrics_log(&tl->mx, &mr);
+        json_array_append_new(rs->history,
+                              json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I}", "eval_loss", el, "eval_perplexity", exp(el),
+                                        "eval_runtime", rt, "eval_samples_per_second", (double)rs->eval.n_units / rts,
+                                        "eval_steps_per_second", (double)ev_steps / rts, "epoch", epoch, "step",
+                                        (json_int_t)rs->step));
+        if (!ts->quiet) glm_log_plain("step %lld: eval loss %.4f, perplexity %.2f", (long long)rs->step, el, exp(el));
+    }
+    be->comm_wait_ms(be, 1); /* evaluation's waits are not the training step's */
+    return s;
+}
+
+/* One optimizer step: the global batch read and its passes run, the loss all-reduced, the
+ * gradient norm, and the update (skipped for a batch without targets, or for a non-finite loss
+ * or norm, max_nonfinite of them in a row stopping the run); then logging, evaluation and the
+ * checkpoint as their strategies say. */
+static glm_status train_step(run_state *rs, const train_settings *ts, train_loop *tl) {
+    const glm_backend *be = rs->be;
+    glm_status s;
+    step_result r = {.t_step = glm_now()};
+    be->comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
+    be->comm_bytes(be, tl->cbytes, 1); /* and so are their bytes */
+    uint32_t got;
+    /* the global batch: the loader's position is global and the same on every rank */
+    if ((s = glm_loader_next(&rs->data, tl->global_rows, tl->rows, &got)) != GLM_OK) return s;
+    int64_t n_global = 0;
+    for (uint32_t i = 0; i < got; i++) n_global += glm_loader_unit_targets(&rs->data, tl->rows[i]);
+    /* this step took the epoch's last rows (samples): transformers' on_epoch_end follows it */
+    r.epoch_end = rs->data.cursor >= rs->data.n_units;
+    if ((s = glm_lora_zero_grads(rs->lora)) != GLM_OK) return s;
+    if (n_global == 0) { /* the same decision on every rank: the batch is global */
+        glm_log_warn("step %lld: the batch has no target token; skipped (not logged as loss 0)", (long long)rs->step + 1);
+        rs->step++;
+        if (rs->step == rs->total_steps && tl->save_on) s = save_checkpoint(rs, ts); /* the run still ends with a checkpoint */
+        return s;
+    }
+    double loss_sum = 0, step_tokens = 0;
+    if ((s = step_passes(rs, ts, tl->rows, got, tl->mine, n_global, &loss_sum, &step_tokens)) != GLM_OK) return s;
+    tl->tokens_total += (int64_t)step_tokens;
+    tl->rows_total += got;
+    if (rs->data.by_doc) /* every rank's samples: the global batch */
+        for (uint32_t i = 0; i < got; i++) rs->tokens_seen += rs->data.docs[tl->rows[i]].len;
+    else
+        rs->tokens_seen += (int64_t)got * rs->data.T; /* every rank's rows: the global batch */
+    /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
+     * takes the same skip / stop decisions below */
+    if ((s = be->all_reduce_host(be, &loss_sum, 1)) != GLM_OK) return s;
+    if (ts->dump_grads && *ts->dump_grads && rs->step == tl->start_step && tl->start_step == 0 && be->rank == 0)
+        if ((s = dump_grads(be, ts->dump_grads, rs->params, rs->n_params)) != GLM_OK) return s;
+    double loss = loss_sum / (double)n_global, gnorm;
+    /* from the all-reduced gradients: the same bits on every rank */
+    if ((s = glm_grad_norm(&rs->optim, rs->params, (size_t)rs->n_params, &gnorm)) != GLM_OK) return s;
+    double lr = glm_lr_at(&rs->sched, rs->step);
+    rs->step++;
+    if (!isfinite(loss) || !isfinite(gnorm)) {
+        tl->nonfinite_run++;
+        tl->nonfinite_total++;
+        glm_log_warn("step %lld: non-finite %s (%g); the update is skipped (%lld in a row)", (long long)rs->step,
+                     isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? gnorm : loss, (long long)tl->nonfinite_run);
+        if (tl->nonfinite_run >= ts->max_nonfinite) {
+            s = glm_err(GLM_ERR_NUMERIC, "%lld steps in a row had a non-finite loss or gradient norm; stopping. hint: "
+                        "lower --learning-rate, check the data with glmtune inspect, or resume from the last "
+                        "checkpoint", (long long)tl->nonfinite_run);
+            tl->agreed_failure = true; /* every rank decided it from the same values */
+            return s;
+        }
+        if (rs->step == rs->total_steps && tl->save_on) s = save_checkpoint(rs, ts); /* the run still ends with a checkpoint */
+        return s;
+    }
+    tl->nonfinite_run = 0;
+    glm_step_stats st;
+    if ((s = glm_optim_step(&rs->optim, rs->params, (size_t)rs->n_params, lr, &st)) != GLM_OK) return s;
+    r.loss = loss;
+    r.gnorm = gnorm;
+    r.lr = lr;
+    r.targets = n_global;
+    r.tokens = step_tokens;
+    r.epoch = (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_units;
+    r.last = rs->step == rs->total_steps;
+    s = log_step(rs, ts, tl, &r);
+    bool eval_now = tl->eval_mode == 0   ? rs->eval_steps > 0 && (rs->step % rs->eval_steps == 0 || r.last)
+                    : tl->eval_mode == 1 ? r.epoch_end || r.last
+                                         : false;
+    if (s == GLM_OK && rs->has_eval && eval_now) s = evaluate_step(rs, ts, tl, r.epoch);
+    bool save_now = tl->save_mode == 0   ? (rs->save_steps > 0 && rs->step % rs->save_steps == 0) || r.last
+                    : tl->save_mode == 1 ? r.epoch_end || r.last
+                                         : false;
+    if (s == GLM_OK && save_now) s = save_checkpoint(rs, ts);
+    return s;
+}
+
+/* The run's end, whatever s says: the status line ended, metrics closed; on success the loss
+ * plot, the final adapter (save_strategy no), trainer_state.json and the summary lines. */
+static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop *tl, glm_status s) {
+    const int rank = rs->be->rank, W = rs->be->world;
+    if (rank == 0) glm_log_status_end();
+    if (s == GLM_OK && rs->step == tl->start_step && rs->step >= rs->total_steps)
+        glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs->step, (long long)rs->total_steps);
+    if (tl->mx_open) glm_metrics_close(&tl->mx);
+    if (s == GLM_OK && rank == 0 && json_array_size(rs->history)) s = train_plot_history(rs->history, ts->output_dir);
+    if (s == GLM_OK && strategy_mode(ts->save_strategy) == 2 && rs->step > tl->start_step) s = save_final_adapter(rs, ts);
+    if (s == GLM_OK && rank == 0)
+        s = save_final_state(rs, ts, tl->run_loss_sum, tl->run_losses, glm_now() - tl->t_start, rs->step - tl->start_step,
+                             tl->rows_total);
+    if (tl->nonfinite_total)
+        glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)tl->nonfinite_total);
+    if (s == GLM_OK && !ts->quiet)
+        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
+                     "export-adapter --checkpoint %s -o DIR)", (long long)(rs->step - tl->start_step),
+                     (long long)tl->tokens_total, W > 1 ? " on this rank" : "", glm_now() - tl->t_start, ts->output_dir,
+                     ts->output_dir);
+    if (s == GLM_OK && rs->model && rs->n_micro_run)
+        glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward, %lld were still on the "
+                      "device from an earlier step (the others, uploaded by their own step: %s)",
+                      (long long)rs->model->batches_prefetched, (long long)rs->n_micro_run, (long long)rs->model->batches_kept,
+                      rs->cp > 1 ? "all, as context parallel uploads each rank's chunks itself"
+                                 : "the first, those after an epoch's end or an evaluation, placeholders");
+    return s;
+}
+
+glm_status train_run(const train_settings *ts) {
+    run_state rs;
+    memset(&rs, 0, sizeof rs);
+    rs.out_lock = -1;
+    glm_status s = join_ranks(&rs, ts);
+    if (s != GLM_OK) return s;
+    const glm_backend *be = rs.be;
+    const int rank = be->rank;
+    /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
+    if (rank == 0) s = glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs.out_lock);
+    s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
+    if (s == GLM_OK) s = agree(be, setup(&rs, ts));
+    train_loop tl;
+    memset(&tl, 0, sizeof tl);
+    if (s == GLM_OK && rank == 0) s = open_metrics(&rs, ts, &tl);
+    s = agree(be, s);
+    if (!loop_init(&rs, ts, &tl) && s == GLM_OK)
+        s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", tl.global_rows);
+    tl.agreed_failure = s != GLM_OK; /* setup failures were agreed: every rank stops by itself */
+    if (s == GLM_OK) be->comm_wait_ms(be, 1);
+    while (s == GLM_OK && rs.step < rs.total_steps) s = train_step(&rs, ts, &tl);
+    if (s != GLM_OK && be->world > 1 && !tl.agreed_failure) {
         /* an error on this rank alone: the others may be waiting in a collective; stop them all */
         glm_log_error("%s; stopping every rank", glm_errmsg());
         be->comm_abort(be, 1); /* MPI_Abort does not return; NCCL: the launcher stops the others */
         _exit(1);
     }
-    if (rank == 0) glm_log_status_end();
-    if (s == GLM_OK && rs.step == start_step && rs.step >= rs.total_steps)
-        glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs.step, (long long)rs.total_steps);
-    if (mx_open) glm_metrics_close(&mx);
-    if (s == GLM_OK && rank == 0 && json_array_size(rs.history)) s = train_plot_history(rs.history, ts->output_dir);
-    if (s == GLM_OK && strategy_mode(ts->save_strategy) == 2 && rs.step > start_step) s = save_final_adapter(&rs, ts);
-    if (s == GLM_OK && rank == 0)
-        s = save_final_state(&rs, ts, run_loss_sum, run_losses, glm_now() - t_start, rs.step - start_step, rows_total);
-    if (nonfinite_total) glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)nonfinite_total);
-    if (s == GLM_OK && !ts->quiet)
-        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
-                     "export-adapter --checkpoint %s -o DIR)", (long long)(rs.step - start_step), (long long)tokens_total,
-                     W > 1 ? " on this rank" : "", glm_now() - t_start, ts->output_dir, ts->output_dir);
-    if (s == GLM_OK && rs.model && rs.n_micro_run)
-        glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward, %lld were still on the "
-                      "device from an earlier step (the others, uploaded by their own step: %s)",
-                      (long long)rs.model->batches_prefetched, (long long)rs.n_micro_run, (long long)rs.model->batches_kept,
-                      rs.cp > 1 ? "all, as context parallel uploads each rank's chunks itself"
-                                : "the first, those after an epoch's end or an evaluation, placeholders");
-    free(rows);
-    free(mine);
-    free(ranks_stats);
-    free(tps_rank);
+    s = finish_run(&rs, ts, &tl, s);
+    loop_free(&tl);
     teardown(&rs);
     return s;
 }

@@ -2,9 +2,11 @@
  * between data-parallel ranks"): NCCL collectives queued on a second stream (I->cs) so that they
  * overlap the compute stream (I->s).
  *
- * WRITTEN AND COMPILED, NOT YET RUN: no machine with several GPUs was available while this was
- * written. The CPU/MPI communicator (kernels/cpu/comm_mpi.c) has the same contract and
- * is what the CI tests exercise; tests/gpu/multi.sh is the check to run on a 2-GPU machine.
+ * Run so far with several ranks on one GPU only (--gpus 0,0 and 0,0,0,0: each worker its own
+ * NCCL_HOSTID, NCCL's socket transport; tests/gpu/multi.sh and cp.sh, which tests/gpu/run.sh runs
+ * on every GPU session): results and byte counts checked, never speed. Not yet run on a machine
+ * with several GPUs, where the same scripts are the check. The CPU/MPI communicator
+ * (kernels/cpu/comm_mpi.c) has the same contract and is what the CI tests exercise.
  *
  * Ordering: a collective started by all_reduce_start / all_gather_start / sendrecv first makes the
  * communication stream wait for an event recorded on the compute stream (so it reads what the
@@ -384,7 +386,7 @@ static void cu_comm_abort(const glm_backend *be, int code) {}
 /* A group of ranks (comm_split): a cuda_impl that shares the parent's device, compute stream,
  * cuBLAS handles and memory accounting, with its own NCCL communicator (ncclCommSplit), its own
  * communication stream and request table, and its own scratch (all_reduce_host uses one).
- * Compiled, not yet run on several GPUs (tests/gpu/cp.sh is its check). */
+ * Run with several ranks on one GPU (tests/gpu/cp.sh, its check), not yet on several GPUs. */
 static glm_status cu_comm_split(const glm_backend *be, int color, int key, const glm_backend **out) {
     *out = nullptr;
     if (color < 0) return glm_err(GLM_ERR_ARG, "comm_split: color %d must be >= 0", color);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # glmtune tokenize: what gets trained, through the CLI. Pretraining text (its windows against
-# tests/cli/data/pretrain_windows.expected, made by tests/tokenize/data/make_issue9_cases.py with
+# tests/cli/data/pretrain_windows.expected, made by tests/tokenize/data/make_target_cases.py with
 # tiktoken; LLaMA-Factory's c4_demo directly and through LLaMA-Factory's own dataset_info.json,
 # identical shards); loss flags counted in the report; role order and empty turns dropped by
 # reason; dataset_info: a missing file is an error naming entry and path, two entries on one
@@ -44,7 +44,7 @@ if [ -f "$C4" ]; then
     check "c4_demo through dataset_info: the same samples" cmp -s "$T/c4.got" "$T/c4r.got"
     check "c4_demo: every sample [gMASK]<sop> ... <|endoftext|>" \
         test "$($G inspect --json "$T/c4" | grep -c '"ids":\[151331,151333,.*,151329\],"targets":\[0,0,1')" = 300
-    # token counts from tiktoken (make_issue9_cases.py), and all but the prefix are targets
+    # token counts from tiktoken (make_target_cases.py), and all but the prefix are targets
     check "c4_demo: tokens as tiktoken counts them" test "$(jget "$T/c4/report.json" tokens)" = "$(awk '{s+=$2} END {print s}' "$SRC/tests/cli/data/c4_demo.expected")"
     check "c4_demo: targets = tokens - 2 per text" test "$(jget "$T/c4/report.json" target_tokens)" = $(( $(jget "$T/c4/report.json" tokens) - 600 ))
     $G tokenize --quiet --tokenizer "$TOK" --seq-len 2048 -o "$T/c4w" "$C4" 2>/dev/null

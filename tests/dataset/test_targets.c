@@ -1,6 +1,6 @@
 /* tests/dataset/test_targets.c: what each record trains, end to end below the CLI (record ->
  * dataset/formats conversion -> tokenize/chat encoding), against ids and labels computed without
- * glmtune (tests/tokenize/data/make_issue9_cases.py: transformers' chat-template renderer,
+ * glmtune (tests/tokenize/data/make_target_cases.py: transformers' chat-template renderer,
  * tiktoken, json.dumps, and the target rules written out by hand): per-turn loss flags
  * (xtuner/ms-swift "loss", axolotl "weight", LLaMA-Factory "loss_weight"), train_on_prompt and
  * mask_history, tool-call arguments with integers above 2^64 beside small ones, reasoning dropped
@@ -146,7 +146,7 @@ int main(void) {
     CHECK(glm_chat_template_load(tok, NULL, &tpl) == GLM_OK, "template: %s", glm_errmsg());
     if (!tok || !tpl) return check_summary("test_targets");
 
-    snprintf(cases, sizeof cases, "%s/tests/tokenize/data/issue9_cases.jsonl", src ? src : ".");
+    snprintf(cases, sizeof cases, "%s/tests/tokenize/data/target_cases.jsonl", src ? src : ".");
     char *data;
     size_t len;
     CHECK(glm_read_file(cases, &data, &len) == GLM_OK, "%s", glm_errmsg());

@@ -26,7 +26,7 @@
  * accumulates in double and rounds once (matmul_f64 below; every other op is the CPU backend's),
  * and each case also checks that the reference with other chunk sizes stays within TOL_FLOOR =
  * 2e-7 of itself, so that the comparison can see an error of the size of TOL.
- * TOL = 1e-6 (the issue's bar) on the loss sum and the gradients (norm-relative over all
+ * TOL = 1e-6 (context parallel's bar) on the loss sum and the gradients (norm-relative over all
  * tensors; 2 TOL for the worst tensor); measured: loss ~1e-16, gradients 4-6e-8. A wrong mask,
  * position, chunk order, label or dropout mask gives 1e-3 or more.
  * GLM_TEST_SGEMM=1 runs the same cases with the backend's cblas_sgemm (tolerance TOL_SGEMM =

@@ -13,8 +13,8 @@
  *   - the evaluation after step 2 (forward-only ring) and --shard-base beside context parallel;
  *   - only rank 0 writes metrics; the log says how the rows are split;
  *   - usage errors: a --context-parallel that does not divide --nproc / --gpus / the world.
- * Tolerances. The loss: 1e-6 relative (the issue's bar; measured ~1e-9). The gradients: 3e-6 per
- * tensor, not 1e-6: both sides run the CPU backend's cblas_sgemm, whose per-row results depend
+ * Tolerances. The loss: 1e-6 relative (context parallel's bar; measured ~1e-9). The gradients:
+ * 3e-6 per tensor, not 1e-6: both sides run the CPU backend's cblas_sgemm, whose per-row results depend
  * on how a call's rows fall into its tiles, so rows of 26 or 18 local tokens against rows of 50
  * move the LoRA gradients by up to ~1e-6 through the cancellation in the sums over tokens (the
  * reference moves as much against itself when only its chunk sizes change). test_cp_mpi holds

@@ -10,7 +10,7 @@
  *   rounding of the result gives ~1.1e-3 rms-relative; ops that read an output they rounded
  *   before (accumulating ones: rmsnorm_bwd, axpy, beta = 1 GEMMs) or whose fp32 internals
  *   differ from the CPU's double ones (attention, softmax) stay within a few 1e-3. An indexing,
- *   masking or race bug gives O(1). METHOD.md: bf16 operands land between 1e-3 and 1e-2.
+ *   masking or race bug gives O(1).
  * TOL_F32 = 1e-5: fp32 outputs (rstd, lse, LoRA rank-r GEMMs, adamw, cross-entropy's loss sum)
  *   from exact inputs, accumulated in fp32 where the CPU uses double: the error grows like
  *   sqrt(K) * 6e-8 (K = 13696 gives ~7e-6 worst-case-ish, typically ~1e-6).
@@ -42,7 +42,7 @@
  *   its rows of 2S local tokens run every other GEMM with other shapes; the 1-GPU run uses
  *   cuDNN's whole-row kernels. Their roundings are different draws of the same size, largely
  *   independent, so the two runs differ by about sqrt(2) x each one's error against the CPU:
- *   ~2.0e-2 overall, ~2.7e-2 for the worst tensor, hence 3e-2. Issue 18 measured 1.46e-2 with
+ *   ~2.0e-2 overall, ~2.7e-2 for the worst tensor, hence 3e-2. A GPU session measured 1.46e-2 with
  *   --context-parallel 2 against cp.sh's former 1e-2, which sat below this noise floor (1e-2 is
  *   what two bf16 runs of equal shapes reach, not two of different shapes). The loss, a mean over
  *   targets, averages the rounding out (measured 1.9e-4). What separates rounding from a bug:

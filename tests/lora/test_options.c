@@ -104,7 +104,7 @@ static int count_lines_with(const char *text, const char *needle) {
 static void test_llamafactory(const char *yaml) {
     glm_train_opts o;
     char *log = NULL;
-    /* a llamafactory-cli train line (LLaMA-Factory issue #8732's, without its --fp16), pasted */
+    /* a llamafactory-cli train line as a LLaMA-Factory user posted it for GLM-4 (without its --fp16), pasted */
     const char *a1[] = {"--trust-remote-code", "--model_name_or_path", "/data3/models/test/glm4", "--stage", "sft",
                         "--do_train", "--finetuning_type", "lora", "--template", "glm4", "--dataset", "shards",
                         "--output_dir", "out", "--learning_rate", "0.0005", "--num_train_epochs", "8",

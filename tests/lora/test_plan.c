@@ -75,7 +75,7 @@ int main(void) {
         glm_plan_print(&p, &c, stdout);
         CHECK(p.fits, "T=%d in 22 GiB: %.2f GiB", T, p.total / GiB);
     }
-    /* full checkpointing at 8k stays under 24 GiB (the goal) */
+    /* full checkpointing at 8k stays under 24 GiB (so that 8k rows train on a 24 GB card) */
     p = plan(&c, &li, 8192, GLM_CKPT_FULL, 137);
     CHECK(p.n_full == 40 && p.total < 24 * GiB, "full at 8k: %.2f GiB", p.total / GiB);
     /* more memory never means more recomputation */

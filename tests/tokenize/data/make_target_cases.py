@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Expected ids and labels for the issue-9 behaviours (per-turn loss flags, train_on_prompt and
+"""Expected ids and labels for the target rules and input layouts (per-turn loss flags, train_on_prompt and
 mask_history, pretraining text and its windows, numbers kept as Python writes them, reasoning,
 role order and empty turns), computed without glmtune:
 
@@ -18,12 +18,12 @@ role order and empty turns), computed without glmtune:
   - pretraining text: [gMASK] <sop> + tiktoken(text) + <|endoftext|>, every token after the
     prefix a target; windows: consecutive slices of seq_len tokens, the first of each not a target.
 
-Writes issue9_cases.jsonl (read by tests/tokenize/test_chat.c), and for the CLI test
+Writes target_cases.jsonl (read by tests/dataset/test_targets.c), and for the CLI test
 ../../cli/data/pretrain_windows.jsonl (input) and pretrain_windows.expected (what
 `glmtune inspect --json` prints for it, "file" left out, lines sorted), and
 ../../cli/data/c4_demo.expected (per record of tests/fixtures/pretrain/c4_demo.jsonl: index, id count
 and FNV-1a 64 of the little-endian uint32 ids; numbers only, no text).
-Run: python3 make_issue9_cases.py [DATA_DIR]   (default ../../fixtures, i.e. tests/fixtures; ../shared works too)
+Run: python3 make_target_cases.py [DATA_DIR]   (default ../../fixtures, i.e. tests/fixtures; ../shared works too)
 Only for producing test data: glmtune needs no Python."""
 import json
 import os
@@ -159,7 +159,7 @@ ids, labels = text_example("a body in another column")
 cases.append({"name": "text_column", "record": json.dumps({"body": "a body in another column", "id": 7}),
               "opts": {"text_column": "body"}, "input_ids": ids, "labels": labels})
 
-with open(os.path.join(here, "issue9_cases.jsonl"), "w", encoding="utf-8") as f:
+with open(os.path.join(here, "target_cases.jsonl"), "w", encoding="utf-8") as f:
     for c in cases:
         f.write(json.dumps(c, ensure_ascii=False) + "\n")
 
