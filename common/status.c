@@ -35,7 +35,7 @@ glm_status glm_err_context(glm_status code, const char *fmt, ...) {
 }
 
 glm_status glm_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
-    /* the file as the source tree names it (lora/optim.c), not the build's absolute path */
+    /* the file as the source tree names it (lora/adapter/optim.c), not the build's absolute path */
     const char *f = file, *last = NULL;
     for (const char *p = file; *p; p++)
         if (*p == '/') {

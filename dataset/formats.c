@@ -426,7 +426,7 @@ static bool blank(const char *s, size_t n) {
 /* Reads the per-turn loss flag of message m (turn i) into c->cur_loss: "loss": true/false
  * (xtuner, ms-swift), "weight": 0/1 (axolotl), "loss_weight": 0/1 (LLaMA-Factory v1),
  * "training": true/false (axolotl's message_field_training); null = no flag. The flag decides
- * whether the turn is a target, whatever its role (tokenize/chat.h). Counts flagged turns. */
+ * whether the turn is a target, whatever its role (tokenize/template/chat.h). Counts flagged turns. */
 static glm_status loss_flag(conv *c, const json_t *m, size_t i) {
     static const char *const keys[] = {"loss", "weight", "loss_weight", "training"};
     c->cur_loss = NULL;

@@ -18,7 +18,7 @@
  *                dataset_info entry whose only column is "prompt", as LLaMA-Factory's pt datasets)
  * A LLaMA-Factory dataset_info.json entry (rec->mapping) renames columns and role tags.
  *
- * What the converted turns say about training, for tokenize/chat.h:
+ * What the converted turns say about training, for tokenize/template/chat.h:
  *   - a message of a turn that carries a loss flag gets "loss": true/false: "loss" (xtuner,
  *     ms-swift), "weight" 0/1 (axolotl), "loss_weight" 0/1 (LLaMA-Factory v1), "training"
  *     (axolotl); other values, or two flags that disagree, drop the record ("bad_loss_flag");

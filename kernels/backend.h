@@ -68,7 +68,7 @@ typedef struct glm_scratch_shape {
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
-    GLM_FEATURE_RING_ATTENTION = 0, /* attention_block_fwd / _bwd: the context-parallel ring (lora/ring_attention.c) */
+    GLM_FEATURE_RING_ATTENTION = 0, /* attention_block_fwd / _bwd: the context-parallel ring (lora/model/ring_attention.c) */
     GLM_FEATURE_COMM = 1,           /* communication between ranks (world > 1): CPU, this build has MPI; CUDA, the
                                        module has NCCL. Without it every communication op needs world 1. */
     GLM_FEATURE_WEIGHT_4BIT = 2,    /* weight_quantize / weight_dequantize of the 4-bit (QLoRA) format */
@@ -105,7 +105,7 @@ struct glm_backend {
     glm_status (*zero)(const glm_backend *be, void *p, size_t bytes);
     /* Backend -> backend copy of `bytes` bytes (regions must not overlap). */
     glm_status (*copy)(const glm_backend *be, void *dst, const void *src, size_t bytes);
-    /* Host memory for activations offloaded during a step (lora/model_step.c): page-locked on
+    /* Host memory for activations offloaded during a step (lora/model/model_step.c): page-locked on
      * CUDA (cudaMallocHost), so that the async copies below run at full PCIe speed without a
      * staging copy; plain malloc on the CPU. Errors: GLM_ERR_NOMEM naming `what`. host_free(NULL)
      * is a no-op. */
@@ -261,7 +261,7 @@ struct glm_backend {
                                 const void *v, int64_t ldv, const int32_t *doc,
                                 int B, int T, int H, int Hkv, int Dh);
 
-    /* ---- attention blocks, for context-parallel rings (lora/ring_attention.c) ---------------
+    /* ---- attention blocks, for context-parallel rings (lora/model/ring_attention.c) ---------------
      * A packed row's tokens are split over ranks; each rank computes its queries against one block
      * of keys at a time. Both ops take one block of queries, the row's tokens [q0, q0 + Tq), and one
      * block of keys, tokens [k0, k0 + Tk) of the same row (global token indices within the row, not
@@ -369,7 +369,7 @@ struct glm_backend {
     /* Sum of n host doubles across the ranks, in place, blocking (for the loss sums, target
      * counts and the decisions every rank must take alike: skip a step, stop the run). */
     glm_status (*all_reduce_host)(const glm_backend *be, double *x, int n);
-    /* Point to point, for rings (context parallel, lora/ring_attention.c): sends `bytes` bytes of backend memory
+    /* Point to point, for rings (context parallel, lora/model/ring_attention.c): sends `bytes` bytes of backend memory
      * at send to rank `dst` and receives `bytes` bytes from rank `src` into recv, complete on
      * return (CPU: MPI_Sendrecv; CUDA: ncclSend/ncclRecv in one group). send and recv must not
      * overlap. Errors: GLM_ERR_ARG for a rank outside [0, world). */
@@ -427,7 +427,7 @@ struct glm_backend {
      * when an op starts, by the bytes each rank sends under the ring algorithms (the "bus
      * bytes" of NCCL's performance notes): all-reduce of S bytes 2 (n - 1) / n x S; all-gather of
      * shards of s bytes (n - 1) x s; sendrecv its bytes (0 to itself). NCCL may pick another
-     * algorithm (tree) whose wire bytes differ; these are the bytes lora/comm_plan.c predicts.
+     * algorithm (tree) whose wire bytes differ; these are the bytes lora/model/comm_plan.c predicts.
      * World 1: nothing is counted. bytes [GLM_COMM_KINDS] is OVERWRITTEN. */
     void (*comm_bytes)(const glm_backend *be, double *bytes, int reset);
     /* Stops every rank after an unrecoverable error on this one: prints nothing itself (the caller

@@ -4,7 +4,7 @@
 #define GLM_TESTS_CHAT_SAME_H
 #include <string.h>
 
-#include "tokenize/chat.h"
+#include "tokenize/template/chat.h"
 
 static int same_segments(const glm_tpl_output *a, const glm_tpl_output *b) {
     if (a->n != b->n) return 0;

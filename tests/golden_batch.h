@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lora/model.h"
-#include "lora/safetensors.h"
+#include "lora/model/model.h"
+#include "common/safetensors.h"
 
 typedef struct golden {
     glm_st_set *set;

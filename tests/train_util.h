@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
-#include "lora/safetensors.h"
+#include "common/safetensors.h"
 
 static const char *G;   /* the glmtune binary */
 static char tmp[64];    /* the test's directory (made by the test from a mkdtemp template) */

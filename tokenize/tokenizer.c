@@ -11,8 +11,8 @@
 #include "common/fileio.h"
 #include "common/hash.h"
 #include "common/utf8.h"
-#include "tokenize/bpe.h"
-#include "tokenize/spm_shim.h"
+#include "tokenize/bpe/bpe.h"
+#include "tokenize/bpe/spm_shim.h"
 
 enum { KIND_TIKTOKEN, KIND_SPM };
 

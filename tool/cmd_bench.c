@@ -18,12 +18,12 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
-#include "lora/config.h"
-#include "lora/lora.h"
-#include "lora/model.h"
-#include "lora/model_prove.h"
-#include "lora/optim.h"
-#include "lora/plan.h"
+#include "lora/model/config.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/model.h"
+#include "lora/model/model_prove.h"
+#include "lora/adapter/optim.h"
+#include "lora/model/plan.h"
 #include "tool/cli.h"
 
 static const char *USAGE =

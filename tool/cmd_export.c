@@ -10,10 +10,10 @@
 #include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
-#include "lora/checkpoint.h"
-#include "lora/config.h"
-#include "lora/export.h"
-#include "lora/safetensors.h"
+#include "lora/io/checkpoint.h"
+#include "lora/model/config.h"
+#include "lora/io/export.h"
+#include "common/safetensors.h"
 #include "tool/cli.h"
 
 static const char *USAGE =

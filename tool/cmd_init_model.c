@@ -9,8 +9,8 @@
 #include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
-#include "lora/config.h"
-#include "lora/model.h"
+#include "lora/model/config.h"
+#include "lora/model/model.h"
 #include "tokenize/tokenizer.h"
 #include "tool/cli.h"
 

@@ -54,7 +54,7 @@ awk '
 # MB/s = input bytes on disk / wall seconds of the command; MB per CPU-second = the same bytes /
 # (user + sys) seconds, the throughput per busy core (on a shared machine the wall time also
 # counts waiting for a core). Medians of RUNS runs (env RUNS, default 5), wall and CPU each.
-# The tokenizer's table cache (tokenize/bpe_cache.c) is used as a user's runs use it: the first
+# The tokenizer's table cache (tokenize/bpe/bpe_cache.c) is used as a user's runs use it: the first
 # run of a tokenizer file builds and saves it, the others map it; GLMTUNE_CACHE_DIR=off measures
 # building the tables in every run.
 glmtune=$build/tool/glmtune

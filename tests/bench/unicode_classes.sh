@@ -3,7 +3,7 @@
 # usage: tests/bench/unicode_classes.sh [BUILD_DIR] [DATA_DIR]   (a folder with glm4-tokenizer/:
 #        default $GLM_FIXTURES or tests/fixtures; ../shared works too)
 # 1. Lists, per class, the code-point ranges where plain PCRE2 (this machine's libpcre2-8, UTF+UCP)
-#    and tiktoken disagree: the reason for the spelled-out classes in tokenize/bpe_split.c.
+#    and tiktoken disagree: the reason for the spelled-out classes in tokenize/bpe/bpe_split.c.
 # 2. Encodes every code point in several contexts with tiktoken and with glmtune (test_tokenizer
 #    given the probe file): must print "0 encode mismatches".
 set -euo pipefail

@@ -1,4 +1,4 @@
-/* tests/dataset/test_chat_native.c: the native GLM-4 renderer (tokenize/chat_native.c) against
+/* tests/dataset/test_chat_native.c: the native GLM-4 renderer (tokenize/template/chat_native.c) against
  * the template interpreter on every corpus record: each record of tests/fixtures/corpora is converted
  * (default options, and with --keep-reasoning --merge-consecutive-turns), and every message of
  * the conversation must be rendered natively, into exactly the segments (texts, literal flags,
@@ -11,7 +11,7 @@
 #include "dataset/reader.h"
 #include "tests/chat_same.h"
 #include "tests/check.h"
-#include "tokenize/chat.h"
+#include "tokenize/template/chat.h"
 
 typedef struct {
     size_t records, messages, native, same, tools;

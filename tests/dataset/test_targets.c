@@ -19,7 +19,7 @@
 #include "dataset/formats.h"
 #include "dataset/reader.h"
 #include "tests/check.h"
-#include "tokenize/chat.h"
+#include "tokenize/template/chat.h"
 
 static glm_tokenizer *tok;
 static glm_template *tpl;

@@ -6,7 +6,7 @@
 # held in the gather slots):
 #   1. bytes: metrics.jsonl's comm_bytes_per_step of step 2 (every rank's counters, rank 0's
 #      logged; kernels/backend.h comm_bytes) equals the dry run's "comm bytes per step per rank"
-#      (lora/comm_plan.c) for the gradient all-reduce, --shard-base's all-gathers and the
+#      (lora/model/comm_plan.c) for the gradient all-reduce, --shard-base's all-gathers and the
 #      context-parallel ring's sendrecvs: 2 ranks data parallel; --shard-base with accumulation 2;
 #      --context-parallel 2 (full recomputation: the ring runs again in the backward);
 #      4 ranks --context-parallel 2 --shard-base (2 groups). The two sides are computed

@@ -1,4 +1,4 @@
-/* tests/dist/test_cp_mpi.c: context parallel (lora/ring_attention.h, --context-parallel) at the
+/* tests/dist/test_cp_mpi.c: context parallel (lora/model/ring_attention.h, --context-parallel) at the
  * model level on the CPU backend over MPI, run by test_cp_mpi.sh as
  *     mpirun -np W test_cp_mpi CP
  * (W ranks, groups of CP ranks per row, W / CP data-parallel groups). Every rank builds the same
@@ -9,7 +9,7 @@
  * unsplit rows of every group within TOL:
  *   - rows of one document and of several, with document boundaries inside chunks and exactly on
  *     chunk boundaries, a one-token document, the loader's trailing padding document;
- *   - T not a multiple of 2 CP (the padding rule of lora/ring_attention.h);
+ *   - T not a multiple of 2 CP (the padding rule of lora/model/ring_attention.h);
  *   - gradient checkpointing none, full (the ring runs again in the recomputation), selective;
  *   - micro-batches of 2 rows, a short last micro-batch (1 row in a workspace of 2);
  *   - LoRA dropout (the masks follow the tokens' global places, or their keys, glm_batch.drop_key) when
@@ -38,8 +38,8 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "lora/lora.h"
-#include "lora/model.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/model.h"
 #include "tests/check.h"
 
 static const double TOL = 1e-6, TOL_FLOOR = 2e-7, TOL_SGEMM = 3e-6;

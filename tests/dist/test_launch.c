@@ -1,4 +1,4 @@
-/* tests/dist/test_launch.c: the supervisor behind `glmtune train --gpus N` (tool/launch.c),
+/* tests/dist/test_launch.c: the supervisor behind `glmtune train --gpus N` (tool/train/launch.c),
  * with ordinary programs as workers (the GPU workers themselves need GPUs): every worker
  * succeeding gives 0; one that fails (an exit status, or killed by a signal) stops the others at
  * once with a message naming it and its status; SIGINT stops every worker (status 130); a worker
@@ -16,7 +16,7 @@
 
 #include "common/fileio.h"
 #include "tests/check.h"
-#include "tool/launch.h"
+#include "tool/train/launch.h"
 
 static double now(void) {
     struct timespec t;

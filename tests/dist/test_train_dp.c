@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
-#include "lora/safetensors.h"
+#include "common/safetensors.h"
 #include "tests/check.h"
 #include "tests/train_util.h"
 

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_options.c: the train options (lora/options.c). First byte even: the input is a
+/* tests/fuzz/fuzz_options.c: the train options (tool/train/options.c). First byte even: the input is a
  * YAML config file (--config FILE: libyaml, then every key's rule: table options, aliases,
  * lr_scheduler_kwargs mappings, LLaMA-Factory keys, refusals); odd: the rest is a command line,
  * one argument per line. Then validation, the JSON of the settings and the printout. */
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "lora/options.h"
+#include "tool/train/options.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_quiet();

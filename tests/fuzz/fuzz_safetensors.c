@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_safetensors.c: safetensors headers (lora/safetensors.c: glm_st_open's header
+/* tests/fuzz/fuzz_safetensors.c: safetensors headers (common/safetensors.c: glm_st_open's header
  * parse and offset/shape/dtype validation), then every tensor's data converted to float32 as the
  * model loader and export-adapter read them. */
 #include <stdint.h>
@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "lora/safetensors.h"
+#include "common/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_quiet();

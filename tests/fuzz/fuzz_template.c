@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "tokenize/chat.h"
-#include "tokenize/template.h"
+#include "tokenize/template/chat.h"
+#include "tokenize/template/template.h"
 
 static const char k_vars[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"sys\", \"tools\": [{\"type\": \"function\", \"function\": "

@@ -22,7 +22,7 @@
 # GLM_CP_MAX: the longest row to try in step 2, default 4194304).
 #
 # One GPU (or GLM_CP_ONE_GPU=1): part 1 only, the ranks sharing GPU 0 (--gpus 0,0 /
-# 0,0,0,0: NCCL's socket transport, tool/launch.c; correctness only), for --context-parallel 2, 4
+# 0,0,0,0: NCCL's socket transport, tool/train/launch.c; correctness only), for --context-parallel 2, 4
 # and 2 x 2 (2 groups of 2), plus: the bytes every rank sent against the dry run's prediction, and
 # the tolerance analysis of tests/gpu/tol.h (TOL_CP_GRAD): the 1-GPU reference run twice, with
 # cuDNN's attention and with glmtune's own kernels (GLMTUNE_ATTENTION=glmtune, the kernels the

@@ -3,7 +3,7 @@
 # tests/gpu/stage.sh (.device/gpu carried, as for tests/gpu/run.sh). Two modes:
 #   several GPUs: --gpus 2 / 4 (distinct GPUs), every part below;
 #   one GPU: the ranks share GPU 0 (--gpus 0,0 / 0,0,0,0: each worker its own NCCL_HOSTID,
-#     NCCL's socket transport over loopback, tool/launch.c), which checks the multi-rank code
+#     NCCL's socket transport over loopback, tool/train/launch.c), which checks the multi-rank code
 #     paths' correctness only: part 1 and the 9B-shape equivalence of part 4; parts 2 and 3
 #     (speed, memory per GPU) need several GPUs and are skipped.
 #   1. equivalence on CUDA, the tiny GLM-4 fixture: 1 GPU x micro-batch 2 against 2 ranks x 1 and
@@ -11,7 +11,7 @@
 #      losses and the first step's gradients within 1e-2 relative (bf16 activations: B=2 and B=1
 #      run GEMMs of other shapes; the CPU backend's test_train_dp holds 1e-6); the bytes every rank
 #      sent (metrics.jsonl comm_bytes_per_step, step 2) equal the dry run's prediction
-#      (lora/comm_plan.c); resume across rank counts (2 ranks to step 2, then 1 GPU x 2 to step 4,
+#      (lora/model/comm_plan.c); resume across rank counts (2 ranks to step 2, then 1 GPU x 2 to step 4,
 #      against 2 ranks straight); a killed rank (kill -9 of rank 1: the run stops, non-zero, the
 #      message names rank 1, no worker left); a slowed link (GLMTUNE_COMM_DELAY_MS=40 on every
 #      transfer): comm_exposed_share accounts for at least 70% of the slowdown (the CUDA stall

@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "lora/config.h"
-#include "lora/lora.h"
-#include "lora/model.h"
-#include "lora/safetensors.h"
+#include "lora/model/config.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/model.h"
+#include "common/safetensors.h"
 #include "tests/check.h"
 #include "tests/golden_batch.h"
 #include "tests/gpu/tol.h"

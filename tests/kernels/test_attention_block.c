@@ -18,7 +18,7 @@
 
 #include "common/rng.h"
 #include "kernels/backend.h"
-#include "lora/ring_attention.h"
+#include "lora/model/ring_attention.h"
 #include "tests/check.h"
 
 static const double TOL = 1e-7;

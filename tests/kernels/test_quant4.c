@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 #include "kernels/quant4.h"
-#include "lora/safetensors.h"
+#include "common/safetensors.h"
 #include "tests/check.h"
 
 static uint32_t fbits(float f) {

@@ -9,7 +9,7 @@
 
 #include "common/fileio.h"
 #include "common/rng.h"
-#include "lora/checkpoint.h"
+#include "lora/io/checkpoint.h"
 #include "tests/check.h"
 
 static char g_tmp[256];

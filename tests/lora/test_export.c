@@ -9,8 +9,8 @@
 
 #include "common/fileio.h"
 #include "common/pyjson.h"
-#include "lora/export.h"
-#include "lora/safetensors.h"
+#include "lora/io/export.h"
+#include "common/safetensors.h"
 #include "tests/check.h"
 
 static char g_tmp[256];

@@ -6,13 +6,13 @@
  *   - the plan's backend scratch is what be->scratch_need answers for the step's shape (B, T, heads,
  *     strides), not the planner's estimate, and glm_model_prepare grows it (be->scratch_reserve) with
  *     the plan's shape;
- *   - the memory proof (lora/model_prove.h) runs the first layers only: their LoRA gradients are set,
+ *   - the memory proof (lora/model/model_prove.h) runs the first layers only: their LoRA gradients are set,
  *     the later layers' stay zero, and the workspace is the whole model's plan. */
 #include <string.h>
 
-#include "lora/lora.h"
-#include "lora/model.h"
-#include "lora/model_prove.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/model.h"
+#include "lora/model/model_prove.h"
 #include "tests/check.h"
 
 static glm_backend fake;

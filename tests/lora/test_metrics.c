@@ -10,7 +10,7 @@
 
 #include "common/fileio.h"
 #include "common/hash.h"
-#include "lora/metrics.h"
+#include "tool/train/metrics.h"
 #include "tests/check.h"
 
 static char g_tmp[256];

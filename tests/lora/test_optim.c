@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lora/optim.h"
-#include "lora/safetensors.h"
+#include "lora/adapter/optim.h"
+#include "common/safetensors.h"
 #include "tests/check.h"
 
 static void test_schedules(void) {

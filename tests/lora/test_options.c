@@ -9,8 +9,8 @@
 
 #include "common/fileio.h"
 #include "common/log.h"
-#include "lora/options.h"
-#include "lora/plan.h"
+#include "tool/train/options.h"
+#include "lora/model/plan.h"
 #include "tests/check.h"
 
 static char g_tmp[256];

@@ -1,12 +1,12 @@
-/* tests/lora/test_plan.c: the memory planner (lora/plan.h) on GLM-4-9B-Chat-1M's shape, against
+/* tests/lora/test_plan.c: the memory planner (lora/model/plan.h) on GLM-4-9B-Chat-1M's shape, against
  * byte counts derived by hand, and its choices at the budgets of an H200 and a 24 GB card. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "lora/config.h"
-#include "lora/lora.h"
-#include "lora/plan.h"
+#include "lora/model/config.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/plan.h"
 #include "tests/check.h"
 
 static const double GiB = 1073741824.0;

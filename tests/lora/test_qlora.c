@@ -10,8 +10,8 @@
 
 #include "kernels/backend.h"
 #include "kernels/quant4.h"
-#include "lora/lora.h"
-#include "lora/model.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/model.h"
 #include "tests/check.h"
 
 enum { T = 40 };

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
-#include "lora/safetensors.h"
+#include "common/safetensors.h"
 #include "tests/check.h"
 
 static char g_tmp[256];

@@ -1,4 +1,4 @@
-/* tests/tokenize/test_bpe_cache.c: the tiktoken tokenizer's table cache (tokenize/bpe_cache.c).
+/* tests/tokenize/test_bpe_cache.c: the tiktoken tokenizer's table cache (tokenize/bpe/bpe_cache.c).
  * GLM-4's tokenizer.model loaded without a cache, then with an empty cache directory (built and
  * saved), again (mapped from the cache), after the cache file was corrupted, truncated or
  * replaced by another version's file (ignored, rebuilt, saved again), with an unwritable cache
@@ -13,7 +13,7 @@
 
 #include "common/fileio.h"
 #include "tests/check.h"
-#include "tokenize/bpe.h"
+#include "tokenize/bpe/bpe.h"
 
 static char *model_data;
 static size_t model_len;

@@ -11,7 +11,7 @@
 #include "common/rng.h"
 #include "tests/chat_same.h"
 #include "tests/check.h"
-#include "tokenize/chat.h"
+#include "tokenize/template/chat.h"
 
 static glm_tokenizer *tok;
 static glm_template *tpl;
@@ -327,7 +327,7 @@ static void test_encode_output(void) {
     CHECK(bad == 0 && specials > 3000, "encode_output: %zu of 3000 outputs differ from the reference (%zu specials)", bad, specials);
 }
 
-/* The native GLM-4 renderer (tokenize/chat_native.c) against the interpreter: the same segments
+/* The native GLM-4 renderer (tokenize/template/chat_native.c) against the interpreter: the same segments
  * for messages of every branch of the template; unusual messages and other templates are left
  * to the interpreter. */
 static void test_native(const char *data_dir) {

@@ -10,7 +10,7 @@
 
 #include "common/fileio.h"
 #include "tests/check.h"
-#include "tokenize/template.h"
+#include "tokenize/template/template.h"
 #include "common/pyjson.h"
 
 static char *render_str(const glm_template *t, json_t *vars, glm_status *st) {

@@ -13,7 +13,7 @@
 
 #include "common/fileio.h"
 #include "tests/check.h"
-#include "tokenize/bpe.h"
+#include "tokenize/bpe/bpe.h"
 #include "tokenize/tokenizer.h"
 
 static double now_s(void) {

@@ -11,7 +11,7 @@
 
 #include "common/fileio.h"
 #include "tests/check.h"
-#include "tokenize/spm_shim.h"
+#include "tokenize/bpe/spm_shim.h"
 #include "tokenize/tokenizer.h"
 
 static const char *glm4_specials[] = {"<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>",

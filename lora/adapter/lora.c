@@ -1,0 +1,417 @@
+/* lora/adapter/lora.c: LoRA adapters (PEFT-compatible names, init and adapter files). */
+#include "lora/adapter/lora.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fileio.h"
+#include "common/rng.h"
+#include "lora/model/model.h"
+#include "common/safetensors.h"
+
+static const char *const chatglm_modules[] = {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
+static const char *const hf_modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"};
+
+const char *const *glm_lora_module_names(glm_layout layout, int *n) {
+    if (layout == GLM_LAYOUT_HF) {
+        *n = 6;
+        return hf_modules;
+    }
+    *n = 4;
+    return chatglm_modules;
+}
+
+void glm_lora_module_path(glm_layout layout, int layer, int module, char *buf, size_t n) {
+    if (layout == GLM_LAYOUT_HF) {
+        const char *grp = module <= 3 ? "self_attn" : "mlp";
+        snprintf(buf, n, "model.layers.%d.%s.%s", layer, grp, hf_modules[module]);
+    } else {
+        const char *grp = module <= 1 ? "self_attention" : "mlp";
+        snprintf(buf, n, "transformer.encoder.layers.%d.%s.%s", layer, grp, chatglm_modules[module]);
+    }
+}
+
+static void valid_list(glm_layout layout, char *buf, size_t n) {
+    int nm;
+    const char *const *names = glm_lora_module_names(layout, &nm);
+    buf[0] = 0;
+    for (int i = 0; i < nm; i++) {
+        strncat(buf, names[i], n - strlen(buf) - 1);
+        strncat(buf, ", ", n - strlen(buf) - 1);
+    }
+    strncat(buf, "all, vllm", n - strlen(buf) - 1);
+}
+
+/* Marks one module name; "all"/"all-linear" marks every module; "vllm" every module whose
+ * adapters vLLM loads: all of the chatglm layout (ChatGLMForCausalLM supports LoRA on
+ * query_key_value, dense, dense_h_to_4h, dense_4h_to_h), and all but gate_up_proj in the hf layout
+ * (vLLM runs GlmForCausalLM as its LlamaForCausalLM, whose LoRA expects gate_proj and up_proj and
+ * refuses an adapter module named gate_up_proj). */
+static glm_status mark_target(glm_layout layout, const char *name, bool *on) {
+    int nm;
+    const char *const *names = glm_lora_module_names(layout, &nm);
+    if (!strcmp(name, "all") || !strcmp(name, "all-linear") || !strcmp(name, "vllm")) {
+        for (int i = 0; i < nm; i++) on[i] = on[i] || strcmp(name, "vllm") || strcmp(names[i], "gate_up_proj");
+        return GLM_OK;
+    }
+    for (int i = 0; i < nm; i++)
+        if (!strcmp(name, names[i])) {
+            on[i] = true;
+            return GLM_OK;
+        }
+    char valid[256];
+    valid_list(layout, valid, sizeof valid);
+    return glm_err(GLM_ERR_ARG, "unknown LoRA target module '%s' for a %s-layout checkpoint; valid: %s", name,
+                   glm_layout_name(layout), valid);
+}
+
+/* Parses a comma-separated target list into on[]. */
+static glm_status parse_targets(glm_layout layout, const char *targets, bool *on) {
+    memset(on, 0, 6 * sizeof(bool));
+    if (!targets || !*targets) targets = "all";
+    char *s = strdup(targets);
+    if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    glm_status st = GLM_OK;
+    int count = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ' || *tok == '\t') tok++;
+        char *e = tok + strlen(tok);
+        while (e > tok && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+        if (!*tok) continue;
+        if ((st = mark_target(layout, tok, on))) break;
+        count++;
+    }
+    free(s);
+    if (st == GLM_OK && count == 0) {
+        char valid[256];
+        valid_list(layout, valid, sizeof valid);
+        st = glm_err(GLM_ERR_ARG, "no LoRA target modules given; valid: %s", valid);
+    }
+    return st;
+}
+
+/* Base linear and output rows of a module. */
+static void module_geometry(const glm_config *c, glm_layout layout, int module, glm_linear *lin, int64_t *row0,
+                            int64_t *out, int64_t *in) {
+    int64_t qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh;
+    int m = module;
+    if (layout == GLM_LAYOUT_HF) {
+        if (m <= 2) {
+            *lin = GLM_LIN_QKV;
+            *in = c->C;
+            *row0 = m == 0 ? 0 : m == 1 ? qd : qd + kd;
+            *out = m == 0 ? qd : kd;
+            return;
+        }
+        m -= 2; /* o_proj -> 1, gate_up -> 2, down -> 3 */
+    }
+    *row0 = 0;
+    switch (m) {
+    case 0: *lin = GLM_LIN_QKV; *in = c->C; *out = qd + 2 * kd; break;
+    case 1: *lin = GLM_LIN_DENSE; *in = qd; *out = c->C; break;
+    case 2: *lin = GLM_LIN_H4H; *in = c->C; *out = 2 * (int64_t)c->F; break;
+    default: *lin = GLM_LIN_4HH; *in = c->F; *out = c->C; break;
+    }
+}
+
+void glm_lora_free(glm_lora *l) {
+    if (!l) return;
+    for (int i = 0; i < l->n_params; i++) {
+        l->be->free(l->be, l->params[i].w);
+        l->be->free(l->be, l->params[i].g);
+    }
+    free(l->params);
+    free(l->sites);
+    free(l->layer_first);
+    free(l->layer_count);
+    free(l);
+}
+
+glm_status glm_lora_create(const glm_model *model, const glm_lora_config *cfg, uint64_t seed, glm_lora **out) {
+    const glm_config *c = &model->cfg;
+    const glm_backend *be = model->be;
+    if (cfg->r <= 0) return glm_err(GLM_ERR_ARG, "LoRA rank r must be positive (got %d)", cfg->r);
+    if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
+        return glm_err(GLM_ERR_ARG, "lora_dropout must be in [0, 1) (got %g)", cfg->dropout);
+    if (!isfinite(cfg->alpha)) return glm_err(GLM_ERR_ARG, "lora_alpha must be finite");
+    glm_lora *l = calloc(1, sizeof *l);
+    if (!l) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    l->be = be;
+    l->layout = c->layout;
+    l->L = c->L;
+    l->r = cfg->r;
+    l->alpha = cfg->alpha;
+    l->dropout = cfg->dropout;
+    l->use_rslora = cfg->use_rslora;
+    l->scaling = cfg->use_rslora ? (float)(cfg->alpha / sqrt((double)cfg->r)) : cfg->alpha / (float)cfg->r;
+    glm_status st = parse_targets(c->layout, cfg->targets, l->module_on);
+    if (st) {
+        free(l);
+        return st;
+    }
+    int nm;
+    glm_lora_module_names(c->layout, &nm);
+    int per_layer = 0;
+    for (int i = 0; i < nm; i++) per_layer += l->module_on[i];
+    l->n_sites = per_layer * c->L;
+    l->n_params = 2 * l->n_sites;
+    l->sites = calloc((size_t)l->n_sites, sizeof *l->sites);
+    l->params = calloc((size_t)l->n_params, sizeof *l->params);
+    l->layer_first = calloc((size_t)c->L, sizeof(int));
+    l->layer_count = calloc((size_t)c->L, sizeof(int));
+    if (!l->sites || !l->params || !l->layer_first || !l->layer_count) {
+        glm_lora_free(l);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    int si = 0;
+    for (int layer = 0; layer < c->L; layer++) {
+        l->layer_first[layer] = si;
+        for (int m = 0; m < nm; m++) {
+            if (!l->module_on[m]) continue;
+            glm_lora_site *s = &l->sites[si];
+            s->layer = layer;
+            s->module = m;
+            module_geometry(c, c->layout, m, &s->lin, &s->row0, &s->out, &s->in);
+            s->pa = 2 * si;
+            s->pb = 2 * si + 1;
+            char path[200];
+            glm_lora_module_path(c->layout, layer, m, path, sizeof path);
+            glm_param *A = &l->params[s->pa], *B = &l->params[s->pb];
+            snprintf(A->name, sizeof A->name, "%s.lora_A.weight", path);
+            snprintf(B->name, sizeof B->name, "%s.lora_B.weight", path);
+            A->ndim = B->ndim = 2;
+            A->shape[0] = cfg->r, A->shape[1] = s->in;
+            B->shape[0] = s->out, B->shape[1] = cfg->r;
+            A->numel = cfg->r * s->in;
+            B->numel = s->out * cfg->r;
+            si++;
+        }
+        l->layer_count[layer] = si - l->layer_first[layer];
+    }
+    int64_t maxn = 0;
+    for (int i = 0; i < l->n_params; i++) {
+        glm_param *p = &l->params[i];
+        if (p->numel > maxn) maxn = p->numel;
+        if ((st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->w)) ||
+            (st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->g)) ||
+            (st = be->zero(be, p->g, (size_t)p->numel * 4))) {
+            glm_lora_free(l);
+            return st;
+        }
+    }
+    float *host = malloc((size_t)(maxn > 0 ? maxn : 1) * sizeof(float));
+    if (!host) {
+        glm_lora_free(l);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < l->n_params; i++) {
+        glm_param *p = &l->params[i];
+        if (i % 2 == 0) { /* lora_A: kaiming_uniform_(a=sqrt(5)) -> bound = 1/sqrt(fan_in) */
+            glm_rng rng;
+            glm_rng_seed(&rng, seed, (uint64_t)i);
+            double bound = 1.0 / sqrt((double)p->shape[1]);
+            for (int64_t k = 0; k < p->numel; k++) host[k] = (float)((2.0 * glm_rng_uniform(&rng) - 1.0) * bound);
+        } else {
+            memset(host, 0, (size_t)p->numel * sizeof(float));
+        }
+        if ((st = be->upload(be, p->w, host, (size_t)p->numel * 4))) break;
+    }
+    free(host);
+    if (st) {
+        glm_lora_free(l);
+        return st;
+    }
+    *out = l;
+    return GLM_OK;
+}
+
+glm_param *glm_lora_params(glm_lora *l, int *n) {
+    *n = l->n_params;
+    return l->params;
+}
+
+glm_status glm_lora_zero_grads(glm_lora *l) {
+    for (int i = 0; i < l->n_params; i++) GLM_TRY(l->be->zero(l->be, l->params[i].g, (size_t)l->params[i].numel * 4));
+    return GLM_OK;
+}
+
+/* "a b c " from the modules marked in on[] (into buf of n bytes). */
+static void target_words(glm_layout layout, const bool *on, char *buf, size_t n) {
+    int nm;
+    const char *const *names = glm_lora_module_names(layout, &nm);
+    buf[0] = 0;
+    for (int i = 0; i < nm; i++)
+        if (on[i]) snprintf(buf + strlen(buf), n - strlen(buf), "%s ", names[i]);
+}
+
+/* adapter_config.json's target_modules (a list, or one name or "all" as a string) into on[]. */
+static glm_status config_targets(const glm_lora *l, const json_t *root, const char *path, bool *on) {
+    json_t *jt = json_object_get(root, "target_modules");
+    memset(on, 0, 6 * sizeof(bool));
+    glm_status st = GLM_OK;
+    if (json_is_string(jt)) {
+        if ((st = mark_target(l->layout, json_string_value(jt), on))) return glm_err_context(st, "%s: target_modules", path);
+    } else if (json_is_array(jt)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(jt, i, v) {
+            if (!json_is_string(v)) return glm_err(GLM_ERR_FORMAT, "%s: target_modules[%zu] is not a string", path, i);
+            if ((st = mark_target(l->layout, json_string_value(v), on)))
+                return glm_err_context(st, "%s: target_modules", path);
+        }
+    } else {
+        return glm_err(GLM_ERR_FORMAT, "%s: target_modules is missing", path);
+    }
+    return GLM_OK;
+}
+
+static glm_status load_config(const char *path, json_t **root) {
+    json_error_t je;
+    *root = json_load_file(path, 0, &je);
+    if (*root) return GLM_OK;
+    return glm_is_file(path) ? glm_err(GLM_ERR_FORMAT, "%s: line %d: bad JSON: %s", path, je.line, je.text)
+                             : glm_err(GLM_ERR_IO, "%s: cannot read the adapter config", path);
+}
+
+glm_status glm_lora_config_targets(const glm_lora *l, const char *path, char *theirs, char *mine, size_t n, bool *same) {
+    json_t *root;
+    GLM_TRY(load_config(path, &root));
+    bool on[6];
+    glm_status st = config_targets(l, root, path, on);
+    json_decref(root);
+    if (st) return st;
+    *same = !memcmp(on, l->module_on, sizeof on);
+    target_words(l->layout, on, theirs, n);
+    target_words(l->layout, l->module_on, mine, n);
+    return GLM_OK;
+}
+
+/* Compares adapter_config.json with the adapter. */
+static glm_status check_adapter_config(const glm_lora *l, const char *path) {
+    json_t *root;
+    GLM_TRY(load_config(path, &root));
+    glm_status st = GLM_OK;
+    json_t *jr = json_object_get(root, "r"), *ja = json_object_get(root, "lora_alpha");
+    json_t *jrs = json_object_get(root, "use_rslora");
+    const char *pt = json_string_value(json_object_get(root, "peft_type"));
+    bool on[6];
+    if (pt && strcmp(pt, "LORA")) {
+        st = glm_err(GLM_ERR_UNSUPPORTED, "%s: peft_type is '%s'; only LORA adapters are supported", path, pt);
+    } else if (!json_is_integer(jr) || json_integer_value(jr) != l->r) {
+        st = glm_err(GLM_ERR_MISMATCH, "%s: r is %lld but the adapter being loaded has r = %d (hint: set lora r to match)",
+                     path, json_is_integer(jr) ? (long long)json_integer_value(jr) : -1LL, l->r);
+    } else if (!json_is_number(ja) || fabs(json_number_value(ja) - l->alpha) > 1e-6 * fabs(l->alpha)) {
+        st = glm_err(GLM_ERR_MISMATCH, "%s: lora_alpha is %g but the adapter being loaded has alpha = %g", path,
+                     json_is_number(ja) ? json_number_value(ja) : NAN, l->alpha);
+    } else if (jrs && json_is_boolean(jrs) && json_is_true(jrs) != l->use_rslora) {
+        st = glm_err(GLM_ERR_MISMATCH, "%s: use_rslora is %s but the adapter being loaded has %s", path,
+                     json_is_true(jrs) ? "true" : "false", l->use_rslora ? "true" : "false");
+    } else if ((st = config_targets(l, root, path, on)) == GLM_OK && memcmp(on, l->module_on, sizeof on)) {
+        char a[256], b[256];
+        target_words(l->layout, on, a, sizeof a);
+        target_words(l->layout, l->module_on, b, sizeof b);
+        st = glm_err(GLM_ERR_MISMATCH, "%s: target_modules are { %s} but the adapter being loaded targets { %s}", path, a, b);
+    }
+    json_decref(root);
+    return st;
+}
+
+glm_status glm_lora_load_peft(glm_lora *l, const char *dir) {
+    char *cfgp = glm_path_join(dir, "adapter_config.json");
+    char *stp = glm_path_join(dir, "adapter_model.safetensors");
+    if (!cfgp || !stp) {
+        free(cfgp);
+        free(stp);
+        return glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    glm_status st = check_adapter_config(l, cfgp);
+    glm_st_set *set = NULL;
+    float *host = NULL;
+    if (st) goto done;
+    if ((st = glm_st_open(stp, &set))) goto done;
+    int64_t maxn = 1;
+    for (int i = 0; i < l->n_params; i++)
+        if (l->params[i].numel > maxn) maxn = l->params[i].numel;
+    host = malloc((size_t)maxn * sizeof(float));
+    if (!host) {
+        st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < l->n_params; i++) {
+        glm_param *p = &l->params[i];
+        char key[300];
+        snprintf(key, sizeof key, "base_model.model.%s", p->name);
+        if ((st = glm_st_read_f32(set, key, 2, p->shape, host))) goto done;
+        if ((st = l->be->upload(l->be, p->w, host, (size_t)p->numel * 4))) goto done;
+    }
+done:
+    if (st) glm_err_context(st, "loading LoRA adapter %s", dir);
+    free(host);
+    if (set) glm_st_close(set);
+    free(cfgp);
+    free(stp);
+    return st;
+}
+
+
+/* ---- shape for the memory planner ---- */
+
+static void info_add(glm_lora_info *o, const glm_config *c, glm_layout layout, int r, const bool *on, int nm) {
+    int per_lin[4] = {0, 0, 0, 0};
+    for (int m = 0; m < nm; m++) {
+        if (!on[m]) continue;
+        glm_linear lin;
+        int64_t row0, out, in;
+        module_geometry(c, layout, m, &lin, &row0, &out, &in);
+        o->params += (int64_t)c->L * r * (in + out);
+        o->n_sites += c->L;
+        per_lin[lin]++;
+        if (lin == GLM_LIN_QKV || lin == GLM_LIN_DENSE) {
+            if (in > o->max_in_attn) o->max_in_attn = in;
+        } else if (in > o->max_in_mlp) {
+            o->max_in_mlp = in;
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        if (per_lin[i] > o->max_sites_lin) o->max_sites_lin = per_lin[i];
+}
+
+glm_status glm_lora_info_for(const glm_config *c, const glm_lora_config *cfg, glm_lora_info *out) {
+    memset(out, 0, sizeof *out);
+    if (cfg->r <= 0) return glm_err(GLM_ERR_ARG, "LoRA rank r must be positive (got %d)", cfg->r);
+    bool on[6];
+    GLM_TRY(parse_targets(c->layout, cfg->targets, on));
+    int nm;
+    glm_lora_module_names(c->layout, &nm);
+    out->r = cfg->r;
+    out->dropout = cfg->dropout > 0;
+    info_add(out, c, c->layout, cfg->r, on, nm);
+    return GLM_OK;
+}
+
+void glm_lora_info_of(const glm_lora *l, glm_lora_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!l) return;
+    out->r = l->r;
+    out->dropout = l->dropout > 0;
+    for (int i = 0; i < l->n_params; i++) out->params += l->params[i].numel;
+    out->n_sites = l->n_sites;
+    for (int layer = 0; layer < l->L; layer++) {
+        int per_lin[4] = {0, 0, 0, 0};
+        for (int k = 0; k < l->layer_count[layer]; k++) {
+            const glm_lora_site *s = &l->sites[l->layer_first[layer] + k];
+            per_lin[s->lin]++;
+            if (s->lin == GLM_LIN_QKV || s->lin == GLM_LIN_DENSE) {
+                if (s->in > out->max_in_attn) out->max_in_attn = s->in;
+            } else if (s->in > out->max_in_mlp) {
+                out->max_in_mlp = s->in;
+            }
+        }
+        for (int i = 0; i < 4; i++)
+            if (per_lin[i] > out->max_sites_lin) out->max_sites_lin = per_lin[i];
+    }
+}

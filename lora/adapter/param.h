@@ -1,0 +1,19 @@
+/* lora/adapter/param.h: a trainable tensor as the optimizer, checkpoints, export and --dump-grads see it.
+ * The LoRA adapter (lora/adapter/lora.h) exposes its weights as a flat list of glm_param, in a fixed
+ * order (layer by layer, module by module, lora_A before lora_B). */
+#ifndef GLM_PARAM_H
+#define GLM_PARAM_H
+
+#include <stdint.h>
+
+typedef struct glm_param {
+    char name[256];   /* PEFT key without the "base_model.model." prefix, e.g.
+                         "transformer.encoder.layers.0.self_attention.query_key_value.lora_A.weight" */
+    int ndim;         /* 2 */
+    int64_t shape[2]; /* lora_A: [r, in_features]; lora_B: [out_features, r] */
+    int64_t numel;
+    float *w;         /* fp32 weights, in the backend's memory (host for cpu) */
+    float *g;         /* fp32 gradient, same shape; accumulated by backward, zeroed by the trainer */
+} glm_param;
+
+#endif

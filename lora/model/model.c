@@ -1,0 +1,369 @@
+/* lora/model/model.c: GLM-4's weights: loading either checkpoint layout, random weights made on the
+ * device for benchmarks, freeing. The forward and backward are in lora/model/model_step.c. */
+#include "lora/model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/safetensors.h"
+
+/* ---------------------------------------------------------------------------- loading */
+
+void glm_ws_free(struct glm_ws *w);          /* lora/model/model_step.c */
+
+static void weight_free(const glm_backend *be, glm_weight *w) {
+    be->free(be, w->data);
+    be->free(be, w->absmax);
+    be->free(be, w->absmax2);
+    be->free(be, w->offset);
+    w->data = w->absmax = NULL;
+    w->absmax2 = w->offset = NULL;
+}
+
+void glm_model_free(glm_model *m) {
+    if (!m) return;
+    const glm_backend *be = m->be;
+    glm_ws_free(m->ws);
+    weight_free(be, &m->embed);
+    be->free(be, m->final_ln);
+    weight_free(be, &m->out_w);
+    be->free(be, m->inv_freq);
+    if (m->layers)
+        for (int l = 0; l < m->cfg.L; l++) {
+            glm_layer_weights *w = &m->layers[l];
+            be->free(be, w->ln1);
+            weight_free(be, &w->wqkv);
+            be->free(be, w->bqkv);
+            weight_free(be, &w->wo);
+            be->free(be, w->ln2);
+            weight_free(be, &w->w1);
+            weight_free(be, &w->w2);
+        }
+    free(m->layers);
+    free(m);
+}
+
+const char *glm_base_format_name(const glm_model *m) {
+    if (!m) return "none";
+    if (m->fmt.quant_bits != 4) return m->be->weight_dtype == GLM_DT_BF16 ? "bf16" : "f32";
+    if (m->fmt.q4 == GLM_WF_FP4) return m->fmt.double_quant ? "fp4 + double quantization" : "fp4";
+    return m->fmt.double_quant ? "nf4 + double quantization" : "nf4";
+}
+
+static glm_status check_fmt(const glm_base_format *f) {
+    if (!f || f->quant_bits == 0) return GLM_OK;
+    if (f->quant_bits != 4)
+        return glm_err(GLM_ERR_ARG, "quantization to %d bits: glmtune quantizes the base to 4 bits (QLoRA's nf4 or fp4); "
+                       "hint: --quantization-bit 4, or none for the bf16 base", f->quant_bits);
+    if (f->q4 != GLM_WF_NF4 && f->q4 != GLM_WF_FP4)
+        return glm_err(GLM_ERR_ARG, "4-bit quantization type %s: expected nf4 or fp4", glm_wformat_name(f->q4));
+    return GLM_OK;
+}
+
+/* The stored format of the model's linear matrices. */
+static glm_wformat linear_fmt(const glm_model *m) {
+    if (m->fmt.quant_bits == 4) return m->fmt.q4;
+    return m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
+}
+
+static glm_wformat dense_fmt(const glm_backend *be) { return be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32; }
+
+/* Allocates w's buffers for n elements of format f (shape rows x cols). */
+static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat f, int64_t rows, int64_t cols, int64_t n,
+                               int dq, const char *what) {
+    memset(w, 0, sizeof *w);
+    w->fmt = f;
+    w->rows = rows;
+    w->cols = cols;
+    w->n = n;
+    w->double_quant = glm_wformat_packed(f) && dq;
+    glm_weight_bytes_t b = glm_weight_bytes(f, n, w->double_quant);
+    GLM_TRY(be->alloc(be, b.data, what, &w->data));
+    if (b.absmax) GLM_TRY(be->alloc(be, b.absmax, what, &w->absmax));
+    if (b.absmax2) GLM_TRY(be->alloc(be, b.absmax2, what, (void **)&w->absmax2));
+    if (b.offset) GLM_TRY(be->alloc(be, b.offset, what, (void **)&w->offset));
+    return GLM_OK;
+}
+
+/* Quantizes the dense matrix src (rows x cols, dtype be->weight_dtype, in backend memory) into w:
+ * whole, or with sharding over `world` ranks this rank's shard (the whole tensor quantized into
+ * `tmp`, then the shard's slices copied: a shard is whole double-quantization groups). */
+static glm_status quantize_matrix(const glm_backend *be, glm_weight *w, glm_wformat f, int dq, int64_t rows, int64_t cols,
+                                  const void *src, int world, int rank, const char *what) {
+    const int64_t n = rows * cols;
+    if (world <= 1) {
+        GLM_TRY(weight_alloc(be, w, f, rows, cols, n, dq, what));
+        return be->weight_quantize(be, w, src, be->weight_dtype);
+    }
+    glm_weight whole;
+    glm_status st = weight_alloc(be, &whole, f, rows, cols, n, dq, what);
+    if (!st) st = be->weight_quantize(be, &whole, src, be->weight_dtype);
+    const int64_t sn = glm_weight_shard_elems(f, n, world), first = (int64_t)rank * sn;
+    if (!st) st = weight_alloc(be, w, f, rows, cols, sn, dq, what);
+    if (!st && w->offset) st = be->copy(be, w->offset, whole.offset, sizeof(float)); /* the whole tensor's mean */
+    if (!st) {
+        glm_weight_bytes_t hb = glm_weight_bytes(f, n, whole.double_quant), sb = glm_weight_bytes(f, sn, w->double_quant),
+                           fb = glm_weight_bytes(f, first, w->double_quant);
+        void *dst[3] = {w->data, w->absmax, w->absmax2};
+        const void *from[3] = {whole.data, whole.absmax, whole.absmax2};
+        size_t have[3] = {hb.data, hb.absmax, hb.absmax2}, want[3] = {sb.data, sb.absmax, sb.absmax2},
+               at[3] = {fb.data, fb.absmax, fb.absmax2};
+        for (int i = 0; i < 3 && !st; i++) {
+            if (!want[i]) continue;
+            size_t k = at[i] < have[i] ? have[i] - at[i] : 0;
+            if (k > want[i]) k = want[i];
+            st = be->zero(be, dst[i], want[i]);
+            if (!st && k) st = be->copy(be, dst[i], (const char *)from[i] + at[i], k);
+        }
+    }
+    if (!st) st = be->sync(be);
+    weight_free(be, &whole);
+    return st;
+}
+
+typedef struct loader {
+    const glm_backend *be;
+    glm_st_set *set;
+    float *host;     /* scratch, large enough for the biggest tensor */
+    int world, rank; /* world > 1: keep only this rank's shard of the base matrices */
+    glm_wformat fmt; /* the linear matrices' format */
+    int dq;
+    void *dev;       /* a 4-bit base: backend scratch for one dense matrix (quantized from there) */
+} loader;
+
+/* Reads `name` (shape ndim/shape) into host[off ...] as f32. */
+static glm_status ld_read(loader *ld, const char *name, int ndim, int64_t d0, int64_t d1, int64_t off) {
+    int64_t shape[2] = {d0, d1};
+    return glm_st_read_f32(ld->set, name, ndim, shape, ld->host + off);
+}
+
+static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst) {
+    GLM_TRY(ld->be->alloc(ld->be, (size_t)n * glm_dtype_size(ld->be->weight_dtype), what, dst));
+    return ld->be->upload_f32(ld->be, *dst, ld->be->weight_dtype, ld->host, n);
+}
+
+/* A matrix [d0, d1] (in ld->host) in `fmt`: dense whole, dense sharded (this rank's shard of
+ * glm_weight_shard_elems elements, zero-padded past the tensor's end), or 4-bit (quantized on the
+ * backend from the dense upload). */
+static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int64_t d1, glm_wformat fmt, glm_weight *dst) {
+    const glm_backend *be = ld->be;
+    const int64_t n = d0 * d1;
+    if (glm_wformat_packed(fmt)) {
+        GLM_TRY(be->upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
+        return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, ld->dev, ld->world, ld->rank, what);
+    }
+    int64_t sn = glm_weight_shard_elems(fmt, n, ld->world);
+    if (ld->world > 1) { /* the shard at the front of the scratch (the scratch holds the whole tensor, and sn <= n) */
+        int64_t first = (int64_t)ld->rank * sn, have = n - first;
+        if (have > sn) have = sn;
+        if (have < 0) have = 0;
+        memmove(ld->host, ld->host + first, (size_t)have * sizeof(float));
+        memset(ld->host + have, 0, (size_t)(sn - have) * sizeof(float));
+    }
+    GLM_TRY(weight_alloc(be, dst, fmt, d0, d1, sn, 0, what));
+    return be->upload_f32(be, dst->data, be->weight_dtype, ld->host, sn);
+}
+
+/* One tensor, whole. */
+static glm_status ld_tensor(loader *ld, const char *name, int ndim, int64_t d0, int64_t d1, void **dst) {
+    GLM_TRY(ld_read(ld, name, ndim, d0, d1, 0));
+    return ld_upload(ld, name, ndim == 1 ? d0 : d0 * d1, dst);
+}
+
+/* One linear matrix of a layer (the base format; sharded when the loader shards). */
+static glm_status ld_matrix(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
+    GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
+    return ld_upload_weight(ld, name, d0, d1, ld->fmt, dst);
+}
+
+/* The embedding or the output layer: dense (sharded when the loader shards). */
+static glm_status ld_big(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
+    GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
+    return ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), dst);
+}
+
+static glm_status load_weights(glm_model *m, loader *ld) {
+    const glm_config *c = &m->cfg;
+    int64_t C = c->C, F = c->F, V = c->V, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh;
+    int64_t Dqkv = qd + 2 * kd;
+    bool hf = c->layout == GLM_LAYOUT_HF;
+    char n[256];
+    GLM_TRY(ld_big(ld, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", V, C, &m->embed));
+    GLM_TRY(ld_tensor(ld, hf ? "model.norm.weight" : "transformer.encoder.final_layernorm.weight", 1, C, 0, &m->final_ln));
+    GLM_TRY(ld_big(ld, hf ? "lm_head.weight" : "transformer.output_layer.weight", V, C, &m->out_w));
+    for (int l = 0; l < c->L; l++) {
+        glm_layer_weights *w = &m->layers[l];
+        const char *p = hf ? "model.layers" : "transformer.encoder.layers";
+#define NAME(fmt) (snprintf(n, sizeof n, "%s.%d." fmt, p, l), n)
+        GLM_TRY(ld_tensor(ld, NAME("input_layernorm.weight"), 1, C, 0, &w->ln1));
+        GLM_TRY(ld_tensor(ld, NAME("post_attention_layernorm.weight"), 1, C, 0, &w->ln2));
+        if (hf) {
+            GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.weight"), 2, qd, C, 0));
+            GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.weight"), 2, kd, C, qd * C));
+            GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.weight"), 2, kd, C, (qd + kd) * C));
+            GLM_TRY(ld_upload_weight(ld, NAME("self_attn.qkv"), Dqkv, C, ld->fmt, &w->wqkv));
+            if (c->qkv_bias) {
+                GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.bias"), 1, qd, 0, 0));
+                GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.bias"), 1, kd, 0, qd));
+                GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.bias"), 1, kd, 0, qd + kd));
+                GLM_TRY(ld_upload(ld, NAME("self_attn.qkv.bias"), Dqkv, &w->bqkv));
+            }
+            GLM_TRY(ld_matrix(ld, NAME("self_attn.o_proj.weight"), C, qd, &w->wo));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.gate_up_proj.weight"), 2 * F, C, &w->w1));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.down_proj.weight"), C, F, &w->w2));
+        } else {
+            GLM_TRY(ld_matrix(ld, NAME("self_attention.query_key_value.weight"), Dqkv, C, &w->wqkv));
+            if (c->qkv_bias) GLM_TRY(ld_tensor(ld, NAME("self_attention.query_key_value.bias"), 1, Dqkv, 0, &w->bqkv));
+            GLM_TRY(ld_matrix(ld, NAME("self_attention.dense.weight"), C, qd, &w->wo));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.dense_h_to_4h.weight"), 2 * F, C, &w->w1));
+            GLM_TRY(ld_matrix(ld, NAME("mlp.dense_4h_to_h.weight"), C, F, &w->w2));
+        }
+#undef NAME
+    }
+    return GLM_OK;
+}
+
+glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out) {
+    return glm_model_load_dist(dir, be, rope_theta_override, 0, out);
+}
+
+glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                               glm_model **out) {
+    return glm_model_load_fmt(dir, be, rope_theta_override, shard_base, NULL, out);
+}
+
+glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                              const glm_base_format *fmt, glm_model **out) {
+    GLM_TRY(check_fmt(fmt));
+    glm_model *m = calloc(1, sizeof *m);
+    if (!m) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    m->be = be;
+    if (fmt) m->fmt = *fmt;
+    m->shard_world = shard_base && be->world > 1 ? be->world : 0;
+    glm_status st = glm_config_load(dir, rope_theta_override, &m->cfg);
+    if (st) {
+        free(m);
+        return st;
+    }
+    const glm_config *c = &m->cfg;
+    m->layers = calloc((size_t)c->L, sizeof *m->layers);
+    int64_t C = c->C, biggest = (int64_t)c->V * C;
+    int64_t qkv = glm_config_qkv_rows(c) * C, ff = 2 * (int64_t)c->F * C;
+    if (qkv > biggest) biggest = qkv;
+    if (ff > biggest) biggest = ff;
+    loader ld = {be, NULL, malloc((size_t)biggest * sizeof(float)), m->shard_world, be->rank, linear_fmt(m),
+                 m->fmt.double_quant, NULL};
+    if (!m->layers || !ld.host) {
+        free(ld.host);
+        glm_model_free(m);
+        return glm_err(GLM_ERR_NOMEM, "out of memory loading the model (%lld floats of scratch)", (long long)biggest);
+    }
+    float invf[512];
+    if (c->rope_dim / 2 > 512) st = glm_err(GLM_ERR_UNSUPPORTED, "%s: %d rotary dims per head is more than glmtune supports (1024)", dir, c->rope_dim);
+    if (!st) st = be->alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);
+    if (!st) {
+        glm_rope_inv_freq(c->rope_base, c->rope_dim, invf);
+        st = be->upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
+    }
+    if (!st && glm_wformat_packed(ld.fmt)) /* the dense matrix a 4-bit one is quantized from */
+        st = be->alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
+    if (!st) st = glm_st_open(dir, &ld.set);
+    if (st == GLM_OK) st = load_weights(m, &ld);
+    if (ld.set) glm_st_close(ld.set);
+    free(ld.host);
+    be->free(be, ld.dev);
+    if (st) {
+        glm_layout lay = c->layout;
+        glm_model_free(m);
+        return glm_err_context(st, "loading the %s-layout model from %s", glm_layout_name(lay), dir);
+    }
+    *out = m;
+    return GLM_OK;
+}
+
+glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq) {
+    return m->be->upload(m->be, m->inv_freq, inv_freq, (size_t)(m->cfg.rope_dim / 2) * sizeof(float));
+}
+
+/* ---------------------------------------------------------------------------- random weights */
+
+/* One tensor of n elements, allocated and filled where it lives. */
+static glm_status rnd_tensor(glm_model *m, const char *what, int64_t n, float mean, float std, uint64_t seed,
+                             uint64_t *stream, void **dst) {
+    const glm_backend *be = m->be;
+    GLM_TRY(be->alloc(be, (size_t)n * glm_dtype_size(be->weight_dtype), what, dst));
+    return be->fill_normal(be, *dst, be->weight_dtype, n, mean, std, seed, (*stream)++);
+}
+
+/* A matrix [rows, cols] of format f: dense, filled where it lives; 4-bit, filled into the dense
+ * scratch `tmp` and quantized from there. */
+static glm_status rnd_matrix(glm_model *m, const char *what, glm_wformat f, int64_t rows, int64_t cols, float std,
+                             uint64_t seed, uint64_t *stream, void *tmp, glm_weight *dst) {
+    const glm_backend *be = m->be;
+    if (!glm_wformat_packed(f)) {
+        GLM_TRY(weight_alloc(be, dst, f, rows, cols, rows * cols, 0, what));
+        return be->fill_normal(be, dst->data, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++);
+    }
+    GLM_TRY(be->fill_normal(be, tmp, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++));
+    return quantize_matrix(be, dst, f, m->fmt.double_quant, rows, cols, tmp, 1, 0, what);
+}
+
+glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be, uint64_t seed, glm_model **out) {
+    return glm_model_create_random_fmt(cfg, be, seed, NULL, out);
+}
+
+glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend *be, uint64_t seed,
+                                       const glm_base_format *fmt, glm_model **out) {
+    GLM_TRY(glm_config_validate(cfg, "random model config"));
+    GLM_TRY(check_fmt(fmt));
+    glm_model *m = calloc(1, sizeof *m);
+    if (!m) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    m->be = be;
+    m->cfg = *cfg;
+    if (fmt) m->fmt = *fmt;
+    const glm_config *c = &m->cfg;
+    m->layers = calloc((size_t)c->L, sizeof *m->layers);
+    glm_status st = m->layers ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    int64_t C = c->C, F = c->F, V = c->V, qd = (int64_t)c->H * c->Dh, Dqkv = glm_config_qkv_rows(c);
+    const glm_wformat lf = linear_fmt(m), df = dense_fmt(be);
+    void *tmp = NULL;
+    if (!st && glm_wformat_packed(lf)) {
+        int64_t big = 2 * F * C > Dqkv * C ? 2 * F * C : Dqkv * C;
+        st = be->alloc(be, (size_t)big * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &tmp);
+    }
+    uint64_t sm = 1;
+    const float sc = (float)(1.0 / sqrt((double)C)), sq = (float)(1.0 / sqrt((double)qd)), sf = (float)(1.0 / sqrt((double)F));
+    if (!st) st = rnd_matrix(m, "embedding", df, V, C, 0.5f, seed, &sm, NULL, &m->embed);
+    if (!st) st = rnd_tensor(m, "final norm", C, 1.0f, 0.1f, seed, &sm, &m->final_ln);
+    if (!st) st = rnd_matrix(m, "output layer", df, V, C, sc, seed, &sm, NULL, &m->out_w);
+    for (int l = 0; l < c->L && !st; l++) {
+        glm_layer_weights *w = &m->layers[l];
+        if (!st) st = rnd_tensor(m, "input_layernorm", C, 1.0f, 0.1f, seed, &sm, &w->ln1);
+        if (!st) st = rnd_matrix(m, "query_key_value", lf, Dqkv, C, sc, seed, &sm, tmp, &w->wqkv);
+        if (!st && c->qkv_bias) st = rnd_tensor(m, "query_key_value bias", Dqkv, 0.0f, 0.1f, seed, &sm, &w->bqkv);
+        if (!st) st = rnd_matrix(m, "dense", lf, C, qd, sq, seed, &sm, tmp, &w->wo);
+        if (!st) st = rnd_tensor(m, "post_attention_layernorm", C, 1.0f, 0.1f, seed, &sm, &w->ln2);
+        if (!st) st = rnd_matrix(m, "dense_h_to_4h", lf, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
+        if (!st) st = rnd_matrix(m, "dense_4h_to_h", lf, C, F, sf, seed, &sm, tmp, &w->w2);
+    }
+    if (!st) st = be->sync(be);
+    be->free(be, tmp);
+    float invf[512];
+    if (!st && c->rope_dim / 2 > 512) st = glm_err(GLM_ERR_UNSUPPORTED, "%d rotary dims per head is more than glmtune supports", c->rope_dim);
+    if (!st) st = be->alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);
+    if (!st) {
+        glm_rope_inv_freq(c->rope_base, c->rope_dim, invf);
+        st = be->upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
+    }
+    if (!st) st = be->sync(be);
+    if (st) {
+        int L = c->L; /* c points into m */
+        glm_model_free(m);
+        return glm_err_context(st, "making a random %d-layer model on the %s backend", L, be->name);
+    }
+    *out = m;
+    return GLM_OK;
+}

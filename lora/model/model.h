@@ -1,0 +1,228 @@
+/* lora/model/model.h: the GLM-4 decoder (DESIGN.md §3) over the backend interface, with optional LoRA:
+ * forward, target-token cross-entropy and backward to the LoRA weights for a packed batch.
+ *
+ *   x = embedding(ids)
+ *   per layer: x += dense(attn(rope(qkv(rmsnorm(x)))));  x += dense_4h_to_h(swiglu(dense_h_to_4h(rmsnorm(x))))
+ *   logits = output_layer(final_layernorm(x))
+ *
+ * Base weights are frozen and live in backend memory with dtype be->weight_dtype; the loss head
+ * (final norm + output layer + cross-entropy) runs over chunks of tokens so the [B*T, V] logits
+ * are never held at once. */
+#ifndef GLM_LORA_MODEL_H
+#define GLM_LORA_MODEL_H
+
+#include <stdint.h>
+
+#include "common/status.h"
+#include "kernels/backend.h"
+#include "lora/model/config.h"
+#include "lora/adapter/lora.h"
+#include "lora/model/plan.h"
+
+typedef struct glm_batch {
+    int B, T;
+    const uint32_t *ids;     /* [B*T] token ids */
+    const uint8_t *targets;  /* [B*T] 1 = ids[b*T+t] is a target, predicted at position t-1 (never the first token of a doc) */
+    const int32_t *pos;      /* [B*T] position within the document, restarting at 0 */
+    const int32_t *doc;      /* [B*T] document index within the row; attention never crosses documents; padding is its own document with no targets */
+    const uint64_t *drop_key;/* [B*T] or NULL: the LoRA dropout key of each token, which decides its mask (see
+                                glm_model_step); NULL: b*T + t. The trainer keys a token by its place in the data
+                                (global row * T + position, or a sample's own tokens), so that the masks do not depend
+                                on how the rows are split into micro-batches and ranks */
+} glm_batch;
+
+/* One layer's frozen weights: the norms and the bias dense (be->weight_dtype), the four linear
+ * matrices glm_weights (kernels/weight.h) in the model's base format (dense, or 4-bit). */
+typedef struct glm_layer_weights {
+    void *ln1;        /* input_layernorm [C] */
+    glm_weight wqkv;  /* query_key_value [(H+2Hkv) Dh, C] (hf: q_proj; k_proj; v_proj stacked) */
+    void *bqkv;       /* its bias [(H+2Hkv) Dh], or NULL without qkv bias */
+    glm_weight wo;    /* self_attention.dense / o_proj [C, H Dh] */
+    void *ln2;        /* post_attention_layernorm [C] */
+    glm_weight w1;    /* dense_h_to_4h / gate_up_proj [2F, C] ([gate | up] rows) */
+    glm_weight w2;    /* dense_4h_to_h / down_proj [C, F] */
+} glm_layer_weights;
+
+/* The frozen base's format: the linear matrices' (dense as the backend stores them, or 4-bit as
+ * QLoRA quantizes them; the embedding, the output layer, the norms and the bias stay dense). */
+typedef struct glm_base_format {
+    int quant_bits;    /* 0: dense (be->weight_dtype); 4: 4-bit */
+    glm_wformat q4;    /* with quant_bits 4: GLM_WF_NF4 or GLM_WF_FP4 */
+    int double_quant;  /* with quant_bits 4: absmax double-quantized */
+} glm_base_format;
+
+struct glm_ws; /* lora/model/model.c: the step's buffers, allocated once per batch shape */
+
+typedef struct glm_model {
+    glm_config cfg;
+    const glm_backend *be;
+    glm_base_format fmt;       /* the linear matrices' format (set at load) */
+    glm_weight embed;          /* word_embeddings / embed_tokens [V, C], dense */
+    void *final_ln;            /* final_layernorm / norm [C] */
+    glm_weight out_w;          /* output_layer / lm_head [V, C], dense */
+    glm_layer_weights *layers; /* [L] */
+    float *inv_freq;           /* RoPE frequencies [rope_dim/2] f32, backend memory (glm_rope_inv_freq) */
+    int64_t loss_chunk;        /* tokens per loss-head chunk; 0 (default): the planner's choice */
+    int64_t mlp_chunk;         /* tokens per MLP chunk; 0 (default): the planner's choice */
+    double max_bytes;          /* memory budget of the whole training state; 0: what the device has */
+    int offload;               /* layer inputs in host memory (lora/model/plan.h): 0 (default) when a step does not
+                                  fit the GPU without it, 1 always, -1 never */
+    int offload_layers;        /* with offload 1: how many layer inputs (the first ones) go to host memory; 0: all */
+    int optimizer;             /* count AdamW moments in plans (set by the trainer) */
+    int run_layers;            /* > 0: a step runs only layers [0, run_layers) in its forward and backward, with
+                                  the whole model's plan and workspace (the memory proof, lora/model/model_prove.h);
+                                  0 (default): every layer */
+    /* Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
+     * after layer l's LoRA gradients are final for the micro-batch (l = L-1 down to 0; on CUDA the
+     * layer's backward is queued, not necessarily done: the callee orders its communication after
+     * it, e.g. be->all_reduce_start), so the trainer can all-reduce that layer's bucket while the
+     * earlier layers compute. An error it returns stops the step. */
+    glm_status (*grad_ready)(void *user, int layer);
+    void *grad_ready_user;
+    /* When set, a training glm_model_step calls next_batch(next_batch_user) once its backward is
+     * queued and before it waits for it (on CUDA the GPU is still busy then): the trainer reads
+     * its next micro-batch and hands it to glm_model_prefetch, so that the host's work and the
+     * upload overlap the backward. An error it returns stops the step. */
+    glm_status (*next_batch)(void *user);
+    void *next_batch_user;
+    int64_t batches_prefetched; /* steps whose batch glm_model_prefetch had uploaded (for tests, bench) */
+    int64_t batches_kept;       /* steps whose batch was still on the device from an earlier step */
+    struct glm_ws *ws;         /* the workspace of the last step (reused while the shape fits) */
+    /* Frozen-base sharding (--shard-base; glm_model_load_dist with world > 1): shard_world ranks
+     * each hold shard `be->rank` of every base matrix: embed, out_w and each layer's wqkv, wo, w1,
+     * w2 hold glm_weight_shard_elems(fmt, numel, shard_world) = sn elements (element k of the shard
+     * is element rank * sn + k of the row-major tensor; the last shard zero-padded), in their
+     * stored format (a 4-bit shard is whole double-quantization groups: its codes, absmax and
+     * absmax2 are slices of the whole tensor's). Norm weights and the qkv bias stay whole.
+     * glm_model_step all-gathers a layer's four matrices, in the stored format, into one of two
+     * gather slots just before the layer runs (then dequantizes a 4-bit layer) and prefetches the next
+     * one (forward l+1, backward l-1) into the other while it computes; the embedding and the
+     * output layer share a third slot (embedding at the start, output layer prefetched right
+     * after it). Every rank must run the same sequence of steps (the gathers are collectives).
+     * 0: every rank holds the whole base. */
+    int shard_world;
+    /* Context parallel (--context-parallel, lora/model/ring_attention.h): cp > 1 splits every row of a
+     * batch over the cp ranks of cp_comm (a comm_split group; cp_comm->world == cp, its rank is
+     * this rank's place). glm_model_step then takes whole rows (every rank of the group the same
+     * batch: ids, targets, pos and doc of all T tokens, as the loader gives them), computes this
+     * rank's 2 chunks of each row (attention as a ring over the group, every other op on the local
+     * tokens), and returns this rank's share of the loss sum and target count and ACCUMULATES its
+     * share of the LoRA gradients: summed over the group (the trainer all-reduces over the world),
+     * they are those of the unsplit rows. Every rank of the group must run the same steps.
+     * glm_model_logits refuses it. 0 or 1: off. */
+    int cp;
+    const glm_backend *cp_comm;
+} glm_model;
+
+/* Loads config.json (glm_config_load with rope_theta_override, see lora/model/config.h) and the weights
+ * from `dir` (model.safetensors, a sharded model.safetensors.index.json, or the one *.safetensors
+ * file; F32/F16/BF16/F64 converted to fp32 on the host, then uploaded as be->weight_dtype).
+ * transformer.rotary_pos_emb.inv_freq is ignored (RoPE is computed from the config).
+ * Errors (the message names the tensor, the expected vs found shape, and the file):
+ * GLM_ERR_IO, GLM_ERR_FORMAT (missing tensor, truncated or malformed file), GLM_ERR_MISMATCH
+ * (wrong shape), GLM_ERR_UNSUPPORTED (dtype), GLM_ERR_NOMEM. */
+glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out);
+/* glm_model_load for a data-parallel rank: with shard_base != 0 and be->world > 1 the rank keeps
+ * only its 1/world share of every base matrix (see "Frozen-base sharding" below); shard_base == 0
+ * is glm_model_load. Errors: as glm_model_load. */
+glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                               glm_model **out);
+/* glm_model_load_dist with the linear matrices in format `fmt` (NULL: dense): a 4-bit format is
+ * quantized while loading (be->weight_quantize of each bf16 matrix, flattened, as bitsandbytes'
+ * quantize_4bit does: deterministic, the same bits on every backend). Errors: as glm_model_load,
+ * GLM_ERR_ARG (an invalid format). */
+glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
+                              const glm_base_format *fmt, glm_model **out);
+void glm_model_free(glm_model *m);
+
+/* Replaces the RoPE frequency table (host float32 [rope_dim/2]). The default is
+ * glm_rope_inv_freq(rope_base, rope_dim), the float32 table of THUDM's code and of transformers.
+ * Use: reproducing a reference whose table went through a dtype round trip (transformers'
+ * model.to(torch.bfloat16) rounds the inv_freq buffer to bf16; the tiny-glm4 hf goldens carry
+ * this, see tests/lora/test_model.c). Errors: backend upload errors. */
+glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq);
+
+/* Allocates a model whose weights are random (norms 1 + 0.1 N(0,1), embeddings 0.5 N(0,1), biases
+ * 0.1 N(0,1), matrices N(0,1)/sqrt(in), drawn by be->fill_normal where they live: no file, no
+ * host copy), for benchmarks: `glmtune bench` measures the 9B shape in seconds. The numbers are
+ * not those of glm_model_init_random (another generator). Errors: GLM_ERR_NOMEM (naming the
+ * tensor), GLM_ERR_FORMAT (invalid cfg). */
+glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be, uint64_t seed, glm_model **out);
+/* glm_model_create_random with the linear matrices in format `fmt` (NULL: dense): each matrix is
+ * drawn dense into a scratch buffer and quantized where it lives. Errors: as above, GLM_ERR_ARG. */
+glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend *be, uint64_t seed,
+                                       const glm_base_format *fmt, glm_model **out);
+/* "bf16" / "f32" (dense, the backend's dtype), "nf4", "nf4 + double quantization", "fp4", ... */
+const char *glm_base_format_name(const glm_model *m);
+
+/* The memory budget (bytes) for plans: the device's free memory plus what glmtune already holds,
+ * less a 1 GiB margin; with m->max_bytes set (a cap on everything the process holds on the device,
+ * as be->set_mem_cap enforces it), at most m->max_bytes less be->mem_overhead (the CUDA context,
+ * library handles and workspaces, which no plan buffer holds). */
+double glm_model_budget(const glm_model *m);
+
+/* The sizes of a training step (B rows of T tokens, context parallel over cp ranks, world ranks, loss
+ * chunks of loss_chunk rows: 0 for the planner's largest) that decide the backend's scratch, as
+ * the model step calls its ops (be->scratch_need, be->scratch_reserve): q|k|v as column blocks of one
+ * [N, (H+2Hkv)Dh] buffer, one document per row. Overwrites *s. */
+void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T, int backward, int64_t loss_chunk,
+                           glm_scratch_shape *s);
+
+/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL): its
+ * backend scratch is what be->scratch_need answers for the step (on CUDA, cuDNN asked for its
+ * workspace), and glm_model_prepare grows that scratch with the buffers (be->scratch_reserve). */
+void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
+
+/* Allocates the step's workspace for B rows of T tokens under `mode` now (so that the first step
+ * does not, and an out-of-memory shows before training starts), and returns its plan in *out
+ * (may be NULL). Errors: GLM_ERR_NOMEM with the plan in the message and what to change. */
+glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
+
+/* The plan of the current workspace (NULL before the first step or prepare). */
+const glm_plan *glm_model_current_plan(const glm_model *m);
+
+/* One micro-batch: forward, the sum over target tokens of the cross-entropy
+ *     loss_sum = sum_{b,t: targets[b,t]} -log softmax(logits[b, t-1])[ids[b,t]]
+ * (double) into *loss_sum and the number of target tokens into *n_targets (both OVERWRITTEN).
+ * With backward != 0 and lora != NULL, ACCUMULATES d(loss_sum * loss_scale) / d(LoRA weights)
+ * into the params' g (the trainer passes loss_scale = 1 / target tokens of the whole global batch).
+ * grad_checkpointing is a glm_ckpt_mode (lora/model/plan.h): 0 none, 1 full (keep only each layer's
+ * input and recompute the layer in the backward), 2 selective, 3 auto (the planner's mix for the
+ * memory budget); all give the same grads (bit-identical on the CPU backend). The workspace is
+ * allocated on the first call for a shape and reused while B*T, T and the mode stay the same. LoRA dropout masks come from
+ * glm_dropout_u01(dropout_seed, stream = layer * 8 + module, key * D + d) for feature d of a token of key
+ * batch->drop_key[b*T+t] (b*T + t without keys) and a LoRA input of D features, so the recomputation and the
+ * backward reproduce them, and two calls give a token the same mask whatever batch it is in when its key and
+ * dropout_seed are the same; the dropout applies to every call with lora->dropout > 0, backward
+ * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and
+ * skips such steps). With context parallel (m->cp > 1) the batch is whole rows, the attention a
+ * ring over m->cp_comm (a collective: every rank of the group makes the same calls) and the sums
+ * and gradients this rank's share of them (see glm_model.cp). Errors: GLM_ERR_ARG (bad batch: id
+ * >= V, a target at the first token of a row or of a document, B or T <= 0; context parallel
+ * without its group communicator), backend and communication errors. */
+glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,
+                          int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets);
+
+/* Starts the upload of the batch a later glm_model_step will take (CUDA: ids, pos, doc and labels
+ * copied on the backend's copy stream, from page-locked host copies, while the queued work runs;
+ * typically called from the next_batch hook). The step finds it by its contents (a step whose
+ * batch differs uploads its own), so a wrong guess costs time, never correctness. Does nothing
+ * when the batch does not fit the current workspace (none yet, another T, more rows), with
+ * context parallel, or when the batch is invalid (the step reports that). The batch may be
+ * changed or freed after the call. Errors: the backend's. */
+glm_status glm_model_prefetch(glm_model *m, const glm_batch *batch);
+
+/* The logits [B*T, V] (host float32, OVERWRITTEN) of every position, for tests and inspection;
+ * LoRA (without dropout) applied when lora != NULL. */
+glm_status glm_model_logits(glm_model *m, glm_lora *lora, const glm_batch *batch, float *logits);
+
+/* Writes a seeded random GLM-4 of shape `cfg` in `layout` (cfg->layout is ignored) to `outdir`
+ * (created): config.json + model.safetensors in bf16, tensor names of that layout. Init (as in
+ * ../fixtures/make_fixtures.py): norms 1 + 0.1 N(0,1), embeddings 0.5 N(0,1), biases 0.1 N(0,1),
+ * matrices N(0,1)/sqrt(in); element k of tensor t is glm_normal_hash(seed, t, k) (kernels/
+ * backend.h), so every CPU core generates and writes its own chunks (glm_st_write_parallel):
+ * memory stays at cores x 64 MiB whatever the size. Errors: GLM_ERR_IO, GLM_ERR_NOMEM,
+ * GLM_ERR_FORMAT (invalid cfg). */
+glm_status glm_model_init_random(const glm_config *cfg, uint64_t seed, const char *outdir, glm_layout layout);
+
+#endif

@@ -1,0 +1,582 @@
+/* lora/model/plan.c: the memory planner (lora/model/plan.h). It sizes every buffer of a training step
+ * (glm_plan.buf); the model's workspace (lora/model/model_step.c) allocates exactly those, so the plan is
+ * the one place a size is decided. */
+#include "lora/model/plan.h"
+
+#include "common/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *glm_ckpt_name(glm_ckpt_mode m) {
+    switch (m) {
+    case GLM_CKPT_NONE: return "none";
+    case GLM_CKPT_FULL: return "full";
+    case GLM_CKPT_SELECTIVE: return "selective";
+    default: return "auto";
+    }
+}
+
+glm_status glm_ckpt_parse(const char *s, glm_ckpt_mode *out) {
+    if (!s) return glm_err(GLM_ERR_ARG, "gradient checkpointing: no value");
+    if (!strcmp(s, "none") || !strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off") || !strcmp(s, "no"))
+        *out = GLM_CKPT_NONE;
+    else if (!strcmp(s, "full") || !strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on") || !strcmp(s, "yes"))
+        *out = GLM_CKPT_FULL;
+    else if (!strcmp(s, "selective"))
+        *out = GLM_CKPT_SELECTIVE;
+    else if (!strcmp(s, "auto"))
+        *out = GLM_CKPT_AUTO;
+    else
+        return glm_err(GLM_ERR_ARG, "gradient checkpointing '%s': expected auto, none, selective or full (or true = full, "
+                       "false = none)", s);
+    return GLM_OK;
+}
+
+glm_ckpt_mode glm_plan_layer(const glm_plan *p, int l) {
+    if (l < p->n_keep) return GLM_CKPT_NONE;
+    if (l < p->n_keep + p->n_selective) return GLM_CKPT_SELECTIVE;
+    return GLM_CKPT_FULL;
+}
+
+static double qkv_rows(const glm_config *c) { return (double)(c->H + 2 * c->Hkv) * c->Dh; }
+
+/* xn1, qkv, o, x_mid, xn2, h, a (act) + rstd1, rstd2, lse (f32) */
+double glm_plan_bytes_keep(const glm_config *c, int e) {
+    double qd = (double)c->H * c->Dh;
+    return e * (3.0 * c->C + qkv_rows(c) + qd + 3.0 * c->F) + 4.0 * (2 + c->H);
+}
+
+/* qkv, o, x_mid (act) + lse (f32) */
+double glm_plan_bytes_selective(const glm_config *c, int e) {
+    double qd = (double)c->H * c->Dh;
+    return e * (qkv_rows(c) + qd + c->C) + 4.0 * c->H;
+}
+
+static const struct {
+    const char *name;
+    glm_buf_cat cat;
+} BUFS[GLM_BUF_COUNT] = {
+    [GLM_BUF_X] = {"layer inputs", GLM_BUFCAT_INPUTS},
+    [GLM_BUF_XSLOT] = {"layer inputs (device slots of the offloaded ones)", GLM_BUFCAT_INPUTS},
+    [GLM_BUF_KEEP_QKV] = {"kept qkv", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_O] = {"kept attention output", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_XMID] = {"kept residual after attention", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_LSE] = {"kept lse", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_XN1] = {"kept xn1", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_XN2] = {"kept xn2", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_H] = {"kept MLP h", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_A] = {"kept MLP a", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_RSTD1] = {"kept rstd1", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_RSTD2] = {"kept rstd2", GLM_BUFCAT_KEPT},
+    [GLM_BUF_QKV] = {"qkv", GLM_BUFCAT_WORKING},
+    [GLM_BUF_O] = {"attention output", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LSE] = {"lse", GLM_BUFCAT_WORKING},
+    [GLM_BUF_XMID] = {"x_mid / d_o", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DX] = {"dx", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DQKV] = {"d_qkv", GLM_BUFCAT_WORKING},
+    [GLM_BUF_XN_C] = {"norm output chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_RSTD_C] = {"rstd chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_H_C] = {"MLP h chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_A_C] = {"MLP a chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DA_C] = {"MLP d_a chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DH_C] = {"MLP d_h chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_DXN_C] = {"d_xn chunk", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_U] = {"lora u", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_DU] = {"lora du", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_DROP] = {"lora dropout copy", GLM_BUFCAT_WORKING},
+    [GLM_BUF_LORA_COPIES] = {"lora act-dtype copies", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_LOSS_XN] = {"final norm chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_LOSS_RSTD] = {"final rstd chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_LOSS_LOGITS] = {"logits chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_LOSS_DXN] = {"loss dxn chunk", GLM_BUFCAT_LOSS},
+    [GLM_BUF_BATCH] = {"batch ids / pos / doc / labels", GLM_BUFCAT_WORKING},
+    [GLM_BUF_RING_KV] = {"ring K|V block", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_DKV] = {"ring dK|dV accumulator", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_ACC] = {"ring output / dQ accumulator", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_LSE] = {"ring lse accumulator", GLM_BUFCAT_RING},
+    [GLM_BUF_RING_GDOC] = {"the rows' document ids", GLM_BUFCAT_RING},
+    [GLM_BUF_WGATHER] = {"gathered layer weights", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_WGATHER_BIG] = {"gathered embedding / output layer", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_WDENSE] = {"dequantized layer weights", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_BACKEND] = {"backend scratch", GLM_BUFCAT_WORKING},
+};
+
+const char *glm_buf_name(glm_buf_id id) { return id >= 0 && id < GLM_BUF_COUNT ? BUFS[id].name : "?"; }
+glm_buf_cat glm_buf_category(glm_buf_id id) { return id >= 0 && id < GLM_BUF_COUNT ? BUFS[id].cat : GLM_BUFCAT_WORKING; }
+
+int glm_plan_x_in_slot(const glm_plan *p, int L, int l) { return p->n_host > 0 && (l < p->n_host || l == L); }
+
+static void setb(glm_plan *p, glm_buf_id id, double bytes, int count) {
+    p->buf[id].bytes = count > 0 ? ceil(fmax(bytes, 16.0) / 256.0) * 256.0 : 0;
+    p->buf[id].count = count > 0 ? count : 0;
+}
+
+static double bufs_of(const glm_plan *p, glm_buf_cat cat) {
+    double t = 0;
+    for (int i = 0; i < GLM_BUF_COUNT; i++)
+        if (BUFS[i].cat == cat) t += p->buf[i].bytes * p->buf[i].count;
+    return t;
+}
+
+/* The linear matrices of a layer: query_key_value, dense, dense_h_to_4h, dense_4h_to_h (elements). */
+static void layer_mats(const glm_config *c, int64_t mats[4]) {
+    int64_t C = c->C, qd = (int64_t)c->H * c->Dh, F = c->F, qkv = (int64_t)qkv_rows(c);
+    mats[0] = qkv * C;
+    mats[1] = C * qd;
+    mats[2] = 2 * F * C;
+    mats[3] = C * F;
+}
+
+static glm_wformat linear_format(const glm_plan_opts *o, int wb) {
+    if (glm_wformat_packed(o->base_format)) return o->base_format;
+    return wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
+}
+
+/* The base weights a rank holds (whole, or with --shard-base over W ranks its shard of each matrix:
+ * embedding, output layer, per layer query_key_value, dense, dense_h_to_4h, dense_4h_to_h; the norms
+ * and the bias whole), and the working copies: gather slots (two layers' four matrices in their
+ * stored format and one [V, C]) with sharding, one layer dequantized to act dtype with a 4-bit base.
+ * The model allocates the same (lora/model/model.c, lora/model/model_step.c) from glm_weight_bytes. */
+static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, int e, int W, glm_plan *p) {
+    int64_t mats[4];
+    layer_mats(c, mats);
+    const glm_wformat lf = linear_format(o, wb), df = wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
+    double layer = 0, slot = 0, dense = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t sn = glm_weight_shard_elems(lf, mats[i], W);
+        layer += glm_weight_total_bytes(lf, sn, o->double_quant);
+        slot += glm_weight_slot_bytes(lf, sn * (W > 1 ? W : 1), o->double_quant);
+        dense += glm_weight_slot_bytes(e == 2 ? GLM_WF_BF16 : GLM_WF_F32, mats[i], 0);
+    }
+    int64_t vs = glm_weight_shard_elems(df, (int64_t)c->V * c->C, W);
+    double vc = glm_weight_total_bytes(df, vs, 0);
+    double small = wb * (c->C + c->L * (2.0 * c->C + (c->qkv_bias ? qkv_rows(c) : 0)));
+    setb(p, GLM_BUF_WGATHER, slot, W > 1 ? 2 : 0);
+    setb(p, GLM_BUF_WGATHER_BIG, glm_weight_slot_bytes(df, vs * W, 0), W > 1 ? 1 : 0);
+    setb(p, GLM_BUF_WDENSE, dense, glm_wformat_packed(lf) ? 1 : 0);
+    return 2.0 * vc + small + c->L * layer;
+}
+
+/* The backend's scratch for a step when it does not say (the CUDA backend's, measured): attention's
+ * D (4 bytes per query head) and document bounds (8 per token); cuDNN's backward workspace for whole
+ * rows (8 bytes per query element, measured with cuDNN 9.19: 4.02 GiB at 131072 x 4096), its lse
+ * copies and document runs; 32 MiB of cuBLASLt workspace and 256 MiB of allocator slack. */
+static double scratch_estimate(const glm_config *c, double N, int backward, int e, int cp, double *attn_ws) {
+    double qd = (double)c->H * c->Dh, H = c->H, b = (32.0 + 256.0) * 1048576;
+    *attn_ws = 0;
+    if (e != 2) return 0;
+    if (!backward) return b + 8 * N;
+    b += 4 * N * H + 8 * N;
+    if (!cp) {
+        *attn_ws = 8 * N * qd;
+        b += 8 * N * qd + 8 * N * H + 4 * N;
+    }
+    return b;
+}
+
+/* Sets every buffer of plan p (its B, T, N, cp, chunks, policy and n_host already set) for the
+ * options o, and the totals. */
+static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_plan_opts *o, int e, glm_plan *p) {
+    const int L = c->L, backward = p->backward, cp = p->cp;
+    const double N = (double)p->N, C = c->C, F = c->F, H = c->H, qd = (double)c->H * c->Dh, Dqkv = qkv_rows(c);
+    const double mc = (double)p->mlp_chunk, lc = (double)p->loss_chunk;
+    const int wb = o->weight_bytes > 0 ? o->weight_bytes : e;
+    const int n_attn = p->n_keep + p->n_selective, any_chunked = !backward || p->n_keep < L;
+    memset(p->buf, 0, sizeof p->buf);
+    /* layer inputs */
+    if (!backward) {
+        setb(p, GLM_BUF_X, N * C * e, 2);
+    } else {
+        int in_slots = p->n_host > 0 ? p->n_host + 1 : 0;
+        setb(p, GLM_BUF_X, N * C * e, L + 1 - in_slots);
+        setb(p, GLM_BUF_XSLOT, N * C * e, p->n_host > 0 ? 2 : 0);
+    }
+    /* kept activations */
+    if (backward) {
+        setb(p, GLM_BUF_KEEP_QKV, N * Dqkv * e, n_attn);
+        setb(p, GLM_BUF_KEEP_O, N * qd * e, n_attn);
+        setb(p, GLM_BUF_KEEP_XMID, N * C * e, n_attn);
+        setb(p, GLM_BUF_KEEP_LSE, N * H * 4, n_attn);
+        setb(p, GLM_BUF_KEEP_XN1, N * C * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_XN2, N * C * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_H, N * 2 * F * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_A, N * F * e, p->n_keep);
+        setb(p, GLM_BUF_KEEP_RSTD1, N * 4, p->n_keep);
+        setb(p, GLM_BUF_KEEP_RSTD2, N * 4, p->n_keep);
+    }
+    /* row-spanning working buffers */
+    const int scratch_attn = !backward || p->n_full > 0;
+    setb(p, GLM_BUF_QKV, N * Dqkv * e, scratch_attn);
+    setb(p, GLM_BUF_O, N * qd * e, scratch_attn);
+    setb(p, GLM_BUF_LSE, N * H * 4, scratch_attn);
+    setb(p, GLM_BUF_XMID, N * fmax(C, qd) * e, backward);
+    setb(p, GLM_BUF_DX, N * C * e, backward);
+    setb(p, GLM_BUF_DQKV, N * Dqkv * e, backward);
+    /* chunks */
+    setb(p, GLM_BUF_XN_C, mc * C * e, any_chunked);
+    setb(p, GLM_BUF_RSTD_C, mc * 4, any_chunked);
+    setb(p, GLM_BUF_H_C, mc * 2 * F * e, any_chunked);
+    setb(p, GLM_BUF_A_C, mc * F * e, any_chunked);
+    setb(p, GLM_BUF_DA_C, mc * F * e, backward);
+    setb(p, GLM_BUF_DH_C, mc * 2 * F * e, backward);
+    setb(p, GLM_BUF_DXN_C, mc * C * e, backward);
+    p->lora = 0;
+    if (li && li->r > 0) {
+        double sites = li->max_sites_lin > 0 ? li->max_sites_lin : 1;
+        double in = fmax((double)li->max_in_attn, (double)li->max_in_mlp);
+        setb(p, GLM_BUF_LORA_U, mc * li->r * sites * e, 1);
+        setb(p, GLM_BUF_LORA_DU, mc * li->r * e, backward);
+        setb(p, GLM_BUF_LORA_DROP, mc * in * e, li->dropout);
+        setb(p, GLM_BUF_LORA_COPIES, (double)li->params * e + 512.0 * li->n_sites + 256.0, o->lora_shadow);
+        p->lora = (double)li->params * (8.0 + (o->optimizer ? 8.0 : 0.0));
+    }
+    /* loss head */
+    setb(p, GLM_BUF_LOSS_XN, lc * C * e, 1);
+    setb(p, GLM_BUF_LOSS_RSTD, lc * 4, 1);
+    setb(p, GLM_BUF_LOSS_LOGITS, lc * c->V * e, 1);
+    setb(p, GLM_BUF_LOSS_DXN, lc * C * e, backward);
+    setb(p, GLM_BUF_BATCH, N * 4, 4 * (cp ? 1 : 2));
+    if (cp) { /* the ring (lora/model/ring_attention.h) */
+        const double kd2 = 2.0 * c->Hkv * c->Dh, ea = o->acc_bytes > 0 ? o->acc_bytes : 4;
+        setb(p, GLM_BUF_RING_KV, N * kd2 * e, 2);
+        setb(p, GLM_BUF_RING_DKV, N * kd2 * ea, backward ? 2 : 0);
+        setb(p, GLM_BUF_RING_ACC, N * qd * ea, 1);
+        setb(p, GLM_BUF_RING_LSE, N * H * ea, 1);
+        setb(p, GLM_BUF_RING_GDOC, (double)p->B * (double)p->T_padded * 4, 1);
+    }
+    p->weights = base_bytes(c, o, wb, e, p->shard_world, p);
+    double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, &est_ws);
+    p->scratch = o->scratch > 0 ? o->scratch : o->scratch < 0 ? 0 : est;
+    p->attn_ws = o->scratch > 0 ? o->attn_ws : o->scratch < 0 ? 0 : est_ws;
+    if (p->attn_lean) { /* glmtune's attention kernels: no library workspace */
+        p->scratch -= p->attn_ws;
+        p->attn_ws = 0;
+    }
+    setb(p, GLM_BUF_BACKEND, p->scratch, p->scratch > 0);
+    p->gathered = p->buf[GLM_BUF_WGATHER].bytes * p->buf[GLM_BUF_WGATHER].count +
+                  p->buf[GLM_BUF_WGATHER_BIG].bytes * p->buf[GLM_BUF_WGATHER_BIG].count;
+    p->dequant = p->buf[GLM_BUF_WDENSE].bytes * p->buf[GLM_BUF_WDENSE].count;
+    p->lora += p->buf[GLM_BUF_LORA_COPIES].bytes * p->buf[GLM_BUF_LORA_COPIES].count;
+    p->checkpoints = bufs_of(p, GLM_BUFCAT_INPUTS);
+    p->host = backward ? p->n_host * N * C * e : 0;
+    p->offload = p->n_host > 0;
+    p->saved = bufs_of(p, GLM_BUFCAT_KEPT);
+    p->working = bufs_of(p, GLM_BUFCAT_WORKING);
+    p->fixed = p->working;
+    p->loss_head = bufs_of(p, GLM_BUFCAT_LOSS);
+    p->ring = bufs_of(p, GLM_BUFCAT_RING);
+    p->total = p->weights + p->gathered + p->dequant + p->lora + p->checkpoints + p->saved + p->working + p->loss_head +
+               p->ring;
+    p->fits = p->total <= o->budget;
+}
+
+/* The plan for n_host offloaded layer inputs: chunks, then the policy (AUTO: the cheapest mix of
+ * keep / selective / full layers that fits). */
+static void plan_once(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                      int n_host, int lean, glm_plan *p) {
+    memset(p, 0, sizeof *p);
+    const int e = o->act_bytes > 0 ? o->act_bytes : 2;
+    const int cp = o->cp > 1 ? o->cp : 0;
+    const int64_t Tp = cp ? ((int64_t)T + 2 * cp - 1) / (2 * cp) * (2 * cp) : T, TL = cp ? Tp / cp : T;
+    const double N = (double)B * TL, C = c->C, F = c->F;
+    const int L = c->L;
+    p->B = B;
+    p->T = T;
+    p->cp = cp;
+    p->T_local = TL;
+    p->T_padded = Tp;
+    p->N = (int64_t)B * TL;
+    p->backward = backward;
+    p->requested = o->mode;
+    p->budget = o->budget;
+    p->shard_world = o->shard_world > 1 ? o->shard_world : 0;
+    p->n_host = backward ? n_host : 0;
+    p->attn_lean = lean;
+    p->base_format = linear_format(o, o->weight_bytes > 0 ? o->weight_bytes : e);
+
+    /* what exists whatever the chunks and the policy: the room left for them */
+    p->n_keep = 0;
+    p->n_selective = 0;
+    p->n_full = L;
+    p->mlp_chunk = p->loss_chunk = 1;
+    p->attn_lean = lean;
+    size_bufs(c, li, o, e, p);
+    double room = o->budget - (p->total - p->working - p->loss_head);
+
+    /* chunks: at most 2048 tokens of logits and 8192 tokens of every token-local op (GEMMs of that
+     * height already run at full speed), fewer when they would take more than 1/16 (logits) or 1/8
+     * (the chunk buffers) of the room left */
+    int64_t lc = o->loss_chunk, mc = o->mlp_chunk;
+    if (lc <= 0) {
+        lc = 2048;
+        double per = e * (C * (backward ? 2 : 1) + c->V) + 4;
+        while (lc > 64 && lc * per > fmax(room / 16, 64.0 * 1048576)) lc /= 2;
+    }
+    if (lc > p->N) lc = p->N;
+    if (mc <= 0) {
+        mc = p->N < 8192 ? p->N : 8192;
+        double per = e * (3 * C + 6 * F);
+        while (mc > 512 && mc * per > fmax(room / 8, 256.0 * 1048576)) mc = (mc + 1) / 2;
+    }
+    if (mc > p->N) mc = p->N;
+    p->mlp_chunk = mc;
+    p->loss_chunk = lc;
+
+    const double qd = (double)c->H * c->Dh;
+    /* one layer's kept activations as the buffers are rounded (setb) */
+#define R256(x) (ceil((x) / 256.0) * 256.0)
+    const double ms = R256(N * qkv_rows(c) * e) + R256(N * qd * e) + R256(N * C * e) + R256(N * c->H * 4.0),
+                 mk = ms + 2 * R256(N * C * e) + R256(N * 2 * F * e) + R256(N * F * e) + 2 * R256(N * 4.0);
+#undef R256
+    /* recomputation per token and layer, in FLOP: selective redoes dense_h_to_4h; full redoes
+     * query_key_value, dense, dense_h_to_4h and the attention forward (4 (T/2) H Dh: QK^T and PV
+     * over half the keys on average). The planner's cost weighs attention x2 (it runs at about
+     * half a GEMM's rate); the reported figure counts FLOP once. */
+    const double f_attn = 4.0 * (T / 2.0) * qd, f_sel = 2.0 * 2 * F * C,
+                 f_full = 2.0 * (qkv_rows(c) + qd + 2 * F) * C + f_attn, f_full_cost = f_full + f_attn;
+    int best_k = 0, best_s = 0;
+    if (!backward) {
+        best_k = best_s = 0;
+    } else if (o->mode != GLM_CKPT_AUTO) {
+        best_k = o->mode == GLM_CKPT_NONE ? L : 0;
+        best_s = o->mode == GLM_CKPT_SELECTIVE ? L : 0;
+    } else {
+        int found = 0;
+        double best_cost = INFINITY;
+        for (int k = L; k >= 0; k--) {
+            for (int pass = 0; pass < 2; pass++) { /* pass 0: no full layers; pass 1: with full layers */
+                /* the bytes apart from the kept activations, for this k and whether any layer is full */
+                p->n_keep = k;
+                p->n_selective = pass ? 0 : L - k;
+                p->n_full = L - p->n_keep - p->n_selective;
+                if (pass && p->n_full == 0) continue;
+                size_bufs(c, li, o, e, p);
+                double left = o->budget - (p->total - p->saved) - k * mk;
+                if (left < 0) continue;
+                double sd = ms > 0 ? floor(left / ms) : (double)(L - k);
+                int s = sd > L - k ? L - k : (int)sd; /* compared in double: a huge budget must not overflow */
+                int fl = L - k - s;
+                if ((fl > 0) != pass) continue;
+                double cost = s * f_sel + fl * f_full_cost;
+                if (cost < best_cost - 1e-9) {
+                    best_cost = cost;
+                    best_k = k;
+                    best_s = s;
+                    found = 1;
+                }
+            }
+        }
+        if (!found) { /* nothing fits: report the leanest plan */
+            best_k = 0;
+            best_s = 0;
+        }
+    }
+    p->n_keep = best_k;
+    p->n_selective = best_s;
+    p->n_full = L - best_k - best_s;
+    size_bufs(c, li, o, e, p);
+    p->recompute_gflop = backward ? N * (p->n_selective * f_sel + p->n_full * f_full) / 1e9 : 0;
+}
+
+/* The plan with the fewest layer inputs in host memory that fits (none when it fits without), for
+ * one attention choice; *p is the plan without offloading when none fits. */
+static void plan_offload(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                         int lean, glm_plan *p) {
+    const int L = c->L;
+    if (backward && o->offload) {
+        plan_once(c, li, B, T, backward, o, o->offload_layers > 0 && o->offload_layers < L ? o->offload_layers : L, lean, p);
+        return;
+    }
+    plan_once(c, li, B, T, backward, o, 0, lean, p);
+    if (p->fits || !p->backward || o->host_budget <= 0) return;
+    /* more offloaded, less on the device: a bisection over n_host, within the host budget */
+    glm_plan q;
+    plan_once(c, li, B, T, backward, o, L, lean, &q);
+    if (!q.fits) return;
+    int lo = 0, hi = L; /* lo does not fit, hi fits */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        plan_once(c, li, B, T, backward, o, mid, lean, &q);
+        if (q.fits) hi = mid;
+        else lo = mid;
+    }
+    plan_once(c, li, B, T, backward, o, hi, lean, &q);
+    if (q.host <= o->host_budget) *p = q;
+}
+
+void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
+                   glm_plan *p) {
+    /* cuDNN's fused attention where its workspace fits (offloading layer inputs costs less than
+     * glmtune's slower attention kernels), else glmtune's kernels, which need no workspace */
+    plan_offload(c, li, B, T, backward, o, 0, p);
+    if (p->fits || p->attn_ws <= 0) return;
+    glm_plan q;
+    plan_offload(c, li, B, T, backward, o, 1, &q);
+    if (q.fits) *p = q;
+}
+
+/* GLMTUNE_HOST_MEMORY_GIB in GiB when it is a plain positive decimal number, else 0 (a warning
+ * once when it is set but not one) */
+static double env_host_gib(void) {
+    const char *env = getenv("GLMTUNE_HOST_MEMORY_GIB"); /* plan for another machine's memory (and tests) */
+    if (!env) return 0;
+    char *end;
+    double g = strtod(env, &end);
+    if (*env && strspn(env, "0123456789.eE+") == strlen(env) && end != env && !*end && isfinite(g) && g > 0 && g < 1e9)
+        return g;
+    static int warned;
+    if (!warned++)
+        glm_log_warn("GLMTUNE_HOST_MEMORY_GIB=\"%s\" is not a positive number of GiB (e.g. 512): planning with this "
+                     "machine's memory", env);
+    return 0;
+}
+
+int glm_host_memory_from_env(void) { return env_host_gib() > 0; }
+
+double glm_host_memory(void) {
+    double g = env_host_gib();
+    if (g > 0) return g * 1073741824.0;
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
+}
+
+int glm_local_ranks(void) {
+    /* glmtune --gpus starts all its ranks on this machine; MPI launchers, Slurm and torchrun say how many are here */
+    const char *vars[] = {"GLMTUNE_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
+                          "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        int n = v ? atoi(v) : 0; /* Slurm may write "8(x2)": the count before the parenthesis */
+        if (n >= 1 && n <= 1 << 20) return n;
+    }
+    return 1;
+}
+
+double glm_host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    double kb = -1;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb >= 0 ? kb * 1024.0 : 0.75 * glm_host_memory();
+}
+
+double glm_host_margin(void) { return fmax(4.0 * 1073741824.0, 0.05 * glm_host_memory()); }
+
+double glm_host_budget(int ranks_here) {
+    const int r = ranks_here > 1 ? ranks_here : 1;
+    if (glm_host_memory_from_env()) return 0.75 * glm_host_memory() / r;
+    return fmax(0.0, glm_host_available() - glm_host_margin()) / r;
+}
+
+int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *o,
+                         int64_t step, int64_t max_T, glm_plan *best) {
+    glm_plan p;
+    if (step < 1) step = 1;
+    if (max_T > INT32_MAX) max_T = INT32_MAX;
+    int64_t lo = 0, hi = max_T / step; /* in steps: lo fits (0: nothing yet), hi + 1 does not, or hi = the cap */
+    glm_plan_make(c, li, B, (int)step, backward, o, &p);
+    if (!p.fits) return 0;
+    lo = 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        glm_plan_make(c, li, B, (int)(mid * step), backward, o, &p);
+        if (p.fits) lo = mid;
+        else hi = mid - 1;
+    }
+    if (best) glm_plan_make(c, li, B, (int)(lo * step), backward, o, best);
+    return lo * step;
+}
+
+static void layers_line(FILE *f, int from, int n, const char *what) {
+    if (n <= 0) return;
+    if (n == 1) fprintf(f, "  layer %d: %s\n", from, what);
+    else fprintf(f, "  layers %d-%d: %s\n", from, from + n - 1, what);
+}
+
+void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
+    const double G = 1073741824.0;
+    if (p->cp > 1) {
+        fprintf(f, "memory plan: %d x %d tokens, context parallel over %d ranks: each holds 2 of the %d chunks of %lld "
+                   "tokens of a row (rank c: chunks c and %d-c; %lld tokens per micro-batch), gradient checkpointing %s\n",
+                p->B, p->T, p->cp, 2 * p->cp, (long long)(p->T_local / 2), 2 * p->cp - 1, (long long)p->N,
+                glm_ckpt_name(p->requested));
+        if (p->T_padded > p->T)
+            fprintf(f, "  the row padded from %d to %lld tokens (a multiple of 2 x %d) with untargeted tokens of their own "
+                       "document\n", p->T, (long long)p->T_padded, p->cp);
+    } else {
+        fprintf(f, "memory plan: %d x %d tokens (%lld per micro-batch), gradient checkpointing %s\n", p->B, p->T,
+                (long long)p->N, glm_ckpt_name(p->requested));
+    }
+    if (p->backward) {
+        layers_line(f, 0, p->n_keep, "keep all activations (no recomputation)");
+        layers_line(f, p->n_keep, p->n_selective, "selective: keep attention results, recompute norms and MLP");
+        layers_line(f, p->n_keep + p->n_selective, p->n_full, "full: keep the layer input, recompute the layer");
+    } else {
+        fprintf(f, "  forward only: nothing kept between layers\n");
+    }
+    fprintf(f, "  MLP in chunks of %lld tokens, loss head in chunks of %lld tokens\n", (long long)p->mlp_chunk,
+            (long long)p->loss_chunk);
+    if (p->shard_world > 1)
+        fprintf(f, "  frozen base sharded over %d ranks (--shard-base): this rank holds 1/%d of every base matrix "
+                   "(%.2f GiB) and all-gathers the layer it runs and the next into %.2f GiB of gather slots\n",
+                p->shard_world, p->shard_world, p->weights / G, p->gathered / G);
+    if (p->offload)
+        fprintf(f, "  layer inputs offloaded to host memory: %d of %d (layers 0-%d), %.2f GiB of page-locked host memory "
+                   "per rank, copied through 2 device slots while the neighbouring layers compute\n", p->n_host,
+                c->L, p->n_host - 1, p->host / G);
+    if (glm_wformat_packed(p->base_format))
+        fprintf(f, "  frozen linear layers in %s (4-bit, blocks of 64): each layer dequantized to bf16 just before its GEMMs "
+                   "(a %.2f GiB slot)\n", glm_wformat_name(p->base_format), p->dequant / G);
+    char ring[64] = "";
+    if (p->cp > 1) snprintf(ring, sizeof ring, " + ring buffers %.2f", p->ring / G);
+    fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f%s + kept "
+               "activations %.2f + working buffers %.2f%s + loss head %.2f = %.2f of a %.2f budget\n",
+            (p->weights + p->gathered + p->dequant) / G,
+            p->shard_world > 1 ? " (shard + gather slots)" : p->dequant > 0 ? " (incl. the dequantized layer)" : "", p->lora / G,
+            p->checkpoints / G, p->offload ? " (on the GPU)" : "", p->saved / G, p->working / G, ring, p->loss_head / G,
+            p->total / G, p->budget / G);
+    if (p->attn_lean)
+        fprintf(f, "  attention: glmtune's kernels (no room for a fused-attention library's workspace in this budget)\n");
+    if (p->N > 0) {
+        static const glm_buf_id row[] = {GLM_BUF_QKV, GLM_BUF_O, GLM_BUF_LSE, GLM_BUF_XMID, GLM_BUF_DX, GLM_BUF_DQKV, GLM_BUF_BATCH};
+        double rb = 0;
+        for (size_t i = 0; i < sizeof row / sizeof row[0]; i++) rb += p->buf[row[i]].bytes * p->buf[row[i]].count;
+        double chunks = p->working - rb - p->scratch;
+        fprintf(f, "  working buffers %.2f GiB: %.1f KB per token across the row (attention's operands, the residual "
+                   "gradient, the batch) + %.2f GiB in chunks of %lld tokens + the backend's scratch %.2f GiB%s\n",
+                p->working / G, rb / (double)p->N / 1000.0, chunks / G, (long long)p->mlp_chunk, p->scratch / G,
+                p->attn_ws > 0 ? " (cuDNN's attention workspace in it)" : "");
+    }
+    if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
+    if (!p->fits) {
+        fprintf(f, "  does NOT fit: %.2f GiB more than the budget. ", (p->total - p->budget) / G);
+        if (p->weights + p->lora + p->gathered + p->dequant >= p->budget) {
+            /* no activation setting helps: the model itself is too big for this memory */
+            fprintf(f, "The weights alone take %.2f GiB: %sa card with more memory, or several GPUs with the frozen base "
+                       "sharded over them (--gpus N --shard-base).\n",
+                    (p->weights + p->lora + p->gathered + p->dequant) / G,
+                    glm_wformat_packed(p->base_format) ? "" : "--quantization-bit 4 (QLoRA: the linear layers in 4 bits), ");
+        } else {
+            if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
+                fprintf(f, "Try --gradient-checkpointing auto (or full); ");
+            fprintf(f, "a shorter --seq-len (T = %d now), more ranks per row (--context-parallel N with --gpus) or a "
+                       "smaller --per-device-train-batch-size (%d now%s) shrinks every activation; the layer inputs alone "
+                       "take %.2f GiB (a run offloads them to host memory where that makes the step fit and the "
+                       "machine has the memory: GLMTUNE_HOST_MEMORY_GIB plans for another machine's).",
+                    p->T, p->B, p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "", p->checkpoints / G);
+            if (!glm_wformat_packed(p->base_format))
+                fprintf(f, " --quantization-bit 4 (QLoRA) keeps the frozen linear layers in 4 bits (about a quarter of "
+                           "their %.2f GiB).", p->weights / G);
+            if (p->shard_world <= 1 && p->weights >= 0.25 * p->budget)
+                fprintf(f, " On several GPUs, --shard-base splits the frozen base (%.2f GiB here) over them.",
+                        p->weights / G);
+            fputc('\n', f);
+        }
+    }
+    (void)c;
+}

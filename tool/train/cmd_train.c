@@ -1,0 +1,236 @@
+/* glmtune train: parses the options (flags and --config YAML, tool/train/options.h), prints the
+ * resolved settings and runs the training loop (tool/train/train.c). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "tool/train/options.h"
+#include "lora/model/plan.h"
+#include "tool/cli.h"
+#include "tool/train/dist.h"
+#include "tool/train/launch.h"
+#include "tool/train/train.h"
+
+/* Ctrl-C (SIGINT) or SIGTERM of a single-process run: the process ends at once, as before (a
+ * checkpoint is written aside and renamed, so none is ever half-written), but says so first and
+ * names what stays: write(2) and a constant message prepared beforehand are all a handler may
+ * use. A signal the caller ignores stays ignored. Ranks of --nproc / --gpus runs are left alone:
+ * their supervisor reports the interrupt once. */
+static char g_interrupt_msg[1200];
+static size_t g_interrupt_len;
+static void on_interrupt(int sig) {
+    ssize_t w = write(2, g_interrupt_msg, g_interrupt_len);
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+static void catch_interrupt(const char *output_dir) {
+    int n = snprintf(g_interrupt_msg, sizeof g_interrupt_msg,
+                     "\nglmtune: interrupted: stopping; the checkpoints in %s stay as they are (resume with "
+                     "--resume-from-checkpoint)\n", output_dir ? output_dir : "the output directory");
+    g_interrupt_len = n < 0 ? 0 : (size_t)n < sizeof g_interrupt_msg ? (size_t)n : sizeof g_interrupt_msg - 1;
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa = {0}, old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+        sa.sa_handler = on_interrupt;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+int cmd_train(int argc, char **argv) {
+    glm_train_opts o;
+    memset(&o, 0, sizeof o);
+    glm_status s = GLM_OK;
+    bool quiet = false, quiet_settings = false;
+    /* --quiet is a display option of the command, not a training setting */
+    char **args = malloc(sizeof(char *) * (size_t)(argc + 1));
+    int n = 0;
+    for (int i = 1; i < argc; i++) { /* argv[0] is "train" */
+        if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) quiet = true;
+        else args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    /* the settings' notes and warnings once per run: not again in the ranks glmtune's supervisor
+     * started (it printed them: GLMTUNE_SUPERVISED) nor in ranks above 0 (errors still print) */
+    dist_info d0;
+    const int saved_level = glm_log_level;
+    if ((getenv("GLMTUNE_SUPERVISED") || (dist_detect(&d0) == GLM_OK && d0.rank > 0)) && glm_log_level > 0)
+        glm_log_level = 0;
+    if (s == GLM_OK) s = glm_opts_parse(&o, n, args);
+    free(args);
+    if (s == GLM_OK && o.help) {
+        printf("usage: glmtune train [--config FILE.yaml] [options]\n\n"
+               "LoRA fine-tuning of a GLM-4 checkpoint on shards from `glmtune tokenize`. Every option is also\n"
+               "a snake_case key of --config (LLaMA-Factory-style YAML); flags override the file.\n"
+               "(-q, --quiet: no progress lines; --verbose: debug messages too; command line only.)\n\n");
+        if (!glm_mpi_built())
+            printf("(this glmtune was built without MPI: --nproc and runs under mpirun are not available)\n\n");
+        glm_opts_help(stdout);
+        glm_opts_free(&o);
+        return GLM_EXIT_OK;
+    }
+    if (s == GLM_OK) s = glm_opts_validate(&o);
+    if (s != GLM_OK) { /* every settings problem is a usage error (exit 2) */
+        glm_opts_free(&o);
+        cli_fail(s);
+        return GLM_EXIT_USAGE;
+    }
+    /* evaluation asked for (eval_strategy steps/epoch set, or eval_steps given) without eval_data: the val split
+     * of the training shards (tokenize's --val-size / val_size), as LLaMA-Factory evaluates on val_size's split */
+    size_t nopt;
+    const glm_opt_def *tab = glm_opts_table(&nopt);
+    unsigned char src_strategy = 0, src_eval_steps = 0;
+    for (size_t i = 0; i < nopt; i++) {
+        if (!strcmp(tab[i].key, "eval_strategy")) src_strategy = o.src[i];
+        if (!strcmp(tab[i].key, "eval_steps")) src_eval_steps = o.src[i];
+    }
+    bool no_eval = !strcmp(o.eval_strategy, "no");
+    bool asked = !no_eval && ((src_strategy == GLM_SRC_CONFIG || src_strategy == GLM_SRC_CLI) ||
+                              ((src_eval_steps == GLM_SRC_CONFIG || src_eval_steps == GLM_SRC_CLI) && o.eval_steps > 0));
+    bool eval_from_val = false;
+    if (o.eval_data && *o.eval_data && access(o.eval_data, F_OK) != 0 && !strchr(o.eval_data, '/')) {
+        /* LLaMA-Factory's eval_dataset names datasets: glmtune tokenize --config put them in the val split */
+        glm_log_info("eval_dataset: %s names datasets, which `glmtune tokenize --config` tokenized into the val split of "
+                     "the shards: that split stands for them", o.eval_data);
+        if (no_eval)
+            glm_log_warn("eval_strategy is no%s: eval_dataset %s is not evaluated; hint: eval_strategy: steps",
+                         src_strategy == GLM_SRC_LF ? " (transformers' default, the YAML does not set it)" : "", o.eval_data);
+        else asked = true;
+        free(o.eval_data);
+        o.eval_data = NULL;
+    }
+    if (asked && !(o.eval_data && *o.eval_data) && o.data) eval_from_val = true;
+    if (no_eval && o.eval_data && *o.eval_data)
+        glm_log_warn("eval_strategy is no%s: eval_data %s is not evaluated; hint: eval_strategy: steps",
+                     src_strategy == GLM_SRC_LF ? " (transformers' default, the YAML does not set it)" : "", o.eval_data);
+    else if (no_eval && (src_eval_steps == GLM_SRC_CONFIG || src_eval_steps == GLM_SRC_CLI) && o.eval_steps > 0)
+        glm_log_warn("eval_steps is %lld but eval_strategy is no%s: no evaluation will run; hint: eval_strategy: steps",
+                     (long long)o.eval_steps, src_strategy == GLM_SRC_LF ? " (transformers' default)" : "");
+    glm_log_level = saved_level;
+    if (o.gpus && o.context_parallel > 1) { /* before any worker starts: a usage error */
+        int devs[1024], n = launch_parse_gpus(o.gpus, devs, 1024);
+        if (n > 0 && n % o.context_parallel) {
+            s = glm_err(GLM_ERR_ARG, "--context-parallel %lld does not divide the %d GPUs of --gpus %s; hint: --gpus %lld "
+                        "(or a multiple), or a --context-parallel that divides %d", (long long)o.context_parallel, n, o.gpus,
+                        (long long)o.context_parallel, n);
+            glm_opts_free(&o);
+            cli_fail(s);
+            return GLM_EXIT_USAGE;
+        }
+    }
+    /* --gpus / --nproc: this process supervises the ranks it starts (tool/train/launch.c) */
+    if (!o.dry_run) {
+        char **targs = malloc(sizeof(char *) * (size_t)(argc + 1));
+        for (int i = 1; i < argc; i++) targs[i - 1] = argv[i];
+        int code = launch_train(argc - 1, targs, o.gpus, (int)o.nproc, quiet);
+        free(targs);
+        if (code >= 0) {
+            glm_opts_free(&o);
+            return code;
+        }
+    }
+    dist_info di;
+    if (dist_detect(&di) == GLM_OK && di.rank > 0) quiet_settings = true; /* rank 0 prints them */
+    if (!quiet && !quiet_settings) glm_opts_print(stderr, &o);
+    char targets[1024] = "";
+    for (size_t i = 0; i < o.lora_target.n; i++)
+        snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s", i ? "," : "", o.lora_target.v[i]);
+    json_t *sj = glm_opts_to_json(&o);
+    glm_ckpt_mode ckpt = GLM_CKPT_AUTO;
+    glm_ckpt_parse(o.gradient_checkpointing, &ckpt); /* checked by glm_opts_validate */
+    train_settings ts = {
+        .model = o.model,
+        .data = o.data,
+        .output_dir = o.output_dir,
+        .eval_data = o.eval_data && *o.eval_data ? o.eval_data : eval_from_val ? o.data : NULL,
+        .init_adapter = o.init_adapter,
+        .resume = o.resume_from_checkpoint,
+        .dump_grads = o.dump_grads,
+        .device = o.device ? o.device : "auto", /* setup() in train.c resolves auto */
+        .lr_scheduler_type = o.lr_scheduler_type,
+        .lora_target = o.lora_target.n ? targets : "all",
+        .per_device_train_batch_size = o.per_device_train_batch_size,
+        .gradient_accumulation_steps = o.gradient_accumulation_steps,
+        .max_steps = o.max_steps,
+        .save_steps = o.save_steps,
+        .save_total_limit = o.save_total_limit,
+        .logging_steps = o.logging_steps,
+        .eval_steps = o.eval_steps > 0 || o.eval_ratio > 0 ? o.eval_steps : o.save_steps,
+        .eval_ratio = o.eval_steps > 0 || o.eval_ratio > 0 ? o.eval_ratio : o.save_ratio,
+        .logging_ratio = o.logging_ratio,
+        .save_ratio = o.save_ratio,
+        .by_sample = !o.packing,
+        .save_strategy = o.save_strategy,
+        .eval_strategy = o.eval_strategy,
+        .logging_strategy = o.logging_strategy,
+        .eval_from_val = eval_from_val,
+        .stage = o.stage,
+        .seed = o.seed,
+        .lora_rank = o.lora_rank,
+        .seq_len = o.seq_len,
+        .max_nonfinite = o.max_nonfinite,
+        .learning_rate = o.learning_rate,
+        .warmup_ratio = o.warmup_ratio,
+        .min_lr = o.min_lr,
+        .min_lr_rate = o.min_lr_rate,
+        .loraplus_lr_ratio = o.loraplus_lr_ratio,
+        .logging_first_step = o.logging_first_step,
+        .weight_decay = o.weight_decay,
+        .adam_beta1 = o.adam_beta1,
+        .adam_beta2 = o.adam_beta2,
+        .adam_epsilon = o.adam_epsilon,
+        .max_grad_norm = o.max_grad_norm,
+        .num_train_epochs = o.num_train_epochs,
+        .lora_alpha = o.lora_alpha,
+        .lora_dropout = o.lora_dropout,
+        .rope_theta = o.rope_theta,
+        .rope_inv_freq_bf16 = o.rope_inv_freq_dtype && !strcmp(o.rope_inv_freq_dtype, "bfloat16"),
+        .warmup_steps = o.warmup_steps,
+        .ckpt_mode = (int)ckpt,
+        .max_gpu_gib = o.max_gpu_memory,
+        .dry_run = o.dry_run,
+        .use_rslora = o.use_rslora,
+        .overwrite_output_dir = o.overwrite_output_dir,
+        .quiet = quiet,
+        .shard_base = o.shard_base,
+        .quant_bits = (int)o.quantization_bit,
+        .quant_type = o.quantization_type,
+        .double_quant = o.double_quantization,
+        .comm_timeout = o.comm_timeout,
+        .context_parallel = (int)o.context_parallel,
+        .dry_run_world = 1,
+        .interconnect_gbps = o.interconnect_gbps,
+        .gpu_tflops = o.gpu_tflops,
+        .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
+    };
+    json_decref(sj);
+    if (ts.dry_run) {
+        int fits = 0;
+        if (o.nproc > 0) ts.dry_run_world = (int)o.nproc;
+        if (o.gpus) {
+            int devs[1024], n = launch_parse_gpus(o.gpus, devs, 1024);
+            if (n < 0) {
+                free(ts.settings_json);
+                glm_opts_free(&o);
+                return cli_fail(GLM_ERR_ARG);
+            }
+            ts.dry_run_world = n;
+        }
+        s = train_dry_run(&ts, &fits);
+        free(ts.settings_json);
+        glm_opts_free(&o);
+        if (s) return cli_fail(s);
+        return fits ? GLM_EXIT_OK : GLM_EXIT_FAIL;
+    }
+    if (dist_detect(&di) == GLM_OK && di.world <= 1) catch_interrupt(ts.output_dir);
+    s = train_run(&ts);
+    free(ts.settings_json);
+    glm_opts_free(&o);
+    return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+}

@@ -1,0 +1,1425 @@
+#define _GNU_SOURCE
+/* tool/train/options.c: the train options table, command line and YAML parsing (see options.h). */
+#include "tool/train/options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "common/args.h"
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/strdist.h"
+#include "lora/model/plan.h"
+
+#define OFF(f) offsetof(glm_train_opts, f)
+
+/* 1 when s is a value of --gradient-checkpointing (so it is taken as the flag's value) */
+static int glm_ckpt_parse_quiet(const char *s) {
+    static const char *ok[] = {"auto", "none", "selective", "full", "true", "false", "1", "0", "on", "off", "yes", "no"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(s, ok[i])) return 1;
+    return 0;
+}
+
+static const glm_opt_def k_opts[] = {
+    {"model", "model", "model_name_or_path", GLM_OPT_STRING, NULL, "path",
+     "base checkpoint directory (safetensors + config.json; THUDM chatglm or -hf layout)", OFF(model), false},
+    {"data", "data", "dataset", GLM_OPT_STRING, NULL, "path",
+     "tokenized training shards from `glmtune tokenize` (directory or manifest.json)", OFF(data), false},
+    {"output-dir", "output_dir", NULL, GLM_OPT_STRING, NULL, "path",
+     "where checkpoints, metrics.jsonl, loss_curve.svg and TensorBoard events go", OFF(output_dir), false},
+    {"per-device-train-batch-size", "per_device_train_batch_size", NULL, GLM_OPT_INT, "1", "rows",
+     "micro-batch: packed rows per GPU per forward/backward", OFF(per_device_train_batch_size), false},
+    {"gradient-accumulation-steps", "gradient_accumulation_steps", NULL, GLM_OPT_INT, "1", "micro-batches",
+     "micro-batches per optimizer step (global batch = this x micro-batch x GPUs)",
+     OFF(gradient_accumulation_steps), false},
+    {"learning-rate", "learning_rate", NULL, GLM_OPT_FLOAT, "1e-4", "", "peak AdamW learning rate",
+     OFF(learning_rate), false},
+    {"lr-scheduler-type", "lr_scheduler_type", NULL, GLM_OPT_STRING, "linear", "",
+     "constant | constant_with_warmup | linear | cosine | cosine_with_min_lr (as transformers)",
+     OFF(lr_scheduler_type), false},
+    {"warmup-steps", "warmup_steps", NULL, GLM_OPT_INT, "0", "steps",
+     "linear warmup length; overrides warmup-ratio when > 0", OFF(warmup_steps), false},
+    {"warmup-ratio", "warmup_ratio", NULL, GLM_OPT_FLOAT, "0", "fraction",
+     "warmup as a fraction of all optimizer steps (ceil(ratio x steps))", OFF(warmup_ratio), false},
+    {"min-lr", "min_lr", NULL, GLM_OPT_FLOAT, "0", "", "floor of the cosine schedules (0: decay to 0)",
+     OFF(min_lr), false},
+    {"min-lr-rate", "min_lr_rate", NULL, GLM_OPT_FLOAT, "0", "fraction",
+     "floor of the cosine schedules as a fraction of learning-rate (transformers' lr_scheduler_kwargs "
+     "min_lr_rate; give min-lr or min-lr-rate, not both)", OFF(min_lr_rate), false},
+    {"weight-decay", "weight_decay", NULL, GLM_OPT_FLOAT, "0", "", "AdamW decoupled weight decay",
+     OFF(weight_decay), false},
+    {"optim", "optim", NULL, GLM_OPT_STRING, "adamw_torch", "",
+     "adamw_torch | adamw_torch_fused | adamw_hf: each is the update of torch.optim.AdamW, which glmtune runs; "
+     "other optimizers are refused", OFF(optim), false},
+    {"adam-beta1", "adam_beta1", NULL, GLM_OPT_FLOAT, "0.9", "", "AdamW beta1", OFF(adam_beta1), false},
+    {"adam-beta2", "adam_beta2", NULL, GLM_OPT_FLOAT, "0.999", "", "AdamW beta2", OFF(adam_beta2), false},
+    {"adam-epsilon", "adam_epsilon", NULL, GLM_OPT_FLOAT, "1e-8", "", "AdamW epsilon", OFF(adam_epsilon), false},
+    {"max-grad-norm", "max_grad_norm", NULL, GLM_OPT_FLOAT, "1.0", "",
+     "clip the global gradient L2 norm to this (0: no clipping)", OFF(max_grad_norm), false},
+    {"num-train-epochs", "num_train_epochs", NULL, GLM_OPT_FLOAT, "3.0", "epochs",
+     "passes over the training data (fractional allowed); ignored when max-steps > 0",
+     OFF(num_train_epochs), false},
+    {"max-steps", "max_steps", NULL, GLM_OPT_INT, "-1", "steps",
+     "total optimizer steps; -1: from num-train-epochs", OFF(max_steps), false},
+    {"save-steps", "save_steps", NULL, GLM_OPT_INT, "500", "steps", "save a checkpoint every N optimizer steps",
+     OFF(save_steps), false},
+    {"save-total-limit", "save_total_limit", NULL, GLM_OPT_INT, "0", "checkpoints",
+     "keep only the newest N checkpoints (0: keep all)", OFF(save_total_limit), false},
+    {"logging-steps", "logging_steps", NULL, GLM_OPT_INT, "10", "steps",
+     "log every N optimizer steps: loss is the mean over those N steps, grad norm the last step's, tokens/s over "
+     "their time (as transformers' Trainer logs them)", OFF(logging_steps), false},
+    {"logging-first-step", "logging_first_step", NULL, GLM_OPT_BOOL, "false", "",
+     "also log the first optimizer step on its own (transformers' logging_first_step)", OFF(logging_first_step),
+     false},
+    {"eval-data", "eval_data", "eval_dataset", GLM_OPT_STRING, NULL, "path",
+     "tokenized evaluation shards (optional)", OFF(eval_data), false},
+    {"eval-steps", "eval_steps", NULL, GLM_OPT_INT, "0", "steps",
+     "evaluate every N optimizer steps (0: with each checkpoint save)", OFF(eval_steps), false},
+    {"seed", "seed", NULL, GLM_OPT_INT, "42", "", "seed of the data order, LoRA init and dropout", OFF(seed), false},
+    {"gradient-checkpointing", "gradient_checkpointing", NULL, GLM_OPT_STRING, "auto", "",
+     "auto | none | selective | full: what each layer keeps for the backward (auto: the fastest mix that fits "
+     "the memory, see --dry-run); true = full, false = none as in transformers; without a value: full",
+     OFF(gradient_checkpointing), false},
+    {"max-gpu-memory", "max_gpu_memory", NULL, GLM_OPT_FLOAT, "0", "GiB",
+     "plan for at most this much GPU memory (0: what the GPU has free), e.g. 22 for a 24 GB card",
+     OFF(max_gpu_memory), false},
+    {"dry-run", "dry_run", NULL, GLM_OPT_BOOL, "false", "",
+     "print the memory plan and the predicted peak for these settings, then exit (loads no weights)",
+     OFF(dry_run), false},
+    {"resume-from-checkpoint", "resume_from_checkpoint", NULL, GLM_OPT_STRING, NULL, "path",
+     "resume from a checkpoint directory; without a value (or \"latest\"): the newest in output-dir",
+     OFF(resume_from_checkpoint), true},
+    {"lora-rank", "lora_rank", NULL, GLM_OPT_INT, "8", "", "LoRA rank r", OFF(lora_rank), false},
+    {"lora-alpha", "lora_alpha", NULL, GLM_OPT_FLOAT, NULL, "",
+     "LoRA alpha; scaling = alpha / r", OFF(lora_alpha), false},
+    {"lora-dropout", "lora_dropout", NULL, GLM_OPT_FLOAT, "0", "probability", "dropout on the LoRA input",
+     OFF(lora_dropout), false},
+    {"lora-target", "lora_target", NULL, GLM_OPT_LIST, "all", "",
+     "modules to adapt, comma-separated: all; vllm (every module vLLM loads adapters for: all of the chatglm "
+     "layout, q_proj,k_proj,v_proj,o_proj,down_proj of the hf layout, whose gate_up_proj adapters vLLM "
+     "refuses; see export-adapter --help); or names (query_key_value, dense, dense_h_to_4h, dense_4h_to_h | "
+     "q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj)",
+     OFF(lora_target), false},
+    {"use-rslora", "use_rslora", NULL, GLM_OPT_BOOL, "false", "", "rank-stabilised scaling alpha / sqrt(r)",
+     OFF(use_rslora), false},
+    {"loraplus-lr-ratio", "loraplus_lr_ratio", NULL, GLM_OPT_FLOAT, "0", "",
+     "LoRA+: the lora_B weights learn at this x learning-rate, lora_A at learning-rate (PEFT's "
+     "create_loraplus_optimizer; the paper suggests 16; 0: off)", OFF(loraplus_lr_ratio), false},
+    {"overwrite-output-dir", "overwrite_output_dir", NULL, GLM_OPT_BOOL, "false", "",
+     "start afresh in an output-dir that holds an earlier run (its checkpoints, metrics and events are "
+     "removed); without it such a directory is refused unless resuming", OFF(overwrite_output_dir), false},
+    {"init-adapter", "init_adapter", "adapter_name_or_path", GLM_OPT_STRING, NULL, "path",
+     "start from this PEFT adapter instead of a fresh LoRA", OFF(init_adapter), false},
+    {"device", "device", NULL, GLM_OPT_STRING, "auto", "", "auto | cpu | cuda", OFF(device), false},
+    {"gpus", "gpus", NULL, GLM_OPT_STRING, NULL, "",
+     "data parallel on this machine: N (GPUs 0..N-1) or a list of device ids (0,2,3); glmtune starts one worker per "
+     "GPU and stops them all when one fails (several machines: see the README's multi-GPU section)", OFF(gpus), false},
+    {"nproc", "nproc", NULL, GLM_OPT_INT, "0", "ranks",
+     "data parallel on the CPU backend: start this many ranks under mpirun (the CPU ranks talk over MPI); 0: this "
+     "process only", OFF(nproc), false},
+    {"shard-base", "shard_base", NULL, GLM_OPT_BOOL, "false", "",
+     "hold 1/N of every frozen base weight on each of the N ranks and all-gather a layer's weights just before it "
+     "runs (the next layer prefetched): the 9B model on 24 GB cards (ZeRO-3 for the frozen base)", OFF(shard_base), false},
+    {"quantization-bit", "quantization_bit", NULL, GLM_OPT_INT, "0", "bits",
+     "4: QLoRA: the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h) quantized to 4 bits "
+     "while loading, in bitsandbytes' format (blocks of 64, bit-exact to its quantize_4bit), dequantized to bf16 "
+     "just before each layer runs; the embedding and the output layer stay bf16; the adapter exports as any other "
+     "(applied to the bf16 base); 0: the bf16 base", OFF(quantization_bit), false},
+    {"quantization-type", "quantization_type", NULL, GLM_OPT_STRING, "nf4", "", "4-bit code book: nf4 | fp4",
+     OFF(quantization_type), false},
+    {"double-quantization", "double_quantization", NULL, GLM_OPT_BOOL, "true", "",
+     "4-bit: quantize the blocks' absmax too (8-bit, blocks of 256; about 0.37 bits per weight saved), as "
+     "LLaMA-Factory does by default", OFF(double_quantization), false},
+    {"quantization-method", "quantization_method", NULL, GLM_OPT_STRING, "bnb", "",
+     "bnb (bitsandbytes' 4-bit format, the only one glmtune has)", OFF(quantization_method), false},
+    {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
+     "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
+     "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
+     "(--gpus 8 --context-parallel 4: 2 groups of 4). Checked on the CPU backend (--device cpu --nproc N); "
+     "on CUDA the ring's kernels are tested in one process, the NCCL ring has not run on several GPUs yet", OFF(context_parallel), false},
+    {"comm-timeout", "comm_timeout", "ddp_timeout", GLM_OPT_FLOAT, "1800", "seconds",
+     "how long a collective (all-reduce, all-gather) may wait for the other ranks before the run stops with an "
+     "error naming the rank and the call (transformers' ddp_timeout)", OFF(comm_timeout), false},
+    {"interconnect-gbps", "interconnect_gbps", NULL, GLM_OPT_FLOAT, "0", "GB/s",
+     "--dry-run of several ranks: the link speed (GB/s per direction) to time the step's communication at (0: "
+     "NVLink 4 at 450, PCIe 5.0 x16 at 64 and PCIe 4.0 x16 at 32, side by side)", OFF(interconnect_gbps), false},
+    {"gpu-tflops", "gpu_tflops", NULL, GLM_OPT_FLOAT, "0", "TFLOP/s",
+     "--dry-run of several ranks: the useful TFLOP/s per GPU to time the step's compute at (0: 521, glmtune's measured "
+     "11,986 tokens/s at 8k on one H200)", OFF(gpu_tflops), false},
+    {"seq-len", "seq_len", "cutoff_len", GLM_OPT_INT, "0", "tokens",
+     "expected packed row length T (0: take it from the shards; else must match them)", OFF(seq_len), false},
+    {"dump-grads", "dump_grads", NULL, GLM_OPT_STRING, NULL, "path",
+     "write the first step's LoRA gradients to this safetensors file (debugging)", OFF(dump_grads), false},
+    {"max-nonfinite", "max_nonfinite", NULL, GLM_OPT_INT, "5", "steps",
+     "stop after this many optimizer steps in a row with a NaN/inf loss or gradient (each is skipped)",
+     OFF(max_nonfinite), false},
+    {"rope-theta", "rope_theta", NULL, GLM_OPT_FLOAT, "0", "",
+     "RoPE base override (0: from config.json). Real GLM-4 -hf configs carry a wrong rope_theta of 10000: "
+     "use 1e8 for glm-4-9b-chat-1m, 5e6 for glm-4-9b-chat", OFF(rope_theta), false},
+    {"rope-inv-freq-dtype", "rope_inv_freq_dtype", NULL, GLM_OPT_STRING, "float32", "",
+     "float32 (the table transformers builds on load) | bfloat16 (the table after model.to(torch.bfloat16), "
+     "as a model cast to bf16 in transformers uses it)", OFF(rope_inv_freq_dtype), false},
+    {"config", "config", NULL, GLM_OPT_STRING, NULL, "path",
+     "YAML file of snake_case settings (LLaMA-Factory style); command-line flags override it; options it "
+     "leaves out take LLaMA-Factory's / transformers' defaults (what the file means there)",
+     OFF(config), false},
+    {"packing", "packing", NULL, GLM_OPT_BOOL, "true", "",
+     "true: a micro-batch is per-device-train-batch-size packed rows of the shards; false: it is that many "
+     "samples (LLaMA-Factory's packing: false), concatenated into one row with document-masked attention, and "
+     "the steps per epoch count samples as transformers does (ceil(ceil(samples / (batch x GPUs)) / "
+     "accumulation)); either way no token attends across documents. Under a YAML without it: "
+     "LLaMA-Factory's default, false for stage sft, true for pt",
+     OFF(packing), false},
+    {"save-strategy", "save_strategy", NULL, GLM_OPT_STRING, "steps", "",
+     "steps: a checkpoint every save-steps and at the end; epoch: at each epoch's end; no: no checkpoint, the "
+     "final adapter (PEFT files) is written to output-dir (transformers' save_strategy)", OFF(save_strategy), false},
+    {"eval-strategy", "eval_strategy", "evaluation_strategy", GLM_OPT_STRING, "steps", "",
+     "steps: evaluate every eval-steps; epoch: at each epoch's end; no: never (transformers' eval_strategy; its "
+     "default under a YAML is no). Set to steps or epoch without eval-data: the val split of --data",
+     OFF(eval_strategy), false},
+    {"logging-strategy", "logging_strategy", NULL, GLM_OPT_STRING, "steps", "",
+     "steps: log every logging-steps; epoch: at each epoch's end; no: never (transformers' logging_strategy)",
+     OFF(logging_strategy), false},
+};
+#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
+_Static_assert(N_OPTS <= 64, "glm_train_opts.src is too small");
+
+/* Every other key of LLaMA-Factory's YAML / llamafactory-cli line (its model, data, finetuning,
+ * training and generating arguments, and transformers' Seq2SeqTrainingArguments) and what glmtune
+ * answers, in one line each:
+ *   KEY_INFO      accepted, not needed by glmtune (why);
+ *   KEY_TOKENIZE  read by `glmtune tokenize --config` from the same YAML (the data side);
+ *   KEY_REFUSE    a feature glmtune does not have: accepted when off (false, null, 0, empty),
+ *                 refused with the reason otherwise. */
+typedef enum { KEY_INFO, KEY_TOKENIZE, KEY_REFUSE } key_kind;
+
+static const char R_NCCL[] = "multi-GPU runs use NCCL directly, without torch.distributed";
+static const char R_LOADER[] = "the loader reads the packed shards by memory map, in this process";
+static const char R_EVAL[] = "evaluation is the eval loss and perplexity on eval_data every eval_steps";
+static const char R_GEN[] = "a generation setting; training does not generate";
+static const char R_HUB[] = "glmtune writes local directories only (export-adapter makes one to upload)";
+static const char R_TRACK[] = "metrics.jsonl, TensorBoard events (output_dir/runs) and loss_curve.svg are always written";
+static const char R_TORCH[] = "no PyTorch here: glmtune's kernels are compiled C/CUDA";
+static const char R_MM[] = "glmtune trains text models";
+static const char R_PREF[] = "a preference/RL training setting (stage rm, ppo, dpo, kto), not used by sft or pt";
+static const char R_FT[] = "a setting of another finetuning_type; glmtune trains LoRA";
+static const char R_OPT[] = "glmtune runs AdamW (optim adamw_torch)";
+static const char R_VOCAB[] = "the vocabulary and embeddings stay as the base model has them";
+static const char R_INFER[] = "an inference setting; not used in training";
+static const char R_EXPORT[] = "use glmtune export-adapter (PEFT adapter, or --merge)";
+static const char R_BACKEND[] = "another training backend; glmtune is its own";
+static const char R_LOSS[] = "glmtune trains with the token-level cross-entropy";
+static const char R_PROF[] = "profiling settings of torch; glmtune bench times its own phases";
+static const char R_RAY[] = "glmtune runs as one process per machine, without Ray";
+
+static const struct {
+    const char *key;
+    key_kind kind;
+    const char *why;
+} k_keys[] = {
+    /* speed and precision switches glmtune does not need */
+    {"flash_attn", KEY_INFO, "glmtune's attention kernels are its own, fused and tiled"},
+    {"enable_liger_kernel", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
+    {"use_liger_kernel", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
+    {"liger_kernel_config", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
+    {"use_unsloth", KEY_INFO, "glmtune's kernels and recomputation are its own"},
+    {"use_unsloth_gc", KEY_INFO, "glmtune's kernels and recomputation are its own"},
+    {"use_v1_kernels", KEY_INFO, "glmtune's kernels are its own"},
+    {"use_reentrant_gc", KEY_INFO, "glmtune recomputes whole layers itself; there is no reentrant variant"},
+    {"gradient_checkpointing_kwargs", KEY_INFO, "glmtune recomputes whole layers itself"},
+    {"activation_checkpointing", KEY_INFO, "use gradient_checkpointing"},
+    {"activation_checkpointing_kwargs", KEY_INFO, "use gradient_checkpointing"},
+    {"include_num_input_tokens_seen", KEY_INFO, "trainer_state.json always counts num_input_tokens_seen"},
+    {"include_tokens_per_second", KEY_INFO, "tokens_per_second is always logged"},
+    {"include_effective_tokens_per_second", KEY_INFO, "tokens_per_second is always logged"},
+    {"average_tokens_across_devices", KEY_INFO,
+     "the loss is always divided by the target tokens of the whole global batch, all GPUs"},
+    {"torch_compile", KEY_INFO, R_TORCH},
+    {"torch_compile_backend", KEY_INFO, R_TORCH},
+    {"torch_compile_mode", KEY_INFO, R_TORCH},
+    {"torch_empty_cache_steps", KEY_INFO, R_TORCH},
+    {"torchdynamo", KEY_INFO, R_TORCH},
+    {"jit_mode_eval", KEY_INFO, R_TORCH},
+    {"tf32", KEY_INFO, "the GEMMs are bf16 with fp32 accumulation; tf32 does not apply"},
+    {"bf16", KEY_INFO, "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
+    {"pure_bf16", KEY_INFO, "the CUDA backend always computes in bf16 with fp32 LoRA weights"},
+    {"bf16_full_eval", KEY_INFO, "evaluation computes like training, in bf16"},
+    {"fp16_full_eval", KEY_INFO, "evaluation computes like training, in bf16"},
+    {"half_precision_backend", KEY_INFO, R_TORCH},
+    {"fp16_opt_level", KEY_INFO, R_TORCH},
+    {"upcast_layernorm", KEY_INFO, "RMSNorm statistics are always computed in fp32"},
+    {"upcast_lmhead_output", KEY_INFO, "the logits' softmax and cross-entropy are always computed in fp32"},
+    {"low_cpu_mem_usage", KEY_INFO, "the base weights are memory-mapped"},
+    {"use_cache", KEY_INFO, "training keeps no KV cache"},
+    {"use_kv_cache", KEY_INFO, "training keeps no KV cache"},
+    {"auto_find_batch_size", KEY_INFO, "set per_device_train_batch_size"},
+    {"skip_memory_metrics", KEY_INFO, "not used"},
+    {"ddp_backend", KEY_INFO, R_NCCL},
+    {"ddp_find_unused_parameters", KEY_INFO, R_NCCL},
+    {"ddp_bucket_cap_mb", KEY_INFO, R_NCCL},
+    {"ddp_broadcast_buffers", KEY_INFO, R_NCCL},
+    {"ddp_static_graph", KEY_INFO, R_NCCL},
+    {"local_rank", KEY_INFO, R_NCCL},
+    {"deepspeed", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
+    {"fsdp", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
+    {"fsdp_config", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
+    {"accelerator_config", KEY_INFO, R_NCCL},
+    {"parallelism_config", KEY_INFO, R_NCCL},
+    {"master_addr", KEY_INFO, R_RAY},
+    {"master_port", KEY_INFO, R_RAY},
+    {"ray_num_workers", KEY_INFO, R_RAY},
+    {"ray_num_cpus_per_worker", KEY_INFO, R_RAY},
+    {"ray_init_kwargs", KEY_INFO, R_RAY},
+    {"ray_run_name", KEY_INFO, R_RAY},
+    {"ray_storage_path", KEY_INFO, R_RAY},
+    {"ray_storage_filesystem", KEY_INFO, R_RAY},
+    {"resources_per_worker", KEY_INFO, R_RAY},
+    {"placement_strategy", KEY_INFO, R_RAY},
+    {"dataloader_num_workers", KEY_INFO, R_LOADER},
+    {"dataloader_pin_memory", KEY_INFO, R_LOADER},
+    {"dataloader_persistent_workers", KEY_INFO, R_LOADER},
+    {"dataloader_prefetch_factor", KEY_INFO, R_LOADER},
+    {"dataloader_drop_last", KEY_INFO, R_LOADER},
+    {"dataloader_multiprocessing_context", KEY_INFO, R_LOADER},
+    {"dataloader_in_order", KEY_INFO, R_LOADER},
+    {"remove_unused_columns", KEY_INFO, R_LOADER},
+    {"label_names", KEY_INFO, R_LOADER},
+    {"length_column_name", KEY_INFO, R_LOADER},
+    {"group_by_length", KEY_INFO, "rows are packed to the same length already"},
+    {"train_sampling_strategy", KEY_INFO, "the loader shuffles the packed rows by seed every epoch"},
+    {"sortish_sampler", KEY_INFO, "the loader shuffles the packed rows by seed every epoch"},
+    {"ignore_data_skip", KEY_INFO, "resuming continues the data where the checkpoint stopped"},
+    {"restore_callback_states_from_checkpoint", KEY_INFO, "a checkpoint restores the whole training state"},
+    {"data_seed", KEY_INFO, "the data order follows seed"},
+    {"full_determinism", KEY_INFO, "runs are seeded by seed"},
+    /* logging, saving, tracking */
+    {"plot_loss", KEY_INFO, "loss_curve.svg is always written"},
+    {"logging_dir", KEY_INFO, "TensorBoard events go to output_dir/runs"},
+    {"logging_nan_inf_filter", KEY_INFO, "a step with a NaN/inf loss is skipped and counted, never averaged into a logged loss"},
+    {"log_level", KEY_INFO, "use --quiet for less output"},
+    {"log_level_replica", KEY_INFO, "use --quiet for less output"},
+    {"log_on_each_node", KEY_INFO, "rank 0 logs"},
+    {"disable_tqdm", KEY_INFO, "progress is shown only on a terminal"},
+    {"run_name", KEY_INFO, R_TRACK},
+    {"project", KEY_INFO, R_TRACK},
+    {"trackio_space_id", KEY_INFO, R_TRACK},
+    {"trackio_bucket_id", KEY_INFO, R_TRACK},
+    {"trackio_static_space_id", KEY_INFO, R_TRACK},
+    {"use_swanlab", KEY_INFO, R_TRACK},
+    {"swanlab_project", KEY_INFO, R_TRACK},
+    {"swanlab_workspace", KEY_INFO, R_TRACK},
+    {"swanlab_run_name", KEY_INFO, R_TRACK},
+    {"swanlab_mode", KEY_INFO, R_TRACK},
+    {"swanlab_api_key", KEY_INFO, R_TRACK},
+    {"swanlab_logdir", KEY_INFO, R_TRACK},
+    {"swanlab_lark_webhook_url", KEY_INFO, R_TRACK},
+    {"swanlab_lark_secret", KEY_INFO, R_TRACK},
+    {"save_only_model", KEY_INFO, "checkpoints always hold the optimizer state (small for LoRA)"},
+    {"save_safetensors", KEY_INFO, "checkpoints are always safetensors"},
+    {"save_on_each_node", KEY_INFO, "rank 0 saves"},
+    {"enable_jit_checkpoint", KEY_INFO, "checkpoints are saved every save_steps"},
+    {"hub_model_id", KEY_INFO, R_HUB},
+    {"hub_strategy", KEY_INFO, R_HUB},
+    {"hub_token", KEY_INFO, R_HUB},
+    {"hub_private_repo", KEY_INFO, R_HUB},
+    {"hub_always_push", KEY_INFO, R_HUB},
+    {"hub_revision", KEY_INFO, R_HUB},
+    {"hf_hub_token", KEY_INFO, "models are read from a local directory"},
+    {"ms_hub_token", KEY_INFO, "models are read from a local directory"},
+    {"om_hub_token", KEY_INFO, "models are read from a local directory"},
+    {"cache_dir", KEY_INFO, "models are read from a local directory"},
+    {"model_revision", KEY_INFO, "models are read from a local directory"},
+    {"trust_remote_code", KEY_INFO, "no Python code is run"},
+    {"debug", KEY_INFO, "not used"},
+    {"print_param_status", KEY_INFO, "the log lists the adapted modules and the trainable parameter count"},
+    /* evaluation */
+    {"do_eval", KEY_INFO, "evaluation runs when eval_data is given"},
+    {"eval_delay", KEY_INFO, R_EVAL},
+    {"eval_on_start", KEY_INFO, R_EVAL},
+    {"eval_accumulation_steps", KEY_INFO, R_EVAL},
+    {"eval_do_concat_batches", KEY_INFO, R_EVAL},
+    {"eval_use_gather_object", KEY_INFO, R_EVAL},
+    {"include_for_metrics", KEY_INFO, R_EVAL},
+    {"include_inputs_for_metrics", KEY_INFO, R_EVAL},
+    {"batch_eval_metrics", KEY_INFO, R_EVAL},
+    {"prediction_loss_only", KEY_INFO, R_EVAL},
+    {"per_device_eval_batch_size", KEY_INFO, "evaluation uses the training micro-batch size"},
+    {"compute_accuracy", KEY_INFO, R_EVAL},
+    {"eval_on_each_dataset", KEY_INFO, R_EVAL},
+    {"load_best_model_at_end", KEY_INFO,
+     "trainer_state.json names the best checkpoint by eval loss (best_model_checkpoint); export that one"},
+    {"metric_for_best_model", KEY_INFO, "trainer_state.json's best_metric is the lowest eval loss"},
+    {"greater_is_better", KEY_INFO, "trainer_state.json's best_metric is the lowest eval loss"},
+    {"predict_with_generate", KEY_INFO, R_GEN},
+    {"generation_max_length", KEY_INFO, R_GEN},
+    {"generation_num_beams", KEY_INFO, R_GEN},
+    {"generation_config", KEY_INFO, R_GEN},
+    {"do_sample", KEY_INFO, R_GEN},
+    {"temperature", KEY_INFO, R_GEN},
+    {"top_p", KEY_INFO, R_GEN},
+    {"top_k", KEY_INFO, R_GEN},
+    {"num_beams", KEY_INFO, R_GEN},
+    {"max_length", KEY_INFO, R_GEN},
+    {"max_new_tokens", KEY_INFO, R_GEN},
+    {"repetition_penalty", KEY_INFO, R_GEN},
+    {"length_penalty", KEY_INFO, R_GEN},
+    {"skip_special_tokens", KEY_INFO, R_GEN},
+    {"infer_backend", KEY_INFO, R_INFER},
+    {"infer_dtype", KEY_INFO, R_INFER},
+    {"offload_folder", KEY_INFO, R_INFER},
+    {"vllm_maxlen", KEY_INFO, R_INFER},
+    {"vllm_gpu_util", KEY_INFO, R_INFER},
+    {"vllm_enforce_eager", KEY_INFO, R_INFER},
+    {"vllm_max_lora_rank", KEY_INFO, R_INFER},
+    {"vllm_config", KEY_INFO, R_INFER},
+    {"sglang_maxlen", KEY_INFO, R_INFER},
+    {"sglang_mem_fraction", KEY_INFO, R_INFER},
+    {"sglang_tp_size", KEY_INFO, R_INFER},
+    {"sglang_config", KEY_INFO, R_INFER},
+    {"sglang_lora_backend", KEY_INFO, R_INFER},
+    {"task", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"task_dir", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"lang", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"n_shot", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"save_dir", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"download_mode", KEY_INFO, "a llamafactory-cli eval setting"},
+    {"export_dir", KEY_INFO, R_EXPORT},
+    {"export_size", KEY_INFO, R_EXPORT},
+    {"export_device", KEY_INFO, R_EXPORT},
+    {"export_quantization_bit", KEY_INFO, R_EXPORT},
+    {"export_quantization_dataset", KEY_INFO, R_EXPORT},
+    {"export_quantization_nsamples", KEY_INFO, R_EXPORT},
+    {"export_quantization_maxlen", KEY_INFO, R_EXPORT},
+    {"export_legacy_format", KEY_INFO, R_EXPORT},
+    {"export_hub_model_id", KEY_INFO, R_EXPORT},
+    {"enable_torch_profiler", KEY_INFO, R_PROF},
+    {"profiler_output_dir", KEY_INFO, R_PROF},
+    {"profiler_wait_steps", KEY_INFO, R_PROF},
+    {"profiler_warmup_steps", KEY_INFO, R_PROF},
+    {"profiler_active_steps", KEY_INFO, R_PROF},
+    {"profiler_repeat", KEY_INFO, R_PROF},
+    {"profiler_record_shapes", KEY_INFO, R_PROF},
+    {"profiler_profile_memory", KEY_INFO, R_PROF},
+    {"profiler_with_stack", KEY_INFO, R_PROF},
+    {"profile_modules", KEY_INFO, R_PROF},
+    /* settings of other methods, stages and modalities: harmless at their defaults */
+    {"quantization_device_map", KEY_INFO, "quantization_bit is what would quantize"},
+    {"moe_aux_loss_coef", KEY_INFO, "GLM-4-9B is a dense model"},
+    {"pissa_iter", KEY_INFO, "pissa_init is what would use it"},
+    {"pissa_convert", KEY_INFO, "pissa_init is what would use it"},
+    {"loraplus_lr_embedding", KEY_INFO, "glmtune adapts no embedding layer (loraplus_lr_ratio applies to lora_B)"},
+    {"freeze_trainable_layers", KEY_INFO, R_FT},
+    {"freeze_trainable_modules", KEY_INFO, R_FT},
+    {"freeze_extra_modules", KEY_INFO, R_FT},
+    {"module_dropout", KEY_INFO, R_FT},
+    {"oft_rank", KEY_INFO, R_FT},
+    {"oft_block_size", KEY_INFO, R_FT},
+    {"oft_target", KEY_INFO, R_FT},
+    {"pref_beta", KEY_INFO, R_PREF},
+    {"pref_ftx", KEY_INFO, R_PREF},
+    {"pref_bco_weight", KEY_INFO, R_PREF},
+    {"pref_loss", KEY_INFO, R_PREF},
+    {"dpo_label_smoothing", KEY_INFO, R_PREF},
+    {"kto_chosen_weight", KEY_INFO, R_PREF},
+    {"kto_rejected_weight", KEY_INFO, R_PREF},
+    {"simpo_gamma", KEY_INFO, R_PREF},
+    {"ppo_buffer_size", KEY_INFO, R_PREF},
+    {"ppo_epochs", KEY_INFO, R_PREF},
+    {"ppo_score_norm", KEY_INFO, R_PREF},
+    {"ppo_target", KEY_INFO, R_PREF},
+    {"ppo_whiten_rewards", KEY_INFO, R_PREF},
+    {"ref_model", KEY_INFO, R_PREF},
+    {"ref_model_adapters", KEY_INFO, R_PREF},
+    {"ref_model_quantization_bit", KEY_INFO, R_PREF},
+    {"reward_model", KEY_INFO, R_PREF},
+    {"reward_model_adapters", KEY_INFO, R_PREF},
+    {"reward_model_quantization_bit", KEY_INFO, R_PREF},
+    {"reward_model_type", KEY_INFO, R_PREF},
+    {"ld_alpha", KEY_INFO, R_PREF},
+    {"galore_target", KEY_INFO, R_OPT},
+    {"galore_rank", KEY_INFO, R_OPT},
+    {"galore_update_interval", KEY_INFO, R_OPT},
+    {"galore_scale", KEY_INFO, R_OPT},
+    {"galore_proj_type", KEY_INFO, R_OPT},
+    {"galore_layerwise", KEY_INFO, R_OPT},
+    {"apollo_target", KEY_INFO, R_OPT},
+    {"apollo_rank", KEY_INFO, R_OPT},
+    {"apollo_update_interval", KEY_INFO, R_OPT},
+    {"apollo_scale", KEY_INFO, R_OPT},
+    {"apollo_proj", KEY_INFO, R_OPT},
+    {"apollo_proj_type", KEY_INFO, R_OPT},
+    {"apollo_scale_type", KEY_INFO, R_OPT},
+    {"apollo_layerwise", KEY_INFO, R_OPT},
+    {"apollo_scale_front", KEY_INFO, R_OPT},
+    {"badam_mode", KEY_INFO, R_OPT},
+    {"badam_start_block", KEY_INFO, R_OPT},
+    {"badam_switch_mode", KEY_INFO, R_OPT},
+    {"badam_switch_interval", KEY_INFO, R_OPT},
+    {"badam_update_ratio", KEY_INFO, R_OPT},
+    {"badam_mask_mode", KEY_INFO, R_OPT},
+    {"badam_verbose", KEY_INFO, R_OPT},
+    {"hyper_parallel_args", KEY_INFO, R_BACKEND},
+    {"hyper_parallel_cp_size", KEY_INFO, R_BACKEND},
+    {"asft_alpha", KEY_INFO, R_LOSS},
+    {"eaft_alpha", KEY_INFO, R_LOSS},
+    {"mtp_loss_weight", KEY_INFO, R_LOSS},
+    {"freeze_vision_tower", KEY_INFO, R_MM},
+    {"freeze_multi_modal_projector", KEY_INFO, R_MM},
+    {"freeze_language_model", KEY_INFO, R_MM},
+    {"image_max_pixels", KEY_INFO, R_MM},
+    {"image_min_pixels", KEY_INFO, R_MM},
+    {"image_do_pan_and_scan", KEY_INFO, R_MM},
+    {"crop_to_patches", KEY_INFO, R_MM},
+    {"video_max_pixels", KEY_INFO, R_MM},
+    {"video_min_pixels", KEY_INFO, R_MM},
+    {"video_fps", KEY_INFO, R_MM},
+    {"video_maxlen", KEY_INFO, R_MM},
+    {"use_audio_in_video", KEY_INFO, R_MM},
+    {"audio_sampling_rate", KEY_INFO, R_MM},
+    {"init_special_tokens", KEY_INFO, R_VOCAB},
+    {"kt_cpu_activation", KEY_INFO, R_BACKEND},
+    {"kt_weight_path", KEY_INFO, R_BACKEND},
+    {"kt_non_expert_weight_path", KEY_INFO, R_BACKEND},
+    {"kt_expert_checkpoint_path", KEY_INFO, R_BACKEND},
+    {"kt_use_lora_experts", KEY_INFO, R_BACKEND},
+    {"kt_lora_expert_num", KEY_INFO, R_BACKEND},
+    {"kt_lora_expert_intermediate_size", KEY_INFO, R_BACKEND},
+    {"fp8_backend", KEY_INFO, "fp8 is what would use it"},
+    {"fp8_enable_fsdp_float8_all_gather", KEY_INFO, "fp8 is what would use it"},
+    {"optim_args", KEY_INFO, R_OPT},
+    /* the data side: `glmtune tokenize --config FILE.yaml` reads these from the same file */
+    {"template", KEY_TOKENIZE, NULL},
+    {"dataset_dir", KEY_TOKENIZE, NULL},
+    {"media_dir", KEY_TOKENIZE, NULL},
+    {"train_on_prompt", KEY_TOKENIZE, NULL},
+    {"mask_history", KEY_TOKENIZE, NULL},
+    {"streaming", KEY_TOKENIZE, NULL},
+    {"buffer_size", KEY_TOKENIZE, NULL},
+    {"mix_strategy", KEY_TOKENIZE, NULL},
+    {"interleave_probs", KEY_TOKENIZE, NULL},
+    {"overwrite_cache", KEY_TOKENIZE, NULL},
+    {"preprocessing_batch_size", KEY_TOKENIZE, NULL},
+    {"preprocessing_num_workers", KEY_TOKENIZE, NULL},
+    {"max_samples", KEY_TOKENIZE, NULL},
+    {"eval_num_beams", KEY_TOKENIZE, NULL},
+    {"ignore_pad_token_for_loss", KEY_TOKENIZE, NULL},
+    {"val_size", KEY_TOKENIZE, NULL},
+    {"packing_strategy", KEY_TOKENIZE, NULL},
+    {"packing_similarity_threshold", KEY_TOKENIZE, NULL},
+    {"packing_embedding_model", KEY_TOKENIZE, NULL},
+    {"tool_format", KEY_TOKENIZE, NULL},
+    {"default_system", KEY_TOKENIZE, NULL},
+    {"enable_thinking", KEY_TOKENIZE, NULL},
+    {"reasoning_effort", KEY_TOKENIZE, NULL},
+    {"preserve_thinking", KEY_TOKENIZE, NULL},
+    {"tokenized_path", KEY_TOKENIZE, NULL},
+    {"data_shared_file_system", KEY_TOKENIZE, NULL},
+    {"use_fast_tokenizer", KEY_TOKENIZE, NULL},
+    {"split_special_tokens", KEY_TOKENIZE, NULL},
+    /* features glmtune does not have: fine when off, refused when on */
+    {"use_dora", KEY_REFUSE, "glmtune trains plain LoRA (no DoRA)"},
+    {"pissa_init", KEY_REFUSE, "glmtune initialises LoRA as PEFT does (A random, B zero), not by PiSSA"},
+    {"additional_target", KEY_REFUSE, "glmtune trains only the LoRA weights (no modules_to_save)"},
+    {"create_new_adapter", KEY_REFUSE, "init_adapter continues the given adapter; a second adapter is not supported"},
+    {"adapter_folder", KEY_REFUSE, "give the adapter directory itself as adapter_name_or_path"},
+    {"use_llama_pro", KEY_REFUSE, "block expansion (LLaMA Pro) is not supported"},
+    {"use_galore", KEY_REFUSE, R_OPT},
+    {"use_apollo", KEY_REFUSE, R_OPT},
+    {"use_badam", KEY_REFUSE, R_OPT},
+    {"use_adam_mini", KEY_REFUSE, R_OPT},
+    {"use_muon", KEY_REFUSE, R_OPT},
+    {"optim_target_modules", KEY_REFUSE, R_OPT},
+    {"use_mca", KEY_REFUSE, R_BACKEND},
+    {"use_megatron_bridge", KEY_REFUSE, R_BACKEND},
+    {"use_hyper_parallel", KEY_REFUSE, R_BACKEND},
+    {"use_kt", KEY_REFUSE, R_BACKEND},
+    {"fp8", KEY_REFUSE, "glmtune computes in bf16 with fp32 accumulation"},
+    {"use_dft_loss", KEY_REFUSE, R_LOSS},
+    {"use_asft_loss", KEY_REFUSE, R_LOSS},
+    {"use_eaft_loss", KEY_REFUSE, R_LOSS},
+    {"num_mtp_layers", KEY_REFUSE, "GLM-4-9B has no multi-token-prediction layers"},
+    {"label_smoothing_factor", KEY_REFUSE, R_LOSS},
+    {"neftune_noise_alpha", KEY_REFUSE, "NEFTune (noise on the input embeddings) is not implemented"},
+    {"resize_vocab", KEY_REFUSE, R_VOCAB},
+    {"add_tokens", KEY_REFUSE, R_VOCAB},
+    {"add_special_tokens", KEY_REFUSE, R_VOCAB},
+    {"new_special_tokens_config", KEY_REFUSE, R_VOCAB},
+    {"freeze_original_embeddings", KEY_REFUSE, R_VOCAB},
+    {"rope_scaling", KEY_REFUSE, "the model's RoPE is used as it is (hint: rope_theta sets its base)"},
+    {"shift_attn", KEY_REFUSE, "shift short attention (LongLoRA) is not implemented"},
+    {"mixture_of_depths", KEY_REFUSE, "mixture-of-depths is not implemented"},
+    {"train_from_scratch", KEY_REFUSE, "glmtune fine-tunes a trained base model"},
+    {"disable_shuffling", KEY_REFUSE, "the loader always shuffles the packed rows by seed every epoch"},
+    {"early_stopping_steps", KEY_REFUSE, "training runs max_steps / num_train_epochs"},
+    {"push_to_hub", KEY_REFUSE, R_HUB},
+    {"do_predict", KEY_REFUSE, "glmtune train trains (and evaluates on eval_data); it does not predict"},
+};
+#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+/* Keys handled in key_special() (listed for "did you mean"). */
+static const char *const k_special[] = {"fp16", "stage", "do_train", "finetuning_type", "disable_gradient_checkpointing",
+                                        "lr_scheduler_kwargs", "use_cpu", "lora_target_modules", "neat_packing",
+                                        "report_to"};
+#define N_SPECIAL (sizeof k_special / sizeof k_special[0])
+
+const glm_opt_def *glm_opts_table(size_t *n) {
+    *n = N_OPTS;
+    return k_opts;
+}
+
+static const char *type_name(glm_opt_type t) {
+    switch (t) {
+    case GLM_OPT_INT: return "integer";
+    case GLM_OPT_FLOAT: return "number";
+    case GLM_OPT_STRING: return "text";
+    case GLM_OPT_BOOL: return "true|false";
+    case GLM_OPT_LIST: return "list";
+    }
+    return "?";
+}
+
+/* A known name close to `s` (edit distance at most 2, or a third of the name; or a known name
+ * that starts with s, for s of 4+ characters), else NULL: only related names are suggested.
+ * kebab: flags (--learning-rate); else snake keys, aliases and the LLaMA-Factory keys. */
+static const char *closest(const char *s, bool kebab) {
+    static char out[128];
+    const char *best = NULL;
+    size_t bd = (size_t)-1, ls = strlen(s);
+    const char *cands[N_OPTS * 2 + N_KEYS + N_SPECIAL];
+    size_t nc = 0;
+    for (size_t i = 0; i < N_OPTS; i++) {
+        cands[nc++] = kebab ? k_opts[i].name : k_opts[i].key;
+        if (!kebab && k_opts[i].alias) cands[nc++] = k_opts[i].alias;
+    }
+    for (size_t i = 0; i < N_KEYS; i++) cands[nc++] = k_keys[i].key;
+    for (size_t i = 0; i < N_SPECIAL; i++) cands[nc++] = k_special[i];
+    for (size_t i = 0; i < nc; i++) {
+        char c[128];
+        snprintf(c, sizeof c, "%s", cands[i]);
+        if (kebab)
+            for (char *q = c; *q; q++) *q = *q == '_' ? '-' : *q;
+        size_t d = glm_edit_distance(s, c);
+        if (ls >= 4 && !strncmp(c, s, ls) && d > 1) d = 1; /* s is the start of a known name */
+        if (d < bd && (d <= 2 || d * 3 <= ls)) {
+            bd = d;
+            snprintf(out, sizeof out, "%s", c);
+            best = out;
+        }
+    }
+    return best;
+}
+
+static const char *suggest_as(const char *s, bool kebab, bool flag, char *buf, size_t n);
+
+/* " did you mean 'x'?" or "" (a static buffer per call site is enough: messages are made at once). */
+static const char *suggest(const char *s, bool kebab, char *buf, size_t n) {
+    return suggest_as(s, kebab, kebab, buf, n);
+}
+
+/* flag: suggest as --name, else as 'name' (the wording every command's unknown options share). */
+static const char *suggest_as(const char *s, bool kebab, bool flag, char *buf, size_t n) {
+    return glm_args_hint(buf, n, closest(s, kebab), flag, "train");
+}
+
+static void list_free(glm_strlist *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+static glm_status list_push(glm_strlist *l, const char *s, size_t n) {
+    while (n && isspace((unsigned char)*s)) s++, n--;
+    while (n && isspace((unsigned char)s[n - 1])) n--;
+    if (!n) return GLM_OK;
+    char **nv = realloc(l->v, (l->n + 1) * sizeof(char *));
+    if (!nv) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    l->v = nv;
+    l->v[l->n] = strndup(s, n);
+    if (!l->v[l->n]) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    l->n++;
+    return GLM_OK;
+}
+
+/* true/yes/on/1, false/no/off/0 in any case: the words every command reads as booleans */
+static bool parse_bool(const char *v, bool *out) { return glm_args_parse_bool(v, out); }
+
+/* Sets table entry i from text. `where` names the source for messages. */
+static glm_status set_value(glm_train_opts *o, size_t i, const char *v, glm_opt_src src, const char *where) {
+    const glm_opt_def *d = &k_opts[i];
+    void *field = (char *)o + d->offset;
+    switch (d->type) {
+    case GLM_OPT_INT: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno)
+            return glm_err(GLM_ERR_ARG, "%s: %s wants an integer, got '%s'", where, d->name, v);
+        *(int64_t *)field = x;
+        break;
+    }
+    case GLM_OPT_FLOAT: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x))
+            return glm_err(GLM_ERR_ARG, "%s: %s wants a number, got '%s'", where, d->name, v);
+        *(double *)field = x;
+        break;
+    }
+    case GLM_OPT_BOOL:
+        if (!parse_bool(v, (bool *)field))
+            return glm_err(GLM_ERR_ARG, "%s: %s wants true or false, got '%s'", where, d->name, v);
+        break;
+    case GLM_OPT_STRING: {
+        glm_ckpt_mode cm; /* gradient checkpointing: stored as its mode name (true -> full, false -> none) */
+        if (!strcmp(d->name, "gradient-checkpointing") && glm_ckpt_parse_quiet(v) && glm_ckpt_parse(v, &cm) == GLM_OK)
+            v = glm_ckpt_name(cm);
+        char *s = strdup(v);
+        if (!s) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        free(*(char **)field);
+        *(char **)field = s;
+        break;
+    }
+    case GLM_OPT_LIST: {
+        glm_strlist *l = field, nl = {0};
+        for (const char *p = v;;) {
+            const char *c = strchr(p, ',');
+            size_t n = c ? (size_t)(c - p) : strlen(p);
+            glm_status st = list_push(&nl, p, n);
+            if (st != GLM_OK) {
+                list_free(&nl);
+                return st;
+            }
+            if (!c) break;
+            p = c + 1;
+        }
+        if (!nl.n) return glm_err(GLM_ERR_ARG, "%s: %s is empty", where, d->name);
+        list_free(l);
+        *l = nl;
+        break;
+    }
+    }
+    o->src[i] = (unsigned char)src;
+    return GLM_OK;
+}
+
+static long find_opt(const char *name) {
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (strcmp(name, k_opts[i].name) == 0 || strcmp(name, k_opts[i].key) == 0 ||
+            (k_opts[i].alias && strcmp(name, k_opts[i].alias) == 0))
+            return (long)i;
+    if (strcmp(name, "lora_target_modules") == 0) return find_opt("lora_target");
+    return -1;
+}
+
+glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, glm_opt_src src) {
+    long i = find_opt(name);
+    char hint[200];
+    if (i < 0) return glm_err(GLM_ERR_ARG, "unknown option '%s'%s", name, suggest(name, strchr(name, '_') == NULL, hint, sizeof hint));
+    return set_value(o, (size_t)i, value, src, "option");
+}
+
+void glm_opts_free(glm_train_opts *o) {
+    free(o->stage);
+    o->stage = NULL;
+    for (size_t i = 0; i < N_OPTS; i++) {
+        void *field = (char *)o + k_opts[i].offset;
+        if (k_opts[i].type == GLM_OPT_STRING) {
+            free(*(char **)field);
+            *(char **)field = NULL;
+        } else if (k_opts[i].type == GLM_OPT_LIST) {
+            list_free(field);
+        }
+    }
+}
+
+glm_status glm_opts_defaults(glm_train_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->lora_alpha = NAN;
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (k_opts[i].def) GLM_TRY(set_value(o, i, k_opts[i].def, GLM_SRC_DEFAULT, "default"));
+    return GLM_OK;
+}
+
+/* ------------------------------------------------------------------ keys of any source */
+
+/* A YAML / command-line null: the setting keeps its default. */
+static bool is_null(const char *v) {
+    return !*v || !strcmp(v, "null") || !strcmp(v, "~") || !strcmp(v, "None");
+}
+
+/* "Off" for a feature switch: false, 0, null, none, an empty list. */
+static bool is_off(const char *v) {
+    bool b;
+    char *end;
+    if (is_null(v) || !strcasecmp(v, "none") || !strcmp(v, "[]") || !strcmp(v, "{}")) return true;
+    if (parse_bool(v, &b)) return !b;
+    double x = strtod(v, &end);
+    return !*end && x == 0;
+}
+
+/* lr_scheduler_kwargs: a JSON object (a YAML mapping is turned into one; on the command line, a
+ * JSON string as transformers takes it) of min_lr / min_lr_rate, for the cosine schedules. */
+static glm_status sched_kwargs(glm_train_opts *o, const char *text, glm_opt_src src, const char *where) {
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    glm_status st = GLM_OK;
+    if (!json_is_object(j)) {
+        st = glm_err(GLM_ERR_ARG, "%s: lr_scheduler_kwargs must be a mapping such as {\"min_lr_rate\": 0.1}, got '%s'",
+                     where, text);
+    } else {
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            if (strcmp(k, "min_lr") && strcmp(k, "min_lr_rate")) {
+                st = glm_err(GLM_ERR_UNSUPPORTED, "%s: lr_scheduler_kwargs: %s is not supported; glmtune takes min_lr "
+                             "or min_lr_rate (the floor of the cosine schedules)", where, k);
+                break;
+            }
+            if (!json_is_number(v)) {
+                st = glm_err(GLM_ERR_ARG, "%s: lr_scheduler_kwargs: %s must be a number", where, k);
+                break;
+            }
+            char num[40];
+            snprintf(num, sizeof num, "%.17g", json_number_value(v));
+            long i = find_opt(k);
+            if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CLI) continue; /* the command line wins */
+            if ((st = set_value(o, (size_t)i, num, src, where)) != GLM_OK) break;
+        }
+    }
+    json_decref(j);
+    return st;
+}
+
+/* Keys with their own rule. *handled = false for any other key. */
+static glm_status key_special(glm_train_opts *o, const char *key, const char *val, glm_opt_src src, const char *where,
+                              bool *handled) {
+    *handled = true;
+    bool b;
+    if (!strcmp(key, "fp16")) {
+        if (is_off(val)) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
+                       "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)", where, val);
+    }
+    if (!strcmp(key, "stage")) {
+        GLM_TRY(glm_stage_check(val, where));
+        if (src == GLM_SRC_CONFIG && o->stage) return GLM_OK; /* the command line's wins */
+        free(o->stage);
+        o->stage = strdup(val);
+        return o->stage ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    if (!strcmp(key, "neat_packing")) { /* LLaMA-Factory: packing without attention across documents */
+        if (!parse_bool(val, &b) && !is_null(val))
+            return glm_err(GLM_ERR_ARG, "%s: neat_packing wants true or false, got '%s'", where, val);
+        if (is_null(val) || !b) return GLM_OK;
+        o->neat_packing = true;
+        long pi = find_opt("packing");
+        if (!(src == GLM_SRC_CONFIG && o->src[pi] == GLM_SRC_CLI)) GLM_TRY(set_value(o, (size_t)pi, "true", src, where));
+        glm_log_info("%s: neat_packing: true: packed rows whose documents never attend to each other, which is how "
+                     "glmtune always packs", where);
+        return GLM_OK;
+    }
+    if (!strcmp(key, "report_to")) {
+        static const char *const ok[] = {"none", "tensorboard", "null", "None", "[]", ""};
+        char list[256];
+        snprintf(list, sizeof list, "%s", val);
+        for (char *tok = strtok(list, ", []"); tok; tok = strtok(NULL, ", []")) {
+            bool fine = false;
+            for (size_t k = 0; k < sizeof ok / sizeof *ok; k++) fine |= !strcmp(tok, ok[k]);
+            if (!fine) {
+                glm_log_warn("%s: report_to: %s is not supported: glmtune sends nothing to %s; it writes metrics.jsonl, "
+                             "TensorBoard events (output_dir/runs) and loss_curve.svg", where, tok, tok);
+                return GLM_OK;
+            }
+        }
+        glm_log_info("%s: report_to: %s: %s", where, val, R_TRACK);
+        return GLM_OK;
+    }
+    if (!strcmp(key, "do_train")) {
+        if (parse_bool(val, &b) && b) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: do_train: %s: `glmtune train` always trains", where, val);
+    }
+    if (!strcmp(key, "finetuning_type")) {
+        if (!strcmp(val, "lora")) return GLM_OK;
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: finetuning_type: %s is not supported; glmtune trains LoRA adapters only",
+                       where, val);
+    }
+    if (!strcmp(key, "disable_gradient_checkpointing")) { /* LLaMA-Factory's switch */
+        if (!parse_bool(val, &b) && !is_null(val))
+            return glm_err(GLM_ERR_ARG, "%s: disable_gradient_checkpointing wants true or false, got '%s'", where, val);
+        if (is_null(val) || !b) return GLM_OK;
+        long gi = find_opt("gradient-checkpointing");
+        if (src == GLM_SRC_CONFIG && o->src[gi] == GLM_SRC_CLI) return GLM_OK; /* the command line wins */
+        if (o->src[gi] == src)
+            return glm_err(GLM_ERR_ARG, "%s: disable_gradient_checkpointing and gradient_checkpointing are both set; "
+                           "hint: keep one", where);
+        GLM_TRY(glm_opts_set(o, "gradient-checkpointing", "false", src));
+        glm_log_info("%s: disable_gradient_checkpointing: true: gradient checkpointing is off", where);
+        return GLM_OK;
+    }
+    if (!strcmp(key, "lr_scheduler_kwargs")) {
+        if (is_null(val)) return GLM_OK;
+        return sched_kwargs(o, val, src, where);
+    }
+    if (!strcmp(key, "use_cpu")) { /* transformers' switch: the CPU backend */
+        if (!parse_bool(val, &b) && !is_null(val))
+            return glm_err(GLM_ERR_ARG, "%s: use_cpu wants true or false, got '%s'", where, val);
+        long di = find_opt("device");
+        if (is_null(val) || !b || (src == GLM_SRC_CONFIG && o->src[di] == GLM_SRC_CLI)) return GLM_OK;
+        return set_value(o, (size_t)di, "cpu", src, where);
+    }
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (strcmp(key, k_keys[i].key)) continue;
+        switch (k_keys[i].kind) {
+        case KEY_INFO:
+            glm_log_info("%s: %s is not needed: %s", where, key, k_keys[i].why);
+            return GLM_OK;
+        case KEY_TOKENIZE:
+            glm_log_info("%s: %s is a tokenize-time key: `glmtune tokenize --config FILE.yaml` reads it from the same "
+                         "YAML (train reads the shards tokenize wrote)", where, key);
+            return GLM_OK;
+        case KEY_REFUSE:
+            if (is_off(val)) {
+                glm_log_info("%s: %s: %s: nothing to do (%s)", where, key, val, k_keys[i].why);
+                return GLM_OK;
+            }
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s: %s: %s is not supported: %s; hint: remove %s", where, key, val,
+                           k_keys[i].why, key);
+        }
+    }
+    *handled = false;
+    return GLM_OK;
+}
+
+/* Sets table option i from a YAML key or a command-line flag. From YAML (src CONFIG), an option
+ * already given on the command line is kept and one given twice in the file is an error. A null
+ * keeps the default. resume_from_checkpoint: true -> "latest", false -> none, else a path.
+ * warmup_steps below 1 is a ratio of the run's steps (transformers 5). */
+static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const char *val, glm_opt_src src,
+                             const char *where) {
+    const glm_opt_def *d = &k_opts[i];
+    if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CLI) return GLM_OK; /* the command line wins */
+    if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CONFIG)
+        return glm_err(GLM_ERR_ARG, "%s: %s is set twice in the config (keys %s / %s)", where, d->key, d->key,
+                       d->alias ? d->alias : key);
+    if (src == GLM_SRC_CLI && !*val) /* "--max-steps=" or "--max-steps ''": a value was meant */
+        return glm_err(GLM_ERR_ARG, "%s: the value is empty; hint: give a value (--%s VALUE) or leave "
+                       "the option out for its default", where, d->name);
+    bool b;
+    if (d->type == GLM_OPT_STRING && d->optional_value && (parse_bool(val, &b) || is_null(val))) {
+        char *v = parse_bool(val, &b) && b ? strdup("latest") : NULL;
+        free(*(char **)((char *)o + d->offset));
+        *(char **)((char *)o + d->offset) = v;
+        o->src[i] = (unsigned char)src;
+        return GLM_OK;
+    }
+    if (is_null(val) && d->type != GLM_OPT_LIST) { /* explicit null: the default stays */
+        o->src[i] = (unsigned char)src;
+        return GLM_OK;
+    }
+    if (!strcmp(d->key, "logging_steps") || !strcmp(d->key, "save_steps") || !strcmp(d->key, "eval_steps")) {
+        char *end;
+        double x = strtod(val, &end);
+        double *ratio = d->key[0] == 'l' ? &o->logging_ratio : d->key[0] == 's' ? &o->save_ratio : &o->eval_ratio;
+        *ratio = 0;
+        if (!*end && x > 0 && x < 1) { /* transformers: below 1, a ratio of the total training steps */
+            *ratio = x;
+            GLM_TRY(set_value(o, i, "0", src, where));
+            glm_log_info("%s: %s %s is below 1: a ratio of the training steps (ceil(%s x steps)), as transformers "
+                         "reads it", where, d->key, val, val);
+            return GLM_OK;
+        }
+    }
+    if (!strcmp(d->key, "warmup_steps")) {
+        char *end;
+        double x = strtod(val, &end);
+        if (!*end && x > 0 && x < 1) { /* transformers 5: warmup_steps < 1 is a ratio of the total steps */
+            long ri = find_opt("warmup_ratio");
+            if (o->src[ri] == src && o->warmup_ratio > 0)
+                return glm_err(GLM_ERR_ARG, "%s: warmup_steps %s (a ratio, being below 1) and warmup_ratio are both "
+                               "set; hint: keep one", where, val);
+            GLM_TRY(set_value(o, (size_t)ri, val, src, where));
+            GLM_TRY(set_value(o, i, "0", src, where));
+            glm_log_info("%s: warmup_steps %s is below 1: read as a ratio of the training steps (warmup_ratio %s), as "
+                         "transformers 5 does", where, val, val);
+            return GLM_OK;
+        }
+    }
+    GLM_TRY(set_value(o, i, val, src, where));
+    if (!strcmp(key, "cutoff_len"))
+        glm_log_info("%s: cutoff_len is used as seq_len: the shards' row length must equal it", where);
+    return GLM_OK;
+}
+
+/* One key from either source: a table option (kebab, snake or alias), a key with its own rule,
+ * or a LLaMA-Factory / transformers key answered in one line. Unknown keys are errors with a
+ * close suggestion. */
+static glm_status apply_key(glm_train_opts *o, const char *key, const char *val, glm_opt_src src, const char *where,
+                            bool kebab) {
+    long i = find_opt(key);
+    if (i >= 0) return set_option(o, (size_t)i, key, val, src, where);
+    bool handled;
+    GLM_TRY(key_special(o, key, val, src, where, &handled));
+    if (handled) return GLM_OK;
+    char hint[200];
+    if (src == GLM_SRC_CLI)
+        return glm_err(GLM_ERR_ARG, "unknown option %s%s", where, suggest_as(where + 2, kebab, true, hint, sizeof hint));
+    return glm_err(GLM_ERR_ARG, "%s: unknown key '%s'%s", where, key, suggest(key, kebab, hint, sizeof hint));
+}
+
+/* ------------------------------------------------------------------ YAML */
+
+/* A YAML mapping value (lr_scheduler_kwargs) as JSON text: numbers stay numbers. */
+static char *mapping_json(yaml_document_t *doc, yaml_node_t *m) {
+    json_t *o = json_object();
+    for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; o && pr < m->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(doc, pr->key), *v = yaml_document_get_node(doc, pr->value);
+        if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE) {
+            json_decref(o);
+            return NULL;
+        }
+        const char *vs = (const char *)v->data.scalar.value;
+        char *end;
+        double x = strtod(vs, &end);
+        json_object_set_new(o, (const char *)k->data.scalar.value, *vs && !*end ? json_real(x) : json_string(vs));
+    }
+    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return t;
+}
+
+glm_status glm_stage_check(const char *stage, const char *where) {
+    static const struct {
+        const char *stage, *what;
+    } refused[] = {
+        {"rm", "reward-model training (a value head scored on chosen/rejected pairs)"},
+        {"ppo", "PPO reinforcement learning (a reward model, rollouts and a value head)"},
+        {"dpo", "DPO preference optimisation (chosen/rejected pairs and a reference model)"},
+        {"kto", "KTO preference optimisation (desirable/undesirable labels and a reference model)"},
+    };
+    if (!strcmp(stage, "sft") || !strcmp(stage, "pt")) return GLM_OK;
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (!strcmp(stage, refused[i].stage))
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is refused: it is %s, and glmtune trains LoRA with the "
+                           "causal language-model loss only; hint: use stage: sft (chat data) or stage: pt (plain text), "
+                           "or LLaMA-Factory for %s", where, stage, refused[i].what, stage);
+    return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is not a LLaMA-Factory stage glmtune knows; hint: use sft (chat "
+                   "data) or pt (plain text)", where, stage);
+}
+
+bool glm_opts_known_key(const char *key) {
+    if (find_opt(key) >= 0) return true;
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(key, k_keys[i].key)) return true;
+    for (size_t i = 0; i < N_SPECIAL; i++)
+        if (!strcmp(key, k_special[i])) return true;
+    return false;
+}
+
+glm_status glm_yaml_config_each(const char *path, bool one_document, glm_yaml_key_fn fn, void *ctx) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return glm_err(GLM_ERR_IO, "%s: cannot open the config: %s; hint: check the path", path, strerror(errno));
+    yaml_parser_t p;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&p)) {
+        fclose(f);
+        return glm_err(GLM_ERR_NOMEM, "out of memory (YAML parser)");
+    }
+    yaml_parser_set_input_file(&p, f);
+    glm_status st = GLM_OK;
+    if (!yaml_parser_load(&p, &doc)) {
+        st = glm_err(GLM_ERR_FORMAT, "%s:%zu:%zu: bad YAML: %s", path, p.problem_mark.line + 1,
+                     p.problem_mark.column + 1, p.problem ? p.problem : "parse error");
+        yaml_parser_delete(&p);
+        fclose(f);
+        return st;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc); /* NULL: an empty file sets nothing */
+    if (root && root->type != YAML_MAPPING_NODE)
+        st = glm_err(GLM_ERR_FORMAT, "%s: the config must be a mapping of key: value lines", path);
+    for (yaml_node_pair_t *pr = root && st == GLM_OK ? root->data.mapping.pairs.start : NULL;
+         pr && st == GLM_OK && pr < root->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
+        int line = (int)k->start_mark.line + 1;
+        if (k->type != YAML_SCALAR_NODE) {
+            st = glm_err(GLM_ERR_FORMAT, "%s:%d: keys must be plain names", path, line);
+            break;
+        }
+        const char *key = (const char *)k->data.scalar.value;
+        char *val = NULL;
+        bool mapping = false;
+        if (v->type == YAML_SCALAR_NODE) {
+            val = strdup((const char *)v->data.scalar.value);
+        } else if (v->type == YAML_SEQUENCE_NODE) { /* a list (dataset: [a, b]): joined with commas */
+            size_t cap = 1;
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                yaml_node_t *e = yaml_document_get_node(&doc, *it);
+                if (e->type != YAML_SCALAR_NODE) {
+                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: list items must be plain values", path, line, key);
+                    break;
+                }
+                cap += e->data.scalar.length + 1;
+            }
+            if (st != GLM_OK) break;
+            val = calloc(cap, 1);
+            for (yaml_node_item_t *it = v->data.sequence.items.start; val && it < v->data.sequence.items.top; it++) {
+                if (*val) strcat(val, ",");
+                strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
+            }
+            if (!val) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        } else {
+            mapping = true;
+            val = mapping_json(&doc, v); /* NULL when it is not a mapping of plain values */
+        }
+        if (st == GLM_OK && !val && !mapping) st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        if (st == GLM_OK) st = fn(ctx, path, line, key, val, mapping);
+        free(val);
+    }
+    if (st == GLM_OK && one_document) { /* a second document ("---") would be ignored silently */
+        yaml_document_t doc2;
+        if (yaml_parser_load(&p, &doc2)) {
+            if (yaml_document_get_root_node(&doc2))
+                st = glm_err(GLM_ERR_ARG, "%s:%zu: a second YAML document (after \"---\"): glmtune reads one; hint: "
+                             "put every setting in one document", path, p.mark.line);
+            yaml_document_delete(&doc2);
+        }
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&p);
+    fclose(f);
+    return st;
+}
+
+/* One key of a training config: scalars and lists as the command line takes them; a mapping is
+ * lr_scheduler_kwargs (numbers by name), or the value of a key glmtune does not use (deepspeed,
+ * fsdp_config, ...: answered like any other key); for an option it is an error. */
+static glm_status yaml_train_key(void *ctx, const char *path, int line, const char *key, const char *val, bool mapping) {
+    glm_train_opts *o = ctx;
+    if (mapping && !strcmp(key, "lr_scheduler_kwargs") && !val)
+        return glm_err(GLM_ERR_FORMAT, "%s:%d: lr_scheduler_kwargs: a mapping of names to numbers, such as "
+                       "{min_lr_rate: 0.1}", path, line);
+    if (mapping && strcmp(key, "lr_scheduler_kwargs")) {
+        if (find_opt(key) >= 0)
+            return glm_err(GLM_ERR_FORMAT, "%s:%d: %s: a nested mapping is not a valid value", path, line, key);
+        val = "{}";
+    }
+    char where[300];
+    snprintf(where, sizeof where, "%s:%d", path, line);
+    return apply_key(o, key, val, GLM_SRC_CONFIG, where, false);
+}
+
+glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
+    return glm_yaml_config_each(path, true, yaml_train_key, o);
+}
+
+/* ------------------------------------------------------------------ command line */
+
+/* The command line goes through the option engine (common/args.h), which reads the spellings
+ * (--name value, --name=value, snake_case names, bare and negated bools, a bare
+ * --resume-from-checkpoint / --gradient-checkpointing) with a table made from k_opts; every
+ * value reaches set_option as text, as a YAML value does. */
+typedef struct {
+    glm_train_opts *o;
+    const glm_arg_opt *tab; /* N_OPTS entries for k_opts, then --no-gradient-checkpointing */
+} cli_ctx;
+
+static glm_status cli_option(const glm_arg_opt *a, const char *flag, const char *value, void *user) {
+    cli_ctx *c = user;
+    size_t i = (size_t)(a - c->tab);
+    if (i == N_OPTS) return glm_opts_set(c->o, "gradient-checkpointing", "none", GLM_SRC_CLI); /* the bool flag it was */
+    if (!strcmp(k_opts[i].name, "config")) return GLM_OK; /* read before the other options */
+    return set_option(c->o, i, flag + 2, value, GLM_SRC_CLI, flag);
+}
+
+/* A name outside the table: a LLaMA-Factory / transformers key, as --key value, --key=value, or
+ * a bare --key (true); answered by apply_key (used, not needed, refused, or unknown with a
+ * suggestion). */
+static glm_status cli_key(const char *flag, const char *value, int argc, char **argv, int *i, void *user) {
+    cli_ctx *c = user;
+    const char *name = flag + 2;
+    char key[128];
+    snprintf(key, sizeof key, "%s", name);
+    for (char *q = key; *q; q++) *q = *q == '-' ? '_' : *q;
+    const char *val = value ? value : (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) ? argv[++*i] : "true";
+    return apply_key(c->o, key, val, GLM_SRC_CLI, flag, strchr(name, '_') == NULL);
+}
+
+/* The engine's table for k_opts: kebab name (the snake key matches it: the engine takes '_' for
+ * '-'), the YAML alias, bool or value, and the value a bare option stands for. */
+static void cli_table(glm_arg_opt *tab, cli_ctx *c) {
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const glm_opt_def *d = &k_opts[i];
+        tab[i] = (glm_arg_opt){.name = d->name, .alias = d->alias, .type = d->type == GLM_OPT_BOOL ? GLM_ARG_BOOL : GLM_ARG_STRING,
+                               .metavar = type_name(d->type), .help = d->help, .hook = cli_option};
+        if (!strcmp(d->name, "lora-target")) tab[i].alias = "lora_target_modules"; /* PEFT's name */
+        if (d->optional_value) tab[i].bare = "latest";
+        if (!strcmp(d->name, "gradient-checkpointing")) tab[i].bare = "full"; /* transformers' bare flag */
+    }
+    tab[N_OPTS] = (glm_arg_opt){.name = "no-gradient-checkpointing", .type = GLM_ARG_FLAG, .hook = cli_option,
+                                .hidden = true};
+    c->tab = tab;
+}
+
+/* LLaMA-Factory's / transformers' defaults for the options a YAML leaves out (source
+ * GLM_SRC_LF). Values: transformers' TrainingArguments (training_args.py, 4.4x-4.5x: learning_rate
+ * 5e-5, per_device_train_batch_size 8, logging_steps 500, save_steps 500, eval_strategy "no",
+ * eval_steps None -> logging_steps, lr_scheduler_type linear, ...), LLaMA-Factory's
+ * FinetuningArguments (lora_rank 8, lora_alpha None -> 2 x rank, lora_dropout 0, lora_target all)
+ * and its parser's packing = (stage == "pt"). */
+static glm_status lf_defaults(glm_train_opts *o) {
+    static const struct {
+        const char *key, *val;
+    } d[] = {
+        {"learning_rate", "5e-5"}, {"per_device_train_batch_size", "8"}, {"gradient_accumulation_steps", "1"},
+        {"logging_steps", "500"}, {"save_steps", "500"}, {"save_total_limit", "0"}, {"logging_first_step", "false"},
+        {"eval_strategy", "no"}, {"save_strategy", "steps"}, {"logging_strategy", "steps"},
+        {"lr_scheduler_type", "linear"}, {"warmup_steps", "0"}, {"warmup_ratio", "0"}, {"weight_decay", "0"},
+        {"adam_beta1", "0.9"}, {"adam_beta2", "0.999"}, {"adam_epsilon", "1e-8"}, {"max_grad_norm", "1.0"},
+        {"num_train_epochs", "3.0"}, {"max_steps", "-1"}, {"seed", "42"}, {"optim", "adamw_torch"},
+        {"lora_rank", "8"}, {"lora_dropout", "0"}, {"lora_target", "all"},
+    };
+    for (size_t k = 0; k < sizeof d / sizeof *d; k++) {
+        long i = find_opt(d[k].key);
+        if (o->src[i] == GLM_SRC_DEFAULT) GLM_TRY(set_value(o, (size_t)i, d[k].val, GLM_SRC_LF, "default"));
+    }
+    long pi = find_opt("packing");
+    if (o->src[pi] == GLM_SRC_DEFAULT)
+        GLM_TRY(set_value(o, (size_t)pi, o->stage && !strcmp(o->stage, "pt") ? "true" : "false", GLM_SRC_LF, "default"));
+    long ei = find_opt("eval_steps"), li = find_opt("logging_steps");
+    if (o->src[ei] == GLM_SRC_DEFAULT) { /* transformers: eval_steps defaults to logging_steps */
+        o->eval_steps = o->logging_steps;
+        o->eval_ratio = o->logging_ratio;
+        o->src[ei] = GLM_SRC_LF;
+    }
+    (void)li;
+    return GLM_OK;
+}
+
+glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
+    GLM_TRY(glm_opts_defaults(o));
+    /* first --config, so that the command line overrides it */
+    const char *config = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) return glm_err(GLM_ERR_ARG, "--config needs a file name");
+            config = argv[i + 1];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            config = argv[i] + 9;
+        }
+    }
+    if (config) {
+        GLM_TRY(glm_opts_load_yaml(o, config));
+        long ci = find_opt("config");
+        GLM_TRY(set_value(o, (size_t)ci, config, GLM_SRC_CLI, "--config"));
+    }
+    glm_arg_opt tab[N_OPTS + 1];
+    cli_ctx ctx = {o, NULL};
+    cli_table(tab, &ctx);
+    const glm_arg_cmd cmd = {.name = "train", .opts = tab, .n_opts = N_OPTS + 1, .unknown = cli_key, .user = &ctx,
+                             .help_continues = true};
+    GLM_TRY(glm_args_parse(&cmd, argc, argv, &o->help));
+    if (config) GLM_TRY(lf_defaults(o));
+    long pi = find_opt("packing");
+    if (o->packing && o->src[pi] != GLM_SRC_DEFAULT && !o->neat_packing)
+        glm_log_info("packing: true: rows packed with several samples; glmtune never lets a sample attend to another "
+                     "(LLaMA-Factory's packing without neat_packing does)");
+    return GLM_OK;
+}
+
+/* ------------------------------------------------------------------ validate, print, JSON */
+
+glm_status glm_opts_validate(glm_train_opts *o) {
+    /* paths name what they name: "runs/a/" is the directory runs/a (checkpoints, resume checks) */
+    char **paths[] = {&o->model, &o->data, &o->output_dir, &o->eval_data, &o->init_adapter, &o->resume_from_checkpoint};
+    static const char *const names[] = {"model", "data", "output-dir", "eval-data", "init-adapter", "resume-from-checkpoint"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        if (*paths[i] && !**paths[i]) return glm_err(GLM_ERR_ARG, "--%s is empty; hint: give a path", names[i]);
+        glm_path_strip_slash(*paths[i]);
+    }
+    if (!o->model) return glm_err(GLM_ERR_ARG, "--model is required (the base checkpoint directory)");
+    if (o->seq_len < 0 || o->seq_len > ((int64_t)1 << 30)) /* before the --data check, whose hint names --seq-len */
+        return glm_err(GLM_ERR_ARG, "--seq-len must be in 0..1073741824 (2^30; 0: from the shards; got %lld)",
+                       (long long)o->seq_len);
+    if (!o->data && !(o->dry_run && o->seq_len > 0))
+        return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)%s",
+                       o->dry_run ? "; hint: or --seq-len T for a dry run without shards" : "");
+    if (!o->output_dir && !o->dry_run) return glm_err(GLM_ERR_ARG, "--output-dir is required");
+#define NEED(cond, ...) \
+    if (!(cond)) return glm_err(GLM_ERR_ARG, __VA_ARGS__)
+    NEED(o->per_device_train_batch_size >= 1, "--per-device-train-batch-size must be >= 1 (got %lld)",
+         (long long)o->per_device_train_batch_size);
+    NEED(o->seed >= 0, "--seed: expected a non-negative integer, got %lld (glmtune tokenize refuses it too); hint: "
+         "--seed 42", (long long)o->seed);
+    NEED(o->gradient_accumulation_steps >= 1, "--gradient-accumulation-steps must be >= 1 (got %lld)",
+         (long long)o->gradient_accumulation_steps);
+    NEED(o->learning_rate > 0, "--learning-rate must be > 0 (got %g)", o->learning_rate);
+    static const char *scheds[] = {"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_min_lr"};
+    bool ok = false;
+    for (int i = 0; i < 5; i++) ok |= strcmp(o->lr_scheduler_type, scheds[i]) == 0;
+    NEED(ok, "--lr-scheduler-type '%s' is not known; hint: constant, constant_with_warmup, linear, cosine, "
+             "cosine_with_min_lr", o->lr_scheduler_type);
+    NEED(o->warmup_steps >= 0, "--warmup-steps must be >= 0");
+    NEED(o->warmup_ratio >= 0 && o->warmup_ratio <= 1, "--warmup-ratio must be in [0, 1] (got %g)", o->warmup_ratio);
+    NEED(o->min_lr >= 0 && (o->min_lr == 0 || o->min_lr < o->learning_rate),
+         "--min-lr must be >= 0 and below --learning-rate (got %g)", o->min_lr);
+    NEED(o->min_lr_rate >= 0 && o->min_lr_rate < 1, "--min-lr-rate must be in [0, 1) (got %g)", o->min_lr_rate);
+    NEED(!(o->min_lr > 0 && o->min_lr_rate > 0),
+         "min_lr (%g) and min_lr_rate (%g) are both set; hint: give one (transformers' cosine_with_min_lr takes one)",
+         o->min_lr, o->min_lr_rate);
+    if ((o->min_lr > 0 || o->min_lr_rate > 0) && strncmp(o->lr_scheduler_type, "cosine", 6))
+        glm_log_warn("min_lr / min_lr_rate set the floor of the cosine schedules; lr_scheduler_type %s does not use "
+                     "them", o->lr_scheduler_type);
+    static const char *optims[] = {"adamw_torch", "adamw_torch_fused", "adamw_hf"};
+    bool optim_ok = false;
+    for (int i = 0; i < 3; i++) optim_ok |= strcmp(o->optim, optims[i]) == 0;
+    if (!optim_ok)
+        return glm_err(GLM_ERR_UNSUPPORTED, "optim '%s' is not supported: glmtune runs AdamW with torch.optim.AdamW's "
+                       "update (adamw_torch, adamw_torch_fused and adamw_hf all mean that here); hint: optim: "
+                       "adamw_torch", o->optim);
+    NEED(o->loraplus_lr_ratio >= 0, "--loraplus-lr-ratio must be >= 0 (got %g; 0 turns LoRA+ off)", o->loraplus_lr_ratio);
+    NEED(o->weight_decay >= 0, "--weight-decay must be >= 0");
+    NEED(o->adam_beta1 >= 0 && o->adam_beta1 < 1, "--adam-beta1 must be in [0, 1)");
+    NEED(o->adam_beta2 >= 0 && o->adam_beta2 < 1, "--adam-beta2 must be in [0, 1)");
+    NEED(o->adam_epsilon > 0, "--adam-epsilon must be > 0");
+    NEED(o->max_grad_norm >= 0, "--max-grad-norm must be >= 0 (0 disables clipping)");
+    if (o->max_steps == 0) o->max_steps = -1; /* as transformers: max_steps <= 0 trains by epochs */
+    NEED(o->max_steps > 0 || (o->max_steps == -1 && o->num_train_epochs > 0),
+         "set --max-steps > 0 or --num-train-epochs > 0 (max-steps %lld, epochs %g)", (long long)o->max_steps,
+         o->num_train_epochs);
+    NEED(o->save_steps >= 1 || o->save_ratio > 0, "--save-steps must be >= 1 (or a ratio of the steps in (0, 1))");
+    NEED(o->save_total_limit >= 0, "--save-total-limit must be >= 0 (0 keeps all)");
+    NEED(o->logging_steps >= 1 || o->logging_ratio > 0, "--logging-steps must be >= 1 (or a ratio of the steps in (0, 1))");
+    NEED(o->eval_steps >= 0, "--eval-steps must be >= 0");
+    {
+        char *const strat[3] = {o->save_strategy, o->eval_strategy, o->logging_strategy};
+        static const char *const sname[3] = {"save-strategy", "eval-strategy", "logging-strategy"};
+        for (int k = 0; k < 3; k++)
+            NEED(strat[k] && (!strcmp(strat[k], "steps") || !strcmp(strat[k], "epoch") || !strcmp(strat[k], "no")),
+                 "--%s '%s' is not known; hint: steps, epoch or no (transformers' IntervalStrategy%s)", sname[k],
+                 strat[k] ? strat[k] : "", k == 0 ? "; \"best\" is not supported" : "");
+    }
+    NEED(o->lora_rank >= 1 && o->lora_rank <= 4096, "--lora-rank must be in 1..4096 (got %lld)", (long long)o->lora_rank);
+    if (isnan(o->lora_alpha)) o->lora_alpha = 2.0 * (double)o->lora_rank;
+    NEED(o->lora_alpha > 0, "--lora-alpha must be > 0");
+    NEED(o->lora_dropout >= 0 && o->lora_dropout < 1, "--lora-dropout must be in [0, 1)");
+    NEED(strcmp(o->device, "auto") == 0 || strcmp(o->device, "cpu") == 0 || strcmp(o->device, "cuda") == 0,
+         "--device '%s' is not known; hint: auto, cpu or cuda", o->device);
+    NEED(o->max_nonfinite >= 1, "--max-nonfinite must be >= 1");
+    NEED(o->rope_theta >= 0, "--rope-theta must be >= 0 (0: from config.json)");
+    NEED(o->quantization_bit == 0 || o->quantization_bit == 4,
+         "--quantization-bit %lld: glmtune quantizes the frozen base to 4 bits (QLoRA) or not at all (0); 8-bit is not "
+         "offered (hint: 4, or 0 for the bf16 base)", (long long)o->quantization_bit);
+    NEED(!strcmp(o->quantization_type, "nf4") || !strcmp(o->quantization_type, "fp4"),
+         "--quantization-type %s: expected nf4 or fp4", o->quantization_type);
+    NEED(!strcmp(o->quantization_method, "bnb") || !strcmp(o->quantization_method, "bitsandbytes"),
+         "--quantization-method %s: glmtune quantizes in bitsandbytes' 4-bit format only (bnb); GPTQ, AWQ, HQQ and EETQ "
+         "checkpoints are not read (hint: quantization_method: bnb with the bf16 checkpoint)", o->quantization_method);
+    {
+        glm_ckpt_mode cm;
+        GLM_TRY(glm_ckpt_parse(o->gradient_checkpointing, &cm));
+    }
+    NEED(o->max_gpu_memory >= 0 && isfinite(o->max_gpu_memory), "--max-gpu-memory must be >= 0 GiB (0: all the GPU has)");
+    NEED(o->nproc >= 0 && o->nproc <= 4096, "--nproc must be between 0 and 4096 (got %lld)", (long long)o->nproc);
+    NEED(!(o->nproc > 0 && o->gpus), "--nproc (CPU ranks) and --gpus (GPU workers) exclude each other; hint: --gpus N "
+         "for GPUs, --device cpu --nproc N for CPU ranks");
+    NEED(!(o->nproc > 0 && strcmp(o->device, "cuda") == 0), "--nproc starts CPU ranks; hint: --gpus N with --device cuda");
+    NEED(!(o->gpus && strcmp(o->device, "cpu") == 0), "--gpus starts GPU workers; hint: --device cpu --nproc N for CPU ranks");
+    NEED(o->comm_timeout > 0 && isfinite(o->comm_timeout), "--comm-timeout (ddp_timeout) must be > 0 seconds");
+    NEED(o->interconnect_gbps >= 0 && isfinite(o->interconnect_gbps), "--interconnect-gbps must be >= 0 GB/s (0: the named defaults)");
+    NEED(o->gpu_tflops >= 0 && isfinite(o->gpu_tflops), "--gpu-tflops must be >= 0 TFLOP/s (0: the default)");
+    NEED(o->context_parallel >= 1 && o->context_parallel <= 4096, "--context-parallel must be between 1 and 4096 ranks "
+         "(got %lld; 1: off)", (long long)o->context_parallel);
+    NEED(!(o->context_parallel > 1 && o->nproc > 0 && o->nproc % o->context_parallel),
+         "--context-parallel %lld does not divide the %lld ranks of --nproc; hint: --nproc %lld (or a multiple of it)",
+         (long long)o->context_parallel, (long long)o->nproc, (long long)o->context_parallel);
+    if (o->gpus) {
+        const char *p = o->gpus;
+        int ok = *p != 0;
+        for (; *p; p++) ok &= (*p >= '0' && *p <= '9') || *p == ',';
+        NEED(ok && o->gpus[strlen(o->gpus) - 1] != ',' && o->gpus[0] != ',' && !strstr(o->gpus, ",,") && strcmp(o->gpus, "0"),
+             "--gpus '%s': expected a number of GPUs (2) or a comma-separated list of device ids (0,2,3)", o->gpus);
+    }
+    NEED(!o->rope_inv_freq_dtype || !strcmp(o->rope_inv_freq_dtype, "float32") ||
+             !strcmp(o->rope_inv_freq_dtype, "bfloat16"),
+         "--rope-inv-freq-dtype must be float32 or bfloat16");
+#undef NEED
+    return GLM_OK;
+}
+
+static json_t *value_json(const glm_train_opts *o, size_t i) {
+    const glm_opt_def *d = &k_opts[i];
+    const void *field = (const char *)o + d->offset;
+    double ratio = !strcmp(d->key, "logging_steps") ? o->logging_ratio : !strcmp(d->key, "save_steps") ? o->save_ratio
+                 : !strcmp(d->key, "eval_steps")    ? o->eval_ratio : 0;
+    if (ratio > 0) return json_real(ratio); /* a ratio of the run's steps */
+    switch (d->type) {
+    case GLM_OPT_INT: return json_integer(*(const int64_t *)field);
+    case GLM_OPT_FLOAT: {
+        double v = *(const double *)field;
+        return isfinite(v) ? json_real(v) : json_null();
+    }
+    case GLM_OPT_BOOL: return json_boolean(*(const bool *)field);
+    case GLM_OPT_STRING: {
+        const char *s = *(char *const *)field;
+        return s ? json_string(s) : json_null();
+    }
+    case GLM_OPT_LIST: {
+        const glm_strlist *l = field;
+        json_t *a = json_array();
+        for (size_t k = 0; a && k < l->n; k++) json_array_append_new(a, json_string(l->v[k]));
+        return a;
+    }
+    }
+    return json_null();
+}
+
+json_t *glm_opts_to_json(const glm_train_opts *o) {
+    json_t *obj = json_object();
+    for (size_t i = 0; obj && i < N_OPTS; i++) json_object_set_new(obj, k_opts[i].key, value_json(o, i));
+    return obj;
+}
+
+void glm_opts_print(FILE *f, const glm_train_opts *o) {
+    static const char *srcs[] = {"default", "config", "command line", "LLaMA-Factory/transformers default"};
+    for (size_t i = 0; i < N_OPTS; i++) {
+        json_t *v = value_json(o, i);
+        char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(12)) : NULL;
+        fprintf(f, "  %-28s = %-24s (%s)\n", k_opts[i].key, s ? s : "?", srcs[o->src[i] < 4 ? o->src[i] : 0]);
+        free(s);
+        json_decref(v);
+    }
+}
+
+void glm_opts_help(FILE *f) {
+    fprintf(f, "Options: --kebab-case or --snake_case (--learning_rate), --name value or --name=value; the same\n"
+               "snake_case keys (and aliases) in --config FILE.yaml; flags override the file. LLaMA-Factory and\n"
+               "transformers keys that glmtune does not use are accepted with one line saying why (or pointing to\n"
+               "`glmtune tokenize --config` for the data keys), or refused with the reason.\n");
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const glm_opt_def *d = &k_opts[i];
+        char head[96], text[2048];
+        if (d->type == GLM_OPT_BOOL)
+            snprintf(head, sizeof head, "--%s, --no-%s", d->name, d->name);
+        else if (d->optional_value)
+            snprintf(head, sizeof head, "--%s [%s]", d->name, d->unit[0] ? d->unit : type_name(d->type));
+        else
+            snprintf(head, sizeof head, "--%s %s", d->name, d->unit[0] ? d->unit : type_name(d->type));
+        int n = snprintf(text, sizeof text, "%s", d->help);
+        if (d->unit[0] && d->type != GLM_OPT_STRING && n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, " [%s]", d->unit);
+        if (n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, " (default: %s",
+                          d->def ? d->def : (strcmp(d->name, "lora-alpha") == 0 ? "2 x lora-rank" : "none"));
+        if (d->alias && n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, "; YAML also %s", d->alias);
+        if (n >= 0 && (size_t)n < sizeof text) snprintf(text + n, sizeof text - (size_t)n, ")");
+        glm_args_help_entry(f, head, text, 6, 100); /* the layout of every command's help, the text below its flag */
+    }
+}

@@ -1,0 +1,344 @@
+/* tool/train/train_files.c: the output directory, resume and --dry-run side of `glmtune train`
+ * (tool/train/train_files.h, tool/train/train.h). */
+#define _GNU_SOURCE
+#include "tool/train/train_files.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/pyjson.h"
+#include "dataset/loader.h"
+#include "kernels/backend.h"
+#include "lora/io/checkpoint.h"
+#include "lora/model/comm_plan.h"
+#include "lora/model/config.h"
+#include "lora/adapter/lora.h"
+#include "tool/train/metrics.h"
+#include "lora/model/model.h"
+#include "lora/model/plan.h"
+
+/* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
+ * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
+ * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
+glm_status train_check_output_dir(const train_settings *ts) {
+    if (ts->resume) { /* the checkpoint must exist: said now, before the model loads */
+        char *path = NULL;
+        glm_status s = train_resume_path(ts, &path);
+        free(path);
+        return s;
+    }
+    char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
+    int64_t step = -1;
+    glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
+    char *tstate = glm_path_join(ts->output_dir, "trainer_state.json");
+    bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics) || glm_is_file(tstate));
+    free(tstate);
+    if (earlier && !ts->overwrite_output_dir) {
+        s = glm_err(GLM_ERR_ARG, "%s holds an earlier run (%s); hint: --resume-from-checkpoint to continue it, "
+                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->output_dir,
+                    ckpt ? ckpt : "metrics.jsonl");
+    } else if (earlier) {
+        DIR *d = opendir(ts->output_dir);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
+                strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
+                strcmp(e->d_name, "trainer_state.json"))
+                continue;
+            char *p = glm_path_join(ts->output_dir, e->d_name);
+            glm_rmtree(p);
+            free(p);
+        }
+        if (d) closedir(d);
+        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->output_dir);
+    }
+    free(ckpt);
+    free(metrics);
+    return s;
+}
+
+/* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
+ * a checkpoint directory; or another output directory (its newest checkpoint). */
+glm_status train_resume_path(const train_settings *ts, char **path) {
+    const char *r = ts->resume;
+    int64_t step;
+    const char *dir = r;
+    if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) {
+        dir = ts->output_dir;
+    } else {
+        if (glm_ckpt_is_dir(r)) {
+            *path = strdup(r);
+            return GLM_OK;
+        }
+    }
+    if (!glm_is_dir(dir))
+        return glm_err(GLM_ERR_IO, "--resume-from-checkpoint: %s does not exist%s; hint: give a checkpoint-N directory "
+                       "or the output directory of the run to continue, or start afresh without "
+                       "--resume-from-checkpoint", dir, dir == ts->output_dir ? " (the output directory)" : "");
+    GLM_TRY(glm_ckpt_latest(dir, path, &step));
+    if (!*path)
+        return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
+                       "directory, or start afresh without --resume-from-checkpoint (with --overwrite-output-dir "
+                       "when the directory holds an earlier run)", dir);
+    return GLM_OK;
+}
+
+/* Resuming with other settings than the checkpoint's is allowed but said, setting by setting. */
+void train_warn_changed_settings(const json_t *saved, const json_t *now) {
+    static const char *const keys[] = {
+        "model", "data", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+        "lr_scheduler_type", "warmup_steps", "warmup_ratio", "min_lr", "weight_decay", "adam_beta1", "adam_beta2",
+        "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "lora_rank", "lora_alpha",
+        "lora_dropout", "lora_target", "use_rslora", "seq_len", "rope_theta", "rope_inv_freq_dtype"};
+    if (!json_is_object(saved) || !json_is_object(now)) return;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *a = json_object_get(saved, keys[i]), *b = json_object_get(now, keys[i]);
+        if (!a || !b || json_equal(a, b)) continue;
+        char *sa = glm_tojson(a, -1), *sb = glm_tojson(b, -1); /* 0.005, not 0.0050000000000000001 */
+        glm_log_warn("resuming with %s = %s; the checkpoint was trained with %s", keys[i], sb ? sb : "?", sa ? sa : "?");
+        free(sa);
+        free(sb);
+    }
+}
+
+/* loss_curve.svg in the output directory from the logged history (train and eval loss). */
+glm_status train_plot_history(const json_t *hist, const char *dir) {
+    size_t n = json_array_size(hist), nt = 0, ne = 0;
+    int64_t *ts_ = malloc(sizeof(int64_t) * (n + 1)), *es = malloc(sizeof(int64_t) * (n + 1));
+    double *tl = malloc(sizeof(double) * (n + 1)), *el = malloc(sizeof(double) * (n + 1));
+    if (!ts_ || !es || !tl || !el) {
+        free(ts_), free(es), free(tl), free(el);
+        return glm_err(GLM_ERR_NOMEM, "out of memory (loss curve)");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = json_array_get(hist, i);
+        int64_t step = json_integer_value(json_object_get(r, "step"));
+        if (json_object_get(r, "loss")) ts_[nt] = step, tl[nt++] = json_number_value(json_object_get(r, "loss"));
+        if (json_object_get(r, "eval_loss")) es[ne] = step, el[ne++] = json_number_value(json_object_get(r, "eval_loss"));
+    }
+    char *p = glm_path_join(dir, "loss_curve.svg");
+    glm_status s = glm_plot_loss_svg(p, ts_, tl, nt, es, el, ne);
+    free(p);
+    free(ts_);
+    free(es);
+    free(tl);
+    free(el);
+    return s;
+}
+
+/* The backend --device asks for: auto is CUDA when a GPU is present, else the CPU. */
+static glm_status pick_backend(const train_settings *ts, const glm_backend **out) {
+    const glm_backend *be = NULL;
+#ifdef GLMTUNE_HAVE_CUDA
+    int want_cuda = !strcmp(ts->device, "cuda");
+    if (!strcmp(ts->device, "auto")) want_cuda = glm_cuda_device_count() > 0;
+    if (want_cuda) {
+        glm_status cst = GLM_OK;
+        be = glm_backend_cuda(0, &cst);
+        if (!be) return glm_err_context(cst, "--device %s", ts->device);
+    }
+#endif
+    if (!be && (!strcmp(ts->device, "cpu") || !strcmp(ts->device, "auto"))) be = glm_backend_cpu();
+    else if (!be)
+        return glm_err(GLM_ERR_UNSUPPORTED, "--device %s: this build has only the CPU reference backend (built without "
+                       "nvcc); hint: --device cpu", ts->device);
+    *out = be;
+    return GLM_OK;
+}
+
+glm_status train_dry_run(const train_settings *ts, int *fits) {
+    glm_config cfg;
+    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    int64_t T = ts->seq_len;
+    int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
+    if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
+    int B_plan = (int)ts->per_device_train_batch_size;
+    char schedule[512] = "";
+    if (ts->data && *ts->data) {
+        glm_loader l;
+        GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
+        T = l.T;
+        glm_status s = ts->by_sample ? glm_loader_by_document(&l) : GLM_OK;
+        if (s == GLM_OK) {
+            /* the run's step arithmetic (train.c setup): units per optimizer step = batch x accumulation x
+             * data-parallel groups; steps per epoch = ceil(units / that), as transformers counts them */
+            int dp = W % cp ? 1 : W / cp;
+            uint64_t per_step = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * dp);
+            uint64_t spe = (l.n_units + per_step - 1) / per_step;
+            int64_t total = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)spe);
+            snprintf(schedule, sizeof schedule, "schedule: %llu %s, %llu per optimizer step, %llu steps per epoch, %lld "
+                     "optimizer steps\n", (unsigned long long)l.n_units, ts->by_sample ? "samples" : "rows",
+                     (unsigned long long)per_step, (unsigned long long)spe, (long long)total);
+            if (ts->by_sample) { /* the run's one row of B samples */
+                uint64_t b = (uint64_t)B_plan < l.n_units ? (uint64_t)B_plan : l.n_units;
+                T = (int64_t)glm_loader_longest_docs(&l, (uint32_t)b);
+                B_plan = 1;
+            }
+        }
+        glm_loader_close(&l);
+        GLM_TRY(s);
+    }
+    if (T <= 0) return glm_err(GLM_ERR_ARG, "--dry-run needs the row length: --data SHARDS or --seq-len T");
+    if (W % cp)
+        return glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d ranks of --gpus / --nproc; hint: --gpus %d "
+                       "(or a multiple), or a --context-parallel that divides %d", cp, W, cp, W);
+    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+                          ts->lora_target};
+    glm_lora_info li;
+    GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
+    /* the device the run would use: --device cpu plans host memory in fp32; cuda (or auto with a
+     * GPU) plans bf16 on the GPU's free memory; without a GPU here, --max-gpu-memory names the card */
+    int cpu = !strcmp(ts->device, "cpu");
+#ifdef GLMTUNE_HAVE_CUDA
+    int have_gpu = glm_cuda_device_count() > 0;
+#else
+    int have_gpu = 0;
+#endif
+    if (!strcmp(ts->device, "auto") && !have_gpu && !(ts->max_gpu_gib > 0)) cpu = 1;
+    const glm_backend *be = NULL;
+    char devname[320] = "";
+    double budget = 0, fr_gib = 0, tot_gib = 0;
+    if (cpu || have_gpu) {
+        GLM_TRY(pick_backend(ts, &be));
+        size_t fr = 0, tot = 0, use = 0, peak = 0;
+        be->mem_info(be, &fr, &tot, &use, &peak);
+        budget = (double)fr + (double)use - 1073741824.0;
+        fr_gib = fr / 1073741824.0;
+        tot_gib = tot / 1073741824.0;
+#ifdef GLMTUNE_HAVE_CUDA
+        if (!strcmp(be->name, "cuda")) snprintf(devname, sizeof devname, "%s", glm_cuda_device_name(0));
+#endif
+        if (!devname[0]) snprintf(devname, sizeof devname, "cpu (host memory)");
+    } else if (!(ts->max_gpu_gib > 0)) {
+        return glm_err(GLM_ERR_ARG, "--dry-run --device %s: there is no GPU here to read the free memory from; hint: "
+                       "--max-gpu-memory GiB plans for a card of that size (22 for a 24 GB card)", ts->device);
+    } else {
+        snprintf(devname, sizeof devname, "a CUDA GPU (none here: planned from --max-gpu-memory)");
+    }
+    /* with a GPU here: the scratch its backend says the step needs (cuDNN asked for its workspace), and
+     * under a cap the CUDA context and library workspaces the process holds come off it, as a run plans */
+    size_t need = 0, ws = 0, overhead = 0;
+    if (be) {
+        glm_scratch_shape sh;
+        glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
+        if (be->scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
+        overhead = be->mem_overhead(be);
+    }
+    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
+        budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
+    int eb = cpu ? 4 : 2;
+    /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
+    glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
+                       .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = cp,
+                       .acc_bytes = cpu ? 8 : 4, .host_budget = cpu ? 0 : glm_host_budget(W),
+                       .base_format = ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
+                                                                                                              : GLM_WF_NF4)
+                                                          : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
+                       .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,
+                       .attn_ws = (double)ws};
+    glm_plan p;
+    glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
+    if (schedule[0]) printf("%s", schedule);
+    printf("device: %s", devname);
+    if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
+    if (ts->max_gpu_gib > 0 && overhead)
+        printf("; budget: --max-gpu-memory less %.2f GiB of CUDA context and library workspaces\n", overhead / 1073741824.0);
+    else
+        printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
+    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
+           cfg.F, cfg.V, li.r, (long long)li.params);
+    const long long mb = (long long)ts->per_device_train_batch_size, ga = (long long)ts->gradient_accumulation_steps;
+    if (cp > 1)
+        printf("context parallel: %d ranks per row, %d data-parallel group%s (%d ranks), each rank planned as below "
+               "(micro-batch %lld row%s per group; global batch %lld x %lld accumulation x %d group%s = %lld row%s)%s\n",
+               cp, W / cp, W / cp > 1 ? "s" : "", W, mb, mb == 1 ? "" : "s", mb, ga, W / cp, W / cp > 1 ? "s" : "",
+               mb * ga * (W / cp), mb * ga * (W / cp) == 1 ? "" : "s", ts->shard_base ? "; --shard-base" : "");
+    else if (W > 1)
+        printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank; global batch %lld x %lld "
+               "accumulation x %d ranks = %lld rows)%s\n", W, mb, mb, ga, W, mb * ga * W, ts->shard_base ? "; --shard-base" : "");
+    else if (ts->shard_base)
+        printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
+    glm_plan_print(&p, &cfg, stdout);
+    if (overhead)
+        printf("predicted peak: %.2f GiB%s; with the CUDA context and library workspaces %.2f GiB as nvidia-smi counts it\n",
+               p.total / 1073741824.0, p.fits ? "" : " (does not fit)", (p.total + (double)overhead) / 1073741824.0);
+    else
+        printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
+    if (!cpu && glm_host_memory_from_env()) /* what the offload was held against */
+        printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB from GLMTUNE_HOST_MEMORY_GIB, "
+               "shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,
+               W, W > 1 ? "s" : "", p.offload ? "; this plan uses it" : "");
+    else if (!cpu)
+        printf("host memory for offloading: at most %.1f GiB per rank (the %.1f GiB this machine has available less a "
+               "%.1f GiB margin, shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0,
+               glm_host_available() / 1073741824.0, glm_host_margin() / 1073741824.0, W, W > 1 ? "s" : "",
+               p.offload ? "; this plan uses it" : "");
+    if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
+        const double G = 1073741824.0;
+        int B = (int)ts->per_device_train_batch_size;
+        int64_t step = 2048 * (int64_t)cp, cap = (int64_t)1 << 28;
+        glm_plan best, best_off;
+        glm_plan_opts og = o, oo = o;
+        og.host_budget = 0; /* on the GPUs only */
+        oo.offload = 1;
+        int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &og, step, cap, &best);
+        int64_t tmax_off = glm_plan_longest(&cfg, &li, B, 1, &oo, step, cap, &best_off);
+        printf("longest row that fits %d rank%s of %.0f GiB with --context-parallel %d (micro-batch %d, gradient "
+               "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "", budget / G, cp, B,
+               glm_ckpt_name((glm_ckpt_mode)ts->ckpt_mode), (long long)step);
+        if (tmax > 0)
+            printf("  %lld tokens with the layer inputs on the GPUs (%lld per rank, %.2f GiB of %.2f)\n", (long long)tmax,
+                   (long long)best.N, best.total / G, budget / G);
+        else
+            printf("  none with the layer inputs on the GPUs: even %lld tokens need more than %.2f GiB per rank\n",
+                   (long long)step, budget / G);
+        if (tmax_off > 0)
+            printf("  %lld tokens with the layer inputs offloaded to page-locked host memory: %.1f GiB of host memory per "
+                   "rank, %.1f GiB for the %d ranks%s\n",
+                   (long long)tmax_off, best_off.host / G, best_off.host * W / G, W,
+                   best_off.host > o.host_budget ? " (more than the host memory planned for, see above: a machine with "
+                                                   "that much)" : "");
+        if (!p.fits) { /* the requested row with offloading */
+            glm_plan po;
+            glm_plan_make(&cfg, &li, B, (int)T, 1, &oo, &po);
+            printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
+                   "rank%s)\n", (long long)T, po.fits ? "fits" : "does not fit either",
+                   po.total / G, po.host / G,
+                   po.fits && po.host > o.host_budget ? ": more than the host memory planned for, see below" : "");
+        }
+    }
+    if (W > 1) { /* the step's communication (lora/model/comm_plan.h) */
+        glm_comm_plan_in ci = {.cfg = &cfg, .lora_params = li.params, .plan = &p, .world = W, .cp = cp,
+                               .shard_base = ts->shard_base, .accum = (int)ts->gradient_accumulation_steps,
+                               .act_bytes = eb, .acc_bytes = cpu ? 8 : 4, .weight_bytes = eb, .base_format = o.base_format,
+                               .double_quant = o.double_quant, .tflops = ts->gpu_tflops};
+        glm_comm_plan cpn;
+        glm_comm_plan_make(&ci, &cpn);
+        glm_link links[3] = {{"NVLink 4 (450 GB/s)", GLM_LINK_NVLINK_GBPS},
+                             {"PCIe 5.0 x16 (64 GB/s)", GLM_LINK_PCIE5_GBPS},
+                             {"PCIe 4.0 x16 (32 GB/s)", GLM_LINK_PCIE4_GBPS}};
+        char lname[64];
+        int nl = 3;
+        if (ts->interconnect_gbps > 0) {
+            snprintf(lname, sizeof lname, "--interconnect-gbps %g", ts->interconnect_gbps);
+            links[0] = (glm_link){lname, ts->interconnect_gbps};
+            nl = 1;
+        }
+        if (cpu) printf("(--device cpu: the ranks talk over MPI; the times below are for GPUs at these links)\n");
+        glm_comm_plan_print(&ci, &cpn, links, nl, stdout);
+    } else if (ts->interconnect_gbps > 0 || ts->gpu_tflops > 0) {
+        printf("--interconnect-gbps / --gpu-tflops: not used with one rank (no communication to time)\n");
+    }
+#ifdef GLMTUNE_HAVE_CUDA
+    if (be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+    *fits = p.fits;
+    return GLM_OK;
+}
+

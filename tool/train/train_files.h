@@ -1,0 +1,31 @@
+/* tool/train/train_files.h: what `glmtune train` does with its output directory and settings besides
+ * the loop (tool/train/train_files.c): refusing or clearing an earlier run, finding the checkpoint to
+ * resume, saying which settings changed on resume, the loss curve, and the --dry-run plan. */
+#ifndef GLM_TOOL_TRAIN_FILES_H
+#define GLM_TOOL_TRAIN_FILES_H
+
+#include <jansson.h>
+
+#include "common/status.h"
+#include "tool/train/train.h"
+
+/* A fresh run (no ts->resume) refuses an output directory that holds an earlier run (checkpoints,
+ * metrics.jsonl, trainer_state.json), with a hint, unless ts->overwrite_output_dir, which removes
+ * them. A resumed run only checks that its checkpoint exists (train_resume_path). Errors:
+ * GLM_ERR_ARG (an earlier run there, no checkpoint to resume), GLM_ERR_IO. */
+glm_status train_check_output_dir(const train_settings *ts);
+
+/* Resolves --resume-from-checkpoint: "" / "latest" / "true" -> the newest complete checkpoint of
+ * output_dir; a checkpoint directory; or another output directory (its newest). *path is malloc'd.
+ * Errors: GLM_ERR_ARG when there is no complete checkpoint (with what to do). */
+glm_status train_resume_path(const train_settings *ts, char **path);
+
+/* Logs a warning for each training setting whose value differs between the checkpoint's saved
+ * settings and this run's (both JSON objects; anything else is ignored). */
+void train_warn_changed_settings(const json_t *saved, const json_t *now);
+
+/* Writes <dir>/loss_curve.svg from a log_history array (train "loss" and "eval_loss" by "step").
+ * Errors: GLM_ERR_NOMEM, glm_plot_loss_svg's. */
+glm_status train_plot_history(const json_t *hist, const char *dir);
+
+#endif
