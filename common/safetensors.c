@@ -2,7 +2,7 @@
  * atomic writer. Format: https://huggingface.co/docs/safetensors (see safetensors.h). */
 #include "common/safetensors.h"
 
-#include "kernels/formats.h"
+#include "common/bf16.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -110,7 +110,7 @@ static uint16_t f32_to_half(float f) {
     return sign | (uint16_t)h;
 }
 
-/* bfloat16 = top 16 bits of f32, round to nearest even; NaN -> quiet NaN (kernels/formats.h). */
+/* bfloat16 = top 16 bits of f32, round to nearest even; NaN -> quiet NaN (common/bf16.h). */
 static uint16_t f32_to_bf16(float f) { return glm_f32_to_bf16(f); }
 
 glm_status glm_st_to_f32(glm_st_dtype src_dtype, const void *src, size_t n, float *dst) {
