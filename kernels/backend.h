@@ -1,6 +1,8 @@
-/* kernels/backend.h: the backend interface (DESIGN.md §4): one op table implemented by the CPU
- * reference backend (kernels/cpu/) and by CUDA (kernels/cuda/). The model code in lora/
- * calls only these ops, so the same model code runs on both.
+/* kernels/backend.h: the backend interface (DESIGN.md §4), as callers see it: the entry points
+ * glm_be_<op> (below; communication in kernels/comm.h), which check the arguments once and call
+ * the op table (kernels/backend_table.h) that the CPU reference backend (kernels/cpu/) and CUDA
+ * (kernels/cuda/) implement. The model code in lora/ calls only these entry points, so the same
+ * model code runs on both. A backend's fields (name, dtypes, rank, world) are read directly.
  *
  * Memory model
  * - Every tensor an op touches lives in backend memory, obtained from be->alloc. Host <-> backend
@@ -41,475 +43,272 @@ size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
 
-/* The sizes of a training step that decide the backend's scratch (scratch_need). Elements, not
- * bytes; 0 where a kind of op does not run. */
-typedef struct glm_scratch_shape {
-    int B, T;               /* rows and tokens per row of the whole-row attention (N = B T tokens) */
-    int H, Hkv, Dh;         /* attention heads, KV groups, head dim */
-    int64_t ldq, ldk, ldv, ldo; /* the attention operands' row strides (0: q|k|v packed in one
-                               [N, (H+2Hkv)Dh] buffer, out [N, H Dh]) */
-    int backward;           /* 1: a training step (attention's backward too) */
-    int max_docs;           /* the most documents a row may hold (0 or 1: one per row) */
-    int cp_block;           /* > 0: context parallel, the ring's query blocks of this many tokens (no
-                               whole-row attention) */
-    int64_t loss_rows;      /* rows of one cross-entropy call (the loss chunk) */
-    int64_t widen_a, widen_b, gemm_f32; /* the largest mixed-dtype GEMM operands widened to f32 (A, B) and
-                               f32 results rounded to bf16 (M N), in elements */
-    int64_t comm_doubles;   /* all_reduce_host's doubles (world > 1) */
-} glm_scratch_shape;
+#include "kernels/backend_table.h" /* struct glm_backend: the op table backends implement */
 
-/* The version of the interface between the program and the CUDA module libglm_cuda.so: the layout
- * and meaning of struct glm_backend below, and the module's entry points (glm_backend_cuda*,
- * glm_cuda_*). BUMP IT WITH EVERY CHANGE TO THE STRUCT (an op added, removed, moved or given other
- * arguments) or to those entry points. The module reports the number it was built with
- * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
- * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 3
+/* ---- the entry points ------------------------------------------------------------------
+ * glm_be_<op>(be, ...) is the op <op> of kernels/backend_table.h, whose comment there is its
+ * contract (formula and source, shapes, dtypes, rounding, errors). The checks every backend would
+ * make on the arguments alone are made here, once (sizes and strides, head counts, a dropout
+ * probability, RoPE's rotary dims, AdamW's step: GLM_ERR_ARG naming the op and the values); the
+ * backend then checks only what is its own. Communication: kernels/comm.h. */
 
-/* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
-typedef enum {
-    GLM_FEATURE_RING_ATTENTION = 0, /* attention_block_fwd / _bwd: the context-parallel ring (lora/model/ring_attention.c) */
-    GLM_FEATURE_COMM = 1,           /* communication between ranks (world > 1): CPU, this build has MPI; CUDA, the
-                                       module has NCCL. Without it every communication op needs world 1. */
-    GLM_FEATURE_WEIGHT_4BIT = 2,    /* weight_quantize / weight_dequantize of the 4-bit (QLoRA) format */
-    GLM_FEATURE_COUNT
-} glm_feature;
+static inline glm_status glm_be_alloc(const glm_backend *be, size_t bytes, const char *what, void **out) {
+    return be->alloc(be, bytes, what, out);
+}
 
-/* The op table. Changing it changes GLM_BACKEND_ABI_VERSION (above). */
-struct glm_backend {
-    const char *name;       /* "cpu", "cuda" */
-    glm_dtype weight_dtype; /* base (frozen) weights */
-    glm_dtype act_dtype;    /* activations and activation gradients */
-    glm_dtype acc_dtype;    /* accumulators carried across calls of the block attention ops (context-parallel
-                               ring): CPU GLM_DT_F64 (its double accumulation, rounded once at the end), CUDA
-                               GLM_DT_F32 */
-    int rank, world;        /* data-parallel rank and world size (cpu: 0 and 1) */
-    void *impl;             /* backend private state */
+static inline void glm_be_free(const glm_backend *be, void *p) {
+    be->free(be, p);
+}
 
-    /* ---- memory ------------------------------------------------------------------------ */
+static inline glm_status glm_be_upload(const glm_backend *be, void *dst, const void *src, size_t bytes) {
+    return be->upload(be, dst, src, bytes);
+}
 
-    /* Allocates `bytes` of backend memory (uninitialised) into *out. bytes == 0 gives a valid
-     * non-NULL pointer. Errors: GLM_ERR_NOMEM naming `what` (a tensor name for the message). */
-    glm_status (*alloc)(const glm_backend *be, size_t bytes, const char *what, void **out);
-    /* Frees memory from alloc (NULL is a no-op). */
-    void (*free)(const glm_backend *be, void *p);
-    /* Host -> backend, `bytes` raw bytes (no conversion). */
-    glm_status (*upload)(const glm_backend *be, void *dst, const void *src, size_t bytes);
-    /* Backend -> host, `bytes` raw bytes (no conversion). */
-    glm_status (*download)(const glm_backend *be, void *dst, const void *src, size_t bytes);
-    /* Host float32 -> backend buffer of dtype `dt` (n elements); bf16 rounds to nearest even. */
-    glm_status (*upload_f32)(const glm_backend *be, void *dst, glm_dtype dt, const float *src, int64_t n);
-    /* Backend buffer of dtype `dt` -> host float32 (n elements; exact). */
-    glm_status (*download_f32)(const glm_backend *be, float *dst, glm_dtype dt, const void *src, int64_t n);
-    /* Sets `bytes` bytes to zero (all-zero bits = 0.0 in f32 and bf16). */
-    glm_status (*zero)(const glm_backend *be, void *p, size_t bytes);
-    /* Backend -> backend copy of `bytes` bytes (regions must not overlap). */
-    glm_status (*copy)(const glm_backend *be, void *dst, const void *src, size_t bytes);
-    /* Host memory for activations offloaded during a step (lora/model/model_step.c): page-locked on
-     * CUDA (cudaMallocHost), so that the async copies below run at full PCIe speed without a
-     * staging copy; plain malloc on the CPU. Errors: GLM_ERR_NOMEM naming `what`. host_free(NULL)
-     * is a no-op. */
-    glm_status (*host_alloc)(const glm_backend *be, size_t bytes, const char *what, void **out);
-    void (*host_free)(const glm_backend *be, void *p);
-    /* Copies between backend memory and host memory from host_alloc that run while the ops
-     * compute (CUDA: on a copy stream of the backend's own, in the order queued, so PCIe transfers
-     * overlap kernels). A download, and an upload with after_ops = 1, starts once the ops queued
-     * before it are done (they may write its source or read its destination); an upload with
-     * after_ops = 0 may start at once (the caller knows no queued op uses its destination).
-     * *ticket names the copy: ops queued after copy_wait(be, ticket) start once that copy, and
-     * every copy queued before it, is done; an op that reads an upload's destination or writes a
-     * download's source must be queued after its copy_wait. be->sync waits for every copy. The
-     * host must not read a download's destination or change an upload's source before be->sync.
-     * CPU: memcpy at once; the tickets are 0 and copy_wait does nothing. Errors: GLM_ERR_DEVICE
-     * naming the copy (CUDA). */
-    glm_status (*upload_async)(const glm_backend *be, void *dst, const void *host_src, size_t bytes, int after_ops,
-                               uint64_t *ticket);
-    glm_status (*download_async)(const glm_backend *be, void *host_dst, const void *src, size_t bytes, uint64_t *ticket);
-    glm_status (*copy_wait)(const glm_backend *be, uint64_t ticket);
+static inline glm_status glm_be_download(const glm_backend *be, void *dst, const void *src, size_t bytes) {
+    return be->download(be, dst, src, bytes);
+}
 
-    /* ---- dense algebra ------------------------------------------------------------------ */
+static inline glm_status glm_be_upload_f32(const glm_backend *be, void *dst, glm_dtype dt, const float *src,
+                                           int64_t n) {
+    return be->upload_f32(be, dst, dt, src, n);
+}
 
-    /* Row-major GEMM: C = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T (ta, tb nonzero =
-     * transpose). op(A) is [M,K], op(B) is [K,N], C is [M,N]; lda/ldb/ldc are row strides in
-     * elements of the stored (untransposed) matrices. dta/dtb/dtc give each operand's dtype
-     * (a LoRA matmul mixes f32 LoRA weights with act buffers). Accumulation fp32; CPU:
-     * cblas_sgemm (only F32 operands; others -> GLM_ERR_UNSUPPORTED). beta == 0 overwrites C
-     * without reading it (NaN in C does not propagate); beta == 1 accumulates. */
-    glm_status (*matmul)(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                         float alpha, const void *A, glm_dtype dta, int64_t lda,
-                         const void *B, glm_dtype dtb, int64_t ldb,
-                         float beta, void *C, glm_dtype dtc, int64_t ldc);
+static inline glm_status glm_be_download_f32(const glm_backend *be, float *dst, glm_dtype dt, const void *src,
+                                             int64_t n) {
+    return be->download_f32(be, dst, dt, src, n);
+}
 
-    /* y[n, c] += b[c] for n < N, c < D; y act with row stride ldy, b of dtype w. */
-    glm_status (*add_bias)(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N, int64_t D);
+static inline glm_status glm_be_zero(const glm_backend *be, void *p, size_t bytes) {
+    return be->zero(be, p, bytes);
+}
 
-    /* y[i] += alpha * x[i], i < n, both act. */
-    glm_status (*axpy)(const glm_backend *be, void *y, const void *x, float alpha, int64_t n);
+static inline glm_status glm_be_copy(const glm_backend *be, void *dst, const void *src, size_t bytes) {
+    return be->copy(be, dst, src, bytes);
+}
 
-    /* Inverted dropout over a [N, D] act matrix (row strides ldx, ldy; in place allowed) whose
-     * rows have the keys row0, row0 + 1, ... (their rows in the whole [*, D] matrix the mask is
-     * defined on; the model step keys a token by its place in the data, glm_batch.drop_key, and
-     * calls this op once per run of consecutive keys):
-     * y[n,d] = keep ? x[n,d] / (1-p) : 0, keep = (glm_dropout_u01(seed, stream, (row0+n)*D+d) >= p).
-     * The mask is a pure function of (seed, stream, element index) so recomputation, the
-     * backward pass (the same op on the gradient) and any split of the rows into chunks,
-     * micro-batches or ranks reproduce it exactly on every backend. p == 0 copies. Errors:
-     * GLM_ERR_ARG when p is not in [0, 1). */
-    glm_status (*dropout)(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
-                          int64_t N, int64_t D, int64_t row0, float p, uint64_t seed, uint64_t stream);
+static inline glm_status glm_be_host_alloc(const glm_backend *be, size_t bytes, const char *what, void **out) {
+    return be->host_alloc(be, bytes, what, out);
+}
 
-    /* dst[i] = src[i] converted from dtype `ds` to `dd`, i < n (f32 -> bf16 rounds to nearest
-     * even; bf16 -> f32 and same-dtype copies are exact). Used for the act-dtype copies of the
-     * fp32 LoRA weights that the LoRA GEMMs read. */
-    glm_status (*cast)(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds, int64_t n);
+static inline void glm_be_host_free(const glm_backend *be, void *p) {
+    be->host_free(be, p);
+}
 
-    /* Strided 2-D copy with conversion: dst[r * ldd + c] = src[r * lds + c] converted from dtype ds
-     * to dd, r < rows, c < cols (strides in elements of each buffer's dtype; narrowing rounds to
-     * nearest even, widening is exact). Regions must not overlap. CPU: f32 -> f32, f64 -> f32, f32 ->
-     * f64; CUDA: f32 and bf16 either way (GLM_ERR_UNSUPPORTED otherwise). Used to pack K|V column
-     * blocks for the context-parallel ring and to store its accumulators into act / f32 buffers. */
-    glm_status (*cast_2d)(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src, glm_dtype ds,
-                          int64_t lds, int64_t rows, int64_t cols);
+static inline glm_status glm_be_upload_async(const glm_backend *be, void *dst, const void *host_src, size_t bytes,
+                                             int after_ops, uint64_t *ticket) {
+    return be->upload_async(be, dst, host_src, bytes, after_ops, ticket);
+}
 
-    /* dst[i] = mean + std * z_i, i < n, z_i ~ N(0,1) from a counter-based generator of
-     * (seed, stream, i) (Box-Muller on two glm_dropout_u01-style hashes), rounded once to dtype
-     * dt; the same numbers on every backend up to the rounding of log/cos. For benchmark and test
-     * weights generated where they live (no host copy). */
-    glm_status (*fill_normal)(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std,
-                              uint64_t seed, uint64_t stream);
+static inline glm_status glm_be_download_async(const glm_backend *be, void *host_dst, const void *src, size_t bytes,
+                                               uint64_t *ticket) {
+    return be->download_async(be, host_dst, src, bytes, ticket);
+}
 
-    /* ---- frozen base weights in other formats (kernels/weight.h) --------------------------- */
+static inline glm_status glm_be_copy_wait(const glm_backend *be, uint64_t ticket) {
+    return be->copy_wait(be, ticket);
+}
 
-    /* Quantizes src, dst->n elements of dtype `st` (a flattened tensor), into dst's buffers
-     * (allocated by the caller with glm_weight_bytes of dst->fmt, dst->n, dst->double_quant):
-     * bitsandbytes' quantize_4bit with blocksize 64 (with double quantization, compress_statistics:
-     * dst->offset receives the mean absmax, summed in double in a fixed order). The CPU op is the
-     * specification (kernels/cpu/quant4.c, bit-exact to bitsandbytes' kernels, tests/fixtures/bnb4);
-     * CUDA computes the same bytes. Errors: GLM_ERR_ARG (a dense dst format), GLM_ERR_UNSUPPORTED
-     * (source dtype), GLM_ERR_NUMERIC (CPU: a NaN or infinite weight, named). */
-    glm_status (*weight_quantize)(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
-    /* Dequantizes src (a 4-bit glm_weight of src->n elements) into dst, n elements of dtype dt:
-     * value = code value x absmax in f32, rounded once to bf16 (what bitsandbytes' dequantize_4bit
-     * returns for bf16 input); dt = f32 stores that bf16 value exactly. OVERWRITES dst.
-     * Errors: GLM_ERR_ARG (a dense src), GLM_ERR_UNSUPPORTED (dt). */
-    glm_status (*weight_dequantize)(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
+static inline glm_status glm_be_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                                       float alpha, const void *A, glm_dtype dta, int64_t lda, const void *B,
+                                       glm_dtype dtb, int64_t ldb, float beta, void *C, glm_dtype dtc, int64_t ldc) {
+    if (M < 0 || N < 0 || K < 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX ||
+        ldb > INT32_MAX || ldc > INT32_MAX) /* cuBLAS and cblas_sgemm take int sizes and strides */
+        return glm_err(GLM_ERR_ARG, "matmul: bad sizes M=%lld N=%lld K=%lld (lda %lld ldb %lld ldc %lld)", (long long)M,
+                       (long long)N, (long long)K, (long long)lda, (long long)ldb, (long long)ldc);
+    return be->matmul(be, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C, dtc, ldc);
+}
 
-    /* ---- transformer ops ---------------------------------------------------------------- */
+static inline glm_status glm_be_add_bias(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N,
+                                         int64_t D) {
+    return be->add_bias(be, y, ldy, b, N, D);
+}
 
-    /* Embedding lookup: out[n, :] = table[ids[n], :], n < N; table [V, C] w, out [N, C] act,
-     * ids [N] uint32 in backend memory. The embedding is frozen: there is no backward.
-     * Errors: GLM_ERR_ARG naming the position when ids[n] >= V (the CPU backend checks). */
-    glm_status (*embedding)(const glm_backend *be, void *out, const void *table, const uint32_t *ids,
-                            int64_t N, int64_t C, int64_t V);
+static inline glm_status glm_be_axpy(const glm_backend *be, void *y, const void *x, float alpha, int64_t n) {
+    return be->axpy(be, y, x, alpha, n);
+}
 
-    /* RMSNorm forward (GLM-4 / make_fixtures.py RMSNorm): for each row n of x [N, C] act,
-     * rstd[n] = 1 / sqrt(mean_c(x[n,c]^2) + eps)  (mean in double on CPU, stored f32), and
-     * y[n,c] = x[n,c] * rstd[n] * w[c]  (w [C] of dtype w). Overwrites y and rstd. */
-    glm_status (*rmsnorm_fwd)(const glm_backend *be, void *y, float *rstd, const void *x, const void *w,
-                              int64_t N, int64_t C, float eps);
-    /* RMSNorm backward w.r.t. x (the norm weight is frozen): with r = rstd[n],
-     * dx[n,c] += r * w[c] * dy[n,c] - x[n,c] * r^3 / C * sum_j dy[n,j] w[j] x[n,j]
-     * (sum in double on CPU). ACCUMULATES into dx (the residual stream's gradient). */
-    glm_status (*rmsnorm_bwd)(const glm_backend *be, void *dx, const void *dy, const void *x,
-                              const void *w, const float *rstd, int64_t N, int64_t C);
+static inline glm_status glm_be_dropout(const glm_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
+                                        int64_t N, int64_t D, int64_t row0, float p, uint64_t seed, uint64_t stream) {
+    if (!(p >= 0.0f && p < 1.0f)) return glm_err(GLM_ERR_ARG, "dropout: probability %g is not in [0, 1)", p);
+    return be->dropout(be, y, ldy, x, ldx, N, D, row0, p, seed, stream);
+}
 
-    /* Partial interleaved RoPE (THUDM modeling_chatglm apply_rotary_pos_emb; transformers Glm):
-     * x holds N rows (row stride ldx elements) of nheads heads of Dh contiguous channels. For
-     * i < rot/2: angle = float32(float32(pos[n]) * inv_freq[i]), c = cos(angle), s = sin(angle)
-     * (evaluated in double, rounded to f32), and the pair (x[2i], x[2i+1]) -> (x0 c - x1 s,
-     * x1 c + x0 s); channels >= rot pass through. inv_freq [rot/2] f32 in backend memory, normally
-     * glm_rope_inv_freq()'s table. inverse != 0 applies the transpose rotation (angle -> -angle),
-     * which is the backward pass (dx = R^T dy). In place; pos [N] int32 in backend memory.
-     * Errors: GLM_ERR_ARG when rot is odd or not in (0, Dh]. */
-    glm_status (*rope)(const glm_backend *be, void *x, int64_t ldx, const int32_t *pos, int64_t N,
-                       int nheads, int Dh, int rot, const float *inv_freq, int inverse);
+static inline glm_status glm_be_cast(const glm_backend *be, void *dst, glm_dtype dd, const void *src, glm_dtype ds,
+                                     int64_t n) {
+    return be->cast(be, dst, dd, src, ds, n);
+}
 
-    /* SwiGLU over [gate | up]: h [N, 2F] act holds gate in columns [0, F) and up in [F, 2F);
-     * out[n, f] = silu(gate) * up, silu(g) = g / (1 + exp(-g)) (computed in double on CPU,
-     * rounded to f32 once). Overwrites out [N, F]. */
-    glm_status (*swiglu_fwd)(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F);
-    /* SwiGLU backward: dh[:, :F] = dout * up * sig(g) * (1 + g (1 - sig(g))), dh[:, F:] = dout *
-     * silu(g). OVERWRITES dh [N, 2F]. */
-    glm_status (*swiglu_bwd)(const glm_backend *be, void *dh, const void *dout, const void *h,
-                             int64_t N, int64_t F);
+static inline glm_status glm_be_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ldd, const void *src,
+                                        glm_dtype ds, int64_t lds, int64_t rows, int64_t cols) {
+    if (rows < 0 || cols < 0 || (rows > 1 && (ldd < cols || lds < cols)))
+        return glm_err(GLM_ERR_ARG, "cast_2d: %lld x %lld with row strides %lld (dst) and %lld (src)", (long long)rows,
+                       (long long)cols, (long long)ldd, (long long)lds);
+    return be->cast_2d(be, dst, dd, ldd, src, ds, lds, rows, cols);
+}
 
-    /* Causal grouped-query attention over packed rows. q, k, v are act matrices of B*T rows
-     * (row strides ldq, ldk, ldv) holding H (q) or Hkv (k, v) heads of Dh channels; token i of
-     * row b attends to tokens j <= i of the same row with doc[b*T+j] == doc[b*T+i]; q head h uses
-     * KV group h / (H / Hkv); scores (q . k) / sqrt(Dh); softmax over the allowed keys.
-     * out [B*T, H*Dh] (row stride ldo) and lse [B, H, T] f32 (log-sum-exp of the scaled scores,
-     * kept for the backward) are overwritten. CPU: dot products and softmax sums in double,
-     * probabilities rounded to f32 once. doc [B*T] int32 in backend memory; each document is one
-     * contiguous run of positions of its row (as the packer writes them), which lets CUDA skip
-     * whole tiles outside a query tile's documents. CUDA: cuDNN's fused flash attention with each
-     * document a ragged sequence where cuDNN is there and takes the shape
-     * (kernels/cuda/attention_ragged.cu), else glmtune's bf16 tensor-core tiles with fp32
-     * accumulation (kernels/cuda/attention.cu); both need Dh <= 128 and a multiple of 8, row
-     * strides multiples of 8 elements and 16-byte aligned q/k/v (GLM_ERR_UNSUPPORTED otherwise). */
-    glm_status (*attention_fwd)(const glm_backend *be, void *out, int64_t ldo, float *lse,
-                                const void *q, int64_t ldq, const void *k, int64_t ldk,
-                                const void *v, int64_t ldv, const int32_t *doc,
-                                int B, int T, int H, int Hkv, int Dh);
-    /* Attention backward from dout [B*T, H*Dh] (row stride ldo), the forward's out and lse:
-     * P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D), dq = dS k / sqrt(Dh),
-     * dk = dS^T q / sqrt(Dh) and dv = P^T dout summed over the heads of each group.
-     * OVERWRITES dq, dk, dv (row strides ldq, ldk, ldv, same layout as q, k, v; they may be
-     * column blocks of one [B*T, (H+2Hkv)Dh] buffer). */
-    glm_status (*attention_bwd)(const glm_backend *be, void *dq, void *dk, void *dv,
-                                const void *dout, int64_t ldo, const void *out, const float *lse,
-                                const void *q, int64_t ldq, const void *k, int64_t ldk,
-                                const void *v, int64_t ldv, const int32_t *doc,
-                                int B, int T, int H, int Hkv, int Dh);
+static inline glm_status glm_be_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean,
+                                            float std, uint64_t seed, uint64_t stream) {
+    return be->fill_normal(be, dst, dt, n, mean, std, seed, stream);
+}
 
-    /* ---- attention blocks, for context-parallel rings (lora/model/ring_attention.c) ---------------
-     * A packed row's tokens are split over ranks; each rank computes its queries against one block
-     * of keys at a time. Both ops take one block of queries, the row's tokens [q0, q0 + Tq), and one
-     * block of keys, tokens [k0, k0 + Tk) of the same row (global token indices within the row, not
-     * RoPE positions), with their document ids q_doc [Tq] and k_doc [Tk] (int32, backend memory; as
-     * attention_fwd's doc). The mask is attention_fwd's in global indices: query i may attend key j
-     * iff k0 + j <= q0 + i and k_doc[j] == q_doc[i]. One row per call; heads as attention_fwd (q
-     * head h uses KV group h / (H / Hkv), scores (q . k) / sqrt(Dh)); q, k, v, out, dout are act
-     * with row strides (elements); an lse buffer holds head h of query i at [h * ldl + i].
-     * The accumulators carried from call to call ("acc") have type be->acc_dtype: on the CPU double,
-     * so that the blocks' partial results are merged and summed in double and rounded to f32 once,
-     * by cast_2d at the end, as the whole-row ops round (exact up to the order of the double
-     * sums); on CUDA f32 (the whole-row kernels' tiles with the global offsets; document ids
-     * non-decreasing along the row, as the model step checks). Zero-sized calls (Tq or Tk 0) do
-     * nothing and succeed. A backend that has these ops says so with supports(GLM_FEATURE_RING_ATTENTION). */
+static inline glm_status glm_be_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st) {
+    return be->weight_quantize(be, dst, src, st);
+}
 
-    /* Forward of one block, MERGED into the running result of the key blocks seen so far by the
-     * online-softmax rule (FlashAttention / ring attention): with the block's own softmax result
-     * (o_b, lse_b) over its allowed keys, lse' = log(exp(lse) + exp(lse_b)) and
-     * o' = o exp(lse - lse') + o_b exp(lse_b - lse'). o [Tq, H*Dh] acc (row stride ldo) and lse
-     * [H, ...] acc are the running result; init != 0 OVERWRITES them with the block's result
-     * instead (queries with no allowed key in the block get o = 0, lse = -inf); a query with no
-     * allowed key in a merged block keeps its o and lse. After every key block of a row has been
-     * merged, in any order, o and lse are attention_fwd's out and lse before its rounding to act /
-     * f32. Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA: head dim
-     * over 128 or not a multiple of 8, misaligned buffers). */
-    glm_status (*attention_block_fwd)(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
-                                      const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
-                                      int64_t ldv, const int32_t *q_doc, const int32_t *k_doc, int64_t q0,
-                                      int64_t k0, int Tq, int Tk, int H, int Hkv, int Dh, int init);
-    /* Backward of one block, with the FINAL out [Tq, H*Dh] (act, row stride ldo, the same as dout's)
-     * and lse (f32, over all the queries' keys, as attention_fwd keeps it): over the block's
-     * allowed pairs P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D); ACCUMULATES
-     * dq += dS k / sqrt(Dh) into dq [Tq, H*Dh] acc (row stride lddq), and dk += dS^T q / sqrt(Dh),
-     * dv += P^T dout (summed over the heads of each group) into dk, dv [Tk, Hkv*Dh] acc (row strides
-     * lddk, lddv). Summed over every key block of a query (dq) and every query block of a key (dk,
-     * dv), the results are attention_bwd's before its rounding to act.
-     * Errors: GLM_ERR_ARG (heads, sizes), GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (CUDA: as the forward). */
-    glm_status (*attention_block_bwd)(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
-                                      void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
-                                      const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
-                                      int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
-                                      const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
-                                      int Dh);
+static inline glm_status glm_be_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt,
+                                                  const glm_weight *src) {
+    return be->weight_dequantize(be, dst, dt, src);
+}
 
-    /* Fused cross-entropy over a chunk of n rows of logits [n, V] (act): for each row with
-     * labels[i] >= 0 (int32, backend memory), lse = log sum_v exp(logits[i,v]) (double on CPU),
-     * loss_i = lse - logits[i, labels[i]]; *loss_sum (host) receives sum_i loss_i (double,
-     * OVERWRITTEN) and *n_targets the count. When dlogits != NULL it is OVERWRITTEN with
-     * d(loss_scale * sum_i loss_i)/dlogits = loss_scale * (softmax - onehot) on target rows and 0
-     * on rows with labels[i] < 0; dlogits may equal logits (in place).
-     * A non-finite loss is returned as it is (the trainer counts and skips such steps).
-     * Errors: GLM_ERR_ARG when a label is >= V. */
-    glm_status (*cross_entropy)(const glm_backend *be, void *dlogits, const void *logits,
-                                const int32_t *labels, int64_t n, int64_t V, float loss_scale,
-                                double *loss_sum, int64_t *n_targets);
+static inline glm_status glm_be_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids,
+                                          int64_t N, int64_t C, int64_t V) {
+    return be->embedding(be, out, table, ids, N, C, V);
+}
 
-    /* ---- optimizer and communication --------------------------------------------------- */
+static inline glm_status glm_be_rmsnorm_fwd(const glm_backend *be, void *y, float *rstd, const void *x, const void *w,
+                                            int64_t N, int64_t C, float eps) {
+    return be->rmsnorm_fwd(be, y, rstd, x, w, N, C, eps);
+}
 
-    /* torch.optim.AdamW (non-foreach) on n fp32 elements, step = 1-based step count:
-       g' = g * grad_scale; w *= 1 - lr*weight_decay; m = m + (1-beta1)*(g' - m); v = beta2*v + (1-beta2)*g'^2;
-       w -= (lr / (1-beta1^step)) * m / (sqrt(v)/sqrt(1-beta2^step) + eps)
-       All arithmetic in f32 like torch's single-tensor path, bias corrections in double then
-       rounded. Errors: GLM_ERR_ARG when step < 1. */
-    glm_status (*adamw)(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n,
-                        float lr, float beta1, float beta2, float eps, float weight_decay,
-                        float grad_scale, int64_t step);
-    /* Sum of squares of n fp32 elements, double accumulation; returns it to the host. */
-    double (*sumsq)(const glm_backend *be, const float *x, int64_t n);
+static inline glm_status glm_be_rmsnorm_bwd(const glm_backend *be, void *dx, const void *dy, const void *x,
+                                            const void *w, const float *rstd, int64_t N, int64_t C) {
+    return be->rmsnorm_bwd(be, dx, dy, x, w, rstd, N, C);
+}
 
-    /* Sum of an fp32 buffer across the ranks, in place, complete on return (world 1: a no-op).
-     * Every rank must make the same collective calls in the same order (as MPI and NCCL require). */
-    glm_status (*all_reduce)(const glm_backend *be, float *x, int64_t n);
-    /* Waits for queued work (CPU: no-op). */
-    glm_status (*sync)(const glm_backend *be);
+static inline glm_status glm_be_rope(const glm_backend *be, void *x, int64_t ldx, const int32_t *pos, int64_t N,
+                                     int nheads, int Dh, int rot, const float *inv_freq, int inverse) {
+    if (rot <= 0 || rot > Dh || rot % 2)
+        return glm_err(GLM_ERR_ARG, "rope: rotary dims %d must be even and in (0, Dh=%d]", rot, Dh);
+    return be->rope(be, x, ldx, pos, N, nheads, Dh, rot, inv_freq, inverse);
+}
 
-    /* ---- communication between data-parallel ranks ---------------------------------------
-     * The communicator behind these ops: CPU, MPI (kernels/cpu/comm_mpi.c, glm_backend_cpu_dist);
-     * CUDA, NCCL on a second stream (kernels/cuda/comm.cu, glm_backend_cuda_dist). With world 1
-     * every op below is a local no-op (all_gather: a copy). Errors name the rank and the library
-     * call (GLM_ERR_COMM); a collective that does not complete within the timeout
-     * (set_comm_timeout) is an error, never a silent hang. After an error the caller stops every
-     * rank with comm_abort. Requests are small integers >= 0, valid until waited for. */
+static inline glm_status glm_be_swiglu_fwd(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F) {
+    return be->swiglu_fwd(be, out, h, N, F);
+}
 
-    /* Starts a sum all-reduce of n fp32 elements in place (backend memory) and returns at once
-     * with *req; the buffer must not be touched until the request is waited for (comm_wait or
-     * comm_sync). CUDA: the reduction runs on the communication stream after the work queued so
-     * far on the compute stream (an event), overlapping later compute. CPU: MPI_Iallreduce; MPI
-     * progresses it during later comm calls (comm_progress). */
-    glm_status (*all_reduce_start)(const glm_backend *be, float *x, int64_t n, int *req);
-    /* All-gather of equal shards: rank k's `shard_bytes` bytes at src land at
-     * dst + k * shard_bytes on every rank (dst holds world * shard_bytes bytes; src must not
-     * overlap dst unless it is dst + rank * shard_bytes). Non-blocking like all_reduce_start:
-     * *req is the request; dst may be read only after comm_wait(req). Raw bytes, no dtype. */
-    glm_status (*all_gather_start)(const glm_backend *be, void *dst, const void *src, size_t shard_bytes, int *req);
-    /* Orders later work after request req (req < 0: every outstanding request). CPU: returns when
-     * it is complete. CUDA: the compute stream waits for it on the device (the host does not
-     * block; a stuck collective is caught by the next comm_sync). */
-    glm_status (*comm_wait)(const glm_backend *be, int req);
-    /* Blocks the host until every outstanding request is complete, at most the timeout. The time
-     * spent waiting here (after the compute queued before it finished: CUDA synchronises the
-     * compute stream first) is communication that compute did not hide; it adds to comm_wait_ms. */
-    glm_status (*comm_sync)(const glm_backend *be);
-    /* Lets MPI progress outstanding non-blocking collectives (CPU; CUDA: no-op). Cheap. */
-    void (*comm_progress)(const glm_backend *be);
-    /* Sum of n host doubles across the ranks, in place, blocking (for the loss sums, target
-     * counts and the decisions every rank must take alike: skip a step, stop the run). */
-    glm_status (*all_reduce_host)(const glm_backend *be, double *x, int n);
-    /* Point to point, for rings (context parallel, lora/model/ring_attention.c): sends `bytes` bytes of backend memory
-     * at send to rank `dst` and receives `bytes` bytes from rank `src` into recv, complete on
-     * return (CPU: MPI_Sendrecv; CUDA: ncclSend/ncclRecv in one group). send and recv must not
-     * overlap. Errors: GLM_ERR_ARG for a rank outside [0, world). */
-    glm_status (*sendrecv)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes);
-    /* sendrecv, non-blocking: starts it and returns at once with *req (as all_reduce_start): send
-     * must not be written, nor recv read, until comm_wait(req) or comm_sync. CUDA: queued on the
-     * communication stream after the compute queued so far. Messages between two ranks are matched
-     * in the order they were started (there are no tags): ranks must start their sendrecvs in the
-     * same order. Errors: as sendrecv. */
-    glm_status (*sendrecv_start)(const glm_backend *be, const void *send, int dst, void *recv, int src, size_t bytes,
-                                 int *req);
-    /* Sub-communicators (context parallel x data parallel): splits be's ranks into groups by color
-     * (the ranks passing the same color form one group, ordered by key, ties by rank) and returns
-     * in *out a backend for this rank's group, whose rank and world are the group's and whose
-     * communication ops (all of this section) run over the group only. Its compute ops, memory and
-     * device are be's: buffers from be->alloc serve both. CPU: MPI_Comm_split; CUDA: ncclCommSplit
-     * with its own communication stream and requests (run with several ranks on one GPU by
-     * tests/gpu/cp.sh, not yet on several GPUs). A collective over
-     * be: every rank calls it, in the same order as the other collectives. World 1: a backend of
-     * world 1. Free it with comm_free before be is closed. Errors: GLM_ERR_ARG (color < 0),
-     * GLM_ERR_COMM naming the library call, GLM_ERR_NOMEM, GLM_ERR_UNSUPPORTED (no MPI / NCCL
-     * in this build while world > 1). */
-    glm_status (*comm_split)(const glm_backend *be, int color, int key, const glm_backend **out);
-    /* Frees a backend from comm_split (NULL: no-op); collective over its group. */
-    void (*comm_free)(const glm_backend *sub);
-    /* Seconds a collective may wait for the other ranks before it fails (default 1800, as
-     * transformers' ddp_timeout); <= 0 restores the default. */
-    void (*set_comm_timeout)(const glm_backend *be, double seconds);
-    /* Milliseconds of communication that compute did not hide, since the last call with
-     * reset != 0: every wait on a transfer of this process, on every communicator (a comm_split
-     * group's waits count in its parent's total and the parent's in the group's: one total per
-     * process), whatever waits: the gradient all-reduce, --shard-base's all-gathers, the
-     * context-parallel ring's K|V and dK|dV sendrecvs, all_reduce_host.
-     * How it is measured:
-     *   CPU (MPI): the host blocks in every wait (comm_wait, comm_sync, sendrecv, all_reduce,
-     *     all_reduce_host): the wall-clock time from the wait's start to the request's completion.
-     *   CUDA: comm_wait (and sendrecv) make the compute stream wait for the communication stream
-     *     on the device, so the host never blocks there. Where the request is not already complete
-     *     when the wait is queued, two timing events are recorded on the compute stream, one just
-     *     before the cudaStreamWaitEvent and one just after it; the time between them is how long
-     *     the compute stream stalled on the transfer (zero when the transfer finished before the
-     *     compute reached the wait). The pairs are read (cudaEventElapsedTime) here, which
-     *     synchronises with them: call it after the step's work (the trainer does, after the
-     *     optimizer). comm_sync (host block after synchronising the compute stream) adds its
-     *     host wait. Cost: two event records per wait that could stall; none where the transfer
-     *     is already done.
-     * This is time this rank waited, not the transfers' duration: a transfer hidden behind compute
-     * counts 0. Test hook: GLMTUNE_COMM_DELAY_MS=d in the environment makes every transfer take
-     * at least d ms longer (CPU: its completion is held back until d ms after its start; CUDA: a
-     * host function sleeping d ms is queued on the communication stream before it), a slow
-     * interconnect simulated, so that tests can check the waits show up here. */
-    double (*comm_wait_ms)(const glm_backend *be, int reset);
-    /* Bytes this process's rank has sent since the last call with reset != 0, by kind
-     * (glm_comm_kind), on every communicator (one total per process, as comm_wait_ms). Counted
-     * when an op starts, by the bytes each rank sends under the ring algorithms (the "bus
-     * bytes" of NCCL's performance notes): all-reduce of S bytes 2 (n - 1) / n x S; all-gather of
-     * shards of s bytes (n - 1) x s; sendrecv its bytes (0 to itself). NCCL may pick another
-     * algorithm (tree) whose wire bytes differ; these are the bytes lora/model/comm_plan.c predicts.
-     * World 1: nothing is counted. bytes [GLM_COMM_KINDS] is OVERWRITTEN. */
-    void (*comm_bytes)(const glm_backend *be, double *bytes, int reset);
-    /* Stops every rank after an unrecoverable error on this one: prints nothing itself (the caller
-     * reported the error). CPU: MPI_Abort(MPI_COMM_WORLD, code), which does not return. CUDA:
-     * ncclCommAbort, then MPI_Abort when the ranks run under MPI; else it returns and the caller
-     * exits non-zero (the launcher or torchrun stops the other ranks). World 1: returns. */
-    void (*comm_abort)(const glm_backend *be, int code);
+static inline glm_status glm_be_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h,
+                                           int64_t N, int64_t F) {
+    return be->swiglu_bwd(be, dh, dout, h, N, F);
+}
 
-    /* ---- memory accounting and profiling ---------------------------------------------------- */
+static inline glm_status glm_be_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse,
+                                              const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                              int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh) {
+    if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
+        return glm_err(GLM_ERR_ARG, "%s: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", "attention", H, Hkv, Dh);
+    if (B <= 0 || T <= 0) return glm_err(GLM_ERR_ARG, "attention: bad batch B=%d T=%d (H=%d)", B, T, H);
+    return be->attention_fwd(be, out, ldo, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+}
 
-    /* The most workspace the attention ops may take for a library's fused kernels (CUDA: cuDNN's
-     * backward workspace, about 8 bytes per query element), as the memory plan leaves it: a call
-     * whose workspace would be larger runs glmtune's own kernels, which need none (one line on
-     * stderr says so, once). bytes < 0: no cap (the default). CPU: nothing to cap. */
-    void (*set_attention_ws_cap)(const glm_backend *be, double bytes);
+static inline glm_status glm_be_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                                              int64_t ldo, const void *out, const float *lse, const void *q,
+                                              int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
+                                              const int32_t *doc, int B, int T, int H, int Hkv, int Dh) {
+    if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
+        return glm_err(GLM_ERR_ARG, "%s: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", "attention", H, Hkv, Dh);
+    if (B <= 0 || T <= 0) return glm_err(GLM_ERR_ARG, "attention: bad batch B=%d T=%d (H=%d)", B, T, H);
+    return be->attention_bwd(be, dq, dk, dv, dout, ldo, out, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+}
 
-    /* Memory of the device the backend computes on, in bytes: *total and *free as the device
-     * reports them (CPU: physical and available RAM), *in_use and *peak the bytes held through
-     * be->alloc now and at most since the last mem_reset_peak (CPU: 0, not tracked). */
-    void (*mem_info)(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak);
-    void (*mem_reset_peak)(const glm_backend *be);
+static inline glm_status glm_be_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse,
+                                                    int64_t ldl, const void *q, int64_t ldq, const void *k,
+                                                    int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                                    const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,
+                                                    int H, int Hkv, int Dh, int init) {
+    if (Tq < 0 || Tk < 0) return glm_err(GLM_ERR_ARG, "attention_block_fwd: negative block size (Tq=%d, Tk=%d)", Tq, Tk);
+    if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
+        return glm_err(GLM_ERR_ARG, "%s: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", "attention_block_fwd", H, Hkv, Dh);
+    return be->attention_block_fwd(be, o, ldo, lse, ldl, q, ldq, k, ldk, v, ldv, q_doc, k_doc, q0, k0, Tq, Tk, H, Hkv,
+                                   Dh, init);
+}
 
-    /* ---- the process's device memory as nvidia-smi counts it: a hard cap, fixed overhead, scratch ----
-     * What a process holds on a GPU is more than its buffers: the CUDA context, cuBLAS / cuBLASLt /
-     * cuDNN handles and workspaces, NCCL's buffers, the kernels' modules, and each buffer rounded up
-     * to the driver's pages. The CUDA backend reads the driver's own per-process figure (NVML, the
-     * number nvidia-smi prints; where NVML cannot name this process: the device's used memory less
-     * what was used before this backend created its context) and enforces a cap on it. */
+static inline glm_status glm_be_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq, void *dk,
+                                                    int64_t lddk, void *dv, int64_t lddv, const void *dout,
+                                                    int64_t ldo, const void *out, const float *lse, int64_t ldl,
+                                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                                    const void *v, int64_t ldv, const int32_t *q_doc,
+                                                    const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,
+                                                    int H, int Hkv, int Dh) {
+    if (Tq < 0 || Tk < 0) return glm_err(GLM_ERR_ARG, "attention_block_bwd: negative block size (Tq=%d, Tk=%d)", Tq, Tk);
+    if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
+        return glm_err(GLM_ERR_ARG, "%s: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", "attention_block_bwd", H, Hkv, Dh);
+    return be->attention_block_bwd(be, dq, lddq, dk, lddk, dv, lddv, dout, ldo, out, lse, ldl, q, ldq, k, ldk, v, ldv,
+                                   q_doc, k_doc, q0, k0, Tq, Tk, H, Hkv, Dh);
+}
 
-    /* Bytes this process holds on the backend's device now, as nvidia-smi counts them (CUDA: NVML's
-     * used memory of this pid; without it, the device's used memory less what was used before the
-     * backend was created). CPU: 0 (nothing on a device). Safe to call from another thread (a
-     * sampler measuring a step's peak). */
-    size_t (*mem_process)(const glm_backend *be);
-    /* Bytes the process holds on the device outside be->alloc and the backend's scratch: the
-     * context, library handles and their workspaces (cuBLASLt's 32 MiB, cuDNN's handle, NCCL's
-     * buffers), loaded modules and the page rounding of the buffers held: mem_process less the bytes
-     * held through alloc and scratch, the largest seen so far (it only grows: libraries load lazily),
-     * plus 256 MiB held back for what loads during the first steps (the GEMM kernels cuBLASLt picks,
-     * kernel modules, NCCL's connections; NCCL_RUNTIME_CONNECT=0, which glmtune train sets under
-     * --max-gpu-memory, makes NCCL connect at creation).
-     * The planner subtracts it from a cap (glm_model_budget). CPU: 0. */
-    size_t (*mem_overhead)(const glm_backend *be);
-    /* Makes `bytes` (0: none, the default) a hard cap on mem_process: from now on an allocation
-     * (alloc, or a scratch slot growing inside an op) that would take the process past it fails with
-     * GLM_ERR_NOMEM and a message naming what was allocated, the cap, what the process holds and a
-     * hint. Errors: GLM_ERR_NOMEM when the process already holds more than `bytes` (the cap is still
-     * set: later allocations fail). CPU: not enforced (host memory; the planner's budget still
-     * holds it), returns GLM_OK. */
-    glm_status (*set_mem_cap)(const glm_backend *be, size_t bytes);
-    /* The scratch the backend grows inside its ops for a training step of shape *s (sum of its
-     * scratch slots at the sizes they reach: attention's statistics and document bounds, cuDNN's
-     * document runs, ragged offsets, log-sum-exp copy and workspace, the GEMMs' widened operands,
-     * reductions), in *bytes; of that, the fused attention library's workspace in *attn_ws (may be
-     * NULL), which the plan may leave out (set_attention_ws_cap(be, 0): glmtune's kernels, which
-     * need none). CUDA asks cuDNN for the workspace of the graphs the step will build (the shape
-     * class of attention_ragged.cu: batch and sequence length rounded up to powers of two) for the
-     * worst layout of B rows of T tokens with up to s->max_docs documents a row (0: one). Loads
-     * cuDNN when it is not loaded yet (its handle then counts in mem_overhead). CPU: 0.
-     * Errors: GLM_ERR_ARG (sizes), GLM_ERR_DEVICE (cuDNN failed). */
-    glm_status (*scratch_need)(const glm_backend *be, const struct glm_scratch_shape *s, size_t *bytes, size_t *attn_ws);
-    /* Grows the scratch slots now to what scratch_need says for *s (with_attn_ws 0: without the
-     * attention library's workspace), so that an out-of-memory, or the cap, shows before the first
-     * step. Slots never shrink. Errors: GLM_ERR_NOMEM (the message names the slot and the cap). CPU:
-     * nothing to do. */
-    glm_status (*scratch_reserve)(const glm_backend *be, const struct glm_scratch_shape *s, int with_attn_ws);
+static inline glm_status glm_be_cross_entropy(const glm_backend *be, void *dlogits, const void *logits,
+                                              const int32_t *labels, int64_t n, int64_t V, float loss_scale,
+                                              double *loss_sum, int64_t *n_targets) {
+    return be->cross_entropy(be, dlogits, logits, labels, n, V, loss_scale, loss_sum, n_targets);
+}
 
-    /* Profiling by phase. prof_enable(be, 1) turns it on (off by default: phase() is then free).
-     * phase(be, p) says that the ops queued from now on belong to phase p (a glm_phase), until
-     * the next phase() call. prof_collect(be, ms) waits for queued work and ADDS to ms[p] the
-     * time in milliseconds spent in each phase since the previous collect (CUDA: events on the
-     * stream; CPU: wall clock). */
-    void (*prof_enable)(const glm_backend *be, int on);
-    void (*phase)(const glm_backend *be, int p);
-    glm_status (*prof_collect)(const glm_backend *be, double *ms);
+static inline glm_status glm_be_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n,
+                                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                                      float grad_scale, int64_t step) {
+    if (step < 1) return glm_err(GLM_ERR_ARG, "adamw: step must be >= 1 (got %lld)", (long long)step);
+    return be->adamw(be, w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step);
+}
 
-    /* ---- capabilities ------------------------------------------------------------------------ */
+static inline double glm_be_sumsq(const glm_backend *be, const float *x, int64_t n) {
+    return be->sumsq(be, x, n);
+}
 
-    /* 1 when the backend does what feature f names (a glm_feature), else 0 (also for an f it does not
-     * know). A backend from comm_split answers as its parent. */
-    int (*supports)(const glm_backend *be, glm_feature f);
-};
+static inline glm_status glm_be_sync(const glm_backend *be) {
+    return be->sync(be);
+}
+
+static inline void glm_be_set_attention_ws_cap(const glm_backend *be, double bytes) {
+    be->set_attention_ws_cap(be, bytes);
+}
+
+static inline void glm_be_mem_info(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use,
+                                   size_t *peak) {
+    be->mem_info(be, free_b, total_b, in_use, peak);
+}
+
+static inline void glm_be_mem_reset_peak(const glm_backend *be) {
+    be->mem_reset_peak(be);
+}
+
+static inline size_t glm_be_mem_process(const glm_backend *be) {
+    return be->mem_process(be);
+}
+
+static inline size_t glm_be_mem_overhead(const glm_backend *be) {
+    return be->mem_overhead(be);
+}
+
+static inline glm_status glm_be_set_mem_cap(const glm_backend *be, size_t bytes) {
+    return be->set_mem_cap(be, bytes);
+}
+
+static inline glm_status glm_be_scratch_need(const glm_backend *be, const struct glm_scratch_shape *s, size_t *bytes,
+                                             size_t *attn_ws) {
+    if (s->B < 0 || s->T < 0 || s->H < 0)
+        return glm_err(GLM_ERR_ARG, "scratch_need: negative sizes (B %d, T %d, H %d)", s->B, s->T, s->H);
+    return be->scratch_need(be, s, bytes, attn_ws);
+}
+
+static inline glm_status glm_be_scratch_reserve(const glm_backend *be, const struct glm_scratch_shape *s,
+                                                int with_attn_ws) {
+    return be->scratch_reserve(be, s, with_attn_ws);
+}
+
+static inline void glm_be_prof_enable(const glm_backend *be, int on) {
+    be->prof_enable(be, on);
+}
+
+static inline void glm_be_phase(const glm_backend *be, int p) {
+    be->phase(be, p);
+}
+
+static inline glm_status glm_be_prof_collect(const glm_backend *be, double *ms) {
+    return be->prof_collect(be, ms);
+}
+
+static inline int glm_be_supports(const glm_backend *be, glm_feature f) {
+    return be->supports(be, f);
+}
 
 /* The one linear of the frozen base (every backend): with transpose == 0, y [M, W->rows] = beta y +
  * x [M, W->cols] W^T (the forward); with transpose != 0, y [M, W->cols] = beta y + x [M, W->rows] W
@@ -520,26 +319,6 @@ struct glm_backend {
 glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,
                            float beta, void *y, int64_t ldy);
 
-/* The kinds of communication counted by be->comm_bytes. */
-typedef enum {
-    GLM_COMM_ALL_REDUCE = 0, /* all_reduce / all_reduce_start of fp32 buffers (the LoRA gradients) */
-    GLM_COMM_ALL_GATHER,     /* all_gather_start (--shard-base's base weights) */
-    GLM_COMM_SENDRECV,       /* sendrecv / sendrecv_start (the context-parallel ring's K|V and dK|dV) */
-    GLM_COMM_HOST,           /* all_reduce_host (loss sums, decisions, the log's per-rank figures) */
-    GLM_COMM_KINDS
-} glm_comm_kind;
-
-/* "all_reduce", "all_gather", "sendrecv", "host": the kinds' names in metrics.jsonl. */
-const char *glm_comm_kind_name(int kind);
-
-/* The bytes one rank sends for a collective over `world` ranks (be->comm_bytes' rule): an
- * all-reduce of `bytes` (2 (world - 1) / world x bytes), an all-gather of shards of `bytes`
- * ((world - 1) x bytes). 0 for world <= 1. */
-double glm_comm_all_reduce_bytes(double bytes, int world);
-double glm_comm_all_gather_bytes(double shard_bytes, int world);
-
-/* GLMTUNE_COMM_DELAY_MS (the test hook of comm_wait_ms) in ms; 0 when unset or invalid. */
-double glm_comm_delay_ms(void);
 
 /* The phases of a training step, for profiling (be->phase). */
 typedef enum {

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 
 #ifndef GLM_CUDA_MODULE
 #define GLM_CUDA_MODULE "libglm_cuda.so"

@@ -82,7 +82,7 @@ glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, cons
                        "first)", (long long)W->n, (long long)W->rows, (long long)W->cols);
     const glm_dtype ad = be->act_dtype, wd = dense_dtype(W->fmt);
     if (!transpose) /* y [M, rows] = x [M, cols] W^T */
-        return be->matmul(be, 0, 1, M, W->rows, W->cols, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);
+        return glm_be_matmul(be, 0, 1, M, W->rows, W->cols, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);
     /* y [M, cols] = x [M, rows] W */
-    return be->matmul(be, 0, 0, M, W->cols, W->rows, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);
+    return glm_be_matmul(be, 0, 0, M, W->cols, W->rows, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);
 }

@@ -211,7 +211,7 @@ typedef struct sampler {
 static void *sample_loop(void *u) {
     sampler *s = u;
     for (;;) {
-        size_t v = s->be->mem_process(s->be);
+        size_t v = glm_be_mem_process(s->be);
         if (v > atomic_load(&s->peak)) atomic_store(&s->peak, v);
         if (atomic_load(&s->stop)) break;
         usleep(2000);
@@ -294,14 +294,14 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     sampler smp;
     sampler_start(&smp, be);
     if (!st) st = glm_model_prepare(m, lora, B, (int)T, 1, mode, &res->plan);
-    if (!st) be->mem_reset_peak(be);
+    if (!st) glm_be_mem_reset_peak(be);
     memset(res->phase_ms, 0, sizeof res->phase_ms);
     const int W = o->warmup;
     m->next_batch = prefetch_other;
     m->next_batch_user = &alt;
     for (int s = 0; s < W + o->steps && !st; s++) {
         if (s == W) {
-            be->prof_enable(be, 1);
+            glm_be_prof_enable(be, 1);
             res->prefetched = -m->batches_prefetched;
         }
         alt.next = (s + 1) % 3;
@@ -309,18 +309,18 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
         int64_t nt = 0;
         st = glm_lora_zero_grads(lora);
         if (!st) st = glm_model_step(m, lora, &bs[s % 3], (float)(1.0 / (double)ntg), 1, mode, 0, &ls, &nt);
-        be->phase(be, GLM_PHASE_OPTIMIZER);
+        glm_be_phase(be, GLM_PHASE_OPTIMIZER);
         if (!st) st = glm_optim_step(opt, params, (size_t)n_params, 1e-5, NULL);
         if (st == GLM_ERR_NUMERIC) st = GLM_OK; /* random weights: a non-finite step is skipped, as train does */
-        if (!st) st = be->sync(be);
+        if (!st) st = glm_be_sync(be);
         double t1 = now_s();
         if (s >= W) {
             times[s - W] = t1 - t0;
-            if (!st) st = be->prof_collect(be, res->phase_ms);
+            if (!st) st = glm_be_prof_collect(be, res->phase_ms);
         }
         res->loss = nt ? ls / (double)nt : NAN;
     }
-    be->prof_enable(be, 0);
+    glm_be_prof_enable(be, 0);
     m->next_batch = NULL;
     res->proc_peak_gib = sampler_stop(&smp) / 1073741824.0;
     res->prefetched += m->batches_prefetched;
@@ -332,7 +332,7 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
         res->mfu = res->tflops * 1e12 / 989e12;
         for (int p = 0; p < GLM_PHASE_COUNT; p++) res->phase_ms[p] /= o->steps;
         size_t fr, tot, use, peak;
-        be->mem_info(be, &fr, &tot, &use, &peak);
+        glm_be_mem_info(be, &fr, &tot, &use, &peak);
         res->peak_gib = peak / 1073741824.0;
         res->ok = 1;
     }
@@ -450,9 +450,9 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         result cr;
         memset(&cr, 0, sizeof cr);
         m->max_bytes = rows[0].budget_gib * G;
-        glm_status st = be->set_mem_cap(be, (size_t)(rows[0].budget_gib * G));
+        glm_status st = glm_be_set_mem_cap(be, (size_t)(rows[0].budget_gib * G));
         if (!st) st = run_one(m, lora, opt, &oc, mode, T0, &cr);
-        be->set_mem_cap(be, 0);
+        glm_be_set_mem_cap(be, 0);
         glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
         if (st) {
             cli_fail(st);
@@ -477,7 +477,7 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         const size_t cap = (size_t)(r->budget_gib * G);
         m->max_bytes = r->budget_gib * G;
         glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
-        glm_status st = be->set_mem_cap(be, cap);
+        glm_status st = glm_be_set_mem_cap(be, cap);
         /* planned again now: the calibration and the budgets before leave the process (its measured
          * overhead, the host memory it can pin) otherwise than when step 1 planned, and a row found
          * at the edge of the budget must be the row this state can hold */
@@ -505,7 +505,7 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
                 if (!st) r->plan = pr.plan;
             }
         }
-        be->set_mem_cap(be, 0);
+        glm_be_set_mem_cap(be, 0);
         if (st) {
             snprintf(r->err, sizeof r->err, "%s", glm_errmsg());
             glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
@@ -560,7 +560,7 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         printf("\n%s on %s, base %s, micro-batch %d: the longest row per budget found by the memory planner in steps of "
                "%lld tokens; --max-gpu-memory set as a hard cap on the process during its proof; peak = the process's "
                "device memory as nvidia-smi counts it, sampled every 2 ms; CUDA context and library workspaces: %.2f GiB\n",
-               shape_name, devname, glm_base_format_name(m), o->B, (long long)o->seq_step, be->mem_overhead(be) / G);
+               shape_name, devname, glm_base_format_name(m), o->B, (long long)o->seq_step, glm_be_mem_overhead(be) / G);
     free(rows);
     return bad ? GLM_EXIT_FAIL : GLM_EXIT_OK;
 }
@@ -613,7 +613,7 @@ int cmd_bench(int argc, char **argv) {
     {
         /* the weights must fit before anything is allocated (the 9B shape on a small machine) */
         size_t fr = 0, tot = 0, use = 0, peak = 0;
-        be->mem_info(be, &fr, &tot, &use, &peak);
+        glm_be_mem_info(be, &fr, &tot, &use, &peak);
         glm_plan_opts po;
         memset(&po, 0, sizeof po);
         po.mode = GLM_CKPT_FULL;
@@ -639,7 +639,7 @@ int cmd_bench(int argc, char **argv) {
     }
     /* --max-gpu-memory: a hard cap on the process from here (weights included); --max-seq-len sets each
      * budget's in turn */
-    if (!st && o.max_gib > 0 && !o.max_seq_len) st = be->set_mem_cap(be, (size_t)(o.max_gib * 1073741824.0));
+    if (!st && o.max_gib > 0 && !o.max_seq_len) st = glm_be_set_mem_cap(be, (size_t)(o.max_gib * 1073741824.0));
     if (!st) st = glm_model_create_random_fmt(&cfg, be, 7, &o.fmt, &m);
     glm_lora_config lc = {o.rank, (float)o.alpha, 0.0f, false, o.targets};
     if (!st) st = glm_lora_create(m, &lc, 7, &lora);

@@ -28,8 +28,6 @@ __global__ void k_rope(bf16 *x, int64_t ldx, const int32_t *pos, int64_t N, int 
 
 glm_status cu_rope(const glm_backend *be, void *x, int64_t ldx, const int32_t *pos, int64_t N, int nheads, int Dh, int rot,
                    const float *inv_freq, int inverse) {
-    if (rot <= 0 || rot > Dh || rot % 2)
-        return glm_err(GLM_ERR_ARG, "rope: rotary dims %d must be even and in (0, Dh=%d]", rot, Dh);
     if (N <= 0) return GLM_OK;
     if (((uintptr_t)x & 3) || (ldx & 1) || (Dh & 1))
         return glm_err(GLM_ERR_UNSUPPORTED, "rope: x must be 4-byte aligned with even row stride and head dim");

@@ -121,8 +121,8 @@ static void module_geometry(const glm_config *c, glm_layout layout, int module, 
 void glm_lora_free(glm_lora *l) {
     if (!l) return;
     for (int i = 0; i < l->n_params; i++) {
-        l->be->free(l->be, l->params[i].w);
-        l->be->free(l->be, l->params[i].g);
+        glm_be_free(l->be, l->params[i].w);
+        glm_be_free(l->be, l->params[i].g);
     }
     free(l->params);
     free(l->sites);
@@ -196,9 +196,9 @@ glm_status glm_lora_create(const glm_model *model, const glm_lora_config *cfg, u
     for (int i = 0; i < l->n_params; i++) {
         glm_param *p = &l->params[i];
         if (p->numel > maxn) maxn = p->numel;
-        if ((st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->w)) ||
-            (st = be->alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->g)) ||
-            (st = be->zero(be, p->g, (size_t)p->numel * 4))) {
+        if ((st = glm_be_alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->w)) ||
+            (st = glm_be_alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->g)) ||
+            (st = glm_be_zero(be, p->g, (size_t)p->numel * 4))) {
             glm_lora_free(l);
             return st;
         }
@@ -218,7 +218,7 @@ glm_status glm_lora_create(const glm_model *model, const glm_lora_config *cfg, u
         } else {
             memset(host, 0, (size_t)p->numel * sizeof(float));
         }
-        if ((st = be->upload(be, p->w, host, (size_t)p->numel * 4))) break;
+        if ((st = glm_be_upload(be, p->w, host, (size_t)p->numel * 4))) break;
     }
     free(host);
     if (st) {
@@ -235,7 +235,7 @@ glm_param *glm_lora_params(glm_lora *l, int *n) {
 }
 
 glm_status glm_lora_zero_grads(glm_lora *l) {
-    for (int i = 0; i < l->n_params; i++) GLM_TRY(l->be->zero(l->be, l->params[i].g, (size_t)l->params[i].numel * 4));
+    for (int i = 0; i < l->n_params; i++) GLM_TRY(glm_be_zero(l->be, l->params[i].g, (size_t)l->params[i].numel * 4));
     return GLM_OK;
 }
 
@@ -346,7 +346,7 @@ glm_status glm_lora_load_peft(glm_lora *l, const char *dir) {
         char key[300];
         snprintf(key, sizeof key, "base_model.model.%s", p->name);
         if ((st = glm_st_read_f32(set, key, 2, p->shape, host))) goto done;
-        if ((st = l->be->upload(l->be, p->w, host, (size_t)p->numel * 4))) goto done;
+        if ((st = glm_be_upload(l->be, p->w, host, (size_t)p->numel * 4))) goto done;
     }
 done:
     if (st) glm_err_context(st, "loading LoRA adapter %s", dir);

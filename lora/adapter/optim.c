@@ -121,7 +121,7 @@ void glm_adamw_ref(float *w, const float *g, float *m, float *v, int64_t n, doub
  * Swapping to the backend is exactly these two calls (be->sumsq, be->adamw). */
 
 static double param_sumsq(const glm_optim *o, const float *g, int64_t n) {
-    if (o->be) return o->be->sumsq(o->be, g, n);
+    if (o->be) return glm_be_sumsq(o->be, g, n);
     return glm_sumsq_ref(g, n);
 }
 
@@ -129,7 +129,7 @@ static glm_status param_adamw(const glm_optim *o, float *w, const float *g, floa
                               int64_t n, double lr, float grad_scale, int64_t step) {
     const glm_adamw_cfg *c = &o->cfg;
     if (o->be)
-        return o->be->adamw(o->be, w, g, m, v, n, (float)lr, (float)c->beta1, (float)c->beta2,
+        return glm_be_adamw(o->be, w, g, m, v, n, (float)lr, (float)c->beta1, (float)c->beta2,
                             (float)c->eps, (float)c->weight_decay, grad_scale, step);
     glm_adamw_ref(w, g, m, v, n, lr, c->beta1, c->beta2, c->eps, c->weight_decay, grad_scale, step);
     return GLM_OK;
@@ -146,7 +146,7 @@ glm_adamw_cfg glm_adamw_defaults(void) {
 static void buf_free(const glm_optim *o, float *p) {
     if (!p) return;
     if (o->be)
-        o->be->free(o->be, p);
+        glm_be_free(o->be, p);
     else
         free(p);
 }
@@ -166,9 +166,9 @@ static glm_status buf_alloc(const glm_optim *o, int64_t numel, const char *what,
     size_t bytes = (size_t)numel * sizeof(float);
     if (o->be) {
         void *p = NULL;
-        GLM_TRY(o->be->alloc(o->be, bytes, what, &p));
+        GLM_TRY(glm_be_alloc(o->be, bytes, what, &p));
         *out = p;
-        glm_status st = o->be->zero(o->be, p, bytes);
+        glm_status st = glm_be_zero(o->be, p, bytes);
         return st;
     }
     *out = calloc(numel ? (size_t)numel : 1, sizeof(float));
@@ -263,8 +263,8 @@ glm_status glm_optim_get_state(const glm_optim *o, size_t i, float *m_host, floa
     GLM_ASSERT(i < o->n, "optimizer state index %zu of %zu", i, o->n);
     size_t bytes = (size_t)o->numel[i] * sizeof(float);
     if (o->be) {
-        GLM_TRY(o->be->download(o->be, m_host, o->m[i], bytes));
-        return o->be->download(o->be, v_host, o->v[i], bytes);
+        GLM_TRY(glm_be_download(o->be, m_host, o->m[i], bytes));
+        return glm_be_download(o->be, v_host, o->v[i], bytes);
     }
     memcpy(m_host, o->m[i], bytes);
     memcpy(v_host, o->v[i], bytes);
@@ -275,8 +275,8 @@ glm_status glm_optim_set_state(glm_optim *o, size_t i, const float *m_host, cons
     GLM_ASSERT(i < o->n, "optimizer state index %zu of %zu", i, o->n);
     size_t bytes = (size_t)o->numel[i] * sizeof(float);
     if (o->be) {
-        GLM_TRY(o->be->upload(o->be, o->m[i], m_host, bytes));
-        return o->be->upload(o->be, o->v[i], v_host, bytes);
+        GLM_TRY(glm_be_upload(o->be, o->m[i], m_host, bytes));
+        return glm_be_upload(o->be, o->v[i], v_host, bytes);
     }
     memcpy(o->m[i], m_host, bytes);
     memcpy(o->v[i], v_host, bytes);

@@ -573,7 +573,7 @@ glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be
         st = load_tensor(as, ap, name, p, buf);
         if (st != GLM_OK) break;
         if (be)
-            st = be->upload(be, p->w, buf, bytes);
+            st = glm_be_upload(be, p->w, buf, bytes);
         else
             memcpy(p->w, buf, bytes);
         if (st != GLM_OK || !optim) continue;

@@ -17,7 +17,7 @@
 glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, float *dst) {
     size_t bytes = (size_t)p->numel * sizeof(float);
     GLM_ASSERT(p->w || !p->numel, "param %s has no weights", p->name);
-    if (be) return be->download(be, dst, p->w, bytes);
+    if (be) return glm_be_download(be, dst, p->w, bytes);
     memcpy(dst, p->w, bytes);
     return GLM_OK;
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 
 /* Bytes of one rank's shard of a [rows, cols] matrix in format f over `world` ranks (the model
  * holds glm_weight_shard_elems elements; a 4-bit shard its codes, absmax and absmax2). */

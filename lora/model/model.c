@@ -15,10 +15,10 @@
 void glm_ws_free(struct glm_ws *w);          /* lora/model/model_step.c */
 
 static void weight_free(const glm_backend *be, glm_weight *w) {
-    be->free(be, w->data);
-    be->free(be, w->absmax);
-    be->free(be, w->absmax2);
-    be->free(be, w->offset);
+    glm_be_free(be, w->data);
+    glm_be_free(be, w->absmax);
+    glm_be_free(be, w->absmax2);
+    glm_be_free(be, w->offset);
     w->data = w->absmax = NULL;
     w->absmax2 = w->offset = NULL;
 }
@@ -28,17 +28,17 @@ void glm_model_free(glm_model *m) {
     const glm_backend *be = m->be;
     glm_ws_free(m->ws);
     weight_free(be, &m->embed);
-    be->free(be, m->final_ln);
+    glm_be_free(be, m->final_ln);
     weight_free(be, &m->out_w);
-    be->free(be, m->inv_freq);
+    glm_be_free(be, m->inv_freq);
     if (m->layers)
         for (int l = 0; l < m->cfg.L; l++) {
             glm_layer_weights *w = &m->layers[l];
-            be->free(be, w->ln1);
+            glm_be_free(be, w->ln1);
             weight_free(be, &w->wqkv);
-            be->free(be, w->bqkv);
+            glm_be_free(be, w->bqkv);
             weight_free(be, &w->wo);
-            be->free(be, w->ln2);
+            glm_be_free(be, w->ln2);
             weight_free(be, &w->w1);
             weight_free(be, &w->w2);
         }
@@ -81,10 +81,10 @@ static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat
     w->n = n;
     w->double_quant = glm_wformat_packed(f) && dq;
     glm_weight_bytes_t b = glm_weight_bytes(f, n, w->double_quant);
-    GLM_TRY(be->alloc(be, b.data, what, &w->data));
-    if (b.absmax) GLM_TRY(be->alloc(be, b.absmax, what, &w->absmax));
-    if (b.absmax2) GLM_TRY(be->alloc(be, b.absmax2, what, (void **)&w->absmax2));
-    if (b.offset) GLM_TRY(be->alloc(be, b.offset, what, (void **)&w->offset));
+    GLM_TRY(glm_be_alloc(be, b.data, what, &w->data));
+    if (b.absmax) GLM_TRY(glm_be_alloc(be, b.absmax, what, &w->absmax));
+    if (b.absmax2) GLM_TRY(glm_be_alloc(be, b.absmax2, what, (void **)&w->absmax2));
+    if (b.offset) GLM_TRY(glm_be_alloc(be, b.offset, what, (void **)&w->offset));
     return GLM_OK;
 }
 
@@ -96,14 +96,14 @@ static glm_status quantize_matrix(const glm_backend *be, glm_weight *w, glm_wfor
     const int64_t n = rows * cols;
     if (world <= 1) {
         GLM_TRY(weight_alloc(be, w, f, rows, cols, n, dq, what));
-        return be->weight_quantize(be, w, src, be->weight_dtype);
+        return glm_be_weight_quantize(be, w, src, be->weight_dtype);
     }
     glm_weight whole;
     glm_status st = weight_alloc(be, &whole, f, rows, cols, n, dq, what);
-    if (!st) st = be->weight_quantize(be, &whole, src, be->weight_dtype);
+    if (!st) st = glm_be_weight_quantize(be, &whole, src, be->weight_dtype);
     const int64_t sn = glm_weight_shard_elems(f, n, world), first = (int64_t)rank * sn;
     if (!st) st = weight_alloc(be, w, f, rows, cols, sn, dq, what);
-    if (!st && w->offset) st = be->copy(be, w->offset, whole.offset, sizeof(float)); /* the whole tensor's mean */
+    if (!st && w->offset) st = glm_be_copy(be, w->offset, whole.offset, sizeof(float)); /* the whole tensor's mean */
     if (!st) {
         glm_weight_bytes_t hb = glm_weight_bytes(f, n, whole.double_quant), sb = glm_weight_bytes(f, sn, w->double_quant),
                            fb = glm_weight_bytes(f, first, w->double_quant);
@@ -115,11 +115,11 @@ static glm_status quantize_matrix(const glm_backend *be, glm_weight *w, glm_wfor
             if (!want[i]) continue;
             size_t k = at[i] < have[i] ? have[i] - at[i] : 0;
             if (k > want[i]) k = want[i];
-            st = be->zero(be, dst[i], want[i]);
-            if (!st && k) st = be->copy(be, dst[i], (const char *)from[i] + at[i], k);
+            st = glm_be_zero(be, dst[i], want[i]);
+            if (!st && k) st = glm_be_copy(be, dst[i], (const char *)from[i] + at[i], k);
         }
     }
-    if (!st) st = be->sync(be);
+    if (!st) st = glm_be_sync(be);
     weight_free(be, &whole);
     return st;
 }
@@ -141,8 +141,8 @@ static glm_status ld_read(loader *ld, const char *name, int ndim, int64_t d0, in
 }
 
 static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst) {
-    GLM_TRY(ld->be->alloc(ld->be, (size_t)n * glm_dtype_size(ld->be->weight_dtype), what, dst));
-    return ld->be->upload_f32(ld->be, *dst, ld->be->weight_dtype, ld->host, n);
+    GLM_TRY(glm_be_alloc(ld->be, (size_t)n * glm_dtype_size(ld->be->weight_dtype), what, dst));
+    return glm_be_upload_f32(ld->be, *dst, ld->be->weight_dtype, ld->host, n);
 }
 
 /* A matrix [d0, d1] (in ld->host) in `fmt`: dense whole, dense sharded (this rank's shard of
@@ -152,7 +152,7 @@ static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int
     const glm_backend *be = ld->be;
     const int64_t n = d0 * d1;
     if (glm_wformat_packed(fmt)) {
-        GLM_TRY(be->upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
+        GLM_TRY(glm_be_upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
         return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, ld->dev, ld->world, ld->rank, what);
     }
     int64_t sn = glm_weight_shard_elems(fmt, n, ld->world);
@@ -164,7 +164,7 @@ static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int
         memset(ld->host + have, 0, (size_t)(sn - have) * sizeof(float));
     }
     GLM_TRY(weight_alloc(be, dst, fmt, d0, d1, sn, 0, what));
-    return be->upload_f32(be, dst->data, be->weight_dtype, ld->host, sn);
+    return glm_be_upload_f32(be, dst->data, be->weight_dtype, ld->host, sn);
 }
 
 /* One tensor, whole. */
@@ -263,18 +263,18 @@ glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rop
     }
     float invf[512];
     if (c->rope_dim / 2 > 512) st = glm_err(GLM_ERR_UNSUPPORTED, "%s: %d rotary dims per head is more than glmtune supports (1024)", dir, c->rope_dim);
-    if (!st) st = be->alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);
+    if (!st) st = glm_be_alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);
     if (!st) {
         glm_rope_inv_freq(c->rope_base, c->rope_dim, invf);
-        st = be->upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
+        st = glm_be_upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
     }
     if (!st && glm_wformat_packed(ld.fmt)) /* the dense matrix a 4-bit one is quantized from */
-        st = be->alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
+        st = glm_be_alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
     if (!st) st = glm_st_open(dir, &ld.set);
     if (st == GLM_OK) st = load_weights(m, &ld);
     if (ld.set) glm_st_close(ld.set);
     free(ld.host);
-    be->free(be, ld.dev);
+    glm_be_free(be, ld.dev);
     if (st) {
         glm_layout lay = c->layout;
         glm_model_free(m);
@@ -285,7 +285,7 @@ glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rop
 }
 
 glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq) {
-    return m->be->upload(m->be, m->inv_freq, inv_freq, (size_t)(m->cfg.rope_dim / 2) * sizeof(float));
+    return glm_be_upload(m->be, m->inv_freq, inv_freq, (size_t)(m->cfg.rope_dim / 2) * sizeof(float));
 }
 
 /* ---------------------------------------------------------------------------- random weights */
@@ -294,8 +294,8 @@ glm_status glm_model_set_rope_inv_freq(glm_model *m, const float *inv_freq) {
 static glm_status rnd_tensor(glm_model *m, const char *what, int64_t n, float mean, float std, uint64_t seed,
                              uint64_t *stream, void **dst) {
     const glm_backend *be = m->be;
-    GLM_TRY(be->alloc(be, (size_t)n * glm_dtype_size(be->weight_dtype), what, dst));
-    return be->fill_normal(be, *dst, be->weight_dtype, n, mean, std, seed, (*stream)++);
+    GLM_TRY(glm_be_alloc(be, (size_t)n * glm_dtype_size(be->weight_dtype), what, dst));
+    return glm_be_fill_normal(be, *dst, be->weight_dtype, n, mean, std, seed, (*stream)++);
 }
 
 /* A matrix [rows, cols] of format f: dense, filled where it lives; 4-bit, filled into the dense
@@ -305,9 +305,9 @@ static glm_status rnd_matrix(glm_model *m, const char *what, glm_wformat f, int6
     const glm_backend *be = m->be;
     if (!glm_wformat_packed(f)) {
         GLM_TRY(weight_alloc(be, dst, f, rows, cols, rows * cols, 0, what));
-        return be->fill_normal(be, dst->data, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++);
+        return glm_be_fill_normal(be, dst->data, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++);
     }
-    GLM_TRY(be->fill_normal(be, tmp, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++));
+    GLM_TRY(glm_be_fill_normal(be, tmp, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++));
     return quantize_matrix(be, dst, f, m->fmt.double_quant, rows, cols, tmp, 1, 0, what);
 }
 
@@ -332,7 +332,7 @@ glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend 
     void *tmp = NULL;
     if (!st && glm_wformat_packed(lf)) {
         int64_t big = 2 * F * C > Dqkv * C ? 2 * F * C : Dqkv * C;
-        st = be->alloc(be, (size_t)big * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &tmp);
+        st = glm_be_alloc(be, (size_t)big * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &tmp);
     }
     uint64_t sm = 1;
     const float sc = (float)(1.0 / sqrt((double)C)), sq = (float)(1.0 / sqrt((double)qd)), sf = (float)(1.0 / sqrt((double)F));
@@ -349,16 +349,16 @@ glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend 
         if (!st) st = rnd_matrix(m, "dense_h_to_4h", lf, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
         if (!st) st = rnd_matrix(m, "dense_4h_to_h", lf, C, F, sf, seed, &sm, tmp, &w->w2);
     }
-    if (!st) st = be->sync(be);
-    be->free(be, tmp);
+    if (!st) st = glm_be_sync(be);
+    glm_be_free(be, tmp);
     float invf[512];
     if (!st && c->rope_dim / 2 > 512) st = glm_err(GLM_ERR_UNSUPPORTED, "%d rotary dims per head is more than glmtune supports", c->rope_dim);
-    if (!st) st = be->alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);
+    if (!st) st = glm_be_alloc(be, (size_t)(c->rope_dim / 2) * 4, "rope inv_freq", (void **)&m->inv_freq);
     if (!st) {
         glm_rope_inv_freq(c->rope_base, c->rope_dim, invf);
-        st = be->upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
+        st = glm_be_upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
     }
-    if (!st) st = be->sync(be);
+    if (!st) st = glm_be_sync(be);
     if (st) {
         int L = c->L; /* c points into m */
         glm_model_free(m);

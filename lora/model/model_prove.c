@@ -26,7 +26,7 @@ glm_status glm_model_prove_memory(glm_model *m, glm_lora *lora, const glm_batch 
     m->run_layers = n_layers;
     double t0 = now_s();
     glm_status st = glm_model_step(m, lora, b, (float)(1.0 / (double)(nt > 0 ? nt : 1)), 1, (int)mode, 0, &ls, &got);
-    if (st == GLM_OK) st = m->be->sync(m->be);
+    if (st == GLM_OK) st = glm_be_sync(m->be);
     double t1 = now_s();
     m->run_layers = 0;
     if (st == GLM_ERR_NUMERIC) st = GLM_OK; /* random weights: a non-finite loss does not matter here */

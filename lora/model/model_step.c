@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "kernels/comm.h"
 #include "lora/model/model.h"
 #include "lora/model/ring_attention.h"
 
@@ -123,10 +124,10 @@ struct glm_ws {
 
 void glm_ws_free(struct glm_ws *w) {
     if (!w) return;
-    for (int i = 0; i < w->n_allocs; i++) w->be->free(w->be, w->allocs[i]);
+    for (int i = 0; i < w->n_allocs; i++) glm_be_free(w->be, w->allocs[i]);
     free(w->allocs);
-    for (int i = 0; i < w->n_xh; i++) w->be->host_free(w->be, w->xh[i]);
-    for (int k = 0; k < 2; k++) w->be->host_free(w->be, w->bset[k].host);
+    for (int i = 0; i < w->n_xh; i++) glm_be_host_free(w->be, w->xh[i]);
+    for (int k = 0; k < 2; k++) glm_be_host_free(w->be, w->bset[k].host);
     for (int i = 0; i < GLM_BUF_COUNT; i++) free(w->buf[i]);
     free(w->xh);
     free(w->xs);
@@ -148,17 +149,17 @@ static glm_status ws_alloc(struct glm_ws *w, double bytes, const char *what, voi
         w->cap_allocs = cap;
     }
     size_t b = bytes > 0 ? (size_t)bytes : 16; /* the plan rounds every buffer to 256 bytes (vector loads) */
-    GLM_TRY(w->be->alloc(w->be, b, what, p));
+    GLM_TRY(glm_be_alloc(w->be, b, what, p));
     w->allocs[w->n_allocs++] = *p;
     return GLM_OK;
 }
 
 double glm_model_budget(const glm_model *m) {
     size_t fr = 0, tot = 0, use = 0, peak = 0;
-    m->be->mem_info(m->be, &fr, &tot, &use, &peak);
+    glm_be_mem_info(m->be, &fr, &tot, &use, &peak);
     double b = (double)fr + (double)use - 1073741824.0;
     if (m->max_bytes > 0) { /* a cap on the whole process: its context and library workspaces come off it */
-        double capped = m->max_bytes - (double)m->be->mem_overhead(m->be);
+        double capped = m->max_bytes - (double)glm_be_mem_overhead(m->be);
         if (b <= 0 || capped < b) b = capped;
     }
     return b;
@@ -220,7 +221,7 @@ void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int 
     glm_scratch_shape sh;
     size_t need = 0, ws = 0;
     scratch_shape(m, B, T, backward && lora, m->loss_chunk, &sh);
-    if (m->be->scratch_need(m->be, &sh, &need, &ws) == GLM_OK && need > 0) {
+    if (glm_be_scratch_need(m->be, &sh, &need, &ws) == GLM_OK && need > 0) {
         o.scratch = (double)need;
         o.attn_ws = (double)ws;
     }
@@ -301,7 +302,7 @@ static glm_status ws_bind_layers(struct glm_ws *w, const glm_plan *p, int L) {
     if (p->n_host > 0) {
         if (!(w->xh = calloc((size_t)p->n_host, sizeof(void *)))) return glm_err(GLM_ERR_NOMEM, "out of memory");
         for (int l = 0; l < p->n_host; l++, w->n_xh++)
-            GLM_TRY(w->be->host_alloc(w->be, (size_t)p->buf[GLM_BUF_XSLOT].bytes, "offloaded layer inputs", &w->xh[l]));
+            GLM_TRY(glm_be_host_alloc(w->be, (size_t)p->buf[GLM_BUF_XSLOT].bytes, "offloaded layer inputs", &w->xh[l]));
     }
     for (int l = 0; l < L; l++) { /* kept activations: layers [0, n_keep + n_selective) keep attention's */
         saved *s = &w->S[l];
@@ -378,7 +379,7 @@ static glm_status ws_bind_batches(struct glm_ws *w, const glm_plan *p) {
         bs->doc = bb[2];
         bs->labels = bb[3];
         if (p->cp <= 1)
-            GLM_TRY(w->be->host_alloc(w->be, (size_t)p->N * 17, "the batches' host copies", (void **)&bs->host));
+            GLM_TRY(glm_be_host_alloc(w->be, (size_t)p->N * 17, "the batches' host copies", (void **)&bs->host));
     }
     w->ids = w->bset[0].ids;
     w->pos = w->bset[0].pos;
@@ -442,7 +443,7 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
          * out-of-memory or the memory cap shows here, before the first step */
         glm_scratch_shape sh;
         scratch_shape(m, p->B, p->T, p->backward, p->loss_chunk, &sh);
-        st = be->scratch_reserve(be, &sh, !p->attn_lean);
+        st = glm_be_scratch_reserve(be, &sh, !p->attn_lean);
     }
     if (st) {
         glm_ws_free(w);
@@ -517,10 +518,10 @@ static glm_status gather_start(glm_model *m, struct glm_ws *w, int l) {
         const void *from[3] = {src->data, src->absmax, src->absmax2};
         for (int j = 0; j < 3; j++)
             if (g->shard_b[i][j])
-                GLM_TRY(be->all_gather_start(be, (char *)g->slot[k] + g->off[i][j], from[j], g->shard_b[i][j],
+                GLM_TRY(glm_comm_all_gather_start(be, (char *)g->slot[k] + g->off[i][j], from[j], g->shard_b[i][j],
                                              &g->req[k][i][j]));
     }
-    be->comm_progress(be);
+    glm_comm_progress(be);
     return GLM_OK;
 }
 
@@ -537,7 +538,7 @@ static glm_status gathered(glm_model *m, struct glm_ws *w, int l, const glm_laye
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++)
             if (g->req[k][i][j] >= 0) {
-                glm_status st = be->comm_wait(be, g->req[k][i][j]);
+                glm_status st = glm_comm_wait(be, g->req[k][i][j]);
                 g->req[k][i][j] = -1;
                 GLM_TRY(st);
             }
@@ -570,7 +571,7 @@ static glm_status layer_weights(glm_model *m, struct glm_ws *w, int l, const glm
         return GLM_OK;
     }
     const glm_backend *be = m->be;
-    be->phase(be, GLM_PHASE_GEMM);
+    glm_be_phase(be, GLM_PHASE_GEMM);
     glm_layer_weights *v = &g->dview;
     *v = *lw;
     for (int i = 0; i < 4; i++) {
@@ -584,7 +585,7 @@ static glm_status layer_weights(glm_model *m, struct glm_ws *w, int l, const glm
         d->cols = s->cols;
         d->n = q.n;
         d->data = (char *)g->dense + g->dense_off[i];
-        GLM_TRY(be->weight_dequantize(be, d->data, be->act_dtype, &q));
+        GLM_TRY(glm_be_weight_dequantize(be, d->data, be->act_dtype, &q));
     }
     g->dense_layer = l;
     *out = v;
@@ -596,11 +597,11 @@ static glm_status gather_big_start(glm_model *m, struct glm_ws *w, int what) {
     wslots *g = &w->W;
     if (g->big_what == what) return GLM_OK;
     if (g->big_req >= 0) { /* the other one still in flight: it must land before being overwritten */
-        GLM_TRY(m->be->comm_wait(m->be, g->big_req));
+        GLM_TRY(glm_comm_wait(m->be, g->big_req));
         g->big_req = -1;
     }
     g->big_what = what;
-    return m->be->all_gather_start(m->be, g->big, what == 1 ? m->embed.data : m->out_w.data, g->big_shard_b, &g->big_req);
+    return glm_comm_all_gather_start(m->be, g->big, what == 1 ? m->embed.data : m->out_w.data, g->big_shard_b, &g->big_req);
 }
 
 /* The embedding (what 1) or the output layer (what 2), whole and dense. */
@@ -613,7 +614,7 @@ static glm_status big_use(glm_model *m, struct glm_ws *w, int what, const glm_we
     }
     GLM_TRY(gather_big_start(m, w, what));
     if (g->big_req >= 0) {
-        glm_status st = m->be->comm_wait(m->be, g->big_req);
+        glm_status st = glm_comm_wait(m->be, g->big_req);
         g->big_req = -1;
         GLM_TRY(st);
     }
@@ -630,7 +631,7 @@ static glm_status big_use(glm_model *m, struct glm_ws *w, int what, const glm_we
 
 /* Layer input l (l = L: the last layer's output) on the device: its buffer, or its slot. */
 static void *xdev(const struct glm_ws *w, int l) { return w->xs[l]; }
-#define PH(x) be->phase(be, (x))
+#define PH(x) glm_be_phase(be, (x))
 /* for (n0, rows) over the chunks of mc tokens of N */
 #define FOR_CHUNKS(n0, rows, N, mc) \
     for (int64_t n0 = 0, rows = (N) < (mc) ? (N) : (mc); n0 < (N); n0 += (mc), rows = (N) - n0 < (mc) ? (N) - n0 : (mc))
@@ -658,7 +659,7 @@ typedef struct ctx {
 static glm_status drop_rows(const ctx *cx, void *y, int64_t ldy, const void *x, int64_t ldx, int64_t rows, int64_t D,
                             int64_t row0, uint64_t stream) {
     const glm_backend *be = cx->m->be;
-    if (!cx->cpl && !cx->drop_key) return be->dropout(be, y, ldy, x, ldx, rows, D, row0, cx->p_drop, cx->seed, stream);
+    if (!cx->cpl && !cx->drop_key) return glm_be_dropout(be, y, ldy, x, ldx, rows, D, row0, cx->p_drop, cx->seed, stream);
     const size_t e = glm_dtype_size(be->act_dtype);
     for (int64_t n = 0; n < rows;) {
         int64_t l = row0 + n, b = l / cx->T, j = l % cx->T;
@@ -674,7 +675,7 @@ static glm_status drop_rows(const ctx *cx, void *y, int64_t ldy, const void *x, 
             run = r;
             key = k[0];
         }
-        GLM_TRY(be->dropout(be, (char *)y + (size_t)(n * ldy) * e, ldy, (const char *)x + (size_t)(n * ldx) * e, ldx, run, D,
+        GLM_TRY(glm_be_dropout(be, (char *)y + (size_t)(n * ldy) * e, ldy, (const char *)x + (size_t)(n * ldx) * e, ldx, run, D,
                             (int64_t)key, cx->p_drop, cx->seed, stream));
         n += run;
     }
@@ -719,14 +720,14 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
     PH(GLM_PHASE_LORA);
     if (n > 1 && w->shadows && cx->p_drop == 0) {
         /* the adapters share the input: u = x [A_1; ...; A_n]^T in one GEMM (the copies are stacked) */
-        GLM_TRY(be->matmul(be, 0, 1, rows, (int64_t)n * r, in, 1.0f, x, ad, in, w->shA[first], ad, in, 0.0f, w->u, ad,
+        GLM_TRY(glm_be_matmul(be, 0, 1, rows, (int64_t)n * r, in, 1.0f, x, ad, in, w->shA[first], ad, in, 0.0f, w->u, ad,
                            (int64_t)n * r));
         int j = 0;
         for (int k = 0; k < L->layer_count[layer]; k++) {
             int si = L->layer_first[layer] + k;
             const glm_lora_site *s = &L->sites[si];
             if (s->lin != lin) continue;
-            GLM_TRY(be->matmul(be, 0, 1, rows, s->out, r, L->scaling, OFF(w->u, j * r), ad, (int64_t)n * r, w->shB[si], ad, r,
+            GLM_TRY(glm_be_matmul(be, 0, 1, rows, s->out, r, L->scaling, OFF(w->u, j * r), ad, (int64_t)n * r, w->shB[si], ad, r,
                                beta, OFF(y, s->row0), ad, ldy));
             j++;
         }
@@ -738,8 +739,8 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
         if (s->lin != lin) continue;
         const void *xin;
         GLM_TRY(lora_input(cx, s, x, in, rows, row0, &xin));
-        GLM_TRY(be->matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
-        GLM_TRY(be->matmul(be, 0, 1, rows, s->out, r, L->scaling, w->u, ad, r, w->shB[si], ad, r, beta, OFF(y, s->row0), ad,
+        GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
+        GLM_TRY(glm_be_matmul(be, 0, 1, rows, s->out, r, L->scaling, w->u, ad, r, w->shB[si], ad, r, beta, OFF(y, s->row0), ad,
                            ldy));
     }
     return GLM_OK;
@@ -770,7 +771,7 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
         GLM_TRY(lora_up(cx, layer, lin, x, in, rows, row0, y, ldy, residual ? 1.0f : 0.0f));
         if (bias) {
             PH(GLM_PHASE_ELEMENTWISE);
-            GLM_TRY(be->add_bias(be, y, ldy, bias, rows, out));
+            GLM_TRY(glm_be_add_bias(be, y, ldy, bias, rows, out));
         }
         PH(GLM_PHASE_GEMM);
         return glm_base_matmul(be, 0, rows, x, in, base_weight(lw, lin), 1.0f, y, ldy);
@@ -779,7 +780,7 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     GLM_TRY(glm_base_matmul(be, 0, rows, x, in, base_weight(lw, lin), residual ? 1.0f : 0.0f, y, ldy));
     if (bias) {
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->add_bias(be, y, ldy, bias, rows, out));
+        GLM_TRY(glm_be_add_bias(be, y, ldy, bias, rows, out));
     }
     if (n) GLM_TRY(lora_up(cx, layer, lin, x, in, rows, row0, y, ldy, 1.0f));
     return GLM_OK;
@@ -807,21 +808,21 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
         const void *dys = OFF(dy, s->row0), *xin;
         GLM_TRY(lora_input(cx, s, x, in, rows, row0, &xin));
         /* u [rows, r] = dropout(x) A^T (recomputed: cheaper than keeping it for every layer) */
-        GLM_TRY(be->matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
+        GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
         /* dB [out, r] += scaling dy^T u */
-        GLM_TRY(be->matmul(be, 1, 0, s->out, r, rows, L->scaling, dys, ad, ldy, w->u, ad, r, 1.0f, Bp->g, GLM_DT_F32, r));
+        GLM_TRY(glm_be_matmul(be, 1, 0, s->out, r, rows, L->scaling, dys, ad, ldy, w->u, ad, r, 1.0f, Bp->g, GLM_DT_F32, r));
         /* du [rows, r] = scaling dy B */
-        GLM_TRY(be->matmul(be, 0, 0, rows, r, s->out, L->scaling, dys, ad, ldy, w->shB[si], ad, r, 0.0f, w->du, ad, r));
+        GLM_TRY(glm_be_matmul(be, 0, 0, rows, r, s->out, L->scaling, dys, ad, ldy, w->shB[si], ad, r, 0.0f, w->du, ad, r));
         /* dA [r, in] += du^T dropout(x) */
-        GLM_TRY(be->matmul(be, 1, 0, r, in, rows, 1.0f, w->du, ad, r, xin, ad, in, 1.0f, A->g, GLM_DT_F32, in));
+        GLM_TRY(glm_be_matmul(be, 1, 0, r, in, rows, 1.0f, w->du, ad, r, xin, ad, in, 1.0f, A->g, GLM_DT_F32, in));
         /* dx += dropout_bwd(du A) */
         if (cx->p_drop > 0) {
             uint64_t stream = (uint64_t)layer * 8 + s->module;
-            GLM_TRY(be->matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 0.0f, w->drop, ad, in));
+            GLM_TRY(glm_be_matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 0.0f, w->drop, ad, in));
             GLM_TRY(drop_rows(cx, w->drop, in, w->drop, in, rows, in, row0, stream));
-            GLM_TRY(be->axpy(be, dx, w->drop, 1.0f, rows * in));
+            GLM_TRY(glm_be_axpy(be, dx, w->drop, 1.0f, rows * in));
         } else {
-            GLM_TRY(be->matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 1.0f, dx, ad, in));
+            GLM_TRY(glm_be_matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 1.0f, dx, ad, in));
         }
     }
     return GLM_OK;
@@ -865,21 +866,21 @@ static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b, void
         void *xn = b->S ? OFF(b->S->xn1, n0 * C) : WB(w, GLM_BUF_XN_C);
         float *rs = b->S ? b->S->rstd1 + n0 : (float *)WB(w, GLM_BUF_RSTD_C);
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->rmsnorm_fwd(be, xn, rs, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
+        GLM_TRY(glm_be_rmsnorm_fwd(be, xn, rs, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
         GLM_TRY(linear_fwd(cx, l, GLM_LIN_QKV, xn, C, rows, n0, OFF(b->qkv, n0 * Dqkv), Dqkv, Dqkv, 0));
     }
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rope(be, b->qkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 0));
+    GLM_TRY(glm_be_rope(be, b->qkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 0));
     PH(GLM_PHASE_ATTN_FWD);
     if (cx->cpl) /* context parallel: the ring over the group (lora/model/ring_attention.h) */
         GLM_TRY(glm_ring_attention_fwd(&w->ring, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd),
                                        Dqkv));
     else
-        GLM_TRY(be->attention_fwd(be, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd), Dqkv,
+        GLM_TRY(glm_be_attention_fwd(be, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd), Dqkv,
                                   w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
     FOR_CHUNKS(n0, rows, N, mc) {
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->copy(be, OFF(x_mid, n0 * C), OFF(x_in, n0 * C), (size_t)(rows * C) * w->esz));
+        GLM_TRY(glm_be_copy(be, OFF(x_mid, n0 * C), OFF(x_in, n0 * C), (size_t)(rows * C) * w->esz));
         GLM_TRY(linear_fwd(cx, l, GLM_LIN_DENSE, OFF(b->o, n0 * qd), qd, rows, n0, OFF(x_mid, n0 * C), C, C, 1));
     }
     return GLM_OK;
@@ -899,10 +900,10 @@ static glm_status mlp_in(ctx *cx, int l, const bufs *b, const void *x_mid, int64
     *h = b->S ? OFF(b->S->h, n0 * 2 * F) : WB(w, GLM_BUF_H_C);
     *a = b->S ? OFF(b->S->a, n0 * F) : WB(w, GLM_BUF_A_C);
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rmsnorm_fwd(be, *xn2, *rstd2, OFF(x_mid, n0 * C), cx->lw->ln2, rows, C, c->eps));
+    GLM_TRY(glm_be_rmsnorm_fwd(be, *xn2, *rstd2, OFF(x_mid, n0 * C), cx->lw->ln2, rows, C, c->eps));
     GLM_TRY(linear_fwd(cx, l, GLM_LIN_H4H, *xn2, C, rows, n0, *h, 2 * F, 2 * F, 0));
     PH(GLM_PHASE_ELEMENTWISE);
-    return be->swiglu_fwd(be, *a, *h, rows, F);
+    return glm_be_swiglu_fwd(be, *a, *h, rows, F);
 }
 
 /* One decoder layer: x_out = layer(x_in), keeping what the plan keeps. A layer that keeps no
@@ -921,7 +922,7 @@ static glm_status layer_fwd(ctx *cx, int l, const void *x_in, void *x_out) {
         GLM_TRY(mlp_in(cx, l, &b, xm, n0, rows, &xn2, &rstd2, &h, &a));
         if (xm != x_out) {
             PH(GLM_PHASE_ELEMENTWISE);
-            GLM_TRY(be->copy(be, OFF(x_out, n0 * C), OFF(xm, n0 * C), (size_t)(rows * C) * w->esz));
+            GLM_TRY(glm_be_copy(be, OFF(x_out, n0 * C), OFF(xm, n0 * C), (size_t)(rows * C) * w->esz));
         }
         GLM_TRY(linear_fwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, OFF(x_out, n0 * C), C, C, 1));
     }
@@ -956,10 +957,10 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
         void *dyc = OFF(dx, n0 * C);
         GLM_TRY(linear_bwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, dyc, C, C, WB(w, GLM_BUF_DA_C)));
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->swiglu_bwd(be, WB(w, GLM_BUF_DH_C), WB(w, GLM_BUF_DA_C), h, rows, F));
+        GLM_TRY(glm_be_swiglu_bwd(be, WB(w, GLM_BUF_DH_C), WB(w, GLM_BUF_DA_C), h, rows, F));
         GLM_TRY(linear_bwd(cx, l, GLM_LIN_H4H, xn2, C, rows, n0, WB(w, GLM_BUF_DH_C), 2 * F, 2 * F, dxn));
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->rmsnorm_bwd(be, dyc, dxn, OFF(xm, n0 * C), lw->ln2, rstd2, rows, C));
+        GLM_TRY(glm_be_rmsnorm_bwd(be, dyc, dxn, OFF(xm, n0 * C), lw->ln2, rstd2, rows, C));
     }
     /* the attention half: d_o into the x_mid buffer (the recomputed x_mid is dead now) */
     void *d_o = xmid_buf;
@@ -970,21 +971,21 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
         GLM_TRY(glm_ring_attention_bwd(&w->ring, dqkv, Dqkv, OFF(dqkv, qd), Dqkv, OFF(dqkv, qd + kd), Dqkv, d_o, qd, b.o, b.lse,
                                        b.qkv, OFF(b.qkv, qd), OFF(b.qkv, qd + kd)));
     else
-        GLM_TRY(be->attention_bwd(be, dqkv, OFF(dqkv, qd), OFF(dqkv, qd + kd), d_o, qd, b.o, b.lse, b.qkv, Dqkv, OFF(b.qkv, qd),
+        GLM_TRY(glm_be_attention_bwd(be, dqkv, OFF(dqkv, qd), OFF(dqkv, qd + kd), d_o, qd, b.o, b.lse, b.qkv, Dqkv, OFF(b.qkv, qd),
                                   Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
     PH(GLM_PHASE_ELEMENTWISE);
-    GLM_TRY(be->rope(be, dqkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 1));
+    GLM_TRY(glm_be_rope(be, dqkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 1));
     /* query_key_value and input_layernorm, chunk by chunk (xn1 recomputed unless kept) */
     FOR_CHUNKS(n0, rows, N, mc) {
         void *xn1 = b.S ? OFF(b.S->xn1, n0 * C) : WB(w, GLM_BUF_XN_C);
         float *rstd1 = b.S ? b.S->rstd1 + n0 : (float *)WB(w, GLM_BUF_RSTD_C);
         if (!b.S) {
             PH(GLM_PHASE_ELEMENTWISE);
-            GLM_TRY(be->rmsnorm_fwd(be, xn1, rstd1, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
+            GLM_TRY(glm_be_rmsnorm_fwd(be, xn1, rstd1, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
         }
         GLM_TRY(linear_bwd(cx, l, GLM_LIN_QKV, xn1, C, rows, n0, OFF(dqkv, n0 * Dqkv), Dqkv, Dqkv, dxn));
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(be->rmsnorm_bwd(be, OFF(dx, n0 * C), dxn, OFF(x_in, n0 * C), lw->ln1, rstd1, rows, C));
+        GLM_TRY(glm_be_rmsnorm_bwd(be, OFF(dx, n0 * C), dxn, OFF(x_in, n0 * C), lw->ln1, rstd1, rows, C));
     }
     return GLM_OK;
 }
@@ -1037,7 +1038,7 @@ static int set_holds(const struct glm_ws *w, int k, const glm_batch *b) {
 static glm_status set_fill(const glm_model *m, struct glm_ws *w, int k, const glm_batch *b, int after_ops) {
     const glm_backend *be = m->be;
     batch_set *s = &w->bset[k];
-    if (s->pending) GLM_TRY(be->sync(be));
+    if (s->pending) GLM_TRY(glm_be_sync(be));
     s->pending = s->prefetched = 0;
     s->B = 0;
     const size_t n = (size_t)b->B * b->T, cap = set_cap(w);
@@ -1057,10 +1058,10 @@ static glm_status set_fill(const glm_model *m, struct glm_ws *w, int k, const gl
             cnt += lab[i] >= 0;
         }
     uint64_t tk;
-    GLM_TRY(be->upload_async(be, s->ids, h, 4 * n, after_ops, &tk)); /* the copy stream is in order: */
-    GLM_TRY(be->upload_async(be, s->pos, h + 4 * cap, 4 * n, 0, &tk)); /* the first one's wait holds */
-    GLM_TRY(be->upload_async(be, s->doc, h + 8 * cap, 4 * n, 0, &tk)); /* for the others */
-    GLM_TRY(be->upload_async(be, s->labels, lab, 4 * n, 0, &s->ticket));
+    GLM_TRY(glm_be_upload_async(be, s->ids, h, 4 * n, after_ops, &tk)); /* the copy stream is in order: */
+    GLM_TRY(glm_be_upload_async(be, s->pos, h + 4 * cap, 4 * n, 0, &tk)); /* the first one's wait holds */
+    GLM_TRY(glm_be_upload_async(be, s->doc, h + 8 * cap, 4 * n, 0, &tk)); /* for the others */
+    GLM_TRY(glm_be_upload_async(be, s->labels, lab, 4 * n, 0, &s->ticket));
     s->B = b->B;
     s->T = b->T;
     s->n_labels = cnt;
@@ -1112,7 +1113,7 @@ static glm_status upload_batch(glm_model *m, struct glm_ws *w, const glm_batch *
         w->labels = s->labels;
         w->lab_host = (int32_t *)(s->host + 12 * set_cap(w));
         *n_labels = s->n_labels;
-        return be->copy_wait(be, s->ticket);
+        return glm_be_copy_wait(be, s->ticket);
     }
     GLM_TRY(check_batch(m, b));
     int32_t *lab = w->lab_host;
@@ -1130,15 +1131,15 @@ static glm_status upload_batch(glm_model *m, struct glm_ws *w, const glm_batch *
             loc[l] = t < T ? (int32_t)b->ids[o + t] : 0; /* padding: token 0 */
         }
     }
-    GLM_TRY(be->upload(be, w->ids, loc, (size_t)NL * 4)); /* uint32 ids below V < 2^31: the same bits */
+    GLM_TRY(glm_be_upload(be, w->ids, loc, (size_t)NL * 4)); /* uint32 ids below V < 2^31: the same bits */
     for (int r = 0; r < b->B; r++)
         for (int j = 0; j < TL; j++) {
             int64_t t = glm_cp_global(cpl, j);
             loc[(int64_t)r * TL + j] = t < T ? b->pos[(int64_t)r * T + t] : (int32_t)(t - T); /* padding: 0, 1, ... */
         }
-    GLM_TRY(be->upload(be, w->pos, loc, (size_t)NL * 4));
-    GLM_TRY(be->upload(be, w->labels, lab, (size_t)NL * 4));
-    GLM_TRY(be->upload(be, w->gdoc, gd, (size_t)b->B * (size_t)Tp * 4));
+    GLM_TRY(glm_be_upload(be, w->pos, loc, (size_t)NL * 4));
+    GLM_TRY(glm_be_upload(be, w->labels, lab, (size_t)NL * 4));
+    GLM_TRY(glm_be_upload(be, w->gdoc, gd, (size_t)b->B * (size_t)Tp * 4));
     *n_labels = cnt;
     return GLM_OK;
 }
@@ -1149,8 +1150,8 @@ static glm_status refresh_lora_copies(const glm_backend *be, struct glm_ws *w, g
     PH(GLM_PHASE_LORA);
     for (int si = 0; si < L->n_sites; si++) {
         const glm_param *A = &L->params[L->sites[si].pa], *B = &L->params[L->sites[si].pb];
-        GLM_TRY(be->cast(be, w->shA[si], be->act_dtype, A->w, GLM_DT_F32, A->numel));
-        GLM_TRY(be->cast(be, w->shB[si], be->act_dtype, B->w, GLM_DT_F32, B->numel));
+        GLM_TRY(glm_be_cast(be, w->shA[si], be->act_dtype, A->w, GLM_DT_F32, A->numel));
+        GLM_TRY(glm_be_cast(be, w->shB[si], be->act_dtype, B->w, GLM_DT_F32, B->numel));
     }
     return GLM_OK;
 }
@@ -1173,7 +1174,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     struct glm_ws *w = m->ws;
     /* cuDNN's attention workspace: what the plan holds for it and the room the plan leaves (a batch of
      * many documents pads to a wider graph); none when the plan left it out: glmtune's kernels */
-    be->set_attention_ws_cap(be, w->plan.attn_lean ? 0 : w->plan.attn_ws + fmax(0.0, w->plan.budget - w->plan.total));
+    glm_be_set_attention_ws_cap(be, w->plan.attn_lean ? 0 : w->plan.attn_ws + fmax(0.0, w->plan.budget - w->plan.total));
     w->ring.B = b->B; /* this batch's rows (at most the workspace's) */
     const glm_cp_layout *cpl = cp ? &w->ring.L : NULL;
     const int TL = cp ? w->TL : b->T;
@@ -1190,20 +1191,20 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     const size_t xbytes = (size_t)(N * C) * w->esz;
     const int n_host = backward ? w->plan.n_host : 0;
     uint64_t slot_down[2] = {0, 0}; /* offload: the last download from each slot */
-    GLM_TRY(be->embedding(be, xdev(w, 0), embed->data, w->ids, N, C, V));
+    GLM_TRY(glm_be_embedding(be, xdev(w, 0), embed->data, w->ids, N, C, V));
     if (w->W.sharded) GLM_TRY(gather_big_start(m, w, 2)); /* ... then the output layer prefetched into its slot */
-    if (n_host > 0) GLM_TRY(be->download_async(be, w->xh[0], xdev(w, 0), xbytes, &slot_down[0]));
+    if (n_host > 0) GLM_TRY(glm_be_download_async(be, w->xh[0], xdev(w, 0), xbytes, &slot_down[0]));
     for (int l = 0; l < L; l++) {
         GLM_TRY(layer_weights(m, w, l, &cx.lw)); /* gathered, dequantized ... */
         if (w->W.sharded && l + 1 < L) GLM_TRY(gather_start(m, w, l + 1)); /* ... and the next gather started behind it */
         /* offload: layer l's output overwrites a slot whose last input must have reached host memory */
-        if (n_host > 0 && glm_plan_x_in_slot(&w->plan, L, l + 1)) GLM_TRY(be->copy_wait(be, slot_down[(l + 1) & 1]));
+        if (n_host > 0 && glm_plan_x_in_slot(&w->plan, L, l + 1)) GLM_TRY(glm_be_copy_wait(be, slot_down[(l + 1) & 1]));
         GLM_TRY(layer_fwd(&cx, l, xdev(w, l), xdev(w, l + 1)));
-        if (l + 1 < n_host) GLM_TRY(be->download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes, &slot_down[(l + 1) & 1]));
+        if (l + 1 < n_host) GLM_TRY(glm_be_download_async(be, w->xh[l + 1], xdev(w, l + 1), xbytes, &slot_down[(l + 1) & 1]));
     }
     GLM_TRY(big_use(m, w, 2, &out_w)); /* every rank, whether its chunks have targets or not */
     void *dx = WB(w, GLM_BUF_DX);
-    if (backward) GLM_TRY(be->zero(be, dx, (size_t)(N * C) * w->esz));
+    if (backward) GLM_TRY(glm_be_zero(be, dx, (size_t)(N * C) * w->esz));
     void *xnf = WB(w, GLM_BUF_LOSS_XN), *logits = WB(w, GLM_BUF_LOSS_LOGITS), *dxnf = WB(w, GLM_BUF_LOSS_DXN);
     float *rstdf = WB(w, GLM_BUF_LOSS_RSTD);
     double total = 0;
@@ -1217,20 +1218,20 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         }
         const void *xf = OFF(xdev(w, L), n0 * C);
         PH(GLM_PHASE_LOSS);
-        GLM_TRY(be->rmsnorm_fwd(be, xnf, rstdf, xf, m->final_ln, nc, C, c->eps));
+        GLM_TRY(glm_be_rmsnorm_fwd(be, xnf, rstdf, xf, m->final_ln, nc, C, c->eps));
         GLM_TRY(glm_base_matmul(be, 0, nc, xnf, C, out_w, 0.0f, logits, V));
         if (logits_out) {
-            GLM_TRY(be->download_f32(be, logits_out + n0 * V, be->act_dtype, logits, nc * V));
+            GLM_TRY(glm_be_download_f32(be, logits_out + n0 * V, be->act_dtype, logits, nc * V));
             continue;
         }
         double ls = 0;
         int64_t nt = 0;
-        GLM_TRY(be->cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, nc, V, loss_scale, &ls, &nt));
+        GLM_TRY(glm_be_cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, nc, V, loss_scale, &ls, &nt));
         total += ls;
         ntot += nt;
         if (backward) {
             GLM_TRY(glm_base_matmul(be, 1, nc, logits, V, out_w, 0.0f, dxnf, C));
-            GLM_TRY(be->rmsnorm_bwd(be, OFF(dx, n0 * C), dxnf, xf, m->final_ln, rstdf, nc, C));
+            GLM_TRY(glm_be_rmsnorm_bwd(be, OFF(dx, n0 * C), dxnf, xf, m->final_ln, rstdf, nc, C));
         }
     }
     if (loss_sum) *loss_sum = total;
@@ -1245,8 +1246,8 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
              * loss head's) while layer l's backward runs; layer l's own was uploaded during layer
              * l+1's (or, for the last layer, never left its slot) */
             if (l > 0 && l - 1 < n_host)
-                GLM_TRY(be->upload_async(be, xdev(w, l - 1), w->xh[l - 1], xbytes, 1, &up[(l - 1) & 1]));
-            if (l < n_host) GLM_TRY(be->copy_wait(be, up[l & 1]));
+                GLM_TRY(glm_be_upload_async(be, xdev(w, l - 1), w->xh[l - 1], xbytes, 1, &up[(l - 1) & 1]));
+            if (l < n_host) GLM_TRY(glm_be_copy_wait(be, up[l & 1]));
             GLM_TRY(layer_bwd(&cx, l, xdev(w, l)));
             if (m->grad_ready) GLM_TRY(m->grad_ready(m->grad_ready_user, l)); /* layer l's LoRA grads are final */
         }
@@ -1254,7 +1255,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     PH(GLM_PHASE_OTHER);
     /* the host is idle until the queued work is done: the trainer prepares the next batch */
     if (backward && m->next_batch) GLM_TRY(m->next_batch(m->next_batch_user));
-    GLM_TRY(be->sync(be));
+    GLM_TRY(glm_be_sync(be));
     w->bset[0].pending = w->bset[1].pending = 0; /* every copy is done */
     return GLM_OK;
 }

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "kernels/comm.h"
+
 void glm_cp_layout_make(int T, int n, int rank, glm_cp_layout *out) {
     if (n < 1) n = 1;
     out->n = n;
@@ -14,7 +16,7 @@ void glm_cp_layout_make(int T, int n, int rank, glm_cp_layout *out) {
 }
 
 glm_status glm_ring_supported(const glm_backend *be) {
-    if (be->supports(be, GLM_FEATURE_RING_ATTENTION)) return GLM_OK;
+    if (glm_be_supports(be, GLM_FEATURE_RING_ATTENTION)) return GLM_OK;
     return glm_err(GLM_ERR_UNSUPPORTED, "the %s backend does not compute the ring's block attention (context parallel); "
                    "hint: --context-parallel 1", be->name);
 }
@@ -55,17 +57,17 @@ static glm_status step_blocks(const glm_ring *R, int step, int src, const void *
                 const void *kb = EL(kvb, krow * 2 * kd, e), *vb = EL(kvb, krow * 2 * kd + kd, e);
                 int64_t lrow = (int64_t)b * H * TL + (int64_t)qh * S; /* lse of the chunk's first query, head 0 */
                 if (!bwd) {
-                    GLM_TRY(be->attention_block_fwd(be, EL(R->acc, qrow * qd, ea), qd, EL(R->lse_acc, lrow, ea), TL,
+                    GLM_TRY(glm_be_attention_block_fwd(be, EL(R->acc, qrow * qd, ea), qd, EL(R->lse_acc, lrow, ea), TL,
                                                     EL(q, qrow * ldq, e), ldq, kb, 2 * kd, vb, 2 * kd, qdoc, kdoc, qg, kg, S,
                                                     S, H, Hkv, Dh, init));
                 } else {
                     void *dk = EL(dkvb, krow * 2 * kd, ea);
-                    GLM_TRY(be->attention_block_bwd(be, EL(R->acc, qrow * qd, ea), qd, dk, 2 * kd, EL(dk, kd, ea), 2 * kd,
+                    GLM_TRY(glm_be_attention_block_bwd(be, EL(R->acc, qrow * qd, ea), qd, dk, 2 * kd, EL(dk, kd, ea), 2 * kd,
                                                     EL(dout, qrow * ldo, e), ldo, EL(out, qrow * ldo, e), lse + lrow, TL,
                                                     EL(q, qrow * ldq, e), ldq, kb, 2 * kd, vb, 2 * kd, qdoc, kdoc, qg, kg,
                                                     S, S, H, Hkv, Dh));
                 }
-                R->comm->comm_progress(R->comm); /* MPI moves the next block along between the blocks */
+                glm_comm_progress(R->comm); /* MPI moves the next block along between the blocks */
             }
     return GLM_OK;
 }
@@ -85,19 +87,19 @@ glm_status glm_ring_attention_fwd(const glm_ring *R, void *out, int64_t ldo, flo
     const int n = R->L.n, c = R->L.rank;
     const int64_t Nl = (int64_t)R->B * glm_cp_local(&R->L), kd = (int64_t)R->Hkv * R->Dh, qd = (int64_t)R->H * R->Dh;
     const size_t e = glm_dtype_size(be->act_dtype);
-    GLM_TRY(be->cast_2d(be, R->kv[0], be->act_dtype, 2 * kd, k, be->act_dtype, ldk, Nl, 2 * kd));
+    GLM_TRY(glm_be_cast_2d(be, R->kv[0], be->act_dtype, 2 * kd, k, be->act_dtype, ldk, Nl, 2 * kd));
     int cur = 0;
     for (int i = 0; i < n; i++) {
         int src = (c - i + n) % n, req = -1;
         if (i + 1 < n) /* the next block travels while this one computes */
-            GLM_TRY(cm->sendrecv_start(cm, R->kv[cur], (c + 1) % n, R->kv[1 - cur], (c + n - 1) % n,
+            GLM_TRY(glm_comm_sendrecv_start(cm, R->kv[cur], (c + 1) % n, R->kv[1 - cur], (c + n - 1) % n,
                                        (size_t)(Nl * 2 * kd) * e, &req));
         GLM_TRY(step_blocks(R, i, src, R->kv[cur], NULL, 0, NULL, q, ldq, NULL, 0, NULL));
-        if (req >= 0) GLM_TRY(cm->comm_wait(cm, req));
+        if (req >= 0) GLM_TRY(glm_comm_wait(cm, req));
         cur ^= 1;
     }
-    GLM_TRY(be->cast_2d(be, lse, GLM_DT_F32, Nl * R->H, R->lse_acc, be->acc_dtype, Nl * R->H, 1, Nl * R->H));
-    return be->cast_2d(be, out, be->act_dtype, ldo, R->acc, be->acc_dtype, qd, Nl, qd);
+    GLM_TRY(glm_be_cast_2d(be, lse, GLM_DT_F32, Nl * R->H, R->lse_acc, be->acc_dtype, Nl * R->H, 1, Nl * R->H));
+    return glm_be_cast_2d(be, out, be->act_dtype, ldo, R->acc, be->acc_dtype, qd, Nl, qd);
 }
 
 glm_status glm_ring_attention_bwd(const glm_ring *R, void *dq, int64_t ldq, void *dk, int64_t ldk, void *dv, int64_t ldv,
@@ -109,23 +111,23 @@ glm_status glm_ring_attention_bwd(const glm_ring *R, void *dq, int64_t ldq, void
     const int n = R->L.n, c = R->L.rank;
     const int64_t Nl = (int64_t)R->B * glm_cp_local(&R->L), kd = (int64_t)R->Hkv * R->Dh, qd = (int64_t)R->H * R->Dh;
     const size_t e = glm_dtype_size(be->act_dtype), ea = glm_dtype_size(be->acc_dtype);
-    GLM_TRY(be->cast_2d(be, R->kv[0], be->act_dtype, 2 * kd, k, be->act_dtype, ldk, Nl, 2 * kd));
-    GLM_TRY(be->zero(be, R->dkv[0], (size_t)(Nl * 2 * kd) * ea)); /* all-zero bits: 0.0 in every dtype */
-    GLM_TRY(be->zero(be, R->acc, (size_t)(Nl * qd) * ea));
+    GLM_TRY(glm_be_cast_2d(be, R->kv[0], be->act_dtype, 2 * kd, k, be->act_dtype, ldk, Nl, 2 * kd));
+    GLM_TRY(glm_be_zero(be, R->dkv[0], (size_t)(Nl * 2 * kd) * ea)); /* all-zero bits: 0.0 in every dtype */
+    GLM_TRY(glm_be_zero(be, R->acc, (size_t)(Nl * qd) * ea));
     int cur = 0;
     for (int i = 0; i < n; i++) {
         int src = (c - i + n) % n, rkv = -1, rd = -1;
         if (i + 1 < n)
-            GLM_TRY(cm->sendrecv_start(cm, R->kv[cur], (c + 1) % n, R->kv[1 - cur], (c + n - 1) % n,
+            GLM_TRY(glm_comm_sendrecv_start(cm, R->kv[cur], (c + 1) % n, R->kv[1 - cur], (c + n - 1) % n,
                                        (size_t)(Nl * 2 * kd) * e, &rkv));
         GLM_TRY(step_blocks(R, i, src, R->kv[cur], R->dkv[cur], 1, lse, q, ldq, dout, ldo, out));
         /* the accumulator of src's K|V moves on with it; after n hops it is back at src, complete */
-        GLM_TRY(cm->sendrecv_start(cm, R->dkv[cur], (c + 1) % n, R->dkv[1 - cur], (c + n - 1) % n,
+        GLM_TRY(glm_comm_sendrecv_start(cm, R->dkv[cur], (c + 1) % n, R->dkv[1 - cur], (c + n - 1) % n,
                                    (size_t)(Nl * 2 * kd) * ea, &rd));
-        if (rkv >= 0) GLM_TRY(cm->comm_wait(cm, rkv));
-        if (rd >= 0) GLM_TRY(cm->comm_wait(cm, rd));
+        if (rkv >= 0) GLM_TRY(glm_comm_wait(cm, rkv));
+        if (rd >= 0) GLM_TRY(glm_comm_wait(cm, rd));
         cur ^= 1;
     }
-    GLM_TRY(be->cast_2d(be, dq, be->act_dtype, ldq, R->acc, be->acc_dtype, qd, Nl, qd));
-    return be->cast_2d(be, dk, be->act_dtype, ldk, R->dkv[cur], be->acc_dtype, 2 * kd, Nl, 2 * kd);
+    GLM_TRY(glm_be_cast_2d(be, dq, be->act_dtype, ldq, R->acc, be->acc_dtype, qd, Nl, qd));
+    return glm_be_cast_2d(be, dk, be->act_dtype, ldk, R->dkv[cur], be->acc_dtype, 2 * kd, Nl, 2 * kd);
 }

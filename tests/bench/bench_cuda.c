@@ -32,11 +32,11 @@ static int cmpd(const void *a, const void *b) {
             fprintf(stderr, "%s: %s\n", #expr, glm_errmsg());                                           \
             exit(1);                                                                                    \
         }                                                                                               \
-        g->sync(g);                                                                                     \
+        glm_be_sync(g);                                                                                     \
         for (int r_ = 0; r_ < 7; r_++) {                                                                \
             double a_ = now();                                                                          \
             (void)(expr);                                                                               \
-            g->sync(g);                                                                                 \
+            glm_be_sync(g);                                                                                 \
             t_[r_] = now() - a_;                                                                        \
         }                                                                                               \
         qsort(t_, 7, sizeof(double), cmpd);                                                             \
@@ -45,7 +45,7 @@ static int cmpd(const void *a, const void *b) {
 
 static void *rnd(glm_dtype dt, int64_t n, float std, uint64_t stream) {
     void *p;
-    if (g->alloc(g, (size_t)n * glm_dtype_size(dt), "bench", &p) || g->fill_normal(g, p, dt, n, 0.0f, std, 42, stream)) {
+    if (glm_be_alloc(g, (size_t)n * glm_dtype_size(dt), "bench", &p) || glm_be_fill_normal(g, p, dt, n, 0.0f, std, 42, stream)) {
         fprintf(stderr, "alloc/fill %lld: %s\n", (long long)n, glm_errmsg());
         exit(1);
     }
@@ -89,7 +89,7 @@ static void bench_gemm(void) {
         int64_t br = s[i].tb ? s[i].Nn : s[i].K, bc = s[i].tb ? s[i].K : s[i].Nn;
         void *A = rnd(H, ar * ac, 1, 1), *B = rnd(H, br * bc, 0.02f, 2), *Cm = rnd(s[i].dc, s[i].M * s[i].Nn, 1, 3);
         double ms;
-        TIME(ms, g->matmul(g, s[i].ta, s[i].tb, s[i].M, s[i].Nn, s[i].K, 1.0f, A, H, ac, B, H, bc, s[i].beta, Cm, s[i].dc,
+        TIME(ms, glm_be_matmul(g, s[i].ta, s[i].tb, s[i].M, s[i].Nn, s[i].K, 1.0f, A, H, ac, B, H, bc, s[i].beta, Cm, s[i].dc,
                            s[i].Nn));
         double flop = 2.0 * s[i].M * s[i].Nn * s[i].K;
         if (s[i].K <= 64 || s[i].M <= 64 || s[i].Nn <= 64) /* rank-r: memory-bound, count bytes */
@@ -97,7 +97,7 @@ static void bench_gemm(void) {
                       2.0 * (ar * ac + br * bc) + glm_dtype_size(s[i].dc) * (double)s[i].M * s[i].Nn * (s[i].beta ? 2 : 1));
         else
             row_flops("gemm", s[i].what, ms, flop, GEMM_CEIL);
-        g->free(g, A), g->free(g, B), g->free(g, Cm);
+        glm_be_free(g, A), glm_be_free(g, B), glm_be_free(g, Cm);
     }
 }
 
@@ -110,21 +110,21 @@ static void bench_attention_block(int Hh, int Hkv, int Dh, int64_t ld) {
     void *qkv = rnd(H, 2 * (int64_t)S * ld, 1, 14), *o = rnd(H, (int64_t)S * QD, 1, 15), *dO = rnd(H, (int64_t)S * QD, 1, 16);
     float *fo, *fl, *fdq, *fdk, *fdv;
     int32_t *doc;
-    g->alloc(g, (size_t)S * QD * 4, "o acc", (void **)&fo);
-    g->alloc(g, (size_t)Hh * S * 4, "lse acc", (void **)&fl);
-    g->alloc(g, (size_t)S * QD * 4, "dq acc", (void **)&fdq);
-    g->alloc(g, (size_t)S * Hkv * Dh * 4, "dk acc", (void **)&fdk);
-    g->alloc(g, (size_t)S * Hkv * Dh * 4, "dv acc", (void **)&fdv);
-    g->alloc(g, (size_t)2 * S * 4, "doc", (void **)&doc);
-    g->zero(g, doc, (size_t)2 * S * 4);
+    glm_be_alloc(g, (size_t)S * QD * 4, "o acc", (void **)&fo);
+    glm_be_alloc(g, (size_t)Hh * S * 4, "lse acc", (void **)&fl);
+    glm_be_alloc(g, (size_t)S * QD * 4, "dq acc", (void **)&fdq);
+    glm_be_alloc(g, (size_t)S * Hkv * Dh * 4, "dk acc", (void **)&fdk);
+    glm_be_alloc(g, (size_t)S * Hkv * Dh * 4, "dv acc", (void **)&fdv);
+    glm_be_alloc(g, (size_t)2 * S * 4, "doc", (void **)&doc);
+    glm_be_zero(g, doc, (size_t)2 * S * 4);
     uint16_t *q = (uint16_t *)qkv + (int64_t)S * ld; /* queries: the second chunk */
     for (int diag = 0; diag < 2; diag++) {
         uint16_t *k = (uint16_t *)qkv + (diag ? (int64_t)S * ld : 0) + QD, *v = k + Hkv * Dh;
         const int64_t k0 = diag ? S : 0;
         double fw, bw;
-        g->attention_block_fwd(g, fo, QD, fl, S, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, doc, S, 0, S, S, Hh, Hkv, Dh, 1);
-        TIME(fw, g->attention_block_fwd(g, fo, QD, fl, S, q, ld, k, ld, v, ld, doc, doc, S, k0, S, S, Hh, Hkv, Dh, 0));
-        TIME(bw, g->attention_block_bwd(g, fdq, QD, fdk, Hkv * Dh, fdv, Hkv * Dh, dO, QD, o, fl, S, q, ld, k, ld, v, ld, doc,
+        glm_be_attention_block_fwd(g, fo, QD, fl, S, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, doc, S, 0, S, S, Hh, Hkv, Dh, 1);
+        TIME(fw, glm_be_attention_block_fwd(g, fo, QD, fl, S, q, ld, k, ld, v, ld, doc, doc, S, k0, S, S, Hh, Hkv, Dh, 0));
+        TIME(bw, glm_be_attention_block_bwd(g, fdq, QD, fdk, Hkv * Dh, fdv, Hkv * Dh, dO, QD, o, fl, S, q, ld, k, ld, v, ld, doc,
                                         doc, S, k0, S, S, Hh, Hkv, Dh));
         double pairs = diag ? (double)S * S / 2 : (double)S * S, f = 4.0 * pairs * Hh * Dh;
         char w[96];
@@ -133,8 +133,8 @@ static void bench_attention_block(int Hh, int Hkv, int Dh, int64_t ld) {
         snprintf(w, sizeof w, "ring block bwd %dx%d %s", S, S, diag ? "(diagonal)" : "(keys before)");
         row_flops("attention", w, bw, 2 * f, ATTN_CEIL);
     }
-    g->free(g, qkv), g->free(g, o), g->free(g, dO), g->free(g, fo), g->free(g, fl), g->free(g, fdq), g->free(g, fdk),
-        g->free(g, fdv), g->free(g, doc);
+    glm_be_free(g, qkv), glm_be_free(g, o), glm_be_free(g, dO), glm_be_free(g, fo), glm_be_free(g, fl), glm_be_free(g, fdq), glm_be_free(g, fdk),
+        glm_be_free(g, fdv), glm_be_free(g, doc);
 }
 
 static void bench_attention(void) {
@@ -147,15 +147,15 @@ static void bench_attention(void) {
              *d = rnd(H, (int64_t)T * ld, 1, 13);
         float *lse;
         int32_t *doc;
-        g->alloc(g, (size_t)Hh * T * 4, "lse", (void **)&lse);
-        g->alloc(g, (size_t)T * 4, "doc", (void **)&doc);
+        glm_be_alloc(g, (size_t)Hh * T * 4, "lse", (void **)&lse);
+        glm_be_alloc(g, (size_t)T * 4, "doc", (void **)&doc);
         int32_t *hd = malloc((size_t)T * 4);
         for (int t = 0; t < T; t++) hd[t] = docs ? t / 1024 : 0; /* 8 documents of 1024 tokens, or one */
-        g->upload(g, doc, hd, (size_t)T * 4);
+        glm_be_upload(g, doc, hd, (size_t)T * 4);
         uint16_t *q = qkv, *dq = d;
         double fw, bw;
-        TIME(fw, g->attention_fwd(g, o, QD, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, 1, T, Hh, Hkv, Dh));
-        TIME(bw, g->attention_bwd(g, dq, dq + QD, dq + QD + Hkv * Dh, dO, QD, o, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld,
+        TIME(fw, glm_be_attention_fwd(g, o, QD, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, 1, T, Hh, Hkv, Dh));
+        TIME(bw, glm_be_attention_bwd(g, dq, dq + QD, dq + QD + Hkv * Dh, dO, QD, o, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld,
                                   doc, 1, T, Hh, Hkv, Dh));
         /* causal work: forward 2 T^2 H Dh (QK^T and PV over half the pairs), backward twice that;
          * with 8 documents of 1024 the visible pairs are 8 x 1024^2 / 2 */
@@ -168,7 +168,7 @@ static void bench_attention(void) {
         snprintf(w, sizeof w, "forward + backward T=%d %s", T, docs ? "8 documents" : "one document");
         row_flops("attention", w, fw + bw, 3 * f, ATTN_CEIL);
         free(hd);
-        g->free(g, qkv), g->free(g, o), g->free(g, dO), g->free(g, d), g->free(g, lse), g->free(g, doc);
+        glm_be_free(g, qkv), glm_be_free(g, o), glm_be_free(g, dO), glm_be_free(g, d), glm_be_free(g, lse), glm_be_free(g, doc);
     }
     bench_attention_block(Hh, Hkv, Dh, ld);
 }
@@ -176,74 +176,74 @@ static void bench_attention(void) {
 static void bench_norm(void) {
     void *x = rnd(H, (int64_t)N * C, 1, 20), *y = rnd(H, (int64_t)N * C, 1, 21), *w = rnd(H, C, 1, 22), *dx = rnd(H, (int64_t)N * C, 1, 23);
     float *rstd;
-    g->alloc(g, N * 4, "rstd", (void **)&rstd);
+    glm_be_alloc(g, N * 4, "rstd", (void **)&rstd);
     double ms;
-    TIME(ms, g->rmsnorm_fwd(g, y, rstd, x, w, N, C, 1e-6f));
+    TIME(ms, glm_be_rmsnorm_fwd(g, y, rstd, x, w, N, C, 1e-6f));
     row_bytes("norm", "rmsnorm fwd [8192x4096]", ms, 4.0 * N * C);
-    TIME(ms, g->rmsnorm_bwd(g, dx, y, x, w, rstd, N, C));
+    TIME(ms, glm_be_rmsnorm_bwd(g, dx, y, x, w, rstd, N, C));
     row_bytes("norm", "rmsnorm bwd [8192x4096]", ms, 8.0 * N * C);
-    g->free(g, x), g->free(g, y), g->free(g, w), g->free(g, dx), g->free(g, rstd);
+    glm_be_free(g, x), glm_be_free(g, y), glm_be_free(g, w), glm_be_free(g, dx), glm_be_free(g, rstd);
 }
 
 static void bench_rope(void) {
     void *x = rnd(H, (int64_t)N * DQKV, 1, 30);
     int32_t *pos;
     float *inv;
-    g->alloc(g, N * 4, "pos", (void **)&pos);
-    g->alloc(g, 32 * 4, "inv", (void **)&inv);
+    glm_be_alloc(g, N * 4, "pos", (void **)&pos);
+    glm_be_alloc(g, 32 * 4, "inv", (void **)&inv);
     int32_t *hp = malloc(N * 4);
     for (int i = 0; i < N; i++) hp[i] = i;
     float hi[32];
     glm_rope_inv_freq(1e8, 64, hi);
-    g->upload(g, pos, hp, N * 4);
-    g->upload(g, inv, hi, sizeof hi);
+    glm_be_upload(g, pos, hp, N * 4);
+    glm_be_upload(g, inv, hi, sizeof hi);
     double ms;
-    TIME(ms, g->rope(g, x, DQKV, pos, N, 36, 128, 64, inv, 0));
+    TIME(ms, glm_be_rope(g, x, DQKV, pos, N, 36, 128, 64, inv, 0));
     row_bytes("rope", "rope in place, 36 heads x 64 dims [8192 rows]", ms, 4.0 * N * 36 * 64);
     free(hp);
-    g->free(g, x), g->free(g, pos), g->free(g, inv);
+    glm_be_free(g, x), glm_be_free(g, pos), glm_be_free(g, inv);
 }
 
 static void bench_elementwise(void) {
     void *h = rnd(H, (int64_t)N * 2 * FF, 1, 40), *a = rnd(H, (int64_t)N * FF, 1, 41), *dh = rnd(H, (int64_t)N * 2 * FF, 1, 42);
     double ms;
-    TIME(ms, g->swiglu_fwd(g, a, h, N, FF));
+    TIME(ms, glm_be_swiglu_fwd(g, a, h, N, FF));
     row_bytes("elementwise", "swiglu fwd [8192x13696]", ms, 6.0 * N * FF);
-    TIME(ms, g->swiglu_bwd(g, dh, a, h, N, FF));
+    TIME(ms, glm_be_swiglu_bwd(g, dh, a, h, N, FF));
     row_bytes("elementwise", "swiglu bwd [8192x13696]", ms, 10.0 * N * FF);
     void *y = rnd(H, (int64_t)N * DQKV, 1, 43), *b = rnd(H, DQKV, 1, 44);
-    TIME(ms, g->add_bias(g, y, DQKV, b, N, DQKV));
+    TIME(ms, glm_be_add_bias(g, y, DQKV, b, N, DQKV));
     row_bytes("elementwise", "add_bias [8192x5120]", ms, 4.0 * N * DQKV);
     void *f32 = rnd(F, 21340160, 1, 45), *b16 = rnd(H, 21340160, 1, 46);
-    TIME(ms, g->cast(g, b16, H, f32, F, 21340160));
+    TIME(ms, glm_be_cast(g, b16, H, f32, F, 21340160));
     row_bytes("elementwise", "cast f32 > bf16 (LoRA copies, 21.3M)", ms, 6.0 * 21340160);
-    g->free(g, h), g->free(g, a), g->free(g, dh), g->free(g, y), g->free(g, b), g->free(g, f32), g->free(g, b16);
+    glm_be_free(g, h), glm_be_free(g, a), glm_be_free(g, dh), glm_be_free(g, y), glm_be_free(g, b), glm_be_free(g, f32), glm_be_free(g, b16);
 }
 
 static void bench_ce(void) {
     int n = 2048;
     void *l = rnd(H, (int64_t)n * V, 2, 50);
     int32_t *lab;
-    g->alloc(g, (size_t)n * 4, "labels", (void **)&lab);
+    glm_be_alloc(g, (size_t)n * 4, "labels", (void **)&lab);
     int32_t *hl = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) hl[i] = (i * 7919) % V;
-    g->upload(g, lab, hl, (size_t)n * 4);
+    glm_be_upload(g, lab, hl, (size_t)n * 4);
     double ms, ls;
     int64_t nt;
-    TIME(ms, g->cross_entropy(g, l, l, lab, n, V, 1e-3f, &ls, &nt));
+    TIME(ms, glm_be_cross_entropy(g, l, l, lab, n, V, 1e-3f, &ls, &nt));
     row_bytes("cross-entropy", "loss + dlogits in place [2048x151552]", ms, 6.0 * n * V);
     free(hl);
-    g->free(g, l), g->free(g, lab);
+    glm_be_free(g, l), glm_be_free(g, lab);
 }
 
 static void bench_optim(void) {
     int64_t n = 21340160; /* LoRA r=8 on every linear of the 9B model */
     float *w = rnd(F, n, 0.01f, 60), *gr = rnd(F, n, 0.01f, 61), *m = rnd(F, n, 0.01f, 62), *v = rnd(F, n, 0.01f, 63);
-    g->zero(g, v, (size_t)n * 4);
+    glm_be_zero(g, v, (size_t)n * 4);
     double ms;
-    TIME(ms, g->adamw(g, w, gr, m, v, n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1));
+    TIME(ms, glm_be_adamw(g, w, gr, m, v, n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1));
     row_bytes("optimizer", "adamw (21.3M fp32 params)", ms, 28.0 * n);
-    g->free(g, w), g->free(g, gr), g->free(g, m), g->free(g, v);
+    glm_be_free(g, w), glm_be_free(g, gr), glm_be_free(g, m), glm_be_free(g, v);
 }
 
 int main(int argc, char **argv) {

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 #include "lora/adapter/lora.h"
 #include "lora/model/model.h"
 #include "tests/check.h"
@@ -167,10 +168,10 @@ static void run_case(const char *what, const glm_backend *be, net *cp, net *ref,
     s = glm_model_step(ref2->m, ref2->lora, &whole, 1.0f, 1, ckpt, 77, &l2, &n2);
     CHECK(s == GLM_OK, "%s: reference step (other chunks): %s", what, glm_errmsg());
     double sums[2] = {ls, (double)nt};
-    CHECK(be->all_reduce_host(be, sums, 2) == GLM_OK, "all_reduce_host");
+    CHECK(glm_comm_all_reduce_host(be, sums, 2) == GLM_OK, "all_reduce_host");
     CHECK(check_close(sums[0], lr, TOL, 0) && sums[1] == (double)nr, "%s: loss sum %.12g over %g targets vs %.12g over %lld",
           what, sums[0], sums[1], lr, (long long)nr);
-    for (int i = 0; i < cp->np; i++) CHECK(be->all_reduce(be, cp->p[i].g, cp->p[i].numel) == GLM_OK, "all_reduce grads");
+    for (int i = 0; i < cp->np; i++) CHECK(glm_comm_all_reduce(be, cp->p[i].g, cp->p[i].numel) == GLM_OK, "all_reduce grads");
     double worst, wfloor;
     int zero;
     double err = grad_diff(cp, ref, &worst, &zero), floor_ = grad_diff(ref2, ref, &wfloor, NULL);
@@ -199,7 +200,7 @@ int main(int argc, char **argv) {
     }
     int dp = W / cpn, dp_rank = be->rank / cpn, cp_rank = be->rank % cpn;
     const glm_backend *grp = NULL;
-    CHECK(be->comm_split(be, dp_rank, cp_rank, &grp) == GLM_OK && grp->world == cpn && grp->rank == cp_rank,
+    CHECK(glm_comm_split(be, dp_rank, cp_rank, &grp) == GLM_OK && grp->world == cpn && grp->rank == cp_rank,
           "comm_split: %s", glm_errmsg());
     static glm_backend be64, one64;
     be64 = with_f64_gemm(be);
@@ -312,7 +313,7 @@ int main(int argc, char **argv) {
     be->comm_free(grp);
     int fails = check_failed_;
     double tot = fails;
-    be->all_reduce_host(be, &tot, 1);
+    glm_comm_all_reduce_host(be, &tot, 1);
     char name[48];
     snprintf(name, sizeof name, "test_cp_mpi rank %d of %d (CP %d)", be->rank, W, cpn);
     int rc = check_summary(name);

@@ -41,7 +41,7 @@ static float *grads(const glm_backend *be, glm_lora *l, int64_t *n_out) {
     for (int i = 0; i < l->n_params; i++) n += l->params[i].numel;
     float *g = malloc(n * 4), *p = g;
     for (int i = 0; i < l->n_params; i++) {
-        CHECK(be->download(be, p, l->params[i].g, l->params[i].numel * 4) == GLM_OK, "download grad: %s", glm_errmsg());
+        CHECK(glm_be_download(be, p, l->params[i].g, l->params[i].numel * 4) == GLM_OK, "download grad: %s", glm_errmsg());
         p += l->params[i].numel;
     }
     *n_out = n;
@@ -167,7 +167,7 @@ static void test_layout(const char *layout) {
 
 /* copies n elements of a GPU (bf16) tensor into a CPU (fp32) one */
 static void to_cpu(void *c, const void *gsrc, int64_t n) {
-    CHECK(gpu->download_f32(gpu, c, GLM_DT_BF16, gsrc, n) == GLM_OK, "download weights: %s", glm_errmsg());
+    CHECK(glm_be_download_f32(gpu, c, GLM_DT_BF16, gsrc, n) == GLM_OK, "download weights: %s", glm_errmsg());
 }
 
 /* GLM-4-9B-Chat-1M's real layer shapes (C 4096, H 32, Hkv 4, Dh 128, F 13696, V 151552) with 2
@@ -184,10 +184,10 @@ static void mat_to_cpu(glm_weight *c, const glm_weight *g) {
         return;
     }
     void *tmp = NULL;
-    CHECK(gpu->alloc(gpu, (size_t)n * 2, "dequantized", &tmp) == GLM_OK, "alloc: %s", glm_errmsg());
-    CHECK(gpu->weight_dequantize(gpu, tmp, GLM_DT_BF16, g) == GLM_OK, "dequantize: %s", glm_errmsg());
+    CHECK(glm_be_alloc(gpu, (size_t)n * 2, "dequantized", &tmp) == GLM_OK, "alloc: %s", glm_errmsg());
+    CHECK(glm_be_weight_dequantize(gpu, tmp, GLM_DT_BF16, g) == GLM_OK, "dequantize: %s", glm_errmsg());
     to_cpu(c->data, tmp, n);
-    gpu->free(gpu, tmp);
+    glm_be_free(gpu, tmp);
 }
 
 /* quant: the GPU model's linear layers in nf4 with double quantization (quantized on the GPU),
@@ -218,8 +218,8 @@ static void test_9b_shape(int quant) {
     if (!gl || !cl) goto out;
     for (int i = 1; i < gl->n_params; i += 2) { /* lora_B ~ N(0, 0.02^2) on both */
         glm_param *p = &cl->params[i];
-        CHECK(cpu->fill_normal(cpu, p->w, GLM_DT_F32, p->numel, 0.0f, 0.02f, 9, (uint64_t)i) == GLM_OK, "fill");
-        CHECK(gpu->upload(gpu, gl->params[i].w, p->w, (size_t)p->numel * 4) == GLM_OK, "upload B");
+        CHECK(glm_be_fill_normal(cpu, p->w, GLM_DT_F32, p->numel, 0.0f, 0.02f, 9, (uint64_t)i) == GLM_OK, "fill");
+        CHECK(glm_be_upload(gpu, gl->params[i].w, p->w, (size_t)p->numel * 4) == GLM_OK, "upload B");
     }
     {
         const int T = 320;
@@ -312,7 +312,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
         return;
     }
     for (int i = 1; i < l->n_params; i += 2) /* lora_B nonzero: lora_A gets gradients */
-        CHECK(be->fill_normal(be, l->params[i].w, GLM_DT_F32, l->params[i].numel, 0.0f, 0.02f, 9, (uint64_t)i) == GLM_OK, "fill");
+        CHECK(glm_be_fill_normal(be, l->params[i].w, GLM_DT_F32, l->params[i].numel, 0.0f, 0.02f, 9, (uint64_t)i) == GLM_OK, "fill");
     enum { T = 8192 };
     static uint32_t ids[3][T];
     static uint8_t tg[T];

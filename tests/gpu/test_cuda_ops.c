@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 #include "kernels/quant4.h"
 #include "tests/check.h"
 #include "tests/gpu/tol.h"
@@ -64,18 +65,18 @@ static float *randn(int64_t n, float scale) {
 
 static void *cbuf(const float *h, int64_t n) {
     void *p;
-    if (cpu->alloc(cpu, (size_t)n * 4, "test", &p)) abort();
+    if (glm_be_alloc(cpu, (size_t)n * 4, "test", &p)) abort();
     memcpy(p, h, (size_t)n * 4);
     return p;
 }
 static void *gbuf(glm_dtype dt, const float *h, int64_t n) {
     void *p;
-    glm_status st = gpu->alloc(gpu, (size_t)n * glm_dtype_size(dt), "test", &p);
+    glm_status st = glm_be_alloc(gpu, (size_t)n * glm_dtype_size(dt), "test", &p);
     if (st) {
         fprintf(stderr, "gpu alloc: %s\n", glm_errmsg());
         exit(1);
     }
-    if (h && gpu->upload_f32(gpu, p, dt, h, n)) {
+    if (h && glm_be_upload_f32(gpu, p, dt, h, n)) {
         fprintf(stderr, "gpu upload: %s\n", glm_errmsg());
         exit(1);
     }
@@ -91,7 +92,7 @@ static void *gpoison(glm_dtype dt, int64_t n) {
 }
 static void *ibuf(const glm_backend *be, const void *h, int64_t n) {
     void *p;
-    if (be->alloc(be, (size_t)n * 4, "test ints", &p) || be->upload(be, p, h, (size_t)n * 4)) {
+    if (glm_be_alloc(be, (size_t)n * 4, "test ints", &p) || glm_be_upload(be, p, h, (size_t)n * 4)) {
         fprintf(stderr, "int buffer: %s\n", glm_errmsg());
         exit(1);
     }
@@ -111,7 +112,7 @@ static double now(void) {
         for (int r_ = 0; r_ < 3; r_++) {                                                       \
             double a_ = now();                                                                 \
             (void)(expr);                                                                      \
-            gpu->sync(gpu);                                                                    \
+            glm_be_sync(gpu);                                                                    \
             t_[r_] = now() - a_;                                                               \
         }                                                                                      \
         double lo_ = fmin(t_[0], fmin(t_[1], t_[2])), hi_ = fmax(t_[0], fmax(t_[1], t_[2]));   \
@@ -151,7 +152,7 @@ static void record(const char *op, const char *shape, double err, double tol, do
 static double cmp(const char *op, const char *shape, glm_dtype dt, const void *g, const float *c, int64_t n, double tol,
                   double ms) {
     float *h = malloc((size_t)n * 4);
-    glm_status st = gpu->download_f32(gpu, h, dt, g, n);
+    glm_status st = glm_be_download_f32(gpu, h, dt, g, n);
     CHECK(st == GLM_OK, "%s: download: %s", op, glm_errmsg());
     double e = st ? INFINITY : rel_err(h, c, n);
     if (isnan(e)) e = INFINITY;
@@ -174,8 +175,8 @@ static void t_matmul(int ta, int tb, int64_t M, int64_t N, int64_t K, glm_dtype 
     void *gC;
     if (beta == 0.0f && extra_ldc == 0) gC = gpoison(dc, M * ldc);
     else gC = gbuf(dc, C, M * ldc);
-    OK(cpu->matmul(cpu, ta, tb, M, N, K, alpha, cA, GLM_DT_F32, ac, cB, GLM_DT_F32, bc, beta, cC, GLM_DT_F32, ldc));
-    OK(gpu->matmul(gpu, ta, tb, M, N, K, alpha, gA, da, ac, gB, db, bc, beta, gC, dc, ldc));
+    OK(glm_be_matmul(cpu, ta, tb, M, N, K, alpha, cA, GLM_DT_F32, ac, cB, GLM_DT_F32, bc, beta, cC, GLM_DT_F32, ldc));
+    OK(glm_be_matmul(gpu, ta, tb, M, N, K, alpha, gA, da, ac, gB, db, bc, beta, gC, dc, ldc));
     const char *dn[2] = {"f32", "bf16"};
     char op[40], shape[64];
     snprintf(op, sizeof op, "matmul %s%s %s.%s>%s", ta ? "T" : "N", tb ? "T" : "N", dn[da], dn[db], dn[dc]);
@@ -183,11 +184,11 @@ static void t_matmul(int ta, int tb, int64_t M, int64_t N, int64_t K, glm_dtype 
              (long long)extra_ldc);
     cmp(op, shape, dc, gC, cC, M * ldc, dc == GLM_DT_BF16 ? TOL_BF16 : TOL_F32, 0);
     double ms = 0;
-    TIMEIT(ms, gpu->matmul(gpu, ta, tb, M, N, K, alpha, gA, da, ac, gB, db, bc, 0.0f, gC, dc, ldc));
+    TIMEIT(ms, glm_be_matmul(gpu, ta, tb, M, N, K, alpha, gA, da, ac, gB, db, bc, 0.0f, gC, dc, ldc));
     rows[nrows - 1].ms = ms;
     free(A), free(B), free(C);
-    cpu->free(cpu, cA), cpu->free(cpu, cB), cpu->free(cpu, cC);
-    gpu->free(gpu, gA), gpu->free(gpu, gB), gpu->free(gpu, gC);
+    glm_be_free(cpu, cA), glm_be_free(cpu, cB), glm_be_free(cpu, cC);
+    glm_be_free(gpu, gA), glm_be_free(gpu, gB), glm_be_free(gpu, gC);
 }
 
 static void test_matmul(void) {
@@ -233,15 +234,15 @@ static void test_elementwise(void) {
         float *y = randv(N * ldy, 1.0f), *b = randv(D, 1.0f);
         float *cy = cbuf(y, N * ldy), *cb = cbuf(b, D);
         void *gy = gbuf(GLM_DT_BF16, y, N * ldy), *gb = gbuf(GLM_DT_BF16, b, D);
-        OK(cpu->add_bias(cpu, cy, ldy, cb, N, D));
-        OK(gpu->add_bias(gpu, gy, ldy, gb, N, D));
+        OK(glm_be_add_bias(cpu, cy, ldy, cb, N, D));
+        OK(glm_be_add_bias(gpu, gy, ldy, gb, N, D));
         snprintf(shape, sizeof shape, "N%lld D%lld ld%lld", (long long)N, (long long)D, (long long)ldy);
         float *h = malloc(N * ldy * 4);
-        gpu->download_f32(gpu, h, GLM_DT_BF16, gy, N * ldy);
-        TIMEIT(ms, gpu->add_bias(gpu, gy, ldy, gb, N, D));
+        glm_be_download_f32(gpu, h, GLM_DT_BF16, gy, N * ldy);
+        TIMEIT(ms, glm_be_add_bias(gpu, gy, ldy, gb, N, D));
         record("add_bias", shape, rel_err(h, cy, N * ldy), TOL_BF16, ms);
         free(h), free(y), free(b);
-        cpu->free(cpu, cy), cpu->free(cpu, cb), gpu->free(gpu, gy), gpu->free(gpu, gb);
+        glm_be_free(cpu, cy), glm_be_free(cpu, cb), glm_be_free(gpu, gy), glm_be_free(gpu, gb);
     }
     /* axpy */
     {
@@ -249,14 +250,14 @@ static void test_elementwise(void) {
         float *y = randv(n, 1.0f), *x = randv(n, 1.0f);
         float *cy = cbuf(y, n), *cx = cbuf(x, n);
         void *gy = gbuf(GLM_DT_BF16, y, n), *gx = gbuf(GLM_DT_BF16, x, n);
-        OK(cpu->axpy(cpu, cy, cx, -0.75f, n));
-        OK(gpu->axpy(gpu, gy, gx, -0.75f, n));
+        OK(glm_be_axpy(cpu, cy, cx, -0.75f, n));
+        OK(glm_be_axpy(gpu, gy, gx, -0.75f, n));
         float *h = malloc(n * 4);
-        gpu->download_f32(gpu, h, GLM_DT_BF16, gy, n);
-        TIMEIT(ms, gpu->axpy(gpu, gy, gx, -0.75f, n));
+        glm_be_download_f32(gpu, h, GLM_DT_BF16, gy, n);
+        TIMEIT(ms, glm_be_axpy(gpu, gy, gx, -0.75f, n));
         record("axpy", "n1000003", rel_err(h, cy, n), TOL_BF16, ms);
         free(h), free(y), free(x);
-        cpu->free(cpu, cy), cpu->free(cpu, cx), gpu->free(gpu, gy), gpu->free(gpu, gx);
+        glm_be_free(cpu, cy), glm_be_free(cpu, cx), glm_be_free(gpu, gy), glm_be_free(gpu, gx);
     }
     /* dropout: strided in -> packed out, and in place; the masks must agree exactly */
     {
@@ -264,27 +265,27 @@ static void test_elementwise(void) {
         float *x = randv(N * ldx, 1.0f);
         float *cx = cbuf(x, N * ldx), *cy = cbuf(x, N * D);
         void *gx = gbuf(GLM_DT_BF16, x, N * ldx), *gy = gpoison(GLM_DT_BF16, N * D);
-        OK(cpu->dropout(cpu, cy, D, cx, ldx, N, D, 0, 0.1f, 42, 17));
-        OK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.1f, 42, 17));
-        TIMEIT(ms, gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.1f, 42, 17));
+        OK(glm_be_dropout(cpu, cy, D, cx, ldx, N, D, 0, 0.1f, 42, 17));
+        OK(glm_be_dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.1f, 42, 17));
+        TIMEIT(ms, glm_be_dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.1f, 42, 17));
         cmp("dropout p0.1", "N256 D4096 ldx5120", GLM_DT_BF16, gy, cy, N * D, TOL_BF16, ms);
         /* masks: zero pattern identical */
         float *h = malloc(N * D * 4);
-        gpu->download_f32(gpu, h, GLM_DT_BF16, gy, N * D);
+        glm_be_download_f32(gpu, h, GLM_DT_BF16, gy, N * D);
         int64_t diff = 0;
         for (int64_t i = 0; i < N * D; i++) diff += (h[i] == 0.0f) != (((float *)cy)[i] == 0.0f);
         CHECK(diff == 0, "dropout: %lld mask elements differ from the CPU's", (long long)diff);
         /* in place, odd */
-        OK(cpu->dropout(cpu, cx, ldx, cx, ldx, 7, 333, 0, 0.5f, 7, 3));
-        OK(gpu->dropout(gpu, gx, ldx, gx, ldx, 7, 333, 0, 0.5f, 7, 3));
+        OK(glm_be_dropout(cpu, cx, ldx, cx, ldx, 7, 333, 0, 0.5f, 7, 3));
+        OK(glm_be_dropout(gpu, gx, ldx, gx, ldx, 7, 333, 0, 0.5f, 7, 3));
         cmp("dropout p0.5 in place", "N7 D333 ld5120", GLM_DT_BF16, gx, cx, N * ldx, TOL_BF16, 0);
         /* p = 0 copies */
-        OK(cpu->dropout(cpu, cy, D, cx, ldx, N, D, 0, 0.0f, 42, 17));
-        OK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.0f, 42, 17));
+        OK(glm_be_dropout(cpu, cy, D, cx, ldx, N, D, 0, 0.0f, 42, 17));
+        OK(glm_be_dropout(gpu, gy, D, gx, ldx, N, D, 0, 0.0f, 42, 17));
         cmp("dropout p0", "N256 D4096", GLM_DT_BF16, gy, cy, N * D, 0.0, 0);
-        CHECK(gpu->dropout(gpu, gy, D, gx, ldx, N, D, 0, 1.0f, 1, 1) == GLM_ERR_ARG, "dropout p = 1 is an error");
+        CHECK(glm_be_dropout(gpu, gy, D, gx, ldx, N, D, 0, 1.0f, 1, 1) == GLM_ERR_ARG, "dropout p = 1 is an error");
         free(h), free(x);
-        cpu->free(cpu, cx), cpu->free(cpu, cy), gpu->free(gpu, gx), gpu->free(gpu, gy);
+        glm_be_free(cpu, cx), glm_be_free(cpu, cy), glm_be_free(gpu, gx), glm_be_free(gpu, gy);
     }
 }
 
@@ -298,19 +299,19 @@ static void test_embedding(void) {
     float *ct = cbuf(t, V * C), *co = cbuf(t, N * C);
     void *gt = gbuf(GLM_DT_BF16, t, V * C), *go = gpoison(GLM_DT_BF16, N * C);
     uint32_t *ci = ibuf(cpu, ids, N), *gi = ibuf(gpu, ids, N);
-    OK(cpu->embedding(cpu, co, ct, ci, N, C, V));
-    OK(gpu->embedding(gpu, go, gt, gi, N, C, V));
+    OK(glm_be_embedding(cpu, co, ct, ci, N, C, V));
+    OK(glm_be_embedding(gpu, go, gt, gi, N, C, V));
     double ms;
-    TIMEIT(ms, gpu->embedding(gpu, go, gt, gi, N, C, V));
+    TIMEIT(ms, glm_be_embedding(gpu, go, gt, gi, N, C, V));
     cmp("embedding", "V1000 C4096 N300", GLM_DT_BF16, go, co, N * C, 0.0, ms);
     ids[123] = (uint32_t)V;
-    gpu->upload(gpu, gi, ids, N * 4);
-    glm_status st = gpu->embedding(gpu, go, gt, gi, N, C, V);
+    glm_be_upload(gpu, gi, ids, N * 4);
+    glm_status st = glm_be_embedding(gpu, go, gt, gi, N, C, V);
     CHECK(st == GLM_ERR_ARG && strstr(glm_errmsg(), "position 123"), "embedding: id >= V is an error naming it: %s",
           glm_errmsg());
     free(t), free(ids);
-    cpu->free(cpu, ct), cpu->free(cpu, co), cpu->free(cpu, ci);
-    gpu->free(gpu, gt), gpu->free(gpu, go), gpu->free(gpu, gi);
+    glm_be_free(cpu, ct), glm_be_free(cpu, co), glm_be_free(cpu, ci);
+    glm_be_free(gpu, gt), glm_be_free(gpu, go), glm_be_free(gpu, gi);
 }
 
 static void test_rmsnorm(int64_t N, int64_t C) {
@@ -322,23 +323,23 @@ static void test_rmsnorm(int64_t N, int64_t C) {
           *cdx = cbuf(dx, N * C);
     void *gx = gbuf(GLM_DT_BF16, x, N * C), *gw = gbuf(GLM_DT_BF16, w, C), *gy = gpoison(GLM_DT_BF16, N * C),
          *gr = gpoison(GLM_DT_F32, N), *gdy = gbuf(GLM_DT_BF16, dy, N * C), *gdx = gbuf(GLM_DT_BF16, dx, N * C);
-    OK(cpu->rmsnorm_fwd(cpu, cy, (float *)cr, cx, cw, N, C, eps));
-    OK(gpu->rmsnorm_fwd(gpu, gy, gr, gx, gw, N, C, eps));
+    OK(glm_be_rmsnorm_fwd(cpu, cy, (float *)cr, cx, cw, N, C, eps));
+    OK(glm_be_rmsnorm_fwd(gpu, gy, gr, gx, gw, N, C, eps));
     double ms;
-    TIMEIT(ms, gpu->rmsnorm_fwd(gpu, gy, gr, gx, gw, N, C, eps));
+    TIMEIT(ms, glm_be_rmsnorm_fwd(gpu, gy, gr, gx, gw, N, C, eps));
     cmp("rmsnorm_fwd y", shape, GLM_DT_BF16, gy, cy, N * C, TOL_BF16, ms);
     cmp("rmsnorm_fwd rstd", shape, GLM_DT_F32, gr, cr, N, TOL_F32, 0);
     /* the backward uses the CPU's rstd on both sides (the GPU's is within 1e-5) */
-    gpu->upload(gpu, gr, cr, N * 4);
-    OK(cpu->rmsnorm_bwd(cpu, cdx, cdy, cx, cw, (float *)cr, N, C));
-    OK(gpu->rmsnorm_bwd(gpu, gdx, gdy, gx, gw, gr, N, C));
+    glm_be_upload(gpu, gr, cr, N * 4);
+    OK(glm_be_rmsnorm_bwd(cpu, cdx, cdy, cx, cw, (float *)cr, N, C));
+    OK(glm_be_rmsnorm_bwd(gpu, gdx, gdy, gx, gw, gr, N, C));
     float *h = malloc(N * C * 4);
-    gpu->download_f32(gpu, h, GLM_DT_BF16, gdx, N * C);
-    TIMEIT(ms, gpu->rmsnorm_bwd(gpu, gdx, gdy, gx, gw, gr, N, C));
+    glm_be_download_f32(gpu, h, GLM_DT_BF16, gdx, N * C);
+    TIMEIT(ms, glm_be_rmsnorm_bwd(gpu, gdx, gdy, gx, gw, gr, N, C));
     record("rmsnorm_bwd (accumulates)", shape, rel_err(h, cdx, N * C), TOL_BF16, ms);
     free(h), free(x), free(w), free(dy), free(dx);
-    cpu->free(cpu, cx), cpu->free(cpu, cw), cpu->free(cpu, cy), cpu->free(cpu, cr), cpu->free(cpu, cdy), cpu->free(cpu, cdx);
-    gpu->free(gpu, gx), gpu->free(gpu, gw), gpu->free(gpu, gy), gpu->free(gpu, gr), gpu->free(gpu, gdy), gpu->free(gpu, gdx);
+    glm_be_free(cpu, cx), glm_be_free(cpu, cw), glm_be_free(cpu, cy), glm_be_free(cpu, cr), glm_be_free(cpu, cdy), glm_be_free(cpu, cdx);
+    glm_be_free(gpu, gx), glm_be_free(gpu, gw), glm_be_free(gpu, gy), glm_be_free(gpu, gr), glm_be_free(gpu, gdy), glm_be_free(gpu, gdx);
 }
 
 static void test_rope(int64_t N, int nheads, int Dh, int rot, int64_t ldx, double base) {
@@ -353,17 +354,17 @@ static void test_rope(int64_t N, int nheads, int Dh, int rot, int64_t ldx, doubl
     void *gx = gbuf(GLM_DT_BF16, x, N * ldx), *ginv = gbuf(GLM_DT_F32, inv, rot / 2);
     int32_t *cp = ibuf(cpu, pos, N), *gp = ibuf(gpu, pos, N);
     for (int inverse = 0; inverse < 2; inverse++) {
-        OK(cpu->rope(cpu, cx, ldx, cp, N, nheads, Dh, rot, cinv, inverse));
-        OK(gpu->rope(gpu, gx, ldx, gp, N, nheads, Dh, rot, ginv, inverse));
+        OK(glm_be_rope(cpu, cx, ldx, cp, N, nheads, Dh, rot, cinv, inverse));
+        OK(glm_be_rope(gpu, gx, ldx, gp, N, nheads, Dh, rot, ginv, inverse));
         cmp(inverse ? "rope inverse" : "rope", shape, GLM_DT_BF16, gx, cx, N * ldx, TOL_BF16, 0);
     }
     double ms;
-    TIMEIT(ms, gpu->rope(gpu, gx, ldx, gp, N, nheads, Dh, rot, ginv, 0));
+    TIMEIT(ms, glm_be_rope(gpu, gx, ldx, gp, N, nheads, Dh, rot, ginv, 0));
     rows[nrows - 1].ms = ms;
-    CHECK(gpu->rope(gpu, gx, ldx, gp, N, nheads, Dh, 3, ginv, 0) == GLM_ERR_ARG, "rope: odd rot is an error");
+    CHECK(glm_be_rope(gpu, gx, ldx, gp, N, nheads, Dh, 3, ginv, 0) == GLM_ERR_ARG, "rope: odd rot is an error");
     free(x), free(pos);
-    cpu->free(cpu, cx), cpu->free(cpu, cinv), cpu->free(cpu, cp);
-    gpu->free(gpu, gx), gpu->free(gpu, ginv), gpu->free(gpu, gp);
+    glm_be_free(cpu, cx), glm_be_free(cpu, cinv), glm_be_free(cpu, cp);
+    glm_be_free(gpu, gx), glm_be_free(gpu, ginv), glm_be_free(gpu, gp);
 }
 
 static void test_swiglu(int64_t N, int64_t F) {
@@ -373,18 +374,18 @@ static void test_swiglu(int64_t N, int64_t F) {
     float *ch = cbuf(h, N * 2 * F), *co = cbuf(dout, N * F), *cdo = cbuf(dout, N * F), *cdh = cbuf(h, N * 2 * F);
     void *gh = gbuf(GLM_DT_BF16, h, N * 2 * F), *go = gpoison(GLM_DT_BF16, N * F), *gdo = gbuf(GLM_DT_BF16, dout, N * F),
          *gdh = gpoison(GLM_DT_BF16, N * 2 * F);
-    OK(cpu->swiglu_fwd(cpu, co, ch, N, F));
-    OK(gpu->swiglu_fwd(gpu, go, gh, N, F));
+    OK(glm_be_swiglu_fwd(cpu, co, ch, N, F));
+    OK(glm_be_swiglu_fwd(gpu, go, gh, N, F));
     double ms;
-    TIMEIT(ms, gpu->swiglu_fwd(gpu, go, gh, N, F));
+    TIMEIT(ms, glm_be_swiglu_fwd(gpu, go, gh, N, F));
     cmp("swiglu_fwd", shape, GLM_DT_BF16, go, co, N * F, TOL_BF16, ms);
-    OK(cpu->swiglu_bwd(cpu, cdh, cdo, ch, N, F));
-    OK(gpu->swiglu_bwd(gpu, gdh, gdo, gh, N, F));
-    TIMEIT(ms, gpu->swiglu_bwd(gpu, gdh, gdo, gh, N, F));
+    OK(glm_be_swiglu_bwd(cpu, cdh, cdo, ch, N, F));
+    OK(glm_be_swiglu_bwd(gpu, gdh, gdo, gh, N, F));
+    TIMEIT(ms, glm_be_swiglu_bwd(gpu, gdh, gdo, gh, N, F));
     cmp("swiglu_bwd", shape, GLM_DT_BF16, gdh, cdh, N * 2 * F, TOL_BF16, ms);
     free(h), free(dout);
-    cpu->free(cpu, ch), cpu->free(cpu, co), cpu->free(cpu, cdo), cpu->free(cpu, cdh);
-    gpu->free(gpu, gh), gpu->free(gpu, go), gpu->free(gpu, gdo), gpu->free(gpu, gdh);
+    glm_be_free(cpu, ch), glm_be_free(cpu, co), glm_be_free(cpu, cdo), glm_be_free(cpu, cdh);
+    glm_be_free(gpu, gh), glm_be_free(gpu, go), glm_be_free(gpu, gdo), glm_be_free(gpu, gdh);
 }
 
 /* doc ids of B rows of T tokens: random document lengths (some of 1 token) */
@@ -416,29 +417,29 @@ static void test_attention(int B, int T, int H, int Hkv, int Dh, int mean_doc) {
          *glse = gpoison(GLM_DT_F32, (int64_t)B * H * T), *gdo = gbuf(GLM_DT_BF16, dout, N * qd),
          *gd = gpoison(GLM_DT_BF16, N * ld);
     int32_t *cdoc = ibuf(cpu, doc, N), *gdoc = ibuf(gpu, doc, N);
-    OK(cpu->attention_fwd(cpu, co, qd, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld, cdoc, B, T, H, Hkv, Dh));
-    OK(gpu->attention_fwd(gpu, go, qd, glse, gqkv, ld, (uint16_t *)gqkv + qd, ld, (uint16_t *)gqkv + qd + kd, ld, gdoc, B, T,
+    OK(glm_be_attention_fwd(cpu, co, qd, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld, cdoc, B, T, H, Hkv, Dh));
+    OK(glm_be_attention_fwd(gpu, go, qd, glse, gqkv, ld, (uint16_t *)gqkv + qd, ld, (uint16_t *)gqkv + qd + kd, ld, gdoc, B, T,
                           H, Hkv, Dh));
     double ms;
-    TIMEIT(ms, gpu->attention_fwd(gpu, go, qd, glse, gqkv, ld, (uint16_t *)gqkv + qd, ld, (uint16_t *)gqkv + qd + kd, ld,
+    TIMEIT(ms, glm_be_attention_fwd(gpu, go, qd, glse, gqkv, ld, (uint16_t *)gqkv + qd, ld, (uint16_t *)gqkv + qd + kd, ld,
                                   gdoc, B, T, H, Hkv, Dh));
     cmp("attention_fwd out", shape, GLM_DT_BF16, go, co, N * qd, TOL_BF16, ms);
     cmp("attention_fwd lse", shape, GLM_DT_F32, glse, clse, (int64_t)B * H * T, TOL_F32, 0);
     /* the backward from the same (CPU) forward output on both sides, rounded to bf16 */
     for (int64_t i = 0; i < N * qd; i++) co[i] = bf16_round(co[i]);
-    gpu->upload_f32(gpu, go, GLM_DT_BF16, co, N * qd);
-    gpu->upload(gpu, glse, clse, (size_t)B * H * T * 4);
-    OK(cpu->attention_bwd(cpu, cd, cd + qd, cd + qd + kd, cdo, qd, co, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld,
+    glm_be_upload_f32(gpu, go, GLM_DT_BF16, co, N * qd);
+    glm_be_upload(gpu, glse, clse, (size_t)B * H * T * 4);
+    OK(glm_be_attention_bwd(cpu, cd, cd + qd, cd + qd + kd, cdo, qd, co, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld,
                           cdoc, B, T, H, Hkv, Dh));
     uint16_t *g16 = gd, *q16 = gqkv;
-    OK(gpu->attention_bwd(gpu, g16, g16 + qd, g16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld,
+    OK(glm_be_attention_bwd(gpu, g16, g16 + qd, g16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld,
                           gdoc, B, T, H, Hkv, Dh));
-    TIMEIT(ms, gpu->attention_bwd(gpu, g16, g16 + qd, g16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd,
+    TIMEIT(ms, glm_be_attention_bwd(gpu, g16, g16 + qd, g16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd,
                                   ld, gdoc, B, T, H, Hkv, Dh));
     cmp("attention_bwd dq|dk|dv", shape, GLM_DT_BF16, gd, cd, N * ld, TOL_BF16, ms);
     /* dk and dv alone (smaller than dq, so a wrong dk would hide in the whole-buffer norm) */
     float *h = malloc(N * ld * 4), *a = malloc(N * kd * 4), *c = malloc(N * kd * 4);
-    gpu->download_f32(gpu, h, GLM_DT_BF16, gd, N * ld);
+    glm_be_download_f32(gpu, h, GLM_DT_BF16, gd, N * ld);
     for (int part = 1; part <= 2; part++) {
         int64_t off = qd + (part - 1) * kd;
         for (int64_t r = 0; r < N; r++)
@@ -450,10 +451,10 @@ static void test_attention(int B, int T, int H, int Hkv, int Dh, int mean_doc) {
     }
     free(h), free(a), free(c);
     free(qkv), free(dout), free(doc);
-    cpu->free(cpu, cqkv), cpu->free(cpu, co), cpu->free(cpu, clse), cpu->free(cpu, cdo), cpu->free(cpu, cd),
-        cpu->free(cpu, cdoc);
-    gpu->free(gpu, gqkv), gpu->free(gpu, go), gpu->free(gpu, glse), gpu->free(gpu, gdo), gpu->free(gpu, gd),
-        gpu->free(gpu, gdoc);
+    glm_be_free(cpu, cqkv), glm_be_free(cpu, co), glm_be_free(cpu, clse), glm_be_free(cpu, cdo), glm_be_free(cpu, cd),
+        glm_be_free(cpu, cdoc);
+    glm_be_free(gpu, gqkv), glm_be_free(gpu, go), glm_be_free(gpu, glse), glm_be_free(gpu, gdo), glm_be_free(gpu, gd),
+        glm_be_free(gpu, gdoc);
 }
 
 /* T = 8192 (the CPU op would take minutes): the GPU forward at sampled query rows against a
@@ -467,11 +468,11 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
     void *gqkv = gbuf(GLM_DT_BF16, qkv, N * ld), *go = gpoison(GLM_DT_BF16, N * qd), *glse = gpoison(GLM_DT_F32, (int64_t)H * T);
     int32_t *gdoc = ibuf(gpu, doc, N);
     uint16_t *q16 = gqkv;
-    OK(gpu->attention_fwd(gpu, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, 1, T, H, Hkv, Dh));
+    OK(glm_be_attention_fwd(gpu, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, 1, T, H, Hkv, Dh));
     double ms;
-    TIMEIT(ms, gpu->attention_fwd(gpu, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, 1, T, H, Hkv, Dh));
+    TIMEIT(ms, glm_be_attention_fwd(gpu, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, 1, T, H, Hkv, Dh));
     float *o = malloc(N * qd * 4);
-    gpu->download_f32(gpu, o, GLM_DT_BF16, go, N * qd);
+    glm_be_download_f32(gpu, o, GLM_DT_BF16, go, N * qd);
     int samples[] = {0, 1, 31, 32, 33, 1000, 2047, 4095, 4096, 6000, T - 33, T - 2, T - 1};
     int ns = sizeof samples / sizeof samples[0];
     float *a = malloc((size_t)ns * qd * 4), *c = malloc((size_t)ns * qd * 4);
@@ -508,12 +509,12 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
     float *dout = randn(N * qd, 1.0f);
     void *gdo = gbuf(GLM_DT_BF16, dout, N * qd), *gd = gpoison(GLM_DT_BF16, N * ld);
     uint16_t *d16 = gd;
-    OK(gpu->attention_bwd(gpu, d16, d16 + qd, d16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld,
+    OK(glm_be_attention_bwd(gpu, d16, d16 + qd, d16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld,
                           gdoc, 1, T, H, Hkv, Dh));
-    TIMEIT(ms, gpu->attention_bwd(gpu, d16, d16 + qd, d16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd,
+    TIMEIT(ms, glm_be_attention_bwd(gpu, d16, d16 + qd, d16 + qd + kd, gdo, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd,
                                   ld, gdoc, 1, T, H, Hkv, Dh));
     float *hd = malloc(N * ld * 4);
-    gpu->download_f32(gpu, hd, GLM_DT_BF16, gd, N * ld);
+    glm_be_download_f32(gpu, hd, GLM_DT_BF16, gd, N * ld);
     int64_t bad = 0;
     for (int64_t i = 0; i < N * ld; i++) bad += !isfinite(hd[i]);
     CHECK(bad == 0, "attention_bwd T=%d: %lld elements not finite (unwritten?)", T, (long long)bad);
@@ -523,8 +524,8 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
      * dS_ij = P_ij (dO_i . v_j - dO_i . O_i) */
     {
         float *lse = malloc((size_t)H * T * 4), *do16 = malloc(N * qd * 4);
-        gpu->download(gpu, lse, glse, (size_t)H * T * 4);
-        gpu->download_f32(gpu, do16, GLM_DT_BF16, gdo, N * qd);
+        glm_be_download(gpu, lse, glse, (size_t)H * T * 4);
+        glm_be_download_f32(gpu, do16, GLM_DT_BF16, gdo, N * qd);
         float *aq = malloc((size_t)ns * (qd + 2 * kd) * 4), *cq = malloc((size_t)ns * (qd + 2 * kd) * 4);
         double *acc = malloc((size_t)(qd + 2 * kd) * 8);
         int64_t w = qd + 2 * kd;
@@ -568,8 +569,8 @@ static void test_attention_long(int T, int H, int Hkv, int Dh) {
         free(lse), free(do16), free(aq), free(cq), free(acc);
     }
     free(hd), free(dout), free(o), free(a), free(c), free(s), free(qkv), free(doc);
-    gpu->free(gpu, gqkv), gpu->free(gpu, go), gpu->free(gpu, glse), gpu->free(gpu, gdoc), gpu->free(gpu, gdo),
-        gpu->free(gpu, gd);
+    glm_be_free(gpu, gqkv), glm_be_free(gpu, go), glm_be_free(gpu, glse), glm_be_free(gpu, gdoc), glm_be_free(gpu, gdo),
+        glm_be_free(gpu, gd);
 }
 
 /* cast f32 <-> bf16 and fill_normal against the CPU op (the same counter-based generator) */
@@ -609,81 +610,81 @@ static void test_attention_ring(int N, int S, int H, int Hkv, int Dh, int mean_d
     float *cqkv = cbuf(qkv, T * ld), *co = cbuf(dout, T * qd), *clse = cbuf(qkv, (int64_t)H * T), *cdo = cbuf(dout, T * qd),
           *cd = cbuf(qkv, T * ld);
     int32_t *cdoc = ibuf(cpu, doc, T), *gdoc = ibuf(gpu, doc, T);
-    OK(cpu->attention_fwd(cpu, co, qd, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld, cdoc, 1, T, H, Hkv, Dh));
+    OK(glm_be_attention_fwd(cpu, co, qd, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld, cdoc, 1, T, H, Hkv, Dh));
     uint16_t *gqkv = gbuf(GLM_DT_BF16, qkv, T * ld);
     float *fo = gpoison(GLM_DT_F32, T * qd), *fl = gpoison(GLM_DT_F32, (int64_t)H * T);
     CHECK(gpu->acc_dtype == GLM_DT_F32, "CUDA acc_dtype is f32");
-    CHECK(gpu->supports(gpu, GLM_FEATURE_RING_ATTENTION) && gpu->supports(gpu, GLM_FEATURE_WEIGHT_4BIT) &&
-          !gpu->supports(gpu, GLM_FEATURE_COUNT), "CUDA supports the ring's blocks and the 4-bit format, nothing unknown");
+    CHECK(glm_be_supports(gpu, GLM_FEATURE_RING_ATTENTION) && glm_be_supports(gpu, GLM_FEATURE_WEIGHT_4BIT) &&
+          !glm_be_supports(gpu, GLM_FEATURE_COUNT), "CUDA supports the ring's blocks and the 4-bit format, nothing unknown");
     { /* zero-sized calls, with heads 1 x 1 of dim 1, do nothing and succeed */
         double z = 0;
         int32_t d = 0;
-        OK(gpu->attention_block_fwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0, 0, 1, 1, 1, 1));
-        OK(gpu->attention_block_bwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, (float *)&z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0,
+        OK(glm_be_attention_block_fwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0, 0, 1, 1, 1, 1));
+        OK(glm_be_attention_block_bwd(gpu, &z, 1, &z, 1, &z, 1, &z, 1, &z, (float *)&z, 1, &z, 1, &z, 1, &z, 1, &d, &d, 0, 0, 0,
                                     0, 1, 1, 1));
     }
     int(*pairs)[3] = malloc(sizeof *pairs * 8 * N * N), np = ring_pairs(N, pairs);
     double t0 = now();
     for (int p = 0; p < np; p++) {
         const int q0 = pairs[p][0] * S, k0 = pairs[p][1] * S;
-        OK(gpu->attention_block_fwd(gpu, fo + (int64_t)q0 * qd, qd, fl + q0, T, gqkv + (int64_t)q0 * ld, ld,
+        OK(glm_be_attention_block_fwd(gpu, fo + (int64_t)q0 * qd, qd, fl + q0, T, gqkv + (int64_t)q0 * ld, ld,
                                     gqkv + (int64_t)k0 * ld + qd, ld, gqkv + (int64_t)k0 * ld + qd + kd, ld, gdoc + q0,
                                     gdoc + k0, q0, k0, S, S, H, Hkv, Dh, pairs[p][2]));
     }
-    OK(gpu->sync(gpu));
+    OK(glm_be_sync(gpu));
     double ms = (now() - t0) * 1e3;
     cmp("attention_block_fwd o (ring)", shape, GLM_DT_F32, fo, co, T * qd, TOL_BF16, ms);
     cmp("attention_block_fwd lse (ring)", shape, GLM_DT_F32, fl, clse, (int64_t)H * T, TOL_F32, 0);
     /* backward from the CPU's forward (out rounded to bf16, its lse), as test_attention does */
     for (int64_t i = 0; i < T * qd; i++) co[i] = bf16_round(co[i]);
-    OK(cpu->attention_bwd(cpu, cd, cd + qd, cd + qd + kd, cdo, qd, co, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld,
+    OK(glm_be_attention_bwd(cpu, cd, cd + qd, cd + qd + kd, cdo, qd, co, clse, cqkv, ld, cqkv + qd, ld, cqkv + qd + kd, ld,
                           cdoc, 1, T, H, Hkv, Dh));
     void *go = gbuf(GLM_DT_BF16, co, T * qd), *gdo = gbuf(GLM_DT_BF16, dout, T * qd);
     float *glse = gbuf(GLM_DT_F32, clse, (int64_t)H * T), *fdq = gbuf(GLM_DT_F32, NULL, T * qd),
           *fdk = gbuf(GLM_DT_F32, NULL, T * kd), *fdv = gbuf(GLM_DT_F32, NULL, T * kd);
-    OK(gpu->zero(gpu, fdq, (size_t)T * qd * 4));
-    OK(gpu->zero(gpu, fdk, (size_t)T * kd * 4));
-    OK(gpu->zero(gpu, fdv, (size_t)T * kd * 4));
+    OK(glm_be_zero(gpu, fdq, (size_t)T * qd * 4));
+    OK(glm_be_zero(gpu, fdk, (size_t)T * kd * 4));
+    OK(glm_be_zero(gpu, fdv, (size_t)T * kd * 4));
     t0 = now();
     for (int p = 0; p < np; p++) {
         const int q0 = pairs[p][0] * S, k0 = pairs[p][1] * S;
-        OK(gpu->attention_block_bwd(gpu, fdq + (int64_t)q0 * qd, qd, fdk + (int64_t)k0 * kd, kd, fdv + (int64_t)k0 * kd, kd,
+        OK(glm_be_attention_block_bwd(gpu, fdq + (int64_t)q0 * qd, qd, fdk + (int64_t)k0 * kd, kd, fdv + (int64_t)k0 * kd, kd,
                                     (uint16_t *)gdo + (int64_t)q0 * qd, qd, (uint16_t *)go + (int64_t)q0 * qd, glse + q0, T,
                                     gqkv + (int64_t)q0 * ld, ld, gqkv + (int64_t)k0 * ld + qd, ld,
                                     gqkv + (int64_t)k0 * ld + qd + kd, ld, gdoc + q0, gdoc + k0, q0, k0, S, S, H, Hkv, Dh));
     }
-    OK(gpu->sync(gpu));
+    OK(glm_be_sync(gpu));
     ms = (now() - t0) * 1e3;
     float *h = malloc((size_t)T * qd * 4), *c = malloc((size_t)T * qd * 4);
     const char *names[3] = {"attention_block_bwd dq (ring)", "attention_block_bwd dk (ring)", "attention_block_bwd dv (ring)"};
     float *bufs[3] = {fdq, fdk, fdv};
     for (int part = 0; part < 3; part++) {
         const int64_t w = part ? kd : qd, off = part == 0 ? 0 : part == 1 ? qd : qd + kd;
-        OK(gpu->download_f32(gpu, h, GLM_DT_F32, bufs[part], T * w));
+        OK(glm_be_download_f32(gpu, h, GLM_DT_F32, bufs[part], T * w));
         for (int64_t t = 0; t < T; t++)
             for (int64_t j = 0; j < w; j++) c[t * w + j] = cd[t * ld + off + j];
         double e = rel_err(h, c, T * w);
         record(names[part], shape, isnan(e) ? INFINITY : e, TOL_BF16, part ? 0 : ms);
     }
     free(h), free(c), free(qkv), free(dout), free(doc), free(pairs);
-    cpu->free(cpu, cqkv), cpu->free(cpu, co), cpu->free(cpu, clse), cpu->free(cpu, cdo), cpu->free(cpu, cd),
-        cpu->free(cpu, cdoc);
-    gpu->free(gpu, gqkv), gpu->free(gpu, fo), gpu->free(gpu, fl), gpu->free(gpu, go), gpu->free(gpu, gdo),
-        gpu->free(gpu, glse), gpu->free(gpu, fdq), gpu->free(gpu, fdk), gpu->free(gpu, fdv), gpu->free(gpu, gdoc);
+    glm_be_free(cpu, cqkv), glm_be_free(cpu, co), glm_be_free(cpu, clse), glm_be_free(cpu, cdo), glm_be_free(cpu, cd),
+        glm_be_free(cpu, cdoc);
+    glm_be_free(gpu, gqkv), glm_be_free(gpu, fo), glm_be_free(gpu, fl), glm_be_free(gpu, go), glm_be_free(gpu, gdo),
+        glm_be_free(gpu, glse), glm_be_free(gpu, fdq), glm_be_free(gpu, fdk), glm_be_free(gpu, fdv), glm_be_free(gpu, gdoc);
 }
 
 static void test_cast_fill(void) {
     int64_t n = 1000003;
     float *x = randn(n, 3.0f), *c = malloc(n * 4);
     void *g32 = gbuf(GLM_DT_F32, x, n), *g16 = gpoison(GLM_DT_BF16, n), *b32 = gpoison(GLM_DT_F32, n);
-    OK(gpu->cast(gpu, g16, GLM_DT_BF16, g32, GLM_DT_F32, n));
-    OK(gpu->cast(gpu, b32, GLM_DT_F32, g16, GLM_DT_BF16, n));
+    OK(glm_be_cast(gpu, g16, GLM_DT_BF16, g32, GLM_DT_F32, n));
+    OK(glm_be_cast(gpu, b32, GLM_DT_F32, g16, GLM_DT_BF16, n));
     for (int64_t i = 0; i < n; i++) c[i] = bf16_round(x[i]);
     cmp("cast f32>bf16>f32", "n1000003", GLM_DT_F32, b32, c, n, 0.0, 0);
-    OK(cpu->fill_normal(cpu, c, GLM_DT_F32, n, 0.25f, 0.5f, 11, 5));
-    OK(gpu->fill_normal(gpu, b32, GLM_DT_F32, n, 0.25f, 0.5f, 11, 5));
+    OK(glm_be_fill_normal(cpu, c, GLM_DT_F32, n, 0.25f, 0.5f, 11, 5));
+    OK(glm_be_fill_normal(gpu, b32, GLM_DT_F32, n, 0.25f, 0.5f, 11, 5));
     cmp("fill_normal f32", "n1000003", GLM_DT_F32, b32, c, n, TOL_F32, 0);
-    OK(gpu->fill_normal(gpu, g16, GLM_DT_BF16, n, 0.25f, 0.5f, 11, 5));
+    OK(glm_be_fill_normal(gpu, g16, GLM_DT_BF16, n, 0.25f, 0.5f, 11, 5));
     cmp("fill_normal bf16", "n1000003", GLM_DT_BF16, g16, c, n, TOL_BF16, 0);
     /* cast_2d (the ring's K|V packing and accumulator stores): a 300 x 700 block of rows with
      * stride 1001 into rows of stride 704, f32 > bf16 and bf16 > f32; the columns past 700 keep
@@ -692,15 +693,15 @@ static void test_cast_fill(void) {
     float *e = calloc((size_t)rows * ldd, 4);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < cols; j++) e[r * ldd + j] = bf16_round(x[r * lds + j]);
-    OK(gpu->zero(gpu, g16, (size_t)rows * ldd * 2));
-    OK(gpu->cast_2d(gpu, g16, GLM_DT_BF16, ldd, g32, GLM_DT_F32, lds, rows, cols));
+    OK(glm_be_zero(gpu, g16, (size_t)rows * ldd * 2));
+    OK(glm_be_cast_2d(gpu, g16, GLM_DT_BF16, ldd, g32, GLM_DT_F32, lds, rows, cols));
     cmp("cast_2d f32>bf16", "300x700 ld 1001>704", GLM_DT_BF16, g16, e, rows * ldd, 0.0, 0);
-    OK(gpu->zero(gpu, b32, (size_t)rows * ldd * 4));
-    OK(gpu->cast_2d(gpu, b32, GLM_DT_F32, ldd, g16, GLM_DT_BF16, ldd, rows, cols));
+    OK(glm_be_zero(gpu, b32, (size_t)rows * ldd * 4));
+    OK(glm_be_cast_2d(gpu, b32, GLM_DT_F32, ldd, g16, GLM_DT_BF16, ldd, rows, cols));
     cmp("cast_2d bf16>f32", "300x700 ld 704", GLM_DT_F32, b32, e, rows * ldd, 0.0, 0);
     free(e);
     free(x), free(c);
-    gpu->free(gpu, g32), gpu->free(gpu, g16), gpu->free(gpu, b32);
+    glm_be_free(gpu, g32), glm_be_free(gpu, g16), glm_be_free(gpu, b32);
 }
 
 static void test_cross_entropy(int64_t n, int64_t V) {
@@ -715,26 +716,26 @@ static void test_cross_entropy(int64_t n, int64_t V) {
     double ls_c = 0, ls_g = 0;
     int64_t nt_c = 0, nt_g = 0;
     float scale = 1.0f / 50;
-    OK(cpu->cross_entropy(cpu, cd, cl, clab, n, V, scale, &ls_c, &nt_c));
-    OK(gpu->cross_entropy(gpu, gd, gl, glab, n, V, scale, &ls_g, &nt_g));
+    OK(glm_be_cross_entropy(cpu, cd, cl, clab, n, V, scale, &ls_c, &nt_c));
+    OK(glm_be_cross_entropy(gpu, gd, gl, glab, n, V, scale, &ls_g, &nt_g));
     double ms;
-    TIMEIT(ms, gpu->cross_entropy(gpu, gd, gl, glab, n, V, scale, &ls_g, &nt_g));
+    TIMEIT(ms, glm_be_cross_entropy(gpu, gd, gl, glab, n, V, scale, &ls_g, &nt_g));
     CHECK(nt_c == nt_g, "cross_entropy: %lld targets vs CPU %lld", (long long)nt_g, (long long)nt_c);
     record("cross_entropy loss", shape, fabs(ls_g - ls_c) / fabs(ls_c), TOL_F32, ms);
     cmp("cross_entropy dlogits", shape, GLM_DT_BF16, gd, cd, n * V, TOL_BF16, 0);
     /* in place (the model's use), forward only */
-    OK(gpu->cross_entropy(gpu, gl, gl, glab, n, V, scale, &ls_g, &nt_g));
+    OK(glm_be_cross_entropy(gpu, gl, gl, glab, n, V, scale, &ls_g, &nt_g));
     cmp("cross_entropy in place", shape, GLM_DT_BF16, gl, cd, n * V, TOL_BF16, 0);
     double ls_f = 0;
-    OK(gpu->upload_f32(gpu, gl, GLM_DT_BF16, l, n * V));
-    OK(gpu->cross_entropy(gpu, NULL, gl, glab, n, V, scale, &ls_f, &nt_g));
+    OK(glm_be_upload_f32(gpu, gl, GLM_DT_BF16, l, n * V));
+    OK(glm_be_cross_entropy(gpu, NULL, gl, glab, n, V, scale, &ls_f, &nt_g));
     CHECK(ls_f == ls_g, "cross_entropy: forward-only loss %.17g vs %.17g", ls_f, ls_g);
     lab[n - 1] = (int32_t)V;
-    gpu->upload(gpu, glab, lab, n * 4);
-    CHECK(gpu->cross_entropy(gpu, NULL, gl, glab, n, V, scale, &ls_f, &nt_g) == GLM_ERR_ARG, "cross_entropy: label >= V");
+    glm_be_upload(gpu, glab, lab, n * 4);
+    CHECK(glm_be_cross_entropy(gpu, NULL, gl, glab, n, V, scale, &ls_f, &nt_g) == GLM_ERR_ARG, "cross_entropy: label >= V");
     free(l), free(lab);
-    cpu->free(cpu, cl), cpu->free(cpu, cd), cpu->free(cpu, clab);
-    gpu->free(gpu, gl), gpu->free(gpu, gd), gpu->free(gpu, glab);
+    glm_be_free(cpu, cl), glm_be_free(cpu, cd), glm_be_free(cpu, clab);
+    glm_be_free(gpu, gl), glm_be_free(gpu, gd), glm_be_free(gpu, glab);
 }
 
 /* ---- optimizer, reductions, memory ---- */
@@ -746,32 +747,32 @@ static void test_adamw_sumsq(void) {
     float *cw = cbuf(w, n), *cg = cbuf(g, n), *cm = cbuf(m, n), *cv = cbuf(v, n);
     float *gw = gbuf(GLM_DT_F32, w, n), *gg = gbuf(GLM_DT_F32, g, n), *gm = gbuf(GLM_DT_F32, m, n), *gv = gbuf(GLM_DT_F32, v, n);
     for (int step = 1; step <= 3; step++) {
-        OK(cpu->adamw(cpu, cw, cg, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, step));
-        OK(gpu->adamw(gpu, gw, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, step));
+        OK(glm_be_adamw(cpu, cw, cg, cm, cv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, step));
+        OK(glm_be_adamw(gpu, gw, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, step));
     }
     cmp("adamw w (3 steps)", "n100003", GLM_DT_F32, gw, cw, n, TOL_F32, 0);
     cmp("adamw m", "n100003", GLM_DT_F32, gm, cm, n, TOL_F32, 0);
     cmp("adamw v", "n100003", GLM_DT_F32, gv, cv, n, TOL_F32, 0);
     double ms;
-    TIMEIT(ms, gpu->adamw(gpu, gw, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 4));
+    TIMEIT(ms, glm_be_adamw(gpu, gw, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 4));
     rows[nrows - 3].ms = ms;
-    CHECK(gpu->adamw(gpu, gw, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0) == GLM_ERR_ARG, "adamw step 0");
+    CHECK(glm_be_adamw(gpu, gw, gg, gm, gv, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0) == GLM_ERR_ARG, "adamw step 0");
     int64_t sizes[3] = {1, 1000, 4000037};
     for (int k = 0; k < 3; k++) {
         int64_t nn = sizes[k];
         float *x = randv(nn, 1.0f);
         float *gx = gbuf(GLM_DT_F32, x, nn);
-        double c = cpu->sumsq(cpu, x, nn), gres = gpu->sumsq(gpu, gx, nn);
+        double c = glm_be_sumsq(cpu, x, nn), gres = glm_be_sumsq(gpu, gx, nn);
         char shape[32];
         snprintf(shape, sizeof shape, "n%lld", (long long)nn);
-        TIMEIT(ms, gpu->sumsq(gpu, gx, nn));
+        TIMEIT(ms, glm_be_sumsq(gpu, gx, nn));
         record("sumsq", shape, fabs(gres - c) / c, TOL_SUMSQ, ms);
         free(x);
-        gpu->free(gpu, gx);
+        glm_be_free(gpu, gx);
     }
     free(w), free(g), free(m), free(v);
-    cpu->free(cpu, cw), cpu->free(cpu, cg), cpu->free(cpu, cm), cpu->free(cpu, cv);
-    gpu->free(gpu, gw), gpu->free(gpu, gg), gpu->free(gpu, gm), gpu->free(gpu, gv);
+    glm_be_free(cpu, cw), glm_be_free(cpu, cg), glm_be_free(cpu, cm), glm_be_free(cpu, cv);
+    glm_be_free(gpu, gw), glm_be_free(gpu, gg), glm_be_free(gpu, gm), glm_be_free(gpu, gv);
 }
 
 static void test_memory(void) {
@@ -783,39 +784,39 @@ static void test_memory(void) {
     x[2] = INFINITY;
     /* upload/download raw */
     void *g = gbuf(GLM_DT_F32, NULL, n), *g2 = gbuf(GLM_DT_F32, NULL, n);
-    OK(gpu->upload(gpu, g, x, n * 4));
-    OK(gpu->copy(gpu, g2, g, n * 4));
-    OK(gpu->download(gpu, y, g2, n * 4));
+    OK(glm_be_upload(gpu, g, x, n * 4));
+    OK(glm_be_copy(gpu, g2, g, n * 4));
+    OK(glm_be_download(gpu, y, g2, n * 4));
     CHECK(!memcmp(x, y, n * 4), "upload / copy / download are exact");
-    OK(gpu->zero(gpu, g2, n * 4));
-    OK(gpu->download(gpu, y, g2, n * 4));
+    OK(glm_be_zero(gpu, g2, n * 4));
+    OK(glm_be_download(gpu, y, g2, n * 4));
     int64_t nz = 0;
     for (int64_t i = 0; i < n; i++) nz += y[i] != 0.0f;
     CHECK(nz == 0, "zero: %lld nonzero", (long long)nz);
     /* bf16 conversions: round to nearest even on upload, exact on download */
     void *h = gbuf(GLM_DT_BF16, NULL, n);
-    OK(gpu->upload_f32(gpu, h, GLM_DT_BF16, x, n));
-    OK(gpu->download_f32(gpu, y, GLM_DT_BF16, h, n));
+    OK(glm_be_upload_f32(gpu, h, GLM_DT_BF16, x, n));
+    OK(glm_be_download_f32(gpu, y, GLM_DT_BF16, h, n));
     for (int64_t i = 0; i < n; i++) r[i] = bf16_round(x[i]);
     CHECK(!memcmp(r, y, n * 4), "upload_f32 / download_f32 bf16 round to nearest even");
     CHECK(y[0] == 1.0f && y[1] == 1.015625f && isinf(y[2]), "bf16 ties: %g %g %g", y[0], y[1], y[2]);
-    OK(gpu->upload_f32(gpu, g, GLM_DT_F32, x, n));
-    OK(gpu->download_f32(gpu, y, GLM_DT_F32, g, n));
+    OK(glm_be_upload_f32(gpu, g, GLM_DT_F32, x, n));
+    OK(glm_be_download_f32(gpu, y, GLM_DT_F32, g, n));
     CHECK(!memcmp(x, y, n * 4), "upload_f32 / download_f32 f32 are exact");
     /* all_reduce with world 1 leaves the data alone */
-    OK(gpu->all_reduce(gpu, g, n));
-    OK(gpu->download(gpu, y, g, n * 4));
+    OK(glm_comm_all_reduce(gpu, g, n));
+    OK(glm_be_download(gpu, y, g, n * 4));
     CHECK(!memcmp(x, y, n * 4), "all_reduce world 1 is a no-op");
     void *z;
-    CHECK(gpu->alloc(gpu, 0, "empty", &z) == GLM_OK && z, "alloc(0) gives a pointer");
-    gpu->free(gpu, z);
-    gpu->free(gpu, NULL);
-    CHECK(gpu->alloc(gpu, (size_t)1 << 50, "a petabyte", &z) == GLM_ERR_NOMEM && strstr(glm_errmsg(), "a petabyte"),
+    CHECK(glm_be_alloc(gpu, 0, "empty", &z) == GLM_OK && z, "alloc(0) gives a pointer");
+    glm_be_free(gpu, z);
+    glm_be_free(gpu, NULL);
+    CHECK(glm_be_alloc(gpu, (size_t)1 << 50, "a petabyte", &z) == GLM_ERR_NOMEM && strstr(glm_errmsg(), "a petabyte"),
           "alloc failure names the tensor: %s", glm_errmsg());
-    OK(gpu->sync(gpu));
+    OK(glm_be_sync(gpu));
     record("memory (upload/copy/bf16 rne)", "n5000011", 0.0, 0.0, 0);
     free(x), free(y), free(r);
-    gpu->free(gpu, g), gpu->free(gpu, g2), gpu->free(gpu, h);
+    glm_be_free(gpu, g), glm_be_free(gpu, g2), glm_be_free(gpu, h);
 }
 
 /* ---- the 4-bit (QLoRA) format: kernels/cuda/quant4.cu against kernels/cpu/quant4.c ----
@@ -844,13 +845,13 @@ static glm_q4_tensor q4_gpu_alloc(glm_q4_type type, int64_t n, int dq) {
     return q;
 }
 static void q4_gpu_free(glm_q4_tensor *q) {
-    gpu->free(gpu, q->codes), gpu->free(gpu, q->absmax), gpu->free(gpu, q->absmax_codes);
-    gpu->free(gpu, q->absmax2), gpu->free(gpu, q->offset);
+    glm_be_free(gpu, q->codes), glm_be_free(gpu, q->absmax), glm_be_free(gpu, q->absmax_codes);
+    glm_be_free(gpu, q->absmax2), glm_be_free(gpu, q->offset);
 }
 /* bytes of `len` at device `d` that differ from host `h` */
 static int64_t q4_diff(const void *d, const void *h, size_t len) {
     unsigned char *t = malloc(len ? len : 1);
-    OK(gpu->download(gpu, t, d, len));
+    OK(glm_be_download(gpu, t, d, len));
     int64_t k = 0;
     for (size_t i = 0; i < len; i++) k += t[i] != ((const unsigned char *)h)[i];
     free(t);
@@ -874,9 +875,9 @@ static void t_quant4(glm_q4_type type, int dq, int64_t rows, int64_t cols, int b
     OK(glm_q4_dequantize_bf16(&c, ref));
     /* the GPU: quantize from device input, compare every buffer; dequantize, compare */
     void *gx;
-    OK(gpu->alloc(gpu, (size_t)n * (bf16_in ? 2 : 4), "q4 input", &gx));
-    OK(gpu->upload(gpu, gx, bf16_in ? (const void *)xh : (const void *)x, (size_t)n * (bf16_in ? 2 : 4)));
-    OK(gpu->sync(gpu));
+    OK(glm_be_alloc(gpu, (size_t)n * (bf16_in ? 2 : 4), "q4 input", &gx));
+    OK(glm_be_upload(gpu, gx, bf16_in ? (const void *)xh : (const void *)x, (size_t)n * (bf16_in ? 2 : 4)));
+    OK(glm_be_sync(gpu));
     glm_q4_tensor g = q4_gpu_alloc(type, n, dq);
     size_t wsb = q4.workspace(n, dq);
     void *ws = wsb ? gbuf(GLM_DT_F32, NULL, (int64_t)(wsb + 3) / 4) : NULL;
@@ -916,13 +917,13 @@ static void t_quant4(glm_q4_type type, int dq, int64_t rows, int64_t cols, int b
         OK(q4.dequantize_bf16(&g, (char *)gz + 2, NULL));
         OK(q4.sync());
         uint16_t *t = malloc((size_t)(n + 1) * 2);
-        OK(gpu->download(gpu, t, gz, (size_t)(n + 1) * 2));
+        OK(glm_be_download(gpu, t, gz, (size_t)(n + 1) * 2));
         CHECK(!memcmp(t + 1, ref, (size_t)n * 2), "q4 dequantize, unaligned output: differs");
         free(t);
-        gpu->free(gpu, gz);
+        glm_be_free(gpu, gz);
     }
     q4_gpu_free(&g);
-    gpu->free(gpu, gx), gpu->free(gpu, gy), gpu->free(gpu, ws);
+    glm_be_free(gpu, gx), glm_be_free(gpu, gy), glm_be_free(gpu, ws);
     glm_q4_free(&c);
     free(x), free(xh), free(ref);
 }
@@ -954,20 +955,20 @@ static void test_memcap(void) {
     CHECK(g != NULL, "a second CUDA backend: %s", glm_errmsg());
     if (!g) return;
     const double M = 1048576.0;
-    size_t proc = g->mem_process(g), over = g->mem_overhead(g), fr, tot, use0, use, peak;
+    size_t proc = glm_be_mem_process(g), over = glm_be_mem_overhead(g), fr, tot, use0, use, peak;
     CHECK(proc > 0 && over >= (32u << 20), "the process holds %.1f MiB, overhead %.1f MiB (at least cuBLASLt's 32)",
           proc / M, over / M);
-    g->mem_info(g, &fr, &tot, &use0, &peak);
+    glm_be_mem_info(g, &fr, &tot, &use0, &peak);
     const int B = 1, T = 4096, H = 32, Hkv = 4, Dh = 128;
     const int64_t N = (int64_t)B * T, qd = (int64_t)H * Dh, kd = (int64_t)Hkv * Dh, ld = qd + 2 * kd, V = 151552, lrows = 64;
     glm_scratch_shape sh = {.B = B, .T = T, .H = H, .Hkv = Hkv, .Dh = Dh, .ldq = ld, .ldk = ld, .ldv = ld, .ldo = qd,
                             .backward = 1, .loss_rows = lrows};
     size_t need = 0, ws = 0;
-    CHECK(g->scratch_need(g, &sh, &need, &ws) == GLM_OK, "scratch_need: %s", glm_errmsg());
+    CHECK(glm_be_scratch_need(g, &sh, &need, &ws) == GLM_OK, "scratch_need: %s", glm_errmsg());
     CHECK(need >= (size_t)N * H * 4 + (size_t)N * 8 && ws <= need, "scratch for 4096 tokens: %.1f MiB (cuDNN's workspace "
           "%.1f MiB)", need / M, ws / M);
-    CHECK(g->scratch_reserve(g, &sh, 1) == GLM_OK, "scratch_reserve: %s", glm_errmsg());
-    g->mem_info(g, &fr, &tot, &use, &peak);
+    CHECK(glm_be_scratch_reserve(g, &sh, 1) == GLM_OK, "scratch_reserve: %s", glm_errmsg());
+    glm_be_mem_info(g, &fr, &tot, &use, &peak);
     CHECK(use - use0 == need, "reserve grew %.3f MiB, scratch_need said %.3f", (use - use0) / M, need / M);
     /* the ops at that shape */
     float *qkv = randn(N * ld, 1.0f), *lg = randn(lrows * V, 2.0f);
@@ -976,36 +977,36 @@ static void test_memcap(void) {
     void *gq = gbuf(GLM_DT_BF16, qkv, N * ld), *go = gpoison(GLM_DT_BF16, N * qd), *glse = gpoison(GLM_DT_F32, N * H),
          *gd = gpoison(GLM_DT_BF16, N * ld), *gl = gbuf(GLM_DT_BF16, lg, lrows * V);
     int32_t *gdoc = ibuf(gpu, doc, N), *glab = ibuf(gpu, lab, lrows);
-    g->mem_info(g, &fr, &tot, &use0, &peak); /* gbuf allocates on `gpu`: g's own count is unchanged */
+    glm_be_mem_info(g, &fr, &tot, &use0, &peak); /* gbuf allocates on `gpu`: g's own count is unchanged */
     uint16_t *q16 = gq, *d16 = gd;
-    OK(g->attention_fwd(g, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B, T, H, Hkv, Dh));
-    OK(g->attention_bwd(g, d16, d16 + qd, d16 + qd + kd, go, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B,
+    OK(glm_be_attention_fwd(g, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B, T, H, Hkv, Dh));
+    OK(glm_be_attention_bwd(g, d16, d16 + qd, d16 + qd + kd, go, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B,
                         T, H, Hkv, Dh));
     double ls = 0;
     int64_t nt = 0;
-    OK(g->cross_entropy(g, gl, gl, glab, lrows, V, 1.0f, &ls, &nt));
-    (void)g->sumsq(g, glse, N * H);
-    OK(g->sync(g));
-    g->mem_info(g, &fr, &tot, &use, &peak);
+    OK(glm_be_cross_entropy(g, gl, gl, glab, lrows, V, 1.0f, &ls, &nt));
+    (void)glm_be_sumsq(g, glse, N * H);
+    OK(glm_be_sync(g));
+    glm_be_mem_info(g, &fr, &tot, &use, &peak);
     CHECK(use == use0, "attention, cross-entropy and sumsq grew no scratch past the reserve (%.3f MiB more)",
           ((double)use - (double)use0) / M);
     /* the cap */
-    proc = g->mem_process(g);
-    CHECK(g->set_mem_cap(g, proc + (64u << 20)) == GLM_OK, "a cap 64 MiB above what the process holds: %s", glm_errmsg());
+    proc = glm_be_mem_process(g);
+    CHECK(glm_be_set_mem_cap(g, proc + (64u << 20)) == GLM_OK, "a cap 64 MiB above what the process holds: %s", glm_errmsg());
     void *a = NULL, *b = NULL;
-    CHECK(g->alloc(g, 16u << 20, "16 MiB under the cap", &a) == GLM_OK, "16 MiB under the cap: %s", glm_errmsg());
-    st = g->alloc(g, 256u << 20, "the buffer over the cap", &b);
+    CHECK(glm_be_alloc(g, 16u << 20, "16 MiB under the cap", &a) == GLM_OK, "16 MiB under the cap: %s", glm_errmsg());
+    st = glm_be_alloc(g, 256u << 20, "the buffer over the cap", &b);
     CHECK(st == GLM_ERR_NOMEM && strstr(glm_errmsg(), "the buffer over the cap") && strstr(glm_errmsg(), "max-gpu-memory"),
           "256 MiB over the cap refused, named: %s", glm_errmsg());
-    CHECK(g->mem_process(g) <= proc + (64u << 20), "the process stayed within the cap (%.1f MiB over what it held)",
-          ((double)g->mem_process(g) - (double)proc) / M);
-    CHECK(g->set_mem_cap(g, 1u << 20) == GLM_ERR_NOMEM, "a cap below what the process holds: an error");
-    OK(g->set_mem_cap(g, 0));
-    CHECK(g->alloc(g, 256u << 20, "the same buffer, no cap", &b) == GLM_OK, "no cap: %s", glm_errmsg());
+    CHECK(glm_be_mem_process(g) <= proc + (64u << 20), "the process stayed within the cap (%.1f MiB over what it held)",
+          ((double)glm_be_mem_process(g) - (double)proc) / M);
+    CHECK(glm_be_set_mem_cap(g, 1u << 20) == GLM_ERR_NOMEM, "a cap below what the process holds: an error");
+    OK(glm_be_set_mem_cap(g, 0));
+    CHECK(glm_be_alloc(g, 256u << 20, "the same buffer, no cap", &b) == GLM_OK, "no cap: %s", glm_errmsg());
     record("memory cap and scratch_need", "B1 T4096 H32 Hkv4 Dh128", 0.0, 0.0, 0);
-    g->free(g, a), g->free(g, b);
-    gpu->free(gpu, gq), gpu->free(gpu, go), gpu->free(gpu, glse), gpu->free(gpu, gd), gpu->free(gpu, gl), gpu->free(gpu, gdoc),
-        gpu->free(gpu, glab);
+    glm_be_free(g, a), glm_be_free(g, b);
+    glm_be_free(gpu, gq), glm_be_free(gpu, go), glm_be_free(gpu, glse), glm_be_free(gpu, gd), glm_be_free(gpu, gl), glm_be_free(gpu, gdoc),
+        glm_be_free(gpu, glab);
     free(qkv), free(lg), free(doc);
     glm_backend_cuda_close(g);
 }

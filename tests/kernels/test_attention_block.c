@@ -61,8 +61,8 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
     float *out = malloc(sizeof(float) * (size_t)(T * qd)), *lse = malloc(sizeof(float) * (size_t)(H * T));
     float *dq = malloc(sizeof(float) * (size_t)(T * ld)), *dk = dq + qd, *dv = dq + qd + kd;
     const float *q = qkv, *k = qkv + qd, *v = qkv + qd + kd;
-    CHECK(be->attention_fwd(be, out, qd, lse, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK, "%s: attention_fwd", what);
-    CHECK(be->attention_bwd(be, dq, dk, dv, dout, qd, out, lse, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK,
+    CHECK(glm_be_attention_fwd(be, out, qd, lse, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK, "%s: attention_fwd", what);
+    CHECK(glm_be_attention_bwd(be, dq, dk, dv, dout, qd, out, lse, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK,
           "%s: attention_bwd", what);
 
     /* forward: every query block merges every key block, in a shuffled order */
@@ -79,7 +79,7 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
         int q0 = qcut[a], Tq = qcut[a + 1] - q0;
         for (int bi = 0; bi + 1 < nk && !st; bi++) {
             int b = order[bi], k0 = kcut[b], Tk = kcut[b + 1] - k0;
-            st = be->attention_block_fwd(be, o + (int64_t)q0 * qd, qd, l + q0, T, q + (int64_t)q0 * ld, ld,
+            st = glm_be_attention_block_fwd(be, o + (int64_t)q0 * qd, qd, l + q0, T, q + (int64_t)q0 * ld, ld,
                                          k + (int64_t)k0 * ld, ld, v + (int64_t)k0 * ld, ld, doc + q0, doc + k0, q0, k0,
                                          Tq, Tk, H, Hkv, Dh, bi == 0);
         }
@@ -96,7 +96,7 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
     for (int a = 0; a + 1 < nq && !st; a++)
         for (int b = 0; b + 1 < nk && !st; b++) {
             int q0 = qcut[a], Tq = qcut[a + 1] - q0, k0 = kcut[b], Tk = kcut[b + 1] - k0;
-            st = be->attention_block_bwd(be, bq + (int64_t)q0 * qd, qd, bk + (int64_t)k0 * kd, kd, bv + (int64_t)k0 * kd, kd,
+            st = glm_be_attention_block_bwd(be, bq + (int64_t)q0 * qd, qd, bk + (int64_t)k0 * kd, kd, bv + (int64_t)k0 * kd, kd,
                                          dout + (int64_t)q0 * qd, qd, out + (int64_t)q0 * qd, lse + q0, T,
                                          q + (int64_t)q0 * ld, ld, k + (int64_t)k0 * ld, ld, v + (int64_t)k0 * ld, ld,
                                          doc + q0, doc + k0, q0, k0, Tq, Tk, H, Hkv, Dh);
@@ -105,9 +105,9 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
     /* the reference's dq/dk/dv are column blocks of one [T, ld] buffer */
     float *rq = malloc(sizeof(float) * (size_t)(T * qd)), *rk = malloc(sizeof(float) * (size_t)(T * kd)),
           *rv = malloc(sizeof(float) * (size_t)(T * kd));
-    be->cast_2d(be, rq, GLM_DT_F32, qd, dq, GLM_DT_F32, ld, T, qd);
-    be->cast_2d(be, rk, GLM_DT_F32, kd, dk, GLM_DT_F32, ld, T, kd);
-    be->cast_2d(be, rv, GLM_DT_F32, kd, dv, GLM_DT_F32, ld, T, kd);
+    glm_be_cast_2d(be, rq, GLM_DT_F32, qd, dq, GLM_DT_F32, ld, T, qd);
+    glm_be_cast_2d(be, rk, GLM_DT_F32, kd, dk, GLM_DT_F32, ld, T, kd);
+    glm_be_cast_2d(be, rv, GLM_DT_F32, kd, dv, GLM_DT_F32, ld, T, kd);
     float *bqf = to_f32(bq, T * qd), *bkf = to_f32(bk, T * kd), *bvf = to_f32(bv, T * kd);
     double e1 = rel(bqf, rq, T, qd, qd), e2 = rel(bkf, rk, T, kd, kd), e3 = rel(bvf, rv, T, kd, kd);
     if (getenv("GLM_TEST_VERBOSE")) printf("%s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", what, eo, el, e1, e2, e3);
@@ -130,18 +130,18 @@ static void check_masked(void) {
     for (int i = 0; i < H * T; i++) l[i] = l0[i] = lf[i];
     int32_t da[8] = {0, 0, 0, 0, 0, 0, 0, 0}, db[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     /* keys [8, 16) after queries [0, 8); then keys of another document */
-    CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T, H, Hkv, Dh, 0) == GLM_OK &&
-              be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, db, da, 8, 0, T, T, H, Hkv, Dh, 0) == GLM_OK,
+    CHECK(glm_be_attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T, H, Hkv, Dh, 0) == GLM_OK &&
+              glm_be_attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, db, da, 8, 0, T, T, H, Hkv, Dh, 0) == GLM_OK,
           "masked blocks");
     CHECK(!memcmp(o, o0, sizeof(double) * (size_t)(T * qd)) && !memcmp(l, l0, sizeof(double) * (size_t)(H * T)),
           "a block without allowed pairs leaves o and lse bit-identical");
     /* init with a masked block: o = 0, lse = -inf; then a real block gives its own result */
-    CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T, H, Hkv, Dh, 1) == GLM_OK &&
+    CHECK(glm_be_attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T, H, Hkv, Dh, 1) == GLM_OK &&
               o[3] == 0.0 && l[5] == -INFINITY,
           "init with a masked block: o = 0, lse = -inf");
     double *dq = calloc((size_t)(T * qd), sizeof(double)), *dk = calloc((size_t)(T * kd), sizeof(double)),
            *dv = calloc((size_t)(T * kd), sizeof(double));
-    CHECK(be->attention_block_bwd(be, dq, qd, dk, kd, dv, kd, dout, qd, of, lf, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T,
+    CHECK(glm_be_attention_block_bwd(be, dq, qd, dk, kd, dv, kd, dout, qd, of, lf, T, q, qd, k, kd, v, kd, da, da, 0, 8, T, T,
                                   H, Hkv, Dh) == GLM_OK,
           "masked backward");
     int zero = 1;
@@ -149,9 +149,9 @@ static void check_masked(void) {
     for (int i = 0; i < T * kd; i++) zero &= dk[i] == 0.0 && dv[i] == 0.0;
     CHECK(zero, "a masked block adds nothing to dq, dk, dv");
     /* the trainer's probe, and argument errors */
-    CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 0, 0, 0, H, Hkv, Dh, 1) == GLM_OK,
+    CHECK(glm_be_attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 0, 0, 0, H, Hkv, Dh, 1) == GLM_OK,
           "zero-sized forward succeeds");
-    CHECK(be->attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 0, T, T, 3, 2, Dh, 1) == GLM_ERR_ARG,
+    CHECK(glm_be_attention_block_fwd(be, o, qd, l, T, q, qd, k, kd, v, kd, da, da, 0, 0, T, T, 3, 2, Dh, 1) == GLM_ERR_ARG,
           "H not a multiple of Hkv: GLM_ERR_ARG");
     free(q), free(k), free(v), free(dout), free(o), free(l), free(o0), free(l0), free(of), free(lf), free(dq), free(dk), free(dv);
 }
@@ -160,16 +160,16 @@ static void check_cast_2d(void) {
     const glm_backend *be = glm_backend_cpu();
     float src[4 * 6], dst[4 * 3];
     for (int i = 0; i < 24; i++) src[i] = (float)i;
-    CHECK(be->cast_2d(be, dst, GLM_DT_F32, 3, src + 2, GLM_DT_F32, 6, 4, 3) == GLM_OK, "cast_2d");
+    CHECK(glm_be_cast_2d(be, dst, GLM_DT_F32, 3, src + 2, GLM_DT_F32, 6, 4, 3) == GLM_OK, "cast_2d");
     int ok = 1;
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < 3; c++) ok &= dst[r * 3 + c] == src[r * 6 + 2 + c];
     CHECK(ok, "cast_2d copies the strided column block");
-    CHECK(be->cast_2d(be, dst, GLM_DT_BF16, 3, src, GLM_DT_F32, 6, 4, 3) == GLM_ERR_UNSUPPORTED, "cast_2d to bf16 on the CPU");
+    CHECK(glm_be_cast_2d(be, dst, GLM_DT_BF16, 3, src, GLM_DT_F32, 6, 4, 3) == GLM_ERR_UNSUPPORTED, "cast_2d to bf16 on the CPU");
     double acc[4] = {1.0 + 1e-12, -2.5, 1e-40, 3.0};
     float f[4];
     CHECK(be->acc_dtype == GLM_DT_F64 && glm_dtype_size(GLM_DT_F64) == 8, "the CPU accumulates in double");
-    CHECK(be->cast_2d(be, f, GLM_DT_F32, 2, acc, GLM_DT_F64, 2, 2, 2) == GLM_OK && f[0] == 1.0f && f[1] == -2.5f &&
+    CHECK(glm_be_cast_2d(be, f, GLM_DT_F32, 2, acc, GLM_DT_F64, 2, 2, 2) == GLM_OK && f[0] == 1.0f && f[1] == -2.5f &&
               f[3] == 3.0f,
           "cast_2d f64 -> f32 rounds once");
 }
@@ -182,14 +182,14 @@ static int supports_nothing(const glm_backend *be, glm_feature f) {
 /* be->supports on the CPU backend, and glm_ring_supported's answer for a backend without the ring */
 static void check_supports(void) {
     const glm_backend *cpu = glm_backend_cpu();
-    CHECK(cpu->supports(cpu, GLM_FEATURE_RING_ATTENTION) == 1, "the CPU backend computes the ring's blocks");
-    CHECK(cpu->supports(cpu, GLM_FEATURE_WEIGHT_4BIT) == 1, "the CPU backend has the 4-bit format");
+    CHECK(glm_be_supports(cpu, GLM_FEATURE_RING_ATTENTION) == 1, "the CPU backend computes the ring's blocks");
+    CHECK(glm_be_supports(cpu, GLM_FEATURE_WEIGHT_4BIT) == 1, "the CPU backend has the 4-bit format");
 #ifdef GLMTUNE_HAVE_MPI
-    CHECK(cpu->supports(cpu, GLM_FEATURE_COMM) == 1, "a build with MPI communicates");
+    CHECK(glm_be_supports(cpu, GLM_FEATURE_COMM) == 1, "a build with MPI communicates");
 #else
-    CHECK(cpu->supports(cpu, GLM_FEATURE_COMM) == 0, "a build without MPI does not communicate");
+    CHECK(glm_be_supports(cpu, GLM_FEATURE_COMM) == 0, "a build without MPI does not communicate");
 #endif
-    CHECK(cpu->supports(cpu, GLM_FEATURE_COUNT) == 0 && cpu->supports(cpu, (glm_feature)-1) == 0, "unknown features: 0");
+    CHECK(glm_be_supports(cpu, GLM_FEATURE_COUNT) == 0 && glm_be_supports(cpu, (glm_feature)-1) == 0, "unknown features: 0");
     CHECK(glm_ring_supported(cpu) == GLM_OK, "glm_ring_supported(cpu): %s", glm_errmsg());
     glm_backend other = *cpu;
     other.name = "other";

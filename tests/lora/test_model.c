@@ -161,7 +161,7 @@ static void test_layout(const char *layout) {
         double bound = 1 / sqrt((double)A->shape[1]), mx = 0;
         for (int64_t k = 0; k < A->numel; k++) mx = fmax(mx, fabs(A->w[k]));
         CHECK(mx > 0.5 * bound && mx <= bound, "%s: lora_A init bound %g (max %g)", layout, bound, mx);
-        CHECK(be->sumsq(be, B->w, B->numel) == 0, "%s: lora_B init is zero", layout);
+        CHECK(glm_be_sumsq(be, B->w, B->numel) == 0, "%s: lora_B init is zero", layout);
     }
     st = glm_lora_load_peft(l, adir);
     CHECK(st == GLM_OK, "%s: load adapter: %s", layout, glm_errmsg());
@@ -178,7 +178,7 @@ static void test_layout(const char *layout) {
         char key[400];
         snprintf(key, sizeof key, "grad.base_model.model.%s", l->params[i].name);
         compare(what, l->params[i].g, g.set, key, l->params[i].numel);
-        gn += be->sumsq(be, l->params[i].g, l->params[i].numel);
+        gn += glm_be_sumsq(be, l->params[i].g, l->params[i].numel);
     }
     CHECK(check_close(sqrt(gn), golden_scalar(g.set, "grad_norm"), 1e-4, 0), "%s: grad norm %g vs %g", what, sqrt(gn),
           golden_scalar(g.set, "grad_norm"));
@@ -328,7 +328,7 @@ static void test_layout(const char *layout) {
     /* forward only: no grads touched */
     glm_lora_zero_grads(l);
     CHECK(glm_model_step(m, l, &b, scale, 0, 0, 0, &ls2, &nt) == GLM_OK && ls2 == ls, "%s: forward-only loss", what);
-    CHECK(be->sumsq(be, l->params[1].g, l->params[1].numel) == 0, "%s: forward-only leaves grads alone", what);
+    CHECK(glm_be_sumsq(be, l->params[1].g, l->params[1].numel) == 0, "%s: forward-only leaves grads alone", what);
     free_grads(l, ref);
 
     /* LoRA dropout: checkpointing reproduces the masks; backward matches finite differences */

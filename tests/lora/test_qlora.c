@@ -60,7 +60,7 @@ static void one(const char *data_dir, const char *src, int dq) {
             CHECK(qw[i]->fmt == GLM_WF_NF4 && qw[i]->n == n && qw[i]->double_quant == dq && (dq ? qw[i]->offset != NULL : 1),
                   "layer %d matrix %d: nf4 of %lld elements", l, i, (long long)n);
             float *x = malloc((size_t)n * 4);
-            CHECK(be->weight_dequantize(be, x, GLM_DT_F32, qw[i]) == GLM_OK, "dequantize: %s", glm_errmsg());
+            CHECK(glm_be_weight_dequantize(be, x, GLM_DT_F32, qw[i]) == GLM_OK, "dequantize: %s", glm_errmsg());
             CHECK(!memcmp(x, dw[i]->data, (size_t)n * 4), "layer %d matrix %d: glmtune's dequantized nf4%s == bitsandbytes'",
                   l, i, dq ? " dq" : "");
             free(x);

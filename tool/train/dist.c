@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "tool/train/dist.h"
 
+#include "kernels/comm.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,7 +201,7 @@ glm_status dist_backend(const char *device, double comm_timeout_s, dist_info *d,
             d->world = be->world;
         }
     }
-    be->set_comm_timeout(be, comm_timeout_s);
+    glm_comm_set_timeout(be, comm_timeout_s);
     if (be->world > 1) {
         char p[32];
         snprintf(p, sizeof p, "rank %d: ", be->rank);

@@ -32,6 +32,7 @@
 #include "common/rng.h"
 #include "dataset/loader.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 #include "lora/io/checkpoint.h"
 #include "lora/io/export.h"
 #include "lora/adapter/lora.h"
@@ -186,7 +187,7 @@ static glm_status evaluate(glm_model *m, glm_lora *lora, glm_loader *ev, batch_b
     lora->dropout = p_drop;
     free(rows);
     double red[2] = {sum, (double)nt};
-    if (s == GLM_OK && be->world > 1) s = be->all_reduce_host(be, red, 2);
+    if (s == GLM_OK && be->world > 1) s = glm_comm_all_reduce_host(be, red, 2);
     *loss = red[1] > 0 ? red[0] / red[1] : NAN;
     return s;
 }
@@ -204,7 +205,7 @@ static glm_status dump_grads(const glm_backend *be, const char *path, const glm_
             s = glm_err(GLM_ERR_NOMEM, "out of memory");
             break;
         }
-        s = be->download(be, host[i], p[i].g, 4 * (size_t)p[i].numel);
+        s = glm_be_download(be, host[i], p[i].g, 4 * (size_t)p[i].numel);
         t[i] = (glm_st_tensor){.name = names[i], .dtype = GLM_ST_F32, .ndim = 2, .shape = {p[i].shape[0], p[i].shape[1]},
                                .numel = p[i].numel, .data = host[i], .nbytes = 4 * (size_t)p[i].numel};
     }
@@ -434,7 +435,7 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
     if (ts->max_gpu_gib > 0) {
         if (cpu && be->rank == 0)
             glm_log_info("--max-gpu-memory on the CPU backend: the memory plan's budget (host memory is not capped)");
-        glm_status st = be->set_mem_cap(be, (size_t)(ts->max_gpu_gib * G));
+        glm_status st = glm_be_set_mem_cap(be, (size_t)(ts->max_gpu_gib * G));
         if (st) return glm_err_context(st, "--max-gpu-memory %g", ts->max_gpu_gib);
     }
     glm_config cfg;
@@ -453,12 +454,12 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
     glm_scratch_shape sh;
     size_t need = 0, ws = 0;
     glm_scratch_shape_for(&cfg, rs->cp, be->world, B, T, 1, 0, &sh);
-    if (be->scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate, as glm_model_plan */
+    if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate, as glm_model_plan */
     size_t fr = 0, tot = 0, use = 0, peak = 0;
-    be->mem_info(be, &fr, &tot, &use, &peak);
+    glm_be_mem_info(be, &fr, &tot, &use, &peak);
     double budget = (double)fr + (double)use - G; /* as glm_model_budget */
     if (ts->max_gpu_gib > 0) {
-        double capped = ts->max_gpu_gib * G - (double)be->mem_overhead(be);
+        double capped = ts->max_gpu_gib * G - (double)glm_be_mem_overhead(be);
         if (budget <= 0 || capped < budget) budget = capped;
     }
     const int eb = (int)glm_dtype_size(be->act_dtype), W = be->world;
@@ -748,7 +749,7 @@ static glm_status agree(const glm_backend *be, glm_status s) {
     double bad = s != GLM_OK;
     char keep[1024];
     snprintf(keep, sizeof keep, "%s", glm_errmsg());
-    glm_status r = be->all_reduce_host(be, &bad, 1);
+    glm_status r = glm_comm_all_reduce_host(be, &bad, 1);
     if (r != GLM_OK) return r;
     if (bad > 0) {
         /* The failed rank says why before any rank exits: mpirun stops the whole job at the first
@@ -760,7 +761,7 @@ static glm_status agree(const glm_backend *be, glm_status s) {
             cli_show_error();
         }
         double none = 0;
-        r = be->all_reduce_host(be, &none, 1);
+        r = glm_comm_all_reduce_host(be, &none, 1);
         if (r != GLM_OK && s == GLM_OK) return r;
     }
     if (s != GLM_OK) return glm_err(s, "%s", keep);
@@ -779,10 +780,10 @@ static glm_status bucket_ready(void *user, int layer) {
     for (int k = 0; k < L->layer_count[layer]; k++) {
         const glm_lora_site *st = &L->sites[L->layer_first[layer] + k];
         int req;
-        GLM_TRY(be->all_reduce_start(be, rs->params[st->pa].g, rs->params[st->pa].numel, &req));
-        GLM_TRY(be->all_reduce_start(be, rs->params[st->pb].g, rs->params[st->pb].numel, &req));
+        GLM_TRY(glm_comm_all_reduce_start(be, rs->params[st->pa].g, rs->params[st->pa].numel, &req));
+        GLM_TRY(glm_comm_all_reduce_start(be, rs->params[st->pb].g, rs->params[st->pb].numel, &req));
     }
-    be->comm_progress(be); /* MPI moves the earlier buckets along */
+    glm_comm_progress(be); /* MPI moves the earlier buckets along */
     rs->n_buckets_started++;
     return GLM_OK;
 }
@@ -875,7 +876,7 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         if (rs->n_buckets_started != rs->model->cfg.L)
             return glm_err(GLM_ERR_INTERNAL, "the backward started %d of %d gradient buckets", rs->n_buckets_started,
                            rs->model->cfg.L);
-        s = be->comm_sync(be); /* every bucket reduced: the optimizer may read the grads */
+        s = glm_comm_sync(be); /* every bucket reduced: the optimizer may read the grads */
     }
     return s;
 }
@@ -952,7 +953,7 @@ static glm_status join_ranks(run_state *rs, const train_settings *ts) {
         dist_close(be);
         return s;
     }
-    if (rs->cp > 1 && (s = be->comm_split(be, rs->dp_rank, rank % rs->cp, &rs->cp_comm)) != GLM_OK) {
+    if (rs->cp > 1 && (s = glm_comm_split(be, rs->dp_rank, rank % rs->cp, &rs->cp_comm)) != GLM_OK) {
         dist_close(be);
         return s;
     }
@@ -1039,8 +1040,8 @@ static glm_status log_step(run_state *rs, const train_settings *ts, train_loop *
     win->targets += r->targets;
     win->tokens += r->tokens;
     win->seconds += glm_now() - r->t_step;
-    win->comm_ms += be->comm_wait_ms(be, 1);
-    be->comm_bytes(be, tl->cbytes, 1);
+    win->comm_ms += glm_comm_wait_ms(be, 1);
+    glm_comm_bytes(be, tl->cbytes, 1);
     for (int k = 0; k < GLM_COMM_KINDS; k++) win->comm_bytes[k] += tl->cbytes[k];
     tl->run_loss_sum += r->loss;
     tl->run_losses++;
@@ -1059,7 +1060,7 @@ static glm_status log_step(run_state *rs, const train_settings *ts, train_loop *
         ranks_stats[rank] = win->tokens;
         ranks_stats[W + rank] = win->seconds;
         ranks_stats[2 * W + rank] = win->comm_ms / 1e3;
-        if ((s = be->all_reduce_host(be, ranks_stats, 3 * W)) != GLM_OK) return s;
+        if ((s = glm_comm_all_reduce_host(be, ranks_stats, 3 * W)) != GLM_OK) return s;
         double tok = 0, sec = 0, comm = 0;
         for (int q = 0; q < W; q++) {
             double rs_ = ranks_stats[W + q] > 1e-9 ? ranks_stats[W + q] : 1e-9;
@@ -1122,7 +1123,7 @@ static glm_status evaluate_step(run_state *rs, const train_settings *ts, train_l
                                         (json_int_t)rs->step));
         if (!ts->quiet) glm_log_plain("step %lld: eval loss %.4f, perplexity %.2f", (long long)rs->step, el, exp(el));
     }
-    be->comm_wait_ms(be, 1); /* evaluation's waits are not the training step's */
+    glm_comm_wait_ms(be, 1); /* evaluation's waits are not the training step's */
     return s;
 }
 
@@ -1134,8 +1135,8 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
     const glm_backend *be = rs->be;
     glm_status s;
     step_result r = {.t_step = glm_now()};
-    be->comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
-    be->comm_bytes(be, tl->cbytes, 1); /* and so are their bytes */
+    glm_comm_wait_ms(be, 1); /* waits before the step (the last log's, a checkpoint's) are not its own */
+    glm_comm_bytes(be, tl->cbytes, 1); /* and so are their bytes */
     uint32_t got;
     /* the global batch: the loader's position is global and the same on every rank */
     if ((s = glm_loader_next(&rs->data, tl->global_rows, tl->rows, &got)) != GLM_OK) return s;
@@ -1160,7 +1161,7 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
         rs->tokens_seen += (int64_t)got * rs->data.T; /* every rank's rows: the global batch */
     /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
      * takes the same skip / stop decisions below */
-    if ((s = be->all_reduce_host(be, &loss_sum, 1)) != GLM_OK) return s;
+    if ((s = glm_comm_all_reduce_host(be, &loss_sum, 1)) != GLM_OK) return s;
     if (ts->dump_grads && *ts->dump_grads && rs->step == tl->start_step && tl->start_step == 0 && be->rank == 0)
         if ((s = dump_grads(be, ts->dump_grads, rs->params, rs->n_params)) != GLM_OK) return s;
     double loss = loss_sum / (double)n_global, gnorm;
@@ -1253,12 +1254,12 @@ glm_status train_run(const train_settings *ts) {
     if (!loop_init(&rs, ts, &tl) && s == GLM_OK)
         s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", tl.global_rows);
     tl.agreed_failure = s != GLM_OK; /* setup failures were agreed: every rank stops by itself */
-    if (s == GLM_OK) be->comm_wait_ms(be, 1);
+    if (s == GLM_OK) glm_comm_wait_ms(be, 1);
     while (s == GLM_OK && rs.step < rs.total_steps) s = train_step(&rs, ts, &tl);
     if (s != GLM_OK && be->world > 1 && !tl.agreed_failure) {
         /* an error on this rank alone: the others may be waiting in a collective; stop them all */
         glm_log_error("%s; stopping every rank", glm_errmsg());
-        be->comm_abort(be, 1); /* MPI_Abort does not return; NCCL: the launcher stops the others */
+        glm_comm_abort(be, 1); /* MPI_Abort does not return; NCCL: the launcher stops the others */
         _exit(1);
     }
     s = finish_run(&rs, ts, &tl, s);

@@ -15,6 +15,7 @@
 #include "common/pyjson.h"
 #include "dataset/loader.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 #include "lora/io/checkpoint.h"
 #include "lora/model/comm_plan.h"
 #include "lora/model/config.h"
@@ -207,7 +208,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (cpu || have_gpu) {
         GLM_TRY(pick_backend(ts, &be));
         size_t fr = 0, tot = 0, use = 0, peak = 0;
-        be->mem_info(be, &fr, &tot, &use, &peak);
+        glm_be_mem_info(be, &fr, &tot, &use, &peak);
         budget = (double)fr + (double)use - 1073741824.0;
         fr_gib = fr / 1073741824.0;
         tot_gib = tot / 1073741824.0;
@@ -227,8 +228,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (be) {
         glm_scratch_shape sh;
         glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
-        if (be->scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
-        overhead = be->mem_overhead(be);
+        if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
+        overhead = glm_be_mem_overhead(be);
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
         budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
