@@ -56,6 +56,13 @@ typedef struct glm_weight {
     void *data_t;       /* fp8 in a layer's backward: the codes transposed, [cols, rows] (a working copy); else NULL */
 } glm_weight;
 
+/* The scratch the CUDA backend's fp8_matmul takes whatever the shapes (it quantizes the activation
+ * in row blocks of at most 64 MiB of codes, with at most 64 MiB of f32 tile where its GEMM cannot
+ * apply the weight's row scales itself, and 2 MiB of scale vectors): scratch_need counts it when
+ * glm_scratch_shape.fp8 is set, the planner's estimate likewise. */
+#define GLM_FP8_BLOCK_BYTES (64.0 * 1048576.0)
+#define GLM_FP8_SCRATCH_BYTES (2.0 * GLM_FP8_BLOCK_BYTES + 2.0 * 1048576.0)
+
 /* The byte sizes of a weight's buffers for n elements of format f. */
 typedef struct glm_weight_bytes_t {
     size_t data, absmax, absmax2, offset;
