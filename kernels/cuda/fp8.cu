@@ -144,6 +144,63 @@ __global__ void k_act_quant(const bf16 *__restrict__ x, int64_t ldx, int64_t row
     }
 }
 
+/* The same two kernels 8 elements a thread (one 16-byte load of bf16, one 8-byte store of codes):
+ * for x 16-byte aligned with ldx and K multiples of 8. Element order within the 8 is the scalar
+ * kernels' (byte j of the store is element k + j), so the bytes are the same. */
+__device__ __forceinline__ void act_values8(const bf16 *x, int64_t ldx, int64_t K8, int64_t g, const float *col_mul,
+                                            float v[8], int64_t *at) {
+    const int64_t m = g / K8, k = (g - m * K8) * 8;
+    const bf16x8 u = *(const bf16x8 *)(x + m * ldx + k);
+    for (int j = 0; j < 4; j++) {
+        float2 f = __bfloat1622float2(u.v[j]);
+        v[2 * j] = f.x, v[2 * j + 1] = f.y;
+    }
+    if (col_mul)
+        for (int j = 0; j < 8; j++) v[j] = glm_fmul_rn(v[j], col_mul[k + j]);
+    *at = m * K8 * 8 + k; /* the element's index in the packed [rows, K] codes */
+}
+
+__global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, int64_t K, const float *__restrict__ col_mul,
+                            uint32_t *amax) {
+    uint32_t a = 0;
+    const int64_t K8 = K / 8, n = M * K8;
+    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n; g += (int64_t)gridDim.x * blockDim.x) {
+        float v[8];
+        int64_t at;
+        act_values8(x, ldx, K8, g, col_mul, v, &at);
+        for (int j = 0; j < 8; j++) {
+            uint32_t b = glm_abs_bits(v[j]);
+            a = b > a ? b : a;
+        }
+    }
+    warp_max_to(a, amax);
+}
+
+__global__ void k_act_quant8(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
+                             const float *__restrict__ col_mul, int kind, const uint32_t *__restrict__ amax,
+                             uint8_t *__restrict__ q, float *scale, float *bvec) {
+    const float am = glm_bits_f32(*amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
+    const float s = glm_fp8_scale(am, (glm_fp8_kind)kind);
+    const int64_t t0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    if (t0 == 0 && scale) *scale = s;
+    if (bvec)
+        for (int64_t i = t0; i < rows; i += stride) bvec[i] = s;
+    const int64_t K8 = K / 8, n = rows * K8;
+    for (int64_t g = t0; g < n; g += stride) {
+        float v[8];
+        int64_t at;
+        act_values8(x, ldx, K8, g, col_mul, v, &at);
+        uint64_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint64_t)glm_fp8_encode(v[j], inv, (glm_fp8_kind)kind) << (8 * j);
+        *(uint64_t *)(q + at) = w;
+    }
+}
+
+/* 8 at a time where x's rows and q's are aligned for it */
+static bool vec8(const void *x, int64_t ldx, int64_t K, const void *q) {
+    return K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 7) == 0;
+}
+
 /* y [rows, N] (ldy) = bf16(t [rows, N] x rs[n] + beta y); beta == 0 does not read y */
 __global__ void k_tile_epilogue(bf16 *__restrict__ y, int64_t ldy, const float *__restrict__ t, int64_t rows, int64_t N,
                                 const float *__restrict__ rs, float beta) {
@@ -245,12 +302,27 @@ static glm_status check_kind(int kind, const char *op) {
     return GLM_OK;
 }
 
-/* the amax of x into vec[0] (zeroed first) */
+/* the amax of x into *amax (zeroed first) */
 static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, int64_t K, const float *col_mul, uint32_t *amax) {
     CU(cudaMemsetAsync(amax, 0, 4, I->s), "fp8 quantize (amax)");
-    if (M * K > 0)
+    if (M * K > 0 && vec8(x, ldx, K, nullptr))
+        k_act_amax8<<<grid_for(M * K / 8, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
+    else if (M * K > 0)
         k_act_amax<<<grid_for(M * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
     LAUNCHED_I(I, "fp8 quantize (amax)");
+    return GLM_OK;
+}
+
+/* q [rows, K] = the codes of x's rows, *scale and bvec (see k_act_quant) */
+static glm_status act_quant(cuda_impl *I, const void *x, int64_t ldx, int64_t rows, int64_t K, const float *col_mul, int kind,
+                            const uint32_t *amax, uint8_t *q, float *scale, float *bvec) {
+    if (vec8(x, ldx, K, q))
+        k_act_quant8<<<grid_for(std::max<int64_t>(rows * K / 8, rows), 256), 256, 0, I->s>>>(
+            (const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale, bvec);
+    else
+        k_act_quant<<<grid_for(rows * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
+                                                              bvec);
+    LAUNCHED_I(I, "fp8 quantize");
     return GLM_OK;
 }
 
@@ -265,9 +337,7 @@ glm_status cu_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, cons
     GLM_TRY(scratch(I, SCR_FP8_VEC, VEC_BYTES, &vec));
     uint32_t *amax = (uint32_t *)vec;
     GLM_TRY(act_amax(I, x, ldx, M, K, col_mul, amax));
-    k_act_quant<<<grid_for(M * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, kind, amax, q, scale, NULL);
-    LAUNCHED("fp8 quantize");
-    return GLM_OK;
+    return act_quant(I, x, ldx, M, K, col_mul, kind, amax, q, scale, nullptr);
 }
 
 glm_status cu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols) {
@@ -334,19 +404,16 @@ static fp8_plan *plan_for(cuda_impl *I, const fp8_key &k) {
     return &c->plans.emplace(k, p).first->second;
 }
 
-/* one cublasLtMatmul of a plan with its scale pointers */
-static glm_status run_plan(cuda_impl *I, fp8_plan *p, const void *a_scale, const void *b_scale, const uint8_t *w,
-                           const uint8_t *xq, float beta, void *c) {
+/* one cublasLtMatmul of a plan with its scale pointers (its status: the caller decides) */
+static cublasStatus_t run_plan(cuda_impl *I, fp8_plan *p, const void *a_scale, const void *b_scale, const uint8_t *w,
+                               const uint8_t *xq, float beta, void *c) {
     const float one = 1.0f;
-    BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale),
-         "fp8 matmul (A scale)");
-    BLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale),
-         "fp8 matmul (B scale)");
-    BLAS(cublasLtMatmul(I->lt, p->op, &one, w, p->la, xq, p->lb, &beta, c, p->lc, c, p->lc, &p->algo, I->lt_ws, LT_WS_BYTES,
-                        I->s),
-         "fp8 matmul (cublasLtMatmul)");
-    LAUNCHED_I(I, "fp8 matmul");
-    return GLM_OK;
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale);
+    if (!s)
+        s = cublasLtMatmul(I->lt, p->op, &one, w, p->la, xq, p->lb, &beta, c, p->lc, c, p->lc, &p->algo, I->lt_ws, LT_WS_BYTES,
+                           I->s);
+    return s;
 }
 
 glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx,
@@ -395,18 +462,31 @@ glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K,
                            "gradient scaling) on sm_%d; hint: --base-dtype bf16", (long long)rows, (long long)N, (long long)K,
                            x_kind == GLM_FP8_E5M2 ? "E5M2 x E4M3" : "E4M3 x E4M3",
                            mode == MODE_SCALAR ? "per-tensor" : "per-row", I->sm);
-        k_act_quant<<<grid_for(rows * K, 256), 256, 0, I->s>>>((const bf16 *)x + r0 * ldx, ldx, rows, K, col_mul, x_kind,
-                                                               amax, (uint8_t *)qv, sx, mode == MODE_OUTER ? bvec : NULL);
-        LAUNCHED("fp8 matmul (quantize)");
+        GLM_TRY(act_quant(I, (const bf16 *)x + r0 * ldx, ldx, rows, K, col_mul, x_kind, amax, (uint8_t *)qv, sx,
+                          mode == MODE_OUTER ? bvec : nullptr));
+        cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
         if (mode == MODE_OUTER) {
-            GLM_TRY(run_plan(I, p, w_scale, bvec, w, (const uint8_t *)qv, beta, yb));
+            bs = run_plan(I, p, w_scale, bvec, w, (const uint8_t *)qv, beta, yb);
+            if (bs != CUBLAS_STATUS_SUCCESS) {
+                /* a cuBLASLt that offers the kernel but refuses the call: the tile from now on, and this block again */
+                p->ok = false;
+                mode = MODE_TILE;
+                continue;
+            }
         } else if (mode == MODE_SCALAR) {
-            GLM_TRY(run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, beta, yb));
+            bs = run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, beta, yb);
         } else {
-            GLM_TRY(run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, 0.0f, tile));
-            k_tile_epilogue<<<grid_for(rows * N, 256), 256, 0, I->s>>>(yb, ldy, (const float *)tile, rows, N, w_scale, beta);
-            LAUNCHED("fp8 matmul (row scales)");
+            bs = run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, 0.0f, tile);
+            if (bs == CUBLAS_STATUS_SUCCESS) {
+                k_tile_epilogue<<<grid_for(rows * N, 256), 256, 0, I->s>>>(yb, ldy, (const float *)tile, rows, N, w_scale,
+                                                                           beta);
+                LAUNCHED("fp8 matmul (row scales)");
+            }
         }
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return glm_err(GLM_ERR_DEVICE, "cuda backend: fp8 matmul M=%lld N=%lld K=%lld: cublasLtMatmul: %s (%d)",
+                           (long long)rows, (long long)N, (long long)K, blas_name(bs), (int)bs);
+        LAUNCHED("fp8 matmul");
         c->calls[mode]++;
         r0 += rows;
     }
