@@ -30,7 +30,7 @@ static const char *HELP =
     "                     [--batch-size B] [--gradient-checkpointing auto|none|selective|full]\n"
     "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
     "                     [--quantization-bit 4 [--quantization-type nf4|fp4] [--double-quantization B]]\n"
-    "                     [--device cuda|cpu] [--json]\n"
+    "                     [--base-dtype bf16|fp8] [--device cuda|cpu] [--json]\n"
     "       glmtune bench --max-seq-len [--max-gpu-memory GiB[,GiB...]] [--seq-len MAX_T] [--seq-step N]\n"
     "                     [--max-step-seconds S] [--prove-memory] [model and LoRA options as above]\n"
     "\n"
@@ -51,6 +51,8 @@ static const char *HELP =
     "  --quantization-bit 4            the QLoRA base: the linear layers quantized to 4 bits where they are\n"
     "                    made (bitsandbytes' format; --quantization-type nf4 (default) or fp4,\n"
     "                    --double-quantization true (default) or false), as glmtune train\n"
+    "  --base-dtype fp8  the linear layers in FP8 E4M3 (a scale per output channel), their GEMMs on FP8\n"
+    "                    tensor cores (sm_89 / sm_90), as glmtune train; bf16 (default)\n"
     "  --json            one JSON object per sequence length instead of the tables\n"
     "--max-gpu-memory is a hard cap on everything the process holds on the GPU as nvidia-smi counts it\n"
     "(CUDA context and library workspaces included): an allocation past it fails.\n"
@@ -165,6 +167,9 @@ static glm_status parse(int argc, char **argv, bench_opts *o, int *help) {
         } else if (r == 0 && (r = VAL("--quantization-type")) > 0) {
             if (strcmp(v, "nf4") && strcmp(v, "fp4")) return glm_err(GLM_ERR_ARG, "--quantization-type %s: expected nf4 or fp4", v);
             o->fmt.q4 = strcmp(v, "fp4") ? GLM_WF_NF4 : GLM_WF_FP4;
+        } else if (r == 0 && (r = VAL("--base-dtype")) > 0) {
+            if (strcmp(v, "bf16") && strcmp(v, "fp8")) return glm_err(GLM_ERR_ARG, "--base-dtype %s: expected bf16 or fp8", v);
+            o->fmt.fp8 = !strcmp(v, "fp8");
         } else if (r == 0 && (r = VAL("--double-quantization")) > 0) {
             if (!strcmp(v, "true") || !strcmp(v, "1")) o->fmt.double_quant = 1;
             else if (!strcmp(v, "false") || !strcmp(v, "0")) o->fmt.double_quant = 0;
@@ -658,6 +663,7 @@ int cmd_bench(int argc, char **argv) {
             po.base_format = o.fmt.q4;
             po.double_quant = o.fmt.double_quant;
         }
+        if (o.fmt.fp8) po.base_format = GLM_WF_FP8_E4M3;
         glm_plan wp;
         glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
         double most = o.max_gib; /* --max-seq-len: the weights must fit the largest budget */
