@@ -1371,6 +1371,9 @@ glm_status glm_opts_validate(glm_train_opts *o) {
     NEED(strcmp(o->base_dtype, "fp8") || o->quantization_bit == 0,
          "--base-dtype fp8 with --quantization-bit %lld: both set the frozen base's format; hint: one of them (fp8: "
          "about 9 GiB for the 9B model, 4-bit: about 5 GiB)", (long long)o->quantization_bit);
+    NEED(strcmp(o->base_dtype, "fp8") || !o->shard_base,
+         "--base-dtype fp8 with --shard-base: the fp8 base is not sharded yet; hint: drop --shard-base (the fp8 base "
+         "is about 10 GiB for the 9B model), or --base-dtype bf16");
     NEED(!strcmp(o->quantization_method, "bnb") || !strcmp(o->quantization_method, "bitsandbytes"),
          "--quantization-method %s: glmtune quantizes in bitsandbytes' 4-bit format only (bnb); GPTQ, AWQ, HQQ and EETQ "
          "checkpoints are not read (hint: quantization_method: bnb with the bf16 checkpoint)", o->quantization_method);

@@ -2,7 +2,7 @@
 # The FP8 base from the command line (CPU backend, which emulates FP8): --base-dtype fp8 trains (the
 # log says the CPU emulates it), its losses differ from the bf16 base's a little (first step within
 # 1%, not equal), resume continues it bit for bit, the adapter exports as any other and --merge
-# notes the FP8 base; --base-dtype fp8 with --quantization-bit 4, an unknown dtype and a model whose
+# notes the FP8 base; --base-dtype fp8 with --quantization-bit 4 or --shard-base, an unknown dtype and a model whose
 # matrices FP8 tensor cores cannot take are refused with the reason; the dry run counts a byte per
 # weight. (The sample config's FFN width, 344, is not a multiple of 16: the model here has 352.)
 set -uo pipefail
@@ -34,6 +34,8 @@ check "--base-dtype fp8 --quantization-bit 4: refused (exit 2: $rc)" test $rc = 
 check "... saying both set the base's format" has "$T/both.log" "both set the frozen base's format"
 "$G" train "${common[@]}" --output-dir "$T/x" --base-dtype fp16 >"$T/fp16.log" 2>&1; rc=$?
 check "--base-dtype fp16: refused (exit 2: $rc)" test $rc = 2 && check "... naming the choices" has "$T/fp16.log" "expected bf16 or fp8"
+"$G" train "${common[@]}" --output-dir "$T/x" --base-dtype fp8 --shard-base >"$T/shard.log" 2>&1; rc=$?
+check "--base-dtype fp8 --shard-base: refused (exit 2: $rc)" test $rc = 2 && check "... saying so" has "$T/shard.log" "the fp8 base is not sharded yet"
 "$G" init-model --config "$SRC/samples/model-config.json" --tokenizer "$SRC/samples/tokenizer" --seed 1 -o "$T/odd" 2>/dev/null
 "$G" train --device cpu --model "$T/odd" --data "$T/shards" --max-steps 1 --output-dir "$T/y" --base-dtype fp8 >"$T/odd.log" 2>&1; rc=$?
 check "an FFN width of 344 with fp8: refused (exit $rc)" test $rc != 0

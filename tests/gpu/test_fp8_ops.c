@@ -238,7 +238,7 @@ static double rel(const float *a, const float *b, int64_t n) {
 typedef struct run {
     double loss;
     float *logits, *grads;
-    int64_t n_grads;
+    int64_t n_grads, n_logits;
 } run;
 
 /* logits, loss and LoRA grads of the golden batch on backend be with the base in fp8 (or not) */
@@ -260,6 +260,7 @@ static int run_model(const glm_backend *be, const char *layout, int fp8, const g
     glm_batch b = {g->B, g->T, g->ids, g->targets, g->pos, g->doc, NULL};
     const int64_t N = (int64_t)g->B * g->T, V = m->cfg.V;
     r->logits = malloc(sizeof(float) * N * V);
+    r->n_logits = N * V;
     if (!st) st = glm_model_logits(m, l, &b, r->logits);
     CHECK(st == GLM_OK, "%s %s: logits: %s", be->name, layout, glm_errmsg());
     double ls = 0;
@@ -284,9 +285,9 @@ static void free_run(run *r) { free(r->logits), free(r->grads); }
 static void test_model(const char *layout) {
     golden g;
     if (!golden_load(fixtures, layout, &g)) return;
-    run ref, c8, g8;
-    const int64_t n_logits = (int64_t)g.B * g.T * 512;
+    run ref = {0}, c8 = {0}, g8 = {0};
     if (run_model(cpu, layout, 0, &g, &ref) && run_model(cpu, layout, 1, &g, &c8) && run_model(gpu, layout, 1, &g, &g8)) {
+        const int64_t n_logits = ref.n_logits;
         char what[300];
         const double e_cpu_l = rel(c8.logits, ref.logits, n_logits), e_gpu_l = rel(g8.logits, ref.logits, n_logits);
         const double e_cpu_g = rel(c8.grads, ref.grads, ref.n_grads), e_gpu_g = rel(g8.grads, ref.grads, ref.n_grads);
