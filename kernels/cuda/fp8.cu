@@ -19,7 +19,8 @@
  *     or GLMTUNE_FP8_GEMM=tile): D f32 = s_x (W X^T) into a tile of at most GLM_FP8_BLOCK_BYTES,
  *     then y = bf16(tile x scale[n] + beta y).
  * Accumulation fp32 (CUBLAS_COMPUTE_32F, no fast accumulation: cuBLAS promotes the tensor cores'
- * partial sums to fp32 as it goes). */
+ * partial sums to fp32 as it goes). GLMTUNE_FP8_BLOCK_ROWS=n caps a block's rows (tests: many
+ * blocks on small inputs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
