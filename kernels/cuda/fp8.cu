@@ -460,7 +460,7 @@ glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K,
         }
         if (!p->ok)
             return glm_err(GLM_ERR_UNSUPPORTED, "fp8 matmul: cuBLASLt has no FP8 algorithm for M=%lld N=%lld K=%lld (%s, %s "
-                           "gradient scaling) on sm_%d; hint: --base-dtype bf16", (long long)rows, (long long)N, (long long)K,
+                           "scales) on sm_%d; hint: --base-dtype bf16", (long long)rows, (long long)N, (long long)K,
                            x_kind == GLM_FP8_E5M2 ? "E5M2 x E4M3" : "E4M3 x E4M3",
                            mode == MODE_SCALAR ? "per-tensor" : "per-row", I->sm);
         GLM_TRY(act_quant(I, (const bf16 *)x + r0 * ldx, ldx, rows, K, col_mul, x_kind, amax, (uint8_t *)qv, sx,
