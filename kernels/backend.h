@@ -160,6 +160,22 @@ static inline glm_status glm_be_weight_dequantize(const glm_backend *be, void *d
     return be->weight_dequantize(be, dst, dt, src);
 }
 
+static inline glm_status glm_be_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx,
+                                             int64_t M, int64_t K, const float *col_mul, int kind) {
+    return be->fp8_quantize(be, q, scale, x, ldx, M, K, col_mul, kind);
+}
+
+static inline glm_status glm_be_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x,
+                                           int64_t ldx, const float *col_mul, int x_kind, const uint8_t *w,
+                                           const float *w_scale, float beta, void *y, int64_t ldy) {
+    return be->fp8_matmul(be, M, N, K, x, ldx, col_mul, x_kind, w, w_scale, beta, y, ldy);
+}
+
+static inline glm_status glm_be_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows,
+                                              int64_t cols) {
+    return be->fp8_transpose(be, dst, src, rows, cols);
+}
+
 static inline glm_status glm_be_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids,
                                           int64_t N, int64_t C, int64_t V) {
     return be->embedding(be, out, table, ids, N, C, V);
@@ -313,8 +329,12 @@ static inline int glm_be_supports(const glm_backend *be, glm_feature f) {
 /* The one linear of the frozen base (every backend): with transpose == 0, y [M, W->rows] = beta y +
  * x [M, W->cols] W^T (the forward); with transpose != 0, y [M, W->cols] = beta y + x [M, W->rows] W
  * (the input gradient). x and y are act with row strides ldx, ldy; accumulation fp32 (be->matmul).
- * W must be whole and dense (f32 or bf16): a 4-bit weight is dequantized into a dense slot first
- * (be->weight_dequantize), a shard gathered first. Errors: GLM_ERR_ARG (no weight, a shard),
+ * W must be whole and dense (f32 or bf16) or fp8: a 4-bit weight is dequantized into a dense slot
+ * first (be->weight_dequantize), a shard gathered first. An fp8 W runs be->fp8_matmul: the
+ * forward with x quantized to E4M3 and W's codes and row scales; the input gradient as
+ * (x * scale_r) quantized to E5M2 (the weight's row scales folded into the gradient's columns, the
+ * summed dimension, before its per-tensor scaling) times the transposed codes W->data_t.
+ * Errors: GLM_ERR_ARG (no weight, a shard, an fp8 input gradient without W->data_t),
  * GLM_ERR_UNSUPPORTED (a packed format), the backend's matmul errors. */
 glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,
                            float beta, void *y, int64_t ldy);

@@ -26,6 +26,8 @@ typedef struct glm_scratch_shape {
     int64_t widen_a, widen_b, gemm_f32; /* the largest mixed-dtype GEMM operands widened to f32 (A, B) and
                                f32 results rounded to bf16 (M N), in elements */
     int64_t comm_doubles;   /* all_reduce_host's doubles (world > 1) */
+    int fp8;                /* 1: the base GEMMs run in FP8 (be->fp8_matmul: its quantized activations, scale
+                               vectors and f32 tiles) */
 } glm_scratch_shape;
 
 /* The version of the interface between the program and the CUDA module libglm_cuda.so: the layout
@@ -34,7 +36,7 @@ typedef struct glm_scratch_shape {
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 4
+#define GLM_BACKEND_ABI_VERSION 5
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -42,6 +44,8 @@ typedef enum {
     GLM_FEATURE_COMM = 1,           /* communication between ranks (world > 1): CPU, this build has MPI; CUDA, the
                                        module has NCCL. Without it every communication op needs world 1. */
     GLM_FEATURE_WEIGHT_4BIT = 2,    /* weight_quantize / weight_dequantize of the 4-bit (QLoRA) format */
+    GLM_FEATURE_FP8 = 3,            /* the fp8 base format and its ops (fp8_quantize, fp8_matmul, fp8_transpose): CUDA
+                                       on FP8 tensor cores (sm_89 and later), CPU as their emulation */
     GLM_FEATURE_COUNT
 } glm_feature;
 
@@ -163,6 +167,42 @@ struct glm_backend {
      * returns for bf16 input); dt = f32 stores that bf16 value exactly. OVERWRITES dst.
      * Errors: GLM_ERR_ARG (a dense src), GLM_ERR_UNSUPPORTED (dt). */
     glm_status (*weight_dequantize)(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
+    /* (fp8, GLM_WF_FP8_E4M3: weight_quantize takes a whole [rows, cols] matrix (dst->n = rows x
+     * cols) and writes per row r: scale = glm_fp8_scale(amax_r, E4M3) into absmax[r] and the codes
+     * glm_fp8_encode(w, glm_fp8_inv_scale(amax_r), E4M3) into data, amax_r = max_c |w[r, c]| of the
+     * source values; the same bytes on every backend. weight_dequantize gives code value x scale
+     * in f32, rounded once to bf16 (dt bf16) or exactly that bf16 value (dt f32); a whole matrix.
+     * Errors as above; CPU: GLM_ERR_NUMERIC for a NaN or infinite weight, named.) */
+
+    /* ---- FP8 GEMMs of the frozen base (GLM_FEATURE_FP8) ------------------------------------- */
+
+    /* Quantizes the act matrix x [M, K] (row stride ldx) to FP8 of kind `kind` (glm_fp8_kind) with
+     * one scale for the whole matrix (current scaling: from this tensor's own absolute maximum):
+     * v[m, k] = x[m, k], or x[m, k] * col_mul[k] (one rounded f32 multiply) when col_mul ([K] f32,
+     * backend memory) is not NULL; amax = max |v| (NaN if any v is); *scale (1 f32, backend memory)
+     * = glm_fp8_scale(amax, kind); q [M, K] packed (row stride K) = glm_fp8_encode(v,
+     * glm_fp8_inv_scale(amax, kind), kind) (kernels/formats.h). OVERWRITES q and *scale. Every
+     * backend computes the same bytes. Errors: GLM_ERR_ARG (sizes, kind). */
+    glm_status (*fp8_quantize)(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx, int64_t M,
+                               int64_t K, const float *col_mul, int kind);
+    /* The FP8 GEMM of a frozen linear: y [M, N] (act, row stride ldy) = beta y + s_x w_scale[n]
+     * sum_k X[m, k] W[n, k], where X, s_x are x [M, K] (act, row stride ldx; times col_mul [K]
+     * when not NULL) quantized as fp8_quantize does with kind x_kind, and W [N, K] (row stride K) are
+     * E4M3 codes with the per-row scales w_scale [N] f32 (NULL: 1). Both operands are K-contiguous
+     * (cuBLASLt's FP8 kernels take only this "TN" layout). CPU (the emulation, the specification):
+     * the exact products of the decoded FP8 values summed in double, times s_x then w_scale[n] in
+     * double, rounded once to f32, plus beta y in f32. CUDA: cuBLASLt FP8 tensor cores
+     * (CUBLAS_COMPUTE_32F, fp32 accumulation with cuBLAS' periodic promotion, no fast
+     * accumulation), the result rounded once to bf16; the activation is quantized in row blocks
+     * into a fixed scratch (the amax over all of x first). beta == 0 does not read y. K and N must
+     * be multiples of 16 (GLM_ERR_UNSUPPORTED otherwise, on every backend: CUDA's FP8 layout
+     * rule). M may be anything. Errors: GLM_ERR_ARG (sizes, kind), GLM_ERR_UNSUPPORTED, GLM_ERR_DEVICE. */
+    glm_status (*fp8_matmul)(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx,
+                             const float *col_mul, int x_kind, const uint8_t *w, const float *w_scale, float beta, void *y,
+                             int64_t ldy);
+    /* dst [cols, rows] = src [rows, cols]^T, bytes (FP8 codes), both packed. OVERWRITES dst. */
+    glm_status (*fp8_transpose)(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols);
+
 
     /* ---- transformer ops ---------------------------------------------------------------- */
 

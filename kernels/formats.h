@@ -218,4 +218,130 @@ static inline GLM_HOST_DEVICE float glm_q4_absmax_dq(float map_value, float absm
 #endif
 }
 
+/* ---- FP8 (OCP 8-bit floating point, E4M3 and E5M2) ----
+ *
+ * The two formats of the OCP "OFP8" specification (Micikevicius et al. 2022, arXiv:2209.05433;
+ * CUDA's __nv_fp8_e4m3 / __nv_fp8_e5m2, torch.float8_e4m3fn / float8_e5m2):
+ *   E4M3: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities; S.1111.111 is NaN;
+ *         largest finite 448 (0x7e), smallest subnormal 2^-9.
+ *   E5M2: 1 sign, 5 exponent bits (bias 15), 2 mantissa bits (IEEE-like); 0x7c infinity,
+ *         0x7d..0x7f NaN; largest finite 57344 (0x7b), smallest subnormal 2^-16.
+ * glm_f32_to_fp8 rounds a float32 to nearest, ties to even, once, with saturation to the largest
+ * finite value (infinities included): what CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...)
+ * and the sm_89+ instruction cvt.rn.satfinite compute; a NaN gives the canonical NaN 0x7f (no
+ * sign), magnitudes at most half the smallest subnormal give a zero of x's sign. The arithmetic
+ * is on the bits (integers only), the same on host and device. tests/kernels/test_fp8.c holds it to
+ * ml_dtypes (tests/fixtures/fp8, every float32 input) and tests/gpu/test_fp8_ops.c to the GPU's
+ * own conversion instruction. */
+
+typedef enum { GLM_FP8_E4M3 = 0, GLM_FP8_E5M2 = 1 } glm_fp8_kind;
+
+/* The kind an input gradient (dy times the weight's row scales) is quantized to in the FP8 base's
+ * backward GEMM (glm_base_matmul). See docs/fp8.md for the choice. */
+#ifndef GLM_FP8_GRAD_KIND
+#define GLM_FP8_GRAD_KIND GLM_FP8_E5M2
+#endif
+
+#define GLM_FP8_E4M3_MAX 448.0f
+#define GLM_FP8_E5M2_MAX 57344.0f
+
+/* The largest finite value of kind k (448 or 57344). */
+static inline GLM_HOST_DEVICE float glm_fp8_max(glm_fp8_kind k) { return k == GLM_FP8_E5M2 ? GLM_FP8_E5M2_MAX : GLM_FP8_E4M3_MAX; }
+
+/* float32 -> FP8 code of kind k: round to nearest even with saturation (see above). */
+static inline GLM_HOST_DEVICE uint8_t glm_f32_to_fp8(float x, glm_fp8_kind k) {
+    const int M = k == GLM_FP8_E5M2 ? 2 : 3, bias = k == GLM_FP8_E5M2 ? 15 : 7;
+    const uint32_t maxbits = k == GLM_FP8_E5M2 ? 0x47600000u : 0x43e00000u; /* 57344, 448 as float32 bits */
+    const uint8_t maxcode = k == GLM_FP8_E5M2 ? 0x7b : 0x7e;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7f;                  /* NaN */
+    if (a > maxbits) return (uint8_t)(sign | maxcode); /* rounds to the largest finite value or overflows: saturate */
+    if (a < 0x00800000u) return sign;                  /* float32 zero or subnormal: far below FP8's subnormals */
+    const int e = (int)(a >> 23) - 127;                /* x = m 2^(e - 23) */
+    const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    /* normal: keep M mantissa bits (shift 23 - M); subnormal (e < 1 - bias): units of 2^(1 - bias - M) */
+    const int shift = e >= 1 - bias ? 23 - M : 23 - e + 1 - bias - M;
+    if (shift > 25) return sign; /* below half the smallest subnormal (m < 2^24 <= half of 2^shift) */
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    /* normal: exponent field (e + bias), q in [2^M, 2^(M+1)]: a carry into the exponent is the next binade */
+    const uint32_t code = e >= 1 - bias ? ((uint32_t)(e + bias) << M) + q - (1u << M) : q;
+    return (uint8_t)(sign | code);
+}
+
+/* FP8 code of kind k -> float32 (exact). E4M3 0x7f/0xff and E5M2 0x7d..0x7f (either sign) are NaN,
+ * E5M2 0x7c/0xfc infinity. */
+static inline GLM_HOST_DEVICE float glm_fp8_to_f32(uint8_t c, glm_fp8_kind k) {
+    const int M = k == GLM_FP8_E5M2 ? 2 : 3, bias = k == GLM_FP8_E5M2 ? 15 : 7;
+    const uint32_t sign = (uint32_t)(c & 0x80u) << 24, ef = (uint32_t)(c & 0x7fu) >> M, man = c & ((1u << M) - 1u);
+    uint32_t u;
+    if (k == GLM_FP8_E4M3 && (c & 0x7fu) == 0x7fu) u = 0x7fc00000u;
+    else if (k == GLM_FP8_E5M2 && ef == 31u) u = man ? 0x7fc00000u : sign | 0x7f800000u;
+    else if (ef == 0) { /* subnormal: man x 2^(1 - bias - M), exact in float32 */
+        float f = (float)man * (k == GLM_FP8_E5M2 ? 0x1p-16f : 0x1p-9f);
+        return sign ? -f : f;
+    } else
+        u = sign | ((ef - (uint32_t)bias + 127u) << 23) | (man << (23 - M));
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* x * y and x / y in float32, each rounded to nearest even and never fused with a neighbouring
+ * operation (the device's __fmul_rn / __fdiv_rn: nvcc would contract a product into an FMA, and a
+ * fast-math division is not correctly rounded), so host and device compute the same bits. */
+static inline GLM_HOST_DEVICE float glm_fmul_rn(float x, float y) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(x, y);
+#else
+    volatile float p = x * y;
+    return p;
+#endif
+}
+static inline GLM_HOST_DEVICE float glm_fdiv_rn(float x, float y) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(x, y);
+#else
+    volatile float q = x / y;
+    return q;
+#endif
+}
+
+/* The scaling of a tensor (or one row of it) quantized to FP8 of kind k from its absolute maximum
+ * amax (the max of |x| over it; NaN when any element is NaN): the stored scale (dequantized value =
+ * code value x scale) is amax / max, and the elements are encoded as glm_f32_to_fp8(x * inv) with
+ * inv = max / amax (both one float32 division): the largest magnitude lands on the format's largest
+ * value. amax == 0 (an all-zero tensor): scale 0 and inv 0 (every code 0). An infinite amax gives
+ * inv 0 and scale inf, a NaN amax NaN for both: the product of such a tensor is not finite, as it
+ * would be unquantized. */
+static inline GLM_HOST_DEVICE float glm_fp8_scale(float amax, glm_fp8_kind k) {
+    return amax == 0.0f ? 0.0f : glm_fdiv_rn(amax, glm_fp8_max(k));
+}
+static inline GLM_HOST_DEVICE float glm_fp8_inv_scale(float amax, glm_fp8_kind k) {
+    return amax == 0.0f ? 0.0f : glm_fdiv_rn(glm_fp8_max(k), amax);
+}
+
+/* The code of x in a tensor whose inverse scale is inv (glm_fp8_inv_scale): one rounded multiply,
+ * then glm_f32_to_fp8. */
+static inline GLM_HOST_DEVICE uint8_t glm_fp8_encode(float x, float inv, glm_fp8_kind k) {
+    return glm_f32_to_fp8(glm_fmul_rn(x, inv), k);
+}
+
+/* |x| as float32 bits (sign cleared): the key whose integer maximum is the absolute maximum of a
+ * tensor, NaN (bits above 0x7f800000) winning over every number, in any order of reduction. */
+static inline GLM_HOST_DEVICE uint32_t glm_abs_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u & 0x7fffffffu;
+}
+static inline GLM_HOST_DEVICE float glm_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 #endif

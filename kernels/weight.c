@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/formats.h"
 #include "kernels/quant4.h"
 
 const char *glm_wformat_name(glm_wformat f) {
@@ -13,27 +14,30 @@ const char *glm_wformat_name(glm_wformat f) {
     case GLM_WF_BF16: return "bf16";
     case GLM_WF_NF4: return "nf4";
     case GLM_WF_FP4: return "fp4";
+    case GLM_WF_FP8_E4M3: return "fp8";
     }
     return "?";
 }
 
 int glm_wformat_packed(glm_wformat f) { return f == GLM_WF_NF4 || f == GLM_WF_FP4; }
 
+int glm_wformat_quantized(glm_wformat f) { return glm_wformat_packed(f) || f == GLM_WF_FP8_E4M3; }
+
 glm_status glm_wformat_parse(const char *s, glm_wformat *out) {
-    static const glm_wformat all[] = {GLM_WF_F32, GLM_WF_BF16, GLM_WF_NF4, GLM_WF_FP4};
+    static const glm_wformat all[] = {GLM_WF_F32, GLM_WF_BF16, GLM_WF_NF4, GLM_WF_FP4, GLM_WF_FP8_E4M3};
     for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(s, glm_wformat_name(all[i]))) {
             *out = all[i];
             return GLM_OK;
         }
-    return glm_err(GLM_ERR_ARG, "weight format '%s': expected f32, bf16, nf4 or fp4", s ? s : "");
+    return glm_err(GLM_ERR_ARG, "weight format '%s': expected f32, bf16, nf4, fp4 or fp8", s ? s : "");
 }
 
 glm_weight_bytes_t glm_weight_bytes(glm_wformat f, int64_t n, int double_quant) {
     glm_weight_bytes_t b = {0, 0, 0, 0};
     if (n < 0) n = 0;
     if (!glm_wformat_packed(f)) {
-        b.data = (size_t)n * (f == GLM_WF_BF16 ? 2 : 4);
+        b.data = (size_t)n * (f == GLM_WF_FP8_E4M3 ? 1 : f == GLM_WF_BF16 ? 2 : 4);
         return b;
     }
     if (n == 0) return b;
@@ -42,6 +46,12 @@ glm_weight_bytes_t glm_weight_bytes(glm_wformat f, int64_t n, int double_quant) 
     b.absmax = double_quant ? q.absmax_codes : q.absmax;
     b.absmax2 = q.absmax2;
     b.offset = q.offset;
+    return b;
+}
+
+glm_weight_bytes_t glm_weight_matrix_bytes(glm_wformat f, int64_t rows, int64_t cols, int double_quant) {
+    glm_weight_bytes_t b = glm_weight_bytes(f, rows * cols, double_quant);
+    if (f == GLM_WF_FP8_E4M3 && rows > 0) b.absmax = (size_t)rows * sizeof(float);
     return b;
 }
 
@@ -80,6 +90,16 @@ glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, cons
     if (W->n != W->rows * W->cols)
         return glm_err(GLM_ERR_ARG, "base matmul: the weight holds %lld of its %lld x %lld elements (a shard: gather it "
                        "first)", (long long)W->n, (long long)W->rows, (long long)W->cols);
+    if (W->fmt == GLM_WF_FP8_E4M3) {
+        if (!transpose) /* y [M, rows] = x [M, cols] W^T: E4M3 activations, per-row weight scales */
+            return glm_be_fp8_matmul(be, M, W->rows, W->cols, x, ldx, NULL, GLM_FP8_E4M3, W->data, W->absmax, beta, y, ldy);
+        if (!W->data_t)
+            return glm_err(GLM_ERR_ARG, "base matmul: the input gradient of an fp8 weight [%lld, %lld] reads its codes "
+                           "transposed (data_t, be->fp8_transpose), which this view lacks", (long long)W->rows,
+                           (long long)W->cols);
+        /* y [M, cols] = sum_r x[m, r] scale_r codes[r, c]: the row scales go into x's columns */
+        return glm_be_fp8_matmul(be, M, W->cols, W->rows, x, ldx, W->absmax, GLM_FP8_GRAD_KIND, W->data_t, NULL, beta, y, ldy);
+    }
     const glm_dtype ad = be->act_dtype, wd = dense_dtype(W->fmt);
     if (!transpose) /* y [M, rows] = x [M, cols] W^T */
         return glm_be_matmul(be, 0, 1, M, W->rows, W->cols, 1.0f, x, ad, ldx, W->data, wd, W->cols, beta, y, ad, ldy);

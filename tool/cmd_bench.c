@@ -31,7 +31,7 @@ static const char *USAGE =
     "                     [--batch-size B] [--gradient-checkpointing auto|none|selective|full]\n"
     "                     [--max-gpu-memory GiB] [--lora-rank R] [--lora-alpha A] [--lora-target LIST]\n"
     "                     [--quantization-bit 4 [--quantization-type nf4|fp4] [--double-quantization B]]\n"
-    "                     [--device cuda|cpu] [--json]\n"
+    "                     [--base-dtype bf16|fp8] [--device cuda|cpu] [--json]\n"
     "       glmtune bench --max-seq-len [--max-gpu-memory GiB[,GiB...]] [--seq-len MAX_T] [--seq-step N]\n"
     "                     [--max-step-seconds S] [--prove-memory] [model and LoRA options as above]";
 static const char *ABOUT =
@@ -84,6 +84,8 @@ static glm_status parse(int argc, char **argv, bench_opts *o, bool *help) {
     bool double_quant = true, seq_given = false;
     static const glm_arg_choice devices[] = {{"cuda", 0}, {"cpu", 1}, {NULL, 0}};
     static const glm_arg_choice q4_types[] = {{"nf4", GLM_WF_NF4}, {"fp4", GLM_WF_FP4}, {NULL, 0}};
+    static const glm_arg_choice base_dtypes[] = {{"bf16", 0}, {"fp8", 1}, {NULL, 0}};
+    int base_fp8 = 0;
     const glm_arg_opt opts[] = {
         {.name = "shape", .type = GLM_ARG_STRING, .dest = &o->shape, .def = "glm-4-9b-chat-1m", .metavar = "NAME",
          .hook = shape_given, .help = "glm-4-9b-chat-1m, glm-4-9b-chat or glm-4-9b"},
@@ -125,6 +127,9 @@ static glm_status parse(int argc, char **argv, bench_opts *o, bool *help) {
          .help = "the 4-bit code book"},
         {.name = "double-quantization", .type = GLM_ARG_BOOL, .dest = &double_quant, .def = "true",
          .help = "4-bit: quantize the blocks' absmax too"},
+        {.name = "base-dtype", .type = GLM_ARG_ENUM, .dest = &base_fp8, .def = "bf16", .choices = base_dtypes,
+         .help = "fp8: the linear layers in FP8 E4M3 (a scale per output channel), their GEMMs on FP8 tensor cores "
+                 "(sm_89 / sm_90), as glmtune train; bf16: the bf16 base"},
         {.name = "device", .type = GLM_ARG_ENUM, .dest = &device, .def = "cuda", .choices = devices,
          .help = "the backend; cpu: small shapes only"},
         {.name = "json", .type = GLM_ARG_FLAG, .dest = &o->json,
@@ -161,6 +166,7 @@ static glm_status parse(int argc, char **argv, bench_opts *o, bool *help) {
     o->fmt.quant_bits = (int)quant_bits;
     o->fmt.q4 = (glm_wformat)q4;
     o->fmt.double_quant = double_quant;
+    o->fmt.fp8 = base_fp8;
     o->device = device ? "cpu" : "cuda";
     o->nbud = (int)nbud;
     if (nbud) o->max_gib = o->budgets[0];
@@ -624,6 +630,7 @@ int cmd_bench(int argc, char **argv) {
             po.base_format = o.fmt.q4;
             po.double_quant = o.fmt.double_quant;
         }
+        if (o.fmt.fp8) po.base_format = GLM_WF_FP8_E4M3;
         glm_plan wp;
         glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
         double most = o.max_gib; /* --max-seq-len: the weights must fit the largest budget */

@@ -268,9 +268,12 @@ int cmd_export_adapter(int argc, char **argv) {
         if (s == GLM_OK) { /* a QLoRA run: its adapter goes onto the bf16 base, as PEFT merges a QLoRA adapter */
             char *gp = glm_path_join(dir, "glmtune_state.json");
             json_t *gs = json_load_file(gp, 0, NULL), *qb = json_object_get(json_object_get(gs, "settings"), "quantization_bit");
+            const char *bd = json_string_value(json_object_get(json_object_get(gs, "settings"), "base_dtype"));
             if (json_integer_value(qb) == 4)
                 glm_log_info("note: %s trained on a 4-bit (QLoRA) base; its adapter is merged into the bf16 weights of %s, "
                              "as PEFT merges a QLoRA adapter", dir, b);
+            else if (bd && !strcmp(bd, "fp8"))
+                glm_log_info("note: %s trained on an FP8 base; its adapter is merged into the bf16 weights of %s", dir, b);
             json_decref(gs);
             free(gp);
         }

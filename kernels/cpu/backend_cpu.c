@@ -16,6 +16,13 @@ static void cpu_set_attention_ws_cap(const glm_backend *be, double bytes) { (voi
 /* kernels/cpu/weight_cpu.c */
 glm_status glm_cpu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
 glm_status glm_cpu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
+/* kernels/cpu/fp8_cpu.c */
+glm_status glm_cpu_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx, int64_t M,
+                                int64_t K, const float *col_mul, int kind);
+glm_status glm_cpu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx,
+                              const float *col_mul, int x_kind, const uint8_t *w, const float *w_scale, float beta, void *y,
+                              int64_t ldy);
+glm_status glm_cpu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols);
 
 /* attention_block.c */
 glm_status glm_cpu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl,
@@ -517,6 +524,7 @@ static int cpu_supports(const glm_backend *be, glm_feature f) {
     case GLM_FEATURE_RING_ATTENTION: return 1; /* kernels/cpu/attention_block.c */
     case GLM_FEATURE_COMM: return glm_mpi_built();
     case GLM_FEATURE_WEIGHT_4BIT: return 1; /* kernels/cpu/quant4.c */
+    case GLM_FEATURE_FP8: return 1;         /* kernels/cpu/fp8_cpu.c: the emulation */
     default: return 0;
     }
 }
@@ -561,6 +569,9 @@ static glm_backend cpu_backend = {
     .matmul = cpu_matmul,
     .weight_quantize = glm_cpu_weight_quantize,
     .weight_dequantize = glm_cpu_weight_dequantize,
+    .fp8_quantize = glm_cpu_fp8_quantize,
+    .fp8_matmul = glm_cpu_fp8_matmul,
+    .fp8_transpose = glm_cpu_fp8_transpose,
     .add_bias = cpu_add_bias,
     .axpy = cpu_axpy,
     .dropout = cpu_dropout,

@@ -1,15 +1,19 @@
 /* kernels/cpu/weight_cpu.c: the CPU backend's weight_quantize / weight_dequantize
- * (kernels/backend.h) over the 4-bit reference of kernels/cpu/quant4.c: a glm_weight's buffers
- * seen as a glm_q4_tensor (host memory on this backend). */
+ * (kernels/backend.h) over the 4-bit reference of kernels/cpu/quant4.c (a glm_weight's buffers
+ * seen as a glm_q4_tensor, host memory on this backend) and the fp8 one of kernels/cpu/fp8_cpu.c. */
 #include <stdlib.h>
 
 #include "kernels/backend.h"
 #include "kernels/quant4.h"
 
+/* kernels/cpu/fp8_cpu.c */
+glm_status glm_cpu_fp8_weight_quantize(glm_weight *dst, const void *src, glm_dtype st);
+glm_status glm_cpu_fp8_weight_dequantize(void *dst, glm_dtype dt, const glm_weight *src);
+
 /* The glm_q4_tensor view of a 4-bit glm_weight. Errors: GLM_ERR_ARG for a dense one. */
 static glm_status q4_view(const glm_weight *w, glm_q4_tensor *q, const char *op) {
     if (!glm_wformat_packed(w->fmt))
-        return glm_err(GLM_ERR_ARG, "%s: the weight is %s, not a 4-bit format", op, glm_wformat_name(w->fmt));
+        return glm_err(GLM_ERR_ARG, "%s: the weight is %s, not a quantized format", op, glm_wformat_name(w->fmt));
     q->type = w->fmt == GLM_WF_FP4 ? GLM_Q4_FP4 : GLM_Q4_NF4;
     q->double_quant = w->double_quant;
     q->n = w->n;
@@ -23,6 +27,7 @@ static glm_status q4_view(const glm_weight *w, glm_q4_tensor *q, const char *op)
 
 glm_status glm_cpu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st) {
     (void)be;
+    if (dst->fmt == GLM_WF_FP8_E4M3) return glm_cpu_fp8_weight_quantize(dst, src, st);
     glm_q4_tensor q;
     GLM_TRY(q4_view(dst, &q, "weight quantize"));
     if (st == GLM_DT_F32) return glm_q4_quantize_f32(&q, src);
@@ -34,6 +39,7 @@ glm_status glm_cpu_weight_quantize(const glm_backend *be, glm_weight *dst, const
  * rounded once to bf16; as f32 (exact) or as bf16 bits. */
 glm_status glm_cpu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src) {
     (void)be;
+    if (src->fmt == GLM_WF_FP8_E4M3) return glm_cpu_fp8_weight_dequantize(dst, dt, src);
     glm_q4_tensor q;
     GLM_TRY(q4_view(src, &q, "weight dequantize"));
     if (dt == GLM_DT_BF16) return glm_q4_dequantize_bf16(&q, dst);

@@ -76,7 +76,9 @@ const char *scratch_name(int slot) {
         "scratch: attention's row statistics (D)", "scratch: attention's document bounds",
         "scratch: all_reduce_host's doubles", "scratch: cuDNN attention's document runs",
         "scratch: cuDNN attention's ragged offsets", "scratch: cuDNN attention's log-sum-exp copy",
-        "scratch: cuDNN attention's workspace"};
+        "scratch: cuDNN attention's workspace", "scratch: 4-bit quantization's workspace",
+        "scratch: FP8 GEMM's quantized activation block", "scratch: FP8 GEMM's scales",
+        "scratch: FP8 GEMM's f32 tile"};
     return slot >= 0 && slot < SCR_COUNT ? names[slot] : "scratch";
 }
 
@@ -336,6 +338,7 @@ static int cu_supports(const glm_backend *be, glm_feature f) {
     case GLM_FEATURE_COMM: return 0;
 #endif
     case GLM_FEATURE_WEIGHT_4BIT: return 1; /* kernels/cuda/quant4.cu */
+    case GLM_FEATURE_FP8: return IMPL(be)->sm >= 89; /* kernels/cuda/fp8.cu: FP8 tensor cores */
     default: return 0;
     }
 }
@@ -371,6 +374,7 @@ static void destroy(cuda_impl *I) {
         if (I->scratch[i]) cudaFree(I->scratch[i]);
     if (I->flag) cudaFree(I->flag);
     attn_ragged_destroy(I);
+    fp8_destroy(I);
     gemm_destroy(I);
     if (I->blas) cublasDestroy(I->blas);
 #ifdef GLMTUNE_HAVE_NCCL
@@ -514,6 +518,9 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->set_attention_ws_cap = cu_set_attention_ws_cap;
         b->weight_quantize = cu_weight_quantize;
         b->weight_dequantize = cu_weight_dequantize;
+        b->fp8_quantize = cu_fp8_quantize;
+        b->fp8_matmul = cu_fp8_matmul;
+        b->fp8_transpose = cu_fp8_transpose;
         b->embedding = cu_embedding;
         b->rmsnorm_fwd = cu_rmsnorm_fwd;
         b->rmsnorm_bwd = cu_rmsnorm_bwd;

@@ -2,6 +2,7 @@
  * the error-checking macros, scratch buffers and small device helpers. One kernel family per file:
  *   backend_cuda.cu   creation, memory, accounting, profiling, the op table, public functions
  *   gemm.cu           matmul through cuBLASLt (bf16 in/out, fp32 accumulation), cached plans
+ *   fp8.cu            the FP8 base format: quantizers, transposition, the FP8 GEMM (cuBLASLt)
  *   elementwise.cu    add_bias, axpy, dropout, cast, fill_normal, embedding, SwiGLU
  *   norm.cu           RMSNorm forward and backward
  *   rope.cu           partial interleaved RoPE, in place
@@ -38,9 +39,10 @@ struct gemm_cache; /* gemm.cu: cuBLASLt descriptors and algorithms by shape */
 struct prof_state; /* backend_cuda.cu: profiling events */
 struct comm_state; /* comm.cu: outstanding communication requests */
 struct cudnn_attn; /* attention_cudnn.cpp: cuDNN's handle and attention graphs */
+struct fp8_cache;  /* fp8.cu: cuBLASLt's FP8 GEMM descriptors by block shape */
 
 enum { SCR_WIDEN_A, SCR_WIDEN_B, SCR_GEMM_F32, SCR_REDUCE, SCR_ATTN_D, SCR_ATTN_DOC, SCR_COMM, SCR_CUDNN_RUNS,
-       SCR_CUDNN_RAGGED, SCR_CUDNN_STATS, SCR_CUDNN_WS, SCR_Q4, SCR_COUNT };
+       SCR_CUDNN_RAGGED, SCR_CUDNN_STATS, SCR_CUDNN_WS, SCR_Q4, SCR_FP8_Q, SCR_FP8_VEC, SCR_FP8_TILE, SCR_COUNT };
 
 struct cuda_impl {
     int device;
@@ -50,6 +52,7 @@ struct cuda_impl {
     cublasLtHandle_t lt;
     void *lt_ws;          /* cuBLASLt workspace (LT_WS_BYTES) */
     gemm_cache *gemms;
+    fp8_cache *fp8s;      /* NULL until the first FP8 GEMM */
     /* grow-only scratch by purpose (SCR_*): sized on the first step, reused after */
     void *scratch[SCR_COUNT];
     size_t scratch_cap[SCR_COUNT];
@@ -216,7 +219,17 @@ glm_status cu_cast_2d(const glm_backend *be, void *dst, glm_dtype dd, int64_t ld
                       int64_t lds, int64_t rows, int64_t cols);
 glm_status cu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt, int64_t n, float mean, float std, uint64_t seed,
                           uint64_t stream);
-/* kernels/cuda/weight.cu: the 4-bit base formats (kernels/weight.h) */
+/* fp8.cu: the FP8 base format (kernels/weight.h) and its GEMM */
+void fp8_destroy(cuda_impl *I);
+glm_status cu_fp8_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
+glm_status cu_fp8_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
+glm_status cu_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx, int64_t M, int64_t K,
+                           const float *col_mul, int kind);
+glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx,
+                         const float *col_mul, int x_kind, const uint8_t *w, const float *w_scale, float beta, void *y,
+                         int64_t ldy);
+glm_status cu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols);
+/* kernels/cuda/weight.cu: the quantized base formats (kernels/weight.h): 4-bit here, fp8 in fp8.cu */
 glm_status cu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st);
 glm_status cu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src);
 glm_status cu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids, int64_t N, int64_t C,

@@ -223,6 +223,11 @@ static glm_status slots_for(cuda_impl *I, const glm_scratch_shape *s, size_t slo
     slot[SCR_GEMM_F32] = (size_t)s->gemm_f32 * 4;
     slot[SCR_REDUCE] = std::max((size_t)s->loss_rows * 8, SUMSQ_SCRATCH);
     slot[SCR_COMM] = (size_t)s->comm_doubles * 8;
+    if (s->fp8) { /* fp8.cu's blocks: codes, scales, the f32 tile (GLM_FP8_SCRATCH_BYTES) */
+        slot[SCR_FP8_Q] = (size_t)GLM_FP8_BLOCK_BYTES;
+        slot[SCR_FP8_VEC] = 2u << 20;
+        slot[SCR_FP8_TILE] = (size_t)GLM_FP8_BLOCK_BYTES;
+    }
     if (s->B > 0 && s->T > 0 && s->H > 0) GLM_TRY(attn_scratch_need(I, s, slot, ws));
     return GLM_OK;
 }

@@ -23,6 +23,7 @@ static glm_status q4_view(const glm_weight *w, glm_q4_tensor *q, const char *op)
 
 glm_status cu_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st) {
     cuda_impl *I = IMPL(be);
+    if (dst->fmt == GLM_WF_FP8_E4M3) return cu_fp8_weight_quantize(be, dst, src, st);
     glm_q4_tensor q;
     GLM_TRY(q4_view(dst, &q, "weight quantize"));
     if (st != GLM_DT_BF16 && st != GLM_DT_F32)
@@ -34,6 +35,7 @@ glm_status cu_weight_quantize(const glm_backend *be, glm_weight *dst, const void
 }
 
 glm_status cu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src) {
+    if (src->fmt == GLM_WF_FP8_E4M3) return cu_fp8_weight_dequantize(be, dst, dt, src);
     glm_q4_tensor q;
     GLM_TRY(q4_view(src, &q, "weight dequantize"));
     if (dt != GLM_DT_BF16) return glm_err(GLM_ERR_UNSUPPORTED, "weight dequantize: the CUDA backend dequantizes to bf16");

@@ -48,12 +48,36 @@ void glm_model_free(glm_model *m) {
 
 const char *glm_base_format_name(const glm_model *m) {
     if (!m) return "none";
+    if (m->fmt.fp8) return "fp8 (E4M3, a scale per output channel)";
     if (m->fmt.quant_bits != 4) return m->be->weight_dtype == GLM_DT_BF16 ? "bf16" : "f32";
     if (m->fmt.q4 == GLM_WF_FP4) return m->fmt.double_quant ? "fp4 + double quantization" : "fp4";
     return m->fmt.double_quant ? "nf4 + double quantization" : "nf4";
 }
 
+/* fp8's conditions: a backend with FP8 GEMMs, the whole base on every rank, matrix dimensions that
+ * FP8 tensor cores take (multiples of 16). */
+static glm_status check_fp8(const glm_base_format *f, const glm_backend *be, const glm_config *c, int shard_world) {
+    if (!f || !f->fp8) return GLM_OK;
+    if (!glm_be_supports(be, GLM_FEATURE_FP8))
+        return glm_err(GLM_ERR_UNSUPPORTED, "--base-dtype fp8: this %s device has no FP8 tensor cores (sm_89 or sm_90 "
+                       "and later); hint: --base-dtype bf16, or --quantization-bit 4 for a smaller base", be->name);
+    if (shard_world > 1)
+        return glm_err(GLM_ERR_UNSUPPORTED, "--base-dtype fp8 with --shard-base: the fp8 base is not sharded yet (its "
+                       "row scales would need a layout of their own); hint: drop --shard-base (the fp8 base is half "
+                       "the bf16 one), or --base-dtype bf16");
+    const int64_t dims[4] = {c->C, c->F, (int64_t)c->H * c->Dh, glm_config_qkv_rows(c)};
+    for (int i = 0; i < 4; i++)
+        if (dims[i] % 16)
+            return glm_err(GLM_ERR_UNSUPPORTED, "--base-dtype fp8: the model's matrix dimension %lld is not a multiple of "
+                           "16, which FP8 tensor cores need (hidden %d, ffn %d, heads x head dim %lld, qkv rows %lld)",
+                           (long long)dims[i], c->C, c->F, (long long)c->H * c->Dh, (long long)glm_config_qkv_rows(c));
+    return GLM_OK;
+}
+
 static glm_status check_fmt(const glm_base_format *f) {
+    if (f && f->fp8 && f->quant_bits)
+        return glm_err(GLM_ERR_ARG, "--base-dtype fp8 with --quantization-bit %d: choose one format for the frozen "
+                       "base", f->quant_bits);
     if (!f || f->quant_bits == 0) return GLM_OK;
     if (f->quant_bits != 4)
         return glm_err(GLM_ERR_ARG, "quantization to %d bits: glmtune quantizes the base to 4 bits (QLoRA's nf4 or fp4); "
@@ -65,6 +89,7 @@ static glm_status check_fmt(const glm_base_format *f) {
 
 /* The stored format of the model's linear matrices. */
 static glm_wformat linear_fmt(const glm_model *m) {
+    if (m->fmt.fp8) return GLM_WF_FP8_E4M3;
     if (m->fmt.quant_bits == 4) return m->fmt.q4;
     return m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
 }
@@ -80,7 +105,8 @@ static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat
     w->cols = cols;
     w->n = n;
     w->double_quant = glm_wformat_packed(f) && dq;
-    glm_weight_bytes_t b = glm_weight_bytes(f, n, w->double_quant);
+    glm_weight_bytes_t b = n == rows * cols ? glm_weight_matrix_bytes(f, rows, cols, w->double_quant)
+                                            : glm_weight_bytes(f, n, w->double_quant);
     GLM_TRY(glm_be_alloc(be, b.data, what, &w->data));
     if (b.absmax) GLM_TRY(glm_be_alloc(be, b.absmax, what, &w->absmax));
     if (b.absmax2) GLM_TRY(glm_be_alloc(be, b.absmax2, what, (void **)&w->absmax2));
@@ -131,7 +157,7 @@ typedef struct loader {
     int world, rank; /* world > 1: keep only this rank's shard of the base matrices */
     glm_wformat fmt; /* the linear matrices' format */
     int dq;
-    void *dev;       /* a 4-bit base: backend scratch for one dense matrix (quantized from there) */
+    void *dev;       /* a quantized base (4-bit, fp8): backend scratch for one dense matrix (quantized from there) */
 } loader;
 
 /* Reads `name` (shape ndim/shape) into host[off ...] as f32. */
@@ -146,12 +172,12 @@ static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst)
 }
 
 /* A matrix [d0, d1] (in ld->host) in `fmt`: dense whole, dense sharded (this rank's shard of
- * glm_weight_shard_elems elements, zero-padded past the tensor's end), or 4-bit (quantized on the
- * backend from the dense upload). */
+ * glm_weight_shard_elems elements, zero-padded past the tensor's end), or 4-bit / fp8 (quantized on
+ * the backend from the dense upload). */
 static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int64_t d1, glm_wformat fmt, glm_weight *dst) {
     const glm_backend *be = ld->be;
     const int64_t n = d0 * d1;
-    if (glm_wformat_packed(fmt)) {
+    if (glm_wformat_quantized(fmt)) {
         GLM_TRY(glm_be_upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
         return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, ld->dev, ld->world, ld->rank, what);
     }
@@ -268,7 +294,8 @@ glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rop
         glm_rope_inv_freq(c->rope_base, c->rope_dim, invf);
         st = glm_be_upload(be, m->inv_freq, invf, (size_t)(c->rope_dim / 2) * 4);
     }
-    if (!st && glm_wformat_packed(ld.fmt)) /* the dense matrix a 4-bit one is quantized from */
+    if (!st) st = check_fp8(fmt, be, c, m->shard_world);
+    if (!st && glm_wformat_quantized(ld.fmt)) /* the dense matrix a 4-bit or fp8 one is quantized from */
         st = glm_be_alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
     if (!st) st = glm_st_open(dir, &ld.set);
     if (st == GLM_OK) st = load_weights(m, &ld);
@@ -298,12 +325,12 @@ static glm_status rnd_tensor(glm_model *m, const char *what, int64_t n, float me
     return glm_be_fill_normal(be, *dst, be->weight_dtype, n, mean, std, seed, (*stream)++);
 }
 
-/* A matrix [rows, cols] of format f: dense, filled where it lives; 4-bit, filled into the dense
- * scratch `tmp` and quantized from there. */
+/* A matrix [rows, cols] of format f: dense, filled where it lives; 4-bit or fp8, filled into the
+ * dense scratch `tmp` and quantized from there. */
 static glm_status rnd_matrix(glm_model *m, const char *what, glm_wformat f, int64_t rows, int64_t cols, float std,
                              uint64_t seed, uint64_t *stream, void *tmp, glm_weight *dst) {
     const glm_backend *be = m->be;
-    if (!glm_wformat_packed(f)) {
+    if (!glm_wformat_quantized(f)) {
         GLM_TRY(weight_alloc(be, dst, f, rows, cols, rows * cols, 0, what));
         return glm_be_fill_normal(be, dst->data, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++);
     }
@@ -330,7 +357,8 @@ glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend 
     int64_t C = c->C, F = c->F, V = c->V, qd = (int64_t)c->H * c->Dh, Dqkv = glm_config_qkv_rows(c);
     const glm_wformat lf = linear_fmt(m), df = dense_fmt(be);
     void *tmp = NULL;
-    if (!st && glm_wformat_packed(lf)) {
+    if (!st) st = check_fp8(fmt, be, c, 0);
+    if (!st && glm_wformat_quantized(lf)) {
         int64_t big = 2 * F * C > Dqkv * C ? 2 * F * C : Dqkv * C;
         st = glm_be_alloc(be, (size_t)big * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &tmp);
     }

@@ -49,6 +49,8 @@ typedef struct glm_base_format {
     int quant_bits;    /* 0: dense (be->weight_dtype); 4: 4-bit */
     glm_wformat q4;    /* with quant_bits 4: GLM_WF_NF4 or GLM_WF_FP4 */
     int double_quant;  /* with quant_bits 4: absmax double-quantized */
+    int fp8;           /* 1 (with quant_bits 0): FP8 E4M3 with a scale per output channel (GLM_WF_FP8_E4M3), the
+                          GEMMs on FP8 tensor cores (glm_base_matmul); needs GLM_FEATURE_FP8 */
 } glm_base_format;
 
 struct glm_ws; /* lora/model/model.c: the step's buffers, allocated once per batch shape */
@@ -129,8 +131,9 @@ glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double ro
                                glm_model **out);
 /* glm_model_load_dist with the linear matrices in format `fmt` (NULL: dense): a 4-bit format is
  * quantized while loading (be->weight_quantize of each bf16 matrix, flattened, as bitsandbytes'
- * quantize_4bit does: deterministic, the same bits on every backend). Errors: as glm_model_load,
- * GLM_ERR_ARG (an invalid format). */
+ * quantize_4bit does: deterministic, the same bits on every backend), fp8 likewise (per row).
+ * Errors: as glm_model_load, GLM_ERR_ARG (an invalid format), GLM_ERR_UNSUPPORTED (fp8 on a backend
+ * without FP8, with --shard-base, or with a matrix dimension that is not a multiple of 16). */
 glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,
                               const glm_base_format *fmt, glm_model **out);
 void glm_model_free(glm_model *m);
@@ -152,7 +155,7 @@ glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be,
  * drawn dense into a scratch buffer and quantized where it lives. Errors: as above, GLM_ERR_ARG. */
 glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend *be, uint64_t seed,
                                        const glm_base_format *fmt, glm_model **out);
-/* "bf16" / "f32" (dense, the backend's dtype), "nf4", "nf4 + double quantization", "fp4", ... */
+/* "bf16" / "f32" (dense, the backend's dtype), "nf4", "nf4 + double quantization", "fp4", "fp8 (E4M3)", ... */
 const char *glm_base_format_name(const glm_model *m);
 
 /* The memory budget (bytes) for plans: the device's free memory plus what glmtune already holds,

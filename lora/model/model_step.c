@@ -27,12 +27,15 @@
  *                       fp32 weights at every step, so every LoRA GEMM has act-dtype operands;
  *                       on the CPU (act = f32) the weights themselves.
  *   weight slots        a sharded base's gather slots (two layers' matrices in their stored
- *                       format, one [V, C]); a 4-bit base's dequantized layer (act dtype)
+ *                       format, one [V, C]); a 4-bit base's dequantized layer (act dtype); an
+ *                       fp8 base's transposed layer (its codes [cols, rows], for the backward)
  * Linear layers: y = x W^T (+ bias) + scaling * dropout(x) A^T B^T. The LoRA up-projection and
  * the bias go into y first and the base GEMM accumulates onto them (beta = 1); residual linears
  * (dense, dense_4h_to_h) accumulate all three onto the residual stream. The frozen matrices go
  * through glm_base_matmul; a layer's 4-bit matrices are dequantized into the slot just before the
- * layer runs (once per forward, recomputation and backward of that layer). Every op is preceded by
+ * layer runs (once per forward, recomputation and backward of that layer); an fp8 layer's codes are
+ * transposed into their slot just before its backward (the input gradients' FP8 GEMMs read them
+ * K-contiguous). Every op is preceded by
  * be->phase() so `glmtune bench` can time the step by phase. */
 #include <math.h>
 #include <stdio.h>
@@ -66,7 +69,8 @@ typedef struct saved {
  * matrices are all-gathered from every rank's shard (be->all_gather_start), in the stored format,
  * and waited for (be->comm_wait) just before use; CUDA orders the gather after the compute queued
  * before it, so refilling the slot of layer l-1 while layer l computes is safe. A 4-bit layer is
- * dequantized (be->weight_dequantize) into the dense slot just before it runs. */
+ * dequantized (be->weight_dequantize) into the dense slot just before it runs; an fp8 layer's codes
+ * are transposed (be->fp8_transpose) into the trans slot just before its backward. */
 typedef struct wslots {
     int sharded, packed;
     void *slot[2];              /* gather: two layers, each the four matrices' buffers at offsets */
@@ -83,6 +87,10 @@ typedef struct wslots {
     size_t dense_off[4];
     int dense_layer;            /* the layer the dense slot holds; -1: none */
     glm_layer_weights dview;    /* its view */
+    void *trans;                /* fp8 base, backward: one layer's codes transposed */
+    size_t trans_off[4];
+    int trans_layer;            /* the layer the trans slot holds; -1: none */
+    glm_layer_weights tview;    /* its view: the layer's weights with data_t set */
 } wslots;
 
 struct glm_ws {
@@ -185,6 +193,7 @@ void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T,
 
 static void scratch_shape(const glm_model *m, int B, int T, int backward, int64_t loss_chunk, glm_scratch_shape *s) {
     glm_scratch_shape_for(&m->cfg, m->cp, m->be->world, B, T, backward, loss_chunk, s);
+    s->fp8 = m->fmt.fp8;
 }
 
 /* The planner's options for this model on its backend. */
@@ -201,7 +210,9 @@ static void plan_opts(const glm_model *m, glm_ckpt_mode mode, glm_plan_opts *o) 
     o->shard_world = m->shard_world;
     o->cp = m->cp;
     o->acc_bytes = (int)glm_dtype_size(m->be->acc_dtype);
-    o->base_format = m->fmt.quant_bits == 4 ? m->fmt.q4 : m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
+    o->base_format = m->fmt.fp8 ? GLM_WF_FP8_E4M3
+                     : m->fmt.quant_bits == 4 ? m->fmt.q4
+                     : m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
     o->double_quant = m->fmt.double_quant;
     /* layer inputs in host memory: forced (m->offload 1), or where the step does not fit on a GPU
      * without it, within this rank's share of 3/4 of the machine's memory (the CPU backend's memory
@@ -242,11 +253,12 @@ static void wslots_layout(const glm_model *m, struct glm_ws *w) {
     g->packed = glm_wformat_packed(l0->wqkv.fmt);
     g->layer[0] = g->layer[1] = -1;
     g->dense_layer = -1;
+    g->trans_layer = -1;
     g->big_req = -1;
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 3; j++) g->req[k][i][j] = -1;
-    size_t off = 0, doff = 0;
+    size_t off = 0, doff = 0, toff = 0;
     for (int i = 0; i < 4; i++) {
         glm_weight_bytes_t sb = glm_weight_bytes(mats[i]->fmt, mats[i]->n, mats[i]->double_quant);
         size_t b[3] = {sb.data, sb.absmax, sb.absmax2};
@@ -258,12 +270,15 @@ static void wslots_layout(const glm_model *m, struct glm_ws *w) {
         g->dense_off[i] = doff;
         doff += (size_t)glm_weight_slot_bytes(m->be->act_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32,
                                               mats[i]->rows * mats[i]->cols, 0);
+        g->trans_off[i] = toff;
+        toff += (size_t)glm_weight_slot_bytes(GLM_WF_FP8_E4M3, mats[i]->rows * mats[i]->cols, 0);
     }
     g->big_shard_b = glm_weight_bytes(m->embed.fmt, m->embed.n, 0).data;
     g->slot[0] = WB(w, GLM_BUF_WGATHER);
     g->slot[1] = w->buf[GLM_BUF_WGATHER] && w->plan.buf[GLM_BUF_WGATHER].count > 1 ? w->buf[GLM_BUF_WGATHER][1] : NULL;
     g->big = WB(w, GLM_BUF_WGATHER_BIG);
     g->dense = WB(w, GLM_BUF_WDENSE);
+    g->trans = WB(w, GLM_BUF_WTRANS);
 }
 
 /* The workspace's host arrays (layer inputs, kept activations, context parallel's host copies),
@@ -557,8 +572,31 @@ static glm_status gathered(glm_model *m, struct glm_ws *w, int l, const glm_laye
     return GLM_OK;
 }
 
-/* Layer l's weights for its GEMMs: dense and whole (gathered, then dequantized for a 4-bit base). */
-static glm_status layer_weights(glm_model *m, struct glm_ws *w, int l, const glm_layer_weights **out) {
+/* Layer l's fp8 weights with their codes transposed (data_t) for the backward's input gradients:
+ * transposed into the trans slot unless it holds them. */
+static glm_status transposed(glm_model *m, struct glm_ws *w, int l, const glm_layer_weights *lw,
+                             const glm_layer_weights **out) {
+    wslots *g = &w->W;
+    const glm_backend *be = m->be;
+    if (!g->trans)
+        return glm_err(GLM_ERR_ARG, "model step: an fp8 layer's backward without the plan's transposed-weights slot");
+    if (g->trans_layer != l) {
+        glm_be_phase(be, GLM_PHASE_GEMM);
+        g->tview = *lw;
+        for (int i = 0; i < 4; i++) {
+            glm_weight *d = mat_of(&g->tview, i);
+            d->data_t = (char *)g->trans + g->trans_off[i];
+            GLM_TRY(glm_be_fp8_transpose(be, d->data_t, d->data, d->rows, d->cols));
+        }
+        g->trans_layer = l;
+    }
+    *out = &g->tview;
+    return GLM_OK;
+}
+
+/* Layer l's weights for its GEMMs: dense and whole (gathered, then dequantized for a 4-bit base), or
+ * fp8; backward != 0: for the layer's backward (an fp8 layer's codes transposed too). */
+static glm_status layer_weights(glm_model *m, struct glm_ws *w, int l, int backward, const glm_layer_weights **out) {
     wslots *g = &w->W;
     const glm_layer_weights *lw;
     if (g->packed && g->dense_layer == l) {
@@ -567,6 +605,7 @@ static glm_status layer_weights(glm_model *m, struct glm_ws *w, int l, const glm
     }
     GLM_TRY(gathered(m, w, l, &lw));
     if (!g->packed) {
+        if (backward && lw->wqkv.fmt == GLM_WF_FP8_E4M3) return transposed(m, w, l, lw, out);
         *out = lw;
         return GLM_OK;
     }
@@ -1195,7 +1234,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (w->W.sharded) GLM_TRY(gather_big_start(m, w, 2)); /* ... then the output layer prefetched into its slot */
     if (n_host > 0) GLM_TRY(glm_be_download_async(be, w->xh[0], xdev(w, 0), xbytes, &slot_down[0]));
     for (int l = 0; l < L; l++) {
-        GLM_TRY(layer_weights(m, w, l, &cx.lw)); /* gathered, dequantized ... */
+        GLM_TRY(layer_weights(m, w, l, 0, &cx.lw)); /* gathered, dequantized ... */
         if (w->W.sharded && l + 1 < L) GLM_TRY(gather_start(m, w, l + 1)); /* ... and the next gather started behind it */
         /* offload: layer l's output overwrites a slot whose last input must have reached host memory */
         if (n_host > 0 && glm_plan_x_in_slot(&w->plan, L, l + 1)) GLM_TRY(glm_be_copy_wait(be, slot_down[(l + 1) & 1]));
@@ -1239,7 +1278,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (backward) {
         uint64_t up[2] = {0, 0}; /* offload: the last upload into each slot */
         for (int l = L - 1; l >= 0; l--) {
-            GLM_TRY(layer_weights(m, w, l, &cx.lw)); /* backward order: layer l (still there after the forward for the
+            GLM_TRY(layer_weights(m, w, l, 1, &cx.lw)); /* backward order: layer l (still there after the forward for the
                                                         last ones), l-1's gather prefetched */
             if (w->W.sharded && l > 0) GLM_TRY(gather_start(m, w, l - 1));
             /* offload: layer l-1's input goes into its slot (free: it held layer l+1's input or the

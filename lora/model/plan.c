@@ -101,6 +101,7 @@ static const struct {
     [GLM_BUF_WGATHER] = {"gathered layer weights", GLM_BUFCAT_WEIGHTS},
     [GLM_BUF_WGATHER_BIG] = {"gathered embedding / output layer", GLM_BUFCAT_WEIGHTS},
     [GLM_BUF_WDENSE] = {"dequantized layer weights", GLM_BUFCAT_WEIGHTS},
+    [GLM_BUF_WTRANS] = {"transposed fp8 layer weights", GLM_BUFCAT_WEIGHTS},
     [GLM_BUF_BACKEND] = {"backend scratch", GLM_BUFCAT_WORKING},
 };
 
@@ -121,35 +122,40 @@ static double bufs_of(const glm_plan *p, glm_buf_cat cat) {
     return t;
 }
 
-/* The linear matrices of a layer: query_key_value, dense, dense_h_to_4h, dense_4h_to_h (elements). */
-static void layer_mats(const glm_config *c, int64_t mats[4]) {
+/* The linear matrices of a layer: query_key_value, dense, dense_h_to_4h, dense_4h_to_h (elements, and
+ * their rows: the output features). */
+static void layer_mats(const glm_config *c, int64_t mats[4], int64_t rows[4]) {
     int64_t C = c->C, qd = (int64_t)c->H * c->Dh, F = c->F, qkv = (int64_t)qkv_rows(c);
-    mats[0] = qkv * C;
-    mats[1] = C * qd;
-    mats[2] = 2 * F * C;
-    mats[3] = C * F;
+    mats[0] = qkv * C, rows[0] = qkv;
+    mats[1] = C * qd, rows[1] = C;
+    mats[2] = 2 * F * C, rows[2] = 2 * F;
+    mats[3] = C * F, rows[3] = C;
 }
 
 static glm_wformat linear_format(const glm_plan_opts *o, int wb) {
-    if (glm_wformat_packed(o->base_format)) return o->base_format;
+    if (glm_wformat_quantized(o->base_format)) return o->base_format;
     return wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
 }
 
 /* The base weights a rank holds (whole, or with --shard-base over W ranks its shard of each matrix:
  * embedding, output layer, per layer query_key_value, dense, dense_h_to_4h, dense_4h_to_h; the norms
  * and the bias whole), and the working copies: gather slots (two layers' four matrices in their
- * stored format and one [V, C]) with sharding, one layer dequantized to act dtype with a 4-bit base.
- * The model allocates the same (lora/model/model.c, lora/model/model_step.c) from glm_weight_bytes. */
+ * stored format and one [V, C]) with sharding, one layer dequantized to act dtype with a 4-bit base,
+ * one layer's codes transposed for the backward with an fp8 base (1 byte per weight and an f32 scale
+ * per row). The model allocates the same (lora/model/model.c, lora/model/model_step.c) from glm_weight_bytes and
+ * glm_weight_matrix_bytes. */
 static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, int e, int W, glm_plan *p) {
-    int64_t mats[4];
-    layer_mats(c, mats);
+    int64_t mats[4], rows[4];
+    layer_mats(c, mats, rows);
     const glm_wformat lf = linear_format(o, wb), df = wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
-    double layer = 0, slot = 0, dense = 0;
+    const int fp8 = lf == GLM_WF_FP8_E4M3;
+    double layer = 0, slot = 0, dense = 0, trans = 0;
     for (int i = 0; i < 4; i++) {
         int64_t sn = glm_weight_shard_elems(lf, mats[i], W);
-        layer += glm_weight_total_bytes(lf, sn, o->double_quant);
+        layer += glm_weight_total_bytes(lf, sn, o->double_quant) + (fp8 ? 4.0 * rows[i] : 0.0);
         slot += glm_weight_slot_bytes(lf, sn * (W > 1 ? W : 1), o->double_quant);
         dense += glm_weight_slot_bytes(e == 2 ? GLM_WF_BF16 : GLM_WF_F32, mats[i], 0);
+        trans += glm_weight_slot_bytes(GLM_WF_FP8_E4M3, mats[i], 0);
     }
     int64_t vs = glm_weight_shard_elems(df, (int64_t)c->V * c->C, W);
     double vc = glm_weight_total_bytes(df, vs, 0);
@@ -157,6 +163,7 @@ static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, in
     setb(p, GLM_BUF_WGATHER, slot, W > 1 ? 2 : 0);
     setb(p, GLM_BUF_WGATHER_BIG, glm_weight_slot_bytes(df, vs * W, 0), W > 1 ? 1 : 0);
     setb(p, GLM_BUF_WDENSE, dense, glm_wformat_packed(lf) ? 1 : 0);
+    setb(p, GLM_BUF_WTRANS, trans, fp8 && p->backward ? 1 : 0);
     return 2.0 * vc + small + c->L * layer;
 }
 
@@ -164,10 +171,11 @@ static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, in
  * D (4 bytes per query head) and document bounds (8 per token); cuDNN's backward workspace for whole
  * rows (8 bytes per query element, measured with cuDNN 9.19: 4.02 GiB at 131072 x 4096), its lse
  * copies and document runs; 32 MiB of cuBLASLt workspace and 256 MiB of allocator slack. */
-static double scratch_estimate(const glm_config *c, double N, int backward, int e, int cp, double *attn_ws) {
+static double scratch_estimate(const glm_config *c, double N, int backward, int e, int cp, int fp8, double *attn_ws) {
     double qd = (double)c->H * c->Dh, H = c->H, b = (32.0 + 256.0) * 1048576;
     *attn_ws = 0;
     if (e != 2) return 0;
+    if (fp8) b += GLM_FP8_SCRATCH_BYTES;
     if (!backward) return b + 8 * N;
     b += 4 * N * H + 8 * N;
     if (!cp) {
@@ -248,7 +256,7 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
         setb(p, GLM_BUF_RING_GDOC, (double)p->B * (double)p->T_padded * 4, 1);
     }
     p->weights = base_bytes(c, o, wb, e, p->shard_world, p);
-    double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, &est_ws);
+    double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, o->base_format == GLM_WF_FP8_E4M3, &est_ws);
     p->scratch = o->scratch > 0 ? o->scratch : o->scratch < 0 ? 0 : est;
     p->attn_ws = o->scratch > 0 ? o->attn_ws : o->scratch < 0 ? 0 : est_ws;
     if (p->attn_lean) { /* glmtune's attention kernels: no library workspace */
@@ -258,7 +266,8 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
     setb(p, GLM_BUF_BACKEND, p->scratch, p->scratch > 0);
     p->gathered = p->buf[GLM_BUF_WGATHER].bytes * p->buf[GLM_BUF_WGATHER].count +
                   p->buf[GLM_BUF_WGATHER_BIG].bytes * p->buf[GLM_BUF_WGATHER_BIG].count;
-    p->dequant = p->buf[GLM_BUF_WDENSE].bytes * p->buf[GLM_BUF_WDENSE].count;
+    p->dequant = p->buf[GLM_BUF_WDENSE].bytes * p->buf[GLM_BUF_WDENSE].count +
+                 p->buf[GLM_BUF_WTRANS].bytes * p->buf[GLM_BUF_WTRANS].count;
     p->lora += p->buf[GLM_BUF_LORA_COPIES].bytes * p->buf[GLM_BUF_LORA_COPIES].count;
     p->checkpoints = bufs_of(p, GLM_BUFCAT_INPUTS);
     p->host = backward ? p->n_host * N * C * e : 0;
@@ -532,12 +541,19 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
     if (glm_wformat_packed(p->base_format))
         fprintf(f, "  frozen linear layers in %s (4-bit, blocks of 64): each layer dequantized to bf16 just before its GEMMs "
                    "(a %.2f GiB slot)\n", glm_wformat_name(p->base_format), p->dequant / G);
+    if (p->base_format == GLM_WF_FP8_E4M3)
+        fprintf(f, "  frozen linear layers in FP8 E4M3 (a byte per weight, an f32 scale per output channel), their GEMMs "
+                   "on FP8 tensor cores%s\n", p->dequant > 0 ? "; each layer's codes transposed for its input gradients "
+                   "(a slot in the weights' count)" : "");
     char ring[64] = "";
     if (p->cp > 1) snprintf(ring, sizeof ring, " + ring buffers %.2f", p->ring / G);
     fprintf(f, "  predicted device memory (GiB): weights %.2f%s + LoRA and optimizer %.2f + layer inputs %.2f%s + kept "
                "activations %.2f + working buffers %.2f%s + loss head %.2f = %.2f of a %.2f budget\n",
             (p->weights + p->gathered + p->dequant) / G,
-            p->shard_world > 1 ? " (shard + gather slots)" : p->dequant > 0 ? " (incl. the dequantized layer)" : "", p->lora / G,
+            p->shard_world > 1 ? " (shard + gather slots)"
+            : p->dequant > 0 ? (p->base_format == GLM_WF_FP8_E4M3 ? " (incl. the transposed layer)" : " (incl. the dequantized layer)")
+                             : "",
+            p->lora / G,
             p->checkpoints / G, p->offload ? " (on the GPU)" : "", p->saved / G, p->working / G, ring, p->loss_head / G,
             p->total / G, p->budget / G);
     if (p->attn_lean)

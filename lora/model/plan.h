@@ -66,7 +66,7 @@ typedef struct glm_plan_opts {
     double host_budget;    /* > 0 (with offload 0): when a training step does not fit the device budget, plan
                               the fewest layer inputs in host memory that make it fit, within this many bytes;
                               0: never */
-    glm_wformat base_format; /* the linear matrices' format: a 4-bit one (nf4, fp4), else dense of weight_bytes */
+    glm_wformat base_format; /* the linear matrices' format: a 4-bit one (nf4, fp4) or fp8, else dense of weight_bytes */
     int double_quant;      /* 4-bit: absmax double-quantized */
     int offload_layers;    /* with offload 1: the layer inputs 0 .. offload_layers-1 in host memory; 0: all */
     double scratch;        /* bytes of scratch the backend grows for such a step (its own query); < 0: none;
@@ -113,6 +113,7 @@ typedef enum {
     GLM_BUF_WGATHER,    /* count 2: two layers' matrices in the stored format, gathered */
     GLM_BUF_WGATHER_BIG,/* the embedding or output layer, gathered */
     GLM_BUF_WDENSE,     /* one layer's four matrices dequantized to act dtype (4-bit base) */
+    GLM_BUF_WTRANS,     /* one layer's four fp8 matrices transposed (their input gradients' GEMMs; fp8 base) */
     /* scratch the backend grows inside its ops (attention, cuDNN's workspace, reductions, cuBLASLt) */
     GLM_BUF_BACKEND,
     GLM_BUF_COUNT
@@ -146,7 +147,8 @@ typedef struct glm_plan {
     double weights, lora, checkpoints, saved, working, loss_head, fixed, total, budget;
     int shard_world;                    /* > 1: weights is this rank's shard of the base ... */
     double gathered;                    /* ... and gathered the slots the layers are all-gathered into */
-    double dequant;                     /* a 4-bit base: the slot one layer is dequantized into */
+    double dequant;                     /* a 4-bit base: the slot one layer is dequantized into; fp8: the slot one
+                                           layer's codes are transposed into for the backward */
     double scratch;                     /* the backend's scratch (in working) */
     int attn_lean;                      /* 1: no room for cuDNN's attention workspace: glmtune's kernels run */
     double attn_ws;                     /* the workspace the attention library may take (0 with attn_lean) */

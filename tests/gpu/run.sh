@@ -1,6 +1,7 @@
 #!/bin/bash
 # tests/gpu/run.sh: the one script run on the GPU machine: the CUDA backend's tests
-# (label "cuda": tests/gpu/test_cuda_ops.c, tests/gpu/test_cuda_model.c), then a short table.
+# (label "cuda": tests/gpu/test_cuda_ops.c, tests/gpu/test_cuda_model.c, tests/gpu/test_fp8_ops.c), then a
+# short table.
 #
 # Two modes:
 #  - prebuilt (the usual one): tests/gpu/stage.sh ran on the build machine and .device/gpu was
@@ -28,7 +29,7 @@ fail=0
 if [ -x "$pre/bin/test_cuda_ops" ]; then
   export LD_LIBRARY_PATH=$pre/lib:$LD_LIBRARY_PATH
   export GLM_FIXTURES=$root/tests/fixtures # the test data (tracked, so it travels with the working tree)
-  for t in test_cuda_ops test_cuda_model; do
+  for t in test_cuda_ops test_cuda_model test_fp8_ops; do
     ldd "$pre/bin/$t" | grep "not found" && echo "$t: missing libraries (above)"
     start=$(date +%s.%N)
     "$pre/bin/$t" >"$logdir/${t#test_}.log" 2>&1
@@ -54,7 +55,7 @@ if [ -x "$pre/bin/test_cuda_ops" ]; then
 else
   build=$root/build-gpu
   if cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON >"$logdir/build.log" 2>&1 &&
-     ninja -C "$build" test_cuda_ops test_cuda_model >>"$logdir/build.log" 2>&1; then
+     ninja -C "$build" test_cuda_ops test_cuda_model test_fp8_ops >>"$logdir/build.log" 2>&1; then
     (cd "$build" && ctest -L cuda --output-on-failure) >"$logdir/ctest.log" 2>&1 || fail=1
     cp "$logdir/ctest.log" "$logdir/ops.log"
   else
@@ -75,6 +76,9 @@ fi
 echo
 echo "== test_cuda_model =="
 grep -E "rel err|FAIL|passed|SKIPPED" "$logdir/cuda_model.log" 2>/dev/null | head -60
+echo
+echo "== test_fp8_ops =="
+grep -E "rel err|differ|bit-exact|DIFFER|FAIL|GEMMs run|fp8 base's own|passed|SKIPPED" "$logdir/fp8_ops.log" 2>/dev/null | head -80
 echo
 echo "== test_cuda_ops: op, shape, norm-relative error vs the CPU op, tolerance, CUDA ms =="
 sed -n '/^op /,$p' "$logdir/cuda_ops.log" 2>/dev/null

@@ -49,7 +49,31 @@
  *   cp.sh also compares every run, the ring's included, with the CPU backend (each must be within
  *   TOL_MODEL_GRAD, like any CUDA step), and prints the 1-GPU run with glmtune's own kernels
  *   (GLMTUNE_ATTENTION=glmtune) against the cuDNN one and against the ring: a mask, chunk-order
- *   or merge bug in the ring gives O(1) against the CPU, far above TOL_MODEL_GRAD. */
+ *   or merge bug in the ring gives O(1) against the CPU, far above TOL_MODEL_GRAD.
+ *
+ * The FP8 base (tests/gpu/test_fp8_ops.c). The quantizers (weights per row, activations per tensor,
+ * the transposition) are compared bit for bit: both backends compute kernels/formats.h's integer
+ * conversion after the same IEEE divisions and multiplies, from the same bf16 inputs. The GEMM
+ * (be->fp8_matmul) is compared with the CPU's emulation, which multiplies the same FP8 codes
+ * exactly and sums in double: what is left is the GPU's fp32 accumulation and its bf16 store.
+ * TOL_FP8_OUT = 2^-8, TOL_FP8_ACC = 2^-11 (elementwise: |cuda - cpu| <= TOL_FP8_OUT |cpu| +
+ *   TOL_FP8_ACC S, S = s_x s_w sum_k |X W|, the terms' magnitudes): the store rounds to bf16
+ *   (unit roundoff 2^-9; 2^-8 leaves room for the scale multiplies and the beta add, each an fp32
+ *   rounding); FP8 products are exact in fp32 (4-bit significands), and the accumulation, which
+ *   Hopper's FP8 tensor cores keep at about 14 bits within an instruction's K slice before cuBLAS
+ *   promotes it to fp32 (no fast accumulation; DeepSeek-V3's report measures the unpromoted
+ *   accumulation), errs by about 2^-14 S, plus fp32's K/128 x 2^-24 S for the promoted sums: 2^-11 is
+ *   8 times that. A wrong layout, a missing or misapplied scale, a row off by one give O(1).
+ * TOL_FP8_GEMM = 1e-2: the norm-relative error of the whole output, as TOL_BF16 (bf16 stores).
+ * TOL_FP8_MODEL_FACTOR = 2 (the tiny model, forward and backward, fp8 base): the GPU's fp8 run
+ *   against the CPU's emulation, and against the CPU's unquantized base, must stay within 2 x the
+ *   fp8 base's own error on the CPU (emulation against unquantized, measured in the same run) plus
+ *   the bf16 tolerance of that quantity (TOL_MODEL_LOGITS / LOSS / GRAD). Why the fp8 error enters:
+ *   the GPU quantizes bf16 activations that differ from the CPU's f32 ones by a relative d (the bf16
+ *   run's ~1e-2); a value moving by d moves its E4M3 code by one step s (about 2^-3 relative) with
+ *   probability d / s, an rms change of sqrt(d s) ~ 3e-2 per element, the same size as E4M3's own
+ *   rounding error (s / sqrt(12) ~ 2.6e-2), which the CPU's fp8-vs-unquantized error measures: their
+ *   ratio sqrt(12 d / s) ~ 1.2, hence 2. A bug gives O(1) against both references. */
 #ifndef GLM_TESTS_GPU_TOL_H
 #define GLM_TESTS_GPU_TOL_H
 
@@ -62,5 +86,9 @@ static const double TOL_MODEL_GRAD = 5e-2;
 static const double TOL_RERUN_CUDNN = 1e-2;
 static const double TOL_CP_LOSS = 1e-2;
 static const double TOL_CP_GRAD = 3e-2;
+static const double TOL_FP8_OUT = 0x1p-8;
+static const double TOL_FP8_ACC = 0x1p-11;
+static const double TOL_FP8_GEMM = 1e-2;
+static const double TOL_FP8_MODEL_FACTOR = 2.0;
 
 #endif

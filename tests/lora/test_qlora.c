@@ -45,7 +45,7 @@ static void one(const char *data_dir, const char *src, int dq) {
     char orig[1024], ref[1024];
     snprintf(orig, sizeof orig, "%s/tiny-glm4/chatglm", data_dir);
     snprintf(ref, sizeof ref, "%s/tests/fixtures/bnb4/tiny-chatglm-nf4%s", src, dq ? "-dq" : "");
-    glm_base_format f = {4, GLM_WF_NF4, dq};
+    glm_base_format f = {4, GLM_WF_NF4, dq, 0};
     glm_model *q = NULL, *d = NULL;
     CHECK(glm_model_load_fmt(orig, be, 0, 0, &f, &q) == GLM_OK, "load nf4%s: %s", dq ? " dq" : "", glm_errmsg());
     CHECK(glm_model_load(ref, be, 0, &d) == GLM_OK, "load the bitsandbytes checkpoint %s: %s", ref, glm_errmsg());

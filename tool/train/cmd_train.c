@@ -202,6 +202,7 @@ int cmd_train(int argc, char **argv) {
         .quant_bits = (int)o.quantization_bit,
         .quant_type = o.quantization_type,
         .double_quant = o.double_quantization,
+        .fp8 = !strcmp(o.base_dtype, "fp8"),
         .comm_timeout = o.comm_timeout,
         .context_parallel = (int)o.context_parallel,
         .dry_run_world = 1,

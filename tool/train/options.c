@@ -138,6 +138,13 @@ static const glm_opt_def k_opts[] = {
      "LLaMA-Factory does by default", OFF(double_quantization), false},
     {"quantization-method", "quantization_method", NULL, GLM_OPT_STRING, "bnb", "",
      "bnb (bitsandbytes' 4-bit format, the only one glmtune has)", OFF(quantization_method), false},
+    {"base-dtype", "base_dtype", NULL, GLM_OPT_STRING, "bf16", "",
+     "the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h): bf16, or fp8: FP8 E4M3 with a "
+     "scale per output channel, quantized while loading (about half the memory), their forward, recomputation and "
+     "input-gradient GEMMs on FP8 tensor cores (activations E4M3, gradients E5M2, each scaled per tensor from its "
+     "absolute maximum; fp32 accumulation); LoRA, attention, norms, the loss and every trained parameter's "
+     "gradient as with bf16; the adapter exports as any other. sm_89 / sm_90 GPUs (the CPU backend emulates it)",
+     OFF(base_dtype), false},
     {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
      "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
      "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
@@ -1318,6 +1325,14 @@ glm_status glm_opts_validate(glm_train_opts *o) {
          "offered (hint: 4, or 0 for the bf16 base)", (long long)o->quantization_bit);
     NEED(!strcmp(o->quantization_type, "nf4") || !strcmp(o->quantization_type, "fp4"),
          "--quantization-type %s: expected nf4 or fp4", o->quantization_type);
+    NEED(!strcmp(o->base_dtype, "bf16") || !strcmp(o->base_dtype, "fp8"),
+         "--base-dtype %s: expected bf16 or fp8", o->base_dtype);
+    NEED(strcmp(o->base_dtype, "fp8") || o->quantization_bit == 0,
+         "--base-dtype fp8 with --quantization-bit %lld: both set the frozen base's format; hint: one of them (fp8: "
+         "about 9 GiB for the 9B model, 4-bit: about 5 GiB)", (long long)o->quantization_bit);
+    NEED(strcmp(o->base_dtype, "fp8") || !o->shard_base,
+         "--base-dtype fp8 with --shard-base: the fp8 base is not sharded yet; hint: drop --shard-base (the fp8 base "
+         "is about 10 GiB for the 9B model), or --base-dtype bf16");
     NEED(!strcmp(o->quantization_method, "bnb") || !strcmp(o->quantization_method, "bitsandbytes"),
          "--quantization-method %s: glmtune quantizes in bitsandbytes' 4-bit format only (bnb); GPTQ, AWQ, HQQ and EETQ "
          "checkpoints are not read (hint: quantization_method: bnb with the bf16 checkpoint)", o->quantization_method);

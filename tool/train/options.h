@@ -74,6 +74,7 @@ typedef struct glm_train_opts {
     char *quantization_type;            /* nf4 | fp4 */
     bool double_quantization;           /* 4-bit absmax quantized too */
     char *quantization_method;          /* bnb */
+    char *base_dtype;                   /* bf16 | fp8: the frozen linear layers' storage and GEMMs */
     double comm_timeout;                /* seconds a collective may wait (transformers' ddp_timeout) */
     double interconnect_gbps;           /* --dry-run: the link's GB/s for the communication times; 0: the named defaults */
     double gpu_tflops;                  /* --dry-run: useful TFLOP/s for the compute time; 0: the default */

@@ -454,6 +454,7 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
     glm_scratch_shape sh;
     size_t need = 0, ws = 0;
     glm_scratch_shape_for(&cfg, rs->cp, be->world, B, T, 1, 0, &sh);
+    sh.fp8 = ts->fp8;
     if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate, as glm_model_plan */
     size_t fr = 0, tot = 0, use = 0, peak = 0;
     glm_be_mem_info(be, &fr, &tot, &use, &peak);
@@ -468,7 +469,8 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
                        .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = rs->cp,
                        .acc_bytes = (int)glm_dtype_size(be->acc_dtype),
                        .host_budget = cpu ? 0 : glm_host_budget(glm_local_ranks()),
-                       .base_format = ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
+                       .base_format = ts->fp8 ? GLM_WF_FP8_E4M3
+                                      : ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
                                                                                                               : GLM_WF_NF4)
                                                           : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
                        .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,
@@ -503,7 +505,12 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
     else if (ts->shard_base)
         glm_log_warn("--shard-base with one rank: nothing to shard; the base is held whole");
-    glm_base_format bf = {0, GLM_WF_NF4, 0};
+    glm_base_format bf = {0, GLM_WF_NF4, 0, ts->fp8};
+    if (ts->fp8)
+        glm_log_info("--base-dtype fp8: the frozen linear layers quantized to FP8 E4M3 (a scale per output channel) while "
+                     "loading, their GEMMs %s", strcmp(be->name, "cpu") ? "on FP8 tensor cores"
+                     : "emulated on the CPU (the same quantization, products summed in double: the reference the GPU's "
+                       "FP8 tensor cores are tested against, not fast)");
     if (ts->quant_bits == 4) {
         bf.quant_bits = 4;
         bf.q4 = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;

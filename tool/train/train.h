@@ -30,6 +30,7 @@ typedef struct train_settings {
     int quant_bits;           /* --quantization-bit: 4 (QLoRA base) or 0 */
     const char *quant_type;   /* --quantization-type: nf4 | fp4 */
     bool double_quant;        /* --double-quantization */
+    bool fp8;                 /* --base-dtype fp8: the frozen linear layers in FP8 E4M3 */
     double comm_timeout;      /* seconds a collective may wait (--comm-timeout / ddp_timeout) */
     int dry_run_world;        /* --dry-run: the ranks to plan for (--gpus / --nproc; 1 otherwise) */
     double interconnect_gbps; /* --dry-run: the link's GB/s (0: NVLink and PCIe defaults) */

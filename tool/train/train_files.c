@@ -228,6 +228,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (be) {
         glm_scratch_shape sh;
         glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
+        sh.fp8 = ts->fp8;
         if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
         overhead = glm_be_mem_overhead(be);
     }
@@ -238,7 +239,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
                        .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = cp,
                        .acc_bytes = cpu ? 8 : 4, .host_budget = cpu ? 0 : glm_host_budget(W),
-                       .base_format = ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
+                       .base_format = ts->fp8 ? GLM_WF_FP8_E4M3
+                                      : ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
                                                                                                               : GLM_WF_NF4)
                                                           : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
                        .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,

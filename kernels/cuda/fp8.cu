@@ -1,0 +1,547 @@
+/* kernels/cuda/fp8.cu: the FP8 base format on the CUDA backend (kernels/backend.h): the per-row
+ * weight quantization and its dequantization, the per-tensor activation quantization
+ * (fp8_quantize), the transposition of a weight's codes (fp8_transpose) and the FP8 GEMM of a
+ * frozen linear through cuBLASLt (fp8_matmul). The codes are kernels/formats.h's arithmetic, the
+ * CPU's bytes (kernels/cpu/fp8_cpu.c): the absolute maximum as an integer max of |x|'s bits (any
+ * order), one IEEE division for each of scale and inverse scale, one rounded multiply per element.
+ *
+ * The GEMM. cuBLASLt's FP8 kernels take A transposed and B not ("TN", column-major), i.e. both
+ * operands K-contiguous: with row-major X [M, K] (the quantized activation) and W [N, K] (the
+ * weight's codes), Y^T [N, M] = W X^T is Lt's D = op(A) B with A = W (E4M3, K x N, ld K,
+ * transposed), B = X (K x M, ld K), D = Y (N x M, ld ldy). The activation is quantized in row blocks
+ * of at most GLM_FP8_BLOCK_BYTES of codes (its absolute maximum first, over all of X), each block one
+ * GEMM. Scales, by the weight's row scales:
+ *   none (the input gradient: its row scales are in X already): A's scale 1, B's the scalar s_x
+ *     (CUBLASLT_MATMUL_DESC_B_SCALE_POINTER), D bf16 = s_x (W X^T) + beta C, in one GEMM;
+ *   per row, "outer" (cuBLAS 12.9+ on sm_90: CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): A's scale
+ *     the vector of row scales [N], B's a vector [rows] filled with s_x; D bf16 with beta C, one GEMM;
+ *   per row, "tile" (where cuBLASLt has no outer-vector kernel for the shape: sm_89, older cuBLAS;
+ *     or GLMTUNE_FP8_GEMM=tile): D f32 = s_x (W X^T) into a tile of at most GLM_FP8_BLOCK_BYTES,
+ *     then y = bf16(tile x scale[n] + beta y).
+ * Accumulation fp32 (CUBLAS_COMPUTE_32F, no fast accumulation: cuBLAS promotes the tensor cores'
+ * partial sums to fp32 as it goes). GLMTUNE_FP8_BLOCK_ROWS=n caps a block's rows (tests: many
+ * blocks on small inputs). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_fp8.h>
+#include <algorithm>
+#include <unordered_map>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+extern "C" {
+#include "kernels/formats.h"
+}
+
+namespace glmcu {
+
+/* the scale vectors' slot: [0] the amax bits (u32), [1] the scale; the row scales' vector from byte
+ * VEC_B (at most VEC_B_MAX floats: the most rows of a block) */
+constexpr size_t VEC_BYTES = 2u << 20, VEC_B = 1u << 20;
+constexpr int64_t VEC_B_MAX = (int64_t)(VEC_BYTES - VEC_B) / 4;
+constexpr int64_t BLOCK = (int64_t)GLM_FP8_BLOCK_BYTES;
+
+enum { MODE_SCALAR, MODE_OUTER, MODE_TILE };
+
+struct fp8_key {
+    int64_t rows, N, K, ldy;
+    int kind, mode, align;
+    bool operator==(const fp8_key &o) const { return !memcmp(this, &o, sizeof *this); }
+};
+struct fp8_key_hash {
+    size_t operator()(const fp8_key &k) const {
+        const unsigned char *p = (const unsigned char *)&k;
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t i = 0; i < sizeof k; i++) h = (h ^ p[i]) * 1099511628211ULL;
+        return (size_t)h;
+    }
+};
+struct fp8_plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulAlgo_t algo;
+    bool ok = false; /* an algorithm was found */
+};
+struct fp8_cache {
+    std::unordered_map<fp8_key, fp8_plan, fp8_key_hash> plans;
+    int64_t calls[3] = {0, 0, 0}; /* GEMMs run per mode */
+    int force_tile = 0;           /* GLMTUNE_FP8_GEMM=tile: the tile even where outer vectors would do */
+    int64_t block_rows = 0;       /* GLMTUNE_FP8_BLOCK_ROWS=n (> 0): at most n rows a block (tests: many blocks) */
+};
+
+static fp8_cache *cache_of(cuda_impl *I) {
+    if (!I->fp8s) {
+        I->fp8s = new fp8_cache();
+        const char *e = getenv("GLMTUNE_FP8_GEMM");
+        I->fp8s->force_tile = e && !strcmp(e, "tile");
+        const char *r = getenv("GLMTUNE_FP8_BLOCK_ROWS");
+        I->fp8s->block_rows = r ? atoll(r) : 0;
+    }
+    return I->fp8s;
+}
+
+void fp8_destroy(cuda_impl *I) {
+    if (!I->fp8s) return;
+    for (auto &kv : I->fp8s->plans) {
+        fp8_plan &p = kv.second;
+        if (p.la) cublasLtMatrixLayoutDestroy(p.la);
+        if (p.lb) cublasLtMatrixLayoutDestroy(p.lb);
+        if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
+        if (p.op) cublasLtMatmulDescDestroy(p.op);
+    }
+    delete I->fp8s;
+    I->fp8s = nullptr;
+}
+
+static int align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    return (a & 15) == 0 ? 16 : (a & 7) == 0 ? 8 : (a & 3) == 0 ? 4 : 2;
+}
+
+/* ---------------------------------------------------------------------------- kernels */
+
+/* the warp's max of v, then one atomicMax per warp */
+__device__ __forceinline__ void warp_max_to(uint32_t v, uint32_t *out) {
+    v = __reduce_max_sync(0xffffffffu, v);
+    if ((threadIdx.x & 31) == 0 && v) atomicMax(out, v);
+}
+
+/* the value x[m, k] (times col_mul[k]) as fp8_quantize defines it */
+__device__ __forceinline__ float act_value(const bf16 *x, int64_t ldx, int64_t m, int64_t k, const float *col_mul) {
+    float v = ld(x + m * ldx + k);
+    return col_mul ? glm_fmul_rn(v, col_mul[k]) : v;
+}
+
+/* *amax = max over x [M, K] of |v|'s bits (the caller zeroes it first) */
+__global__ void k_act_amax(const bf16 *__restrict__ x, int64_t ldx, int64_t M, int64_t K, const float *__restrict__ col_mul,
+                           uint32_t *amax) {
+    uint32_t a = 0;
+    const int64_t n = M * K;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t m = i / K, k = i - m * K;
+        uint32_t b = glm_abs_bits(act_value(x, ldx, m, k, col_mul));
+        a = b > a ? b : a;
+    }
+    warp_max_to(a, amax);
+}
+
+/* q [rows, K] packed = codes of x's rows [0, rows) (x already at the block's first row), with the
+ * tensor's amax; *scale = its scale; bvec [rows] (may be NULL) = the scale, for the outer-vector GEMM */
+__global__ void k_act_quant(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
+                            const float *__restrict__ col_mul, int kind, const uint32_t *__restrict__ amax,
+                            uint8_t *__restrict__ q, float *scale, float *bvec) {
+    const float am = glm_bits_f32(*amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
+    const float s = glm_fp8_scale(am, (glm_fp8_kind)kind);
+    const int64_t t0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    if (t0 == 0 && scale) *scale = s;
+    if (bvec)
+        for (int64_t i = t0; i < rows; i += stride) bvec[i] = s;
+    const int64_t n = rows * K;
+    for (int64_t i = t0; i < n; i += stride) {
+        int64_t m = i / K, k = i - m * K;
+        q[i] = glm_fp8_encode(act_value(x, ldx, m, k, col_mul), inv, (glm_fp8_kind)kind);
+    }
+}
+
+/* The same two kernels 8 elements a thread (one 16-byte load of bf16, one 8-byte store of codes):
+ * for x 16-byte aligned with ldx and K multiples of 8. Element order within the 8 is the scalar
+ * kernels' (byte j of the store is element k + j), so the bytes are the same. */
+__device__ __forceinline__ void act_values8(const bf16 *x, int64_t ldx, int64_t K8, int64_t g, const float *col_mul,
+                                            float v[8], int64_t *at) {
+    const int64_t m = g / K8, k = (g - m * K8) * 8;
+    const bf16x8 u = *(const bf16x8 *)(x + m * ldx + k);
+    for (int j = 0; j < 4; j++) {
+        float2 f = __bfloat1622float2(u.v[j]);
+        v[2 * j] = f.x, v[2 * j + 1] = f.y;
+    }
+    if (col_mul)
+        for (int j = 0; j < 8; j++) v[j] = glm_fmul_rn(v[j], col_mul[k + j]);
+    *at = m * K8 * 8 + k; /* the element's index in the packed [rows, K] codes */
+}
+
+__global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, int64_t K, const float *__restrict__ col_mul,
+                            uint32_t *amax) {
+    uint32_t a = 0;
+    const int64_t K8 = K / 8, n = M * K8;
+    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n; g += (int64_t)gridDim.x * blockDim.x) {
+        float v[8];
+        int64_t at;
+        act_values8(x, ldx, K8, g, col_mul, v, &at);
+        for (int j = 0; j < 8; j++) {
+            uint32_t b = glm_abs_bits(v[j]);
+            a = b > a ? b : a;
+        }
+    }
+    warp_max_to(a, amax);
+}
+
+__global__ void k_act_quant8(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
+                             const float *__restrict__ col_mul, int kind, const uint32_t *__restrict__ amax,
+                             uint8_t *__restrict__ q, float *scale, float *bvec) {
+    const float am = glm_bits_f32(*amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
+    const float s = glm_fp8_scale(am, (glm_fp8_kind)kind);
+    const int64_t t0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    if (t0 == 0 && scale) *scale = s;
+    if (bvec)
+        for (int64_t i = t0; i < rows; i += stride) bvec[i] = s;
+    const int64_t K8 = K / 8, n = rows * K8;
+    for (int64_t g = t0; g < n; g += stride) {
+        float v[8];
+        int64_t at;
+        act_values8(x, ldx, K8, g, col_mul, v, &at);
+        uint64_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint64_t)glm_fp8_encode(v[j], inv, (glm_fp8_kind)kind) << (8 * j);
+        *(uint64_t *)(q + at) = w;
+    }
+}
+
+/* 8 at a time where x's rows and q's are aligned for it */
+static bool vec8(const void *x, int64_t ldx, int64_t K, const void *q) {
+    return K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 7) == 0;
+}
+
+/* y [rows, N] (ldy) = bf16(t [rows, N] x rs[n] + beta y); beta == 0 does not read y */
+__global__ void k_tile_epilogue(bf16 *__restrict__ y, int64_t ldy, const float *__restrict__ t, int64_t rows, int64_t N,
+                                const float *__restrict__ rs, float beta) {
+    const int64_t n = rows * N;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / N, c = i - r * N;
+        float v = glm_fmul_rn(t[i], rs[c]);
+        if (beta != 0.0f) v += beta * ld(y + r * ldy + c);
+        st(y + r * ldy + c, v);
+    }
+}
+
+/* dst [cols, rows] = src [rows, cols]^T, 32 x 32 tiles through shared memory */
+__global__ void k_transpose8(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int64_t rows, int64_t cols) {
+    __shared__ uint8_t tile[32][33];
+    const int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        int64_t r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        int64_t c = c0 + i, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][i];
+    }
+}
+
+/* one block per row: scale[r] and the row's E4M3 codes (kernels/weight.h's fp8 format) */
+template <typename T>
+__global__ void k_weight_quant(const T *__restrict__ w, int64_t cols, uint8_t *__restrict__ q, float *__restrict__ scale) {
+    __shared__ uint32_t red[32];
+    const int64_t r = blockIdx.x;
+    const T *row = w + r * cols;
+    uint32_t a = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        uint32_t b = glm_abs_bits((float)row[c]);
+        a = b > a ? b : a;
+    }
+    a = __reduce_max_sync(0xffffffffu, a);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        uint32_t v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0;
+        v = __reduce_max_sync(0xffffffffu, v);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float am = glm_bits_f32(red[0]), inv = glm_fp8_inv_scale(am, GLM_FP8_E4M3);
+    if (threadIdx.x == 0) scale[r] = glm_fp8_scale(am, GLM_FP8_E4M3);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) q[r * cols + c] = glm_fp8_encode((float)row[c], inv, GLM_FP8_E4M3);
+}
+
+/* out [rows, cols] bf16 = code value x scale[r], rounded once */
+__global__ void k_weight_dequant(const uint8_t *__restrict__ q, const float *__restrict__ scale, int64_t rows, int64_t cols,
+                                 uint16_t *__restrict__ out) {
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = glm_f32_to_bf16(glm_fmul_rn(glm_fp8_to_f32(q[i], GLM_FP8_E4M3), scale[i / cols]));
+}
+
+/* ---------------------------------------------------------------------------- weights */
+
+glm_status cu_fp8_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st) {
+    cuda_impl *I = IMPL(be);
+    if (dst->n != dst->rows * dst->cols || !dst->data || !dst->absmax)
+        return glm_err(GLM_ERR_ARG, "weight quantize (fp8): a whole [%lld, %lld] matrix with its codes and row scales "
+                       "(n %lld)", (long long)dst->rows, (long long)dst->cols, (long long)dst->n);
+    if (dst->rows == 0 || dst->cols == 0) return GLM_OK;
+    if (dst->rows > INT32_MAX) return glm_err(GLM_ERR_ARG, "weight quantize (fp8): %lld rows", (long long)dst->rows);
+    if (st == GLM_DT_BF16)
+        k_weight_quant<bf16><<<(unsigned)dst->rows, 256, 0, I->s>>>((const bf16 *)src, dst->cols, (uint8_t *)dst->data,
+                                                                     (float *)dst->absmax);
+    else if (st == GLM_DT_F32)
+        k_weight_quant<float><<<(unsigned)dst->rows, 256, 0, I->s>>>((const float *)src, dst->cols, (uint8_t *)dst->data,
+                                                                      (float *)dst->absmax);
+    else
+        return glm_err(GLM_ERR_UNSUPPORTED, "weight quantize (fp8): source dtype %d (f32 or bf16)", (int)st);
+    LAUNCHED("weight quantize (fp8)");
+    return GLM_OK;
+}
+
+glm_status cu_fp8_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, const glm_weight *src) {
+    if (dt != GLM_DT_BF16) return glm_err(GLM_ERR_UNSUPPORTED, "weight dequantize (fp8): the CUDA backend dequantizes to bf16");
+    if (src->n != src->rows * src->cols)
+        return glm_err(GLM_ERR_ARG, "weight dequantize (fp8): a whole matrix (n %lld of [%lld, %lld])", (long long)src->n,
+                       (long long)src->rows, (long long)src->cols);
+    if (src->n == 0) return GLM_OK;
+    k_weight_dequant<<<grid_for(src->n, 256), 256, 0, IMPL(be)->s>>>((const uint8_t *)src->data, (const float *)src->absmax,
+                                                                     src->rows, src->cols, (uint16_t *)dst);
+    LAUNCHED("weight dequantize (fp8)");
+    return GLM_OK;
+}
+
+/* ---------------------------------------------------------------------------- activations */
+
+static glm_status check_kind(int kind, const char *op) {
+    if (kind != GLM_FP8_E4M3 && kind != GLM_FP8_E5M2)
+        return glm_err(GLM_ERR_ARG, "%s: FP8 kind %d (E4M3 %d or E5M2 %d)", op, kind, GLM_FP8_E4M3, GLM_FP8_E5M2);
+    return GLM_OK;
+}
+
+/* the amax of x into *amax (zeroed first) */
+static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, int64_t K, const float *col_mul, uint32_t *amax) {
+    CU(cudaMemsetAsync(amax, 0, 4, I->s), "fp8 quantize (amax)");
+    if (M * K > 0 && vec8(x, ldx, K, nullptr))
+        k_act_amax8<<<grid_for(M * K / 8, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
+    else if (M * K > 0)
+        k_act_amax<<<grid_for(M * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
+    LAUNCHED_I(I, "fp8 quantize (amax)");
+    return GLM_OK;
+}
+
+/* q [rows, K] = the codes of x's rows, *scale and bvec (see k_act_quant) */
+static glm_status act_quant(cuda_impl *I, const void *x, int64_t ldx, int64_t rows, int64_t K, const float *col_mul, int kind,
+                            const uint32_t *amax, uint8_t *q, float *scale, float *bvec) {
+    if (vec8(x, ldx, K, q))
+        k_act_quant8<<<grid_for(std::max<int64_t>(rows * K / 8, rows), 256), 256, 0, I->s>>>(
+            (const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale, bvec);
+    else
+        k_act_quant<<<grid_for(rows * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
+                                                              bvec);
+    LAUNCHED_I(I, "fp8 quantize");
+    return GLM_OK;
+}
+
+glm_status cu_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx, int64_t M, int64_t K,
+                           const float *col_mul, int kind) {
+    cuda_impl *I = IMPL(be);
+    GLM_TRY(check_kind(kind, "fp8 quantize"));
+    if (M < 0 || K < 0 || ldx < K)
+        return glm_err(GLM_ERR_ARG, "fp8 quantize: bad sizes M=%lld K=%lld ldx=%lld", (long long)M, (long long)K,
+                       (long long)ldx);
+    void *vec;
+    GLM_TRY(scratch(I, SCR_FP8_VEC, VEC_BYTES, &vec));
+    uint32_t *amax = (uint32_t *)vec;
+    GLM_TRY(act_amax(I, x, ldx, M, K, col_mul, amax));
+    return act_quant(I, x, ldx, M, K, col_mul, kind, amax, q, scale, nullptr);
+}
+
+glm_status cu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols) {
+    if (rows < 0 || cols < 0 || (rows + 31) / 32 > 65535)
+        return glm_err(GLM_ERR_ARG, "fp8 transpose: bad sizes %lld x %lld", (long long)rows, (long long)cols);
+    if (rows == 0 || cols == 0) return GLM_OK;
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
+    k_transpose8<<<grid, block, 0, IMPL(be)->s>>>(dst, src, rows, cols);
+    LAUNCHED("fp8 transpose");
+    return GLM_OK;
+}
+
+/* ---------------------------------------------------------------------------- GEMM */
+
+static void plan_free(fp8_plan *p) {
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    *p = fp8_plan();
+}
+
+/* The cached plan of one block shape in one mode; p->ok false when cuBLASLt has no algorithm for it
+ * (or declines its attributes: an older cuBLAS without outer-vector scaling). */
+static fp8_plan *plan_for(cuda_impl *I, const fp8_key &k) {
+    fp8_cache *c = cache_of(I);
+    auto it = c->plans.find(k);
+    if (it != c->plans.end()) return &it->second;
+    fp8_plan p;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const cudaDataType_t bt = k.kind == GLM_FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    const cudaDataType_t ct = k.mode == MODE_TILE ? CUDA_R_32F : CUDA_R_16BF;
+    const int64_t ldc = k.mode == MODE_TILE ? k.N : k.ldy;
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    size_t ws = LT_WS_BYTES;
+    uint32_t al[3] = {16, 16, (uint32_t)(k.mode == MODE_TILE ? 16 : k.align)};
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (!s && k.mode == MODE_OUTER) {
+        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+        if (!s) s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+    }
+    if (!s) s = cublasLtMatrixLayoutCreate(&p.la, CUDA_R_8F_E4M3, k.K, k.N, k.K);
+    if (!s) s = cublasLtMatrixLayoutCreate(&p.lb, bt, k.K, k.rows, k.K);
+    if (!s) s = cublasLtMatrixLayoutCreate(&p.lc, ct, k.N, k.rows, ldc);
+    if (!s) s = cublasLtMatmulPreferenceCreate(&pref);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4);
+    if (!s) s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], 4);
+    if (!s && cublasLtMatmulAlgoGetHeuristic(I->lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &nres) ==
+                  CUBLAS_STATUS_SUCCESS &&
+        nres > 0) {
+        p.algo = res.algo;
+        p.ok = true;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!p.ok) plan_free(&p); /* remembered as "no algorithm" */
+    return &c->plans.emplace(k, p).first->second;
+}
+
+/* one cublasLtMatmul of a plan with its scale pointers (its status: the caller decides) */
+static cublasStatus_t run_plan(cuda_impl *I, fp8_plan *p, const void *a_scale, const void *b_scale, const uint8_t *w,
+                               const uint8_t *xq, float beta, void *c) {
+    const float one = 1.0f;
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale);
+    if (!s) s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale);
+    if (!s)
+        s = cublasLtMatmul(I->lt, p->op, &one, w, p->la, xq, p->lb, &beta, c, p->lc, c, p->lc, &p->algo, I->lt_ws, LT_WS_BYTES,
+                           I->s);
+    return s;
+}
+
+glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx,
+                         const float *col_mul, int x_kind, const uint8_t *w, const float *w_scale, float beta, void *y,
+                         int64_t ldy) {
+    cuda_impl *I = IMPL(be);
+    GLM_TRY(check_kind(x_kind, "fp8 matmul"));
+    if (M < 0 || N < 0 || K < 0 || ldx < K || ldy < N || M > INT32_MAX || N > VEC_B_MAX || K > INT32_MAX || ldy > INT32_MAX)
+        return glm_err(GLM_ERR_ARG, "fp8 matmul: bad sizes M=%lld N=%lld K=%lld ldx=%lld ldy=%lld", (long long)M,
+                       (long long)N, (long long)K, (long long)ldx, (long long)ldy);
+    if (N % 16 || K % 16)
+        return glm_err(GLM_ERR_UNSUPPORTED, "fp8 matmul: N=%lld and K=%lld must be multiples of 16 (the FP8 tensor "
+                       "cores' layout)", (long long)N, (long long)K);
+    if (I->sm < 89)
+        return glm_err(GLM_ERR_UNSUPPORTED, "fp8 matmul: this GPU (sm_%d) has no FP8 tensor cores (sm_89 and later)", I->sm);
+    if (M == 0 || N == 0) return GLM_OK;
+    fp8_cache *c = cache_of(I);
+    void *vec, *qv, *tile = nullptr;
+    GLM_TRY(scratch(I, SCR_FP8_VEC, VEC_BYTES, &vec));
+    uint32_t *amax = (uint32_t *)vec;
+    float *sx = (float *)vec + 1, *bvec = (float *)((char *)vec + VEC_B);
+    /* the rows of a block: codes and (tile mode) the f32 tile within GLM_FP8_BLOCK_BYTES, the scale vector within its room */
+    int64_t rb = std::min<int64_t>(M, std::max<int64_t>(1, BLOCK / K));
+    rb = std::min<int64_t>(rb, VEC_B_MAX);
+    if (c->block_rows > 0) rb = std::min<int64_t>(rb, c->block_rows);
+    int mode = !w_scale ? MODE_SCALAR : c->force_tile ? MODE_TILE : MODE_OUTER;
+    GLM_TRY(scratch(I, SCR_FP8_Q, (size_t)(rb * K), &qv));
+    GLM_TRY(act_amax(I, x, ldx, M, K, col_mul, amax));
+    for (int64_t r0 = 0; r0 < M;) {
+        int64_t rows = std::min<int64_t>(rb, M - r0);
+        bf16 *yb = (bf16 *)y + r0 * ldy;
+        fp8_plan *p = nullptr;
+        if (mode == MODE_OUTER) { /* sm_90's per-row scaling inside the GEMM; else the tile for good */
+            p = plan_for(I, fp8_key{rows, N, K, ldy, x_kind, MODE_OUTER, align_of(yb)});
+            if (!p->ok) mode = MODE_TILE;
+        }
+        if (mode == MODE_TILE) {
+            rows = std::min<int64_t>(rows, std::max<int64_t>(1, BLOCK / (4 * N)));
+            p = plan_for(I, fp8_key{rows, N, K, N, x_kind, MODE_TILE, 16});
+            if (!tile) GLM_TRY(scratch(I, SCR_FP8_TILE, (size_t)(std::min<int64_t>(rb, std::max<int64_t>(1, BLOCK / (4 * N))) * N * 4), &tile));
+        } else if (mode == MODE_SCALAR) {
+            p = plan_for(I, fp8_key{rows, N, K, ldy, x_kind, MODE_SCALAR, align_of(yb)});
+        }
+        if (!p->ok)
+            return glm_err(GLM_ERR_UNSUPPORTED, "fp8 matmul: cuBLASLt has no FP8 algorithm for M=%lld N=%lld K=%lld (%s, %s "
+                           "scales) on sm_%d; hint: --base-dtype bf16", (long long)rows, (long long)N, (long long)K,
+                           x_kind == GLM_FP8_E5M2 ? "E5M2 x E4M3" : "E4M3 x E4M3",
+                           mode == MODE_SCALAR ? "per-tensor" : "per-row", I->sm);
+        GLM_TRY(act_quant(I, (const bf16 *)x + r0 * ldx, ldx, rows, K, col_mul, x_kind, amax, (uint8_t *)qv, sx,
+                          mode == MODE_OUTER ? bvec : nullptr));
+        cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+        if (mode == MODE_OUTER) {
+            bs = run_plan(I, p, w_scale, bvec, w, (const uint8_t *)qv, beta, yb);
+            if (bs != CUBLAS_STATUS_SUCCESS) {
+                /* a cuBLASLt that offers the kernel but refuses the call: the tile from now on, and this block again */
+                p->ok = false;
+                mode = MODE_TILE;
+                continue;
+            }
+        } else if (mode == MODE_SCALAR) {
+            bs = run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, beta, yb);
+        } else {
+            bs = run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, 0.0f, tile);
+            if (bs == CUBLAS_STATUS_SUCCESS) {
+                k_tile_epilogue<<<grid_for(rows * N, 256), 256, 0, I->s>>>(yb, ldy, (const float *)tile, rows, N, w_scale,
+                                                                           beta);
+                LAUNCHED("fp8 matmul (row scales)");
+            }
+        }
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return glm_err(GLM_ERR_DEVICE, "cuda backend: fp8 matmul M=%lld N=%lld K=%lld: cublasLtMatmul: %s (%d)",
+                           (long long)rows, (long long)N, (long long)K, blas_name(bs), (int)bs);
+        LAUNCHED("fp8 matmul");
+        c->calls[mode]++;
+        r0 += rows;
+    }
+    return GLM_OK;
+}
+
+}  // namespace glmcu
+
+using namespace glmcu;
+
+/* For tests (tests/gpu/test_fp8_ops.c, through glm_cuda_module_symbol): the FP8 GEMMs this backend ran
+ * so far by the way it applied the scales: counts[0] per tensor only (input gradients), [1] with the
+ * row scales inside cuBLASLt (outer vectors), [2] through the f32 tile. */
+extern "C" void glm_cuda_fp8_counts(const glm_backend *be, int64_t counts[3]) {
+    cuda_impl *I = IMPL(be);
+    for (int i = 0; i < 3; i++) counts[i] = I->fp8s ? I->fp8s->calls[i] : 0;
+}
+
+/* every float32 bit pattern u in [0, 2^32): glm_f32_to_fp8 against the GPU's own conversion
+ * (__nv_cvt_float_to_fp8 with __NV_SATFINITE: cvt.rn.satfinite on sm_89+) */
+__global__ void k_convert_check(int kind, unsigned long long *bad, unsigned int *first) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    unsigned long long nbad = 0;
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < (1ULL << 32); i += stride) {
+        uint32_t u = (uint32_t)i;
+        float x;
+        memcpy(&x, &u, 4);
+        uint8_t mine = glm_f32_to_fp8(x, (glm_fp8_kind)kind);
+        uint8_t hw = (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, kind == GLM_FP8_E5M2 ? __NV_E5M2 : __NV_E4M3);
+        if (mine != hw) {
+            nbad++;
+            atomicMin(first, u);
+        }
+    }
+    if (nbad) atomicAdd(bad, nbad);
+}
+
+/* For tests: runs k_convert_check for kind (glm_fp8_kind) on the backend's device; *mismatches the
+ * inputs where the two differ, *first the smallest such bit pattern (0xffffffff: none). */
+extern "C" glm_status glm_cuda_fp8_convert_check(const glm_backend *be, int kind, uint64_t *mismatches, uint32_t *first) {
+    cuda_impl *I = IMPL(be);
+    unsigned long long *d = nullptr;
+    CU(cudaMalloc(&d, 16), "fp8 convert check");
+    unsigned long long init[2] = {0, 0xffffffffULL};
+    cudaError_t e = cudaMemcpyAsync(d, init, 16, cudaMemcpyHostToDevice, I->s);
+    if (e == cudaSuccess) {
+        k_convert_check<<<4096, 256, 0, I->s>>>(kind, d, (unsigned int *)(d + 1));
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(init, d, 16, cudaMemcpyDeviceToHost, I->s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(I->s);
+    cudaFree(d);
+    if (e != cudaSuccess) return glm_err(GLM_ERR_DEVICE, "fp8 convert check: %s", cudaGetErrorString(e));
+    *mismatches = init[0];
+    *first = (uint32_t)init[1];
+    return GLM_OK;
+}
