@@ -1111,16 +1111,16 @@ static int ring_pairs(int N, int (*pairs)[3]) {
     return n;
 }
 
-enum { RF_O = 2, RF_LSE };                                            /* forward */
-enum { RB_DOUT = 2, RB_OUT, RB_LSEIN, RB_DQ, RB_DK, RB_DV, RB_OS, RB_LSS }; /* backward; RB_OS, RB_LSS: the CPU run */
+enum { RGF_O = 2, RGF_LSE };                                            /* forward */
+enum { RG_DOUT = 2, RG_OUT, RG_LSEIN, RG_DQ, RG_DK, RG_DV, RG_OS, RG_LSS }; /* backward; RG_OS, RG_LSS: the CPU run */
 
 static void ringf_make(op_inst *in, const void *cv) {
     const ring_case *c = cv;
     const int T = 2 * c->N * c->S;
     att_inputs(in, 1, T, c->H, c->Hkv, c->Dh, c->mean_doc, c->doc);
     op_add(in, "o", OP_T_ACC, OP_OUT, (int64_t)T * c->H * c->Dh), op_add(in, "lse", OP_T_ACC, OP_OUT, (int64_t)c->H * T);
-    op_check_add(in, "attention_block_fwd o (ring)", RF_O, OP_CMP_REL, TOL_BF16);
-    op_check_add(in, "attention_block_fwd lse (ring)", RF_LSE, OP_CMP_REL, TOL_F32);
+    op_check_add(in, "attention_block_fwd o (ring)", RGF_O, OP_CMP_REL, TOL_BF16);
+    op_check_add(in, "attention_block_fwd lse (ring)", RGF_LSE, OP_CMP_REL, TOL_F32);
     snprintf(in->shape, sizeof in->shape, "ring N%d S%d H%d Hkv%d Dh%d", c->N, c->S, c->H, c->Hkv, c->Dh);
 }
 static glm_status ringf_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
@@ -1132,7 +1132,7 @@ static glm_status ringf_run(const glm_backend *be, const op_inst *in, op_bufs *b
     const int32_t *doc = b->p[AT_DOC];
     for (int p = 0; p < np && !st; p++) {
         const int q0 = pairs[p][0] * c->S, k0 = pairs[p][1] * c->S;
-        st = be->attention_block_fwd(be, op_el(b, RF_O, (int64_t)q0 * qd), qd, op_el(b, RF_LSE, q0), T,
+        st = be->attention_block_fwd(be, op_el(b, RGF_O, (int64_t)q0 * qd), qd, op_el(b, RGF_LSE, q0), T,
                                      op_el(b, AT_QKV, (int64_t)q0 * ld), ld, op_el(b, AT_QKV, (int64_t)k0 * ld + qd), ld,
                                      op_el(b, AT_QKV, (int64_t)k0 * ld + qd + kd), ld, doc + q0, doc + k0, q0, k0, c->S,
                                      c->S, c->H, c->Hkv, c->Dh, pairs[p][2]);
@@ -1146,8 +1146,8 @@ static void ringf_ref(const op_inst *in, double *const *want) {
     att_host a = att_of(in, 1, T, c->H, c->Hkv, c->Dh);
     double *l = malloc(sizeof(double) * (size_t)c->H);
     for (int64_t n = 0; n < T; n++) {
-        att_fwd_row(&a, n, want[RF_O] + n * a.qd, l);
-        for (int h = 0; h < c->H; h++) want[RF_LSE][(int64_t)h * T + n] = l[h];
+        att_fwd_row(&a, n, want[RGF_O] + n * a.qd, l);
+        for (int h = 0; h < c->H; h++) want[RGF_LSE][(int64_t)h * T + n] = l[h];
     }
     free(l);
 }
@@ -1161,7 +1161,7 @@ static void ringf_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
               "attention_block_fwd on %s: a zero-sized block succeeds: %s", be->name, glm_errmsg());
     const int T = 2 * c->N * c->S;
     const int64_t ld = (int64_t)(c->H + 2 * c->Hkv) * c->Dh;
-    OP_EXPECT(be->attention_block_fwd(be, b->p[RF_O], 3 * c->Dh, b->p[RF_LSE], T, b->p[AT_QKV], ld, b->p[AT_QKV], ld,
+    OP_EXPECT(be->attention_block_fwd(be, b->p[RGF_O], 3 * c->Dh, b->p[RGF_LSE], T, b->p[AT_QKV], ld, b->p[AT_QKV], ld,
                                       b->p[AT_QKV], ld, b->p[AT_DOC], b->p[AT_DOC], 0, 0, c->S, c->S, 3, 2, c->Dh,
                                       1) == GLM_ERR_ARG,
               "attention_block_fwd on %s: H = 3 over Hkv = 2 is an error", be->name);
@@ -1176,18 +1176,18 @@ static void ringb_make(op_inst *in, const void *cv) {
     op_add(in, "lse", OP_T_F32, OP_IN, (int64_t)c->H * T);
     op_add(in, "dq", OP_T_ACC, OP_INOUT, T * qd), op_add(in, "dk", OP_T_ACC, OP_INOUT, T * kd);
     op_add(in, "dv", OP_T_ACC, OP_INOUT, T * kd); /* zeros: the ring's accumulators start at 0 */
-    op_fill_n(in, RB_DOUT, 1.0f);
+    op_fill_n(in, RG_DOUT, 1.0f);
     snprintf(in->shape, sizeof in->shape, "ring N%d S%d H%d Hkv%d Dh%d", c->N, c->S, c->H, c->Hkv, c->Dh);
-    att_derive(in, RB_OUT, RB_LSEIN, 1, T, c->H, c->Hkv, c->Dh); /* the whole row's forward */
-    op_check_add(in, "attention_block_bwd dq (ring)", RB_DQ, OP_CMP_REL, TOL_BF16);
-    op_check_add(in, "attention_block_bwd dk (ring)", RB_DK, OP_CMP_REL, TOL_BF16);
-    op_check_add(in, "attention_block_bwd dv (ring)", RB_DV, OP_CMP_REL, TOL_BF16);
+    att_derive(in, RG_OUT, RG_LSEIN, 1, T, c->H, c->Hkv, c->Dh); /* the whole row's forward */
+    op_check_add(in, "attention_block_bwd dq (ring)", RG_DQ, OP_CMP_REL, TOL_BF16);
+    op_check_add(in, "attention_block_bwd dk (ring)", RG_DK, OP_CMP_REL, TOL_BF16);
+    op_check_add(in, "attention_block_bwd dv (ring)", RG_DV, OP_CMP_REL, TOL_BF16);
     if (!in->ref) {
         op_add(in, "out'", OP_T_ACT, OP_SCRATCH, T * qd), op_add(in, "lse'", OP_T_F32, OP_SCRATCH, (int64_t)c->H * T);
         in->fd = (op_fd){.on = 1, .x = AT_QKV, .ldx = qd + 2 * kd, .nparts = 3, .accumulates = 1, .h = 1e-2f, .tol = TOL_FD};
-        in->fd.part[0].t = RB_DQ, in->fd.part[0].col = 0, in->fd.part[0].cols = qd;
-        in->fd.part[1].t = RB_DK, in->fd.part[1].col = qd, in->fd.part[1].cols = kd;
-        in->fd.part[2].t = RB_DV, in->fd.part[2].col = qd + kd, in->fd.part[2].cols = kd;
+        in->fd.part[0].t = RG_DQ, in->fd.part[0].col = 0, in->fd.part[0].cols = qd;
+        in->fd.part[1].t = RG_DK, in->fd.part[1].col = qd, in->fd.part[1].cols = kd;
+        in->fd.part[2].t = RG_DV, in->fd.part[2].col = qd + kd, in->fd.part[2].cols = kd;
     }
 }
 static glm_status ringb_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
@@ -1197,12 +1197,12 @@ static glm_status ringb_run(const glm_backend *be, const op_inst *in, op_bufs *b
     int(*pairs)[3] = malloc(sizeof *pairs * (size_t)(8 * c->N * c->N)), np = ring_pairs(c->N, pairs);
     glm_status st = GLM_OK;
     const int32_t *doc = b->p[AT_DOC];
-    const float *lse = b->p[RB_LSEIN];
+    const float *lse = b->p[RG_LSEIN];
     for (int p = 0; p < np && !st; p++) {
         const int q0 = pairs[p][0] * c->S, k0 = pairs[p][1] * c->S;
-        st = be->attention_block_bwd(be, op_el(b, RB_DQ, (int64_t)q0 * qd), qd, op_el(b, RB_DK, (int64_t)k0 * kd), kd,
-                                     op_el(b, RB_DV, (int64_t)k0 * kd), kd, op_el(b, RB_DOUT, (int64_t)q0 * qd), qd,
-                                     op_el(b, RB_OUT, (int64_t)q0 * qd), lse + q0, T, op_el(b, AT_QKV, (int64_t)q0 * ld), ld,
+        st = be->attention_block_bwd(be, op_el(b, RG_DQ, (int64_t)q0 * qd), qd, op_el(b, RG_DK, (int64_t)k0 * kd), kd,
+                                     op_el(b, RG_DV, (int64_t)k0 * kd), kd, op_el(b, RG_DOUT, (int64_t)q0 * qd), qd,
+                                     op_el(b, RG_OUT, (int64_t)q0 * qd), lse + q0, T, op_el(b, AT_QKV, (int64_t)q0 * ld), ld,
                                      op_el(b, AT_QKV, (int64_t)k0 * ld + qd), ld, op_el(b, AT_QKV, (int64_t)k0 * ld + qd + kd),
                                      ld, doc + q0, doc + k0, q0, k0, c->S, c->S, c->H, c->Hkv, c->Dh);
     }
@@ -1213,14 +1213,14 @@ static void ringb_ref(const op_inst *in, double *const *want) {
     const ring_case *c = in->c;
     const int T = 2 * c->N * c->S;
     att_host a = att_of(in, 1, T, c->H, c->Hkv, c->Dh);
-    a.dout = HV(in, RB_DOUT), a.out = HV(in, RB_OUT), a.lse = HV(in, RB_LSEIN);
+    a.dout = HV(in, RG_DOUT), a.out = HV(in, RG_OUT), a.lse = HV(in, RG_LSEIN);
     double *g = malloc(sizeof(double) * (size_t)a.ld);
     for (int64_t r = 0; r < T; r++) {
         att_bwd_row(&a, r, g);
-        for (int64_t j = 0; j < a.qd; j++) want[RB_DQ][r * a.qd + j] = HV(in, RB_DQ)[r * a.qd + j] + g[j];
+        for (int64_t j = 0; j < a.qd; j++) want[RG_DQ][r * a.qd + j] = HV(in, RG_DQ)[r * a.qd + j] + g[j];
         for (int64_t j = 0; j < a.kd; j++) {
-            want[RB_DK][r * a.kd + j] = HV(in, RB_DK)[r * a.kd + j] + g[a.qd + j];
-            want[RB_DV][r * a.kd + j] = HV(in, RB_DV)[r * a.kd + j] + g[a.qd + a.kd + j];
+            want[RG_DK][r * a.kd + j] = HV(in, RG_DK)[r * a.kd + j] + g[a.qd + j];
+            want[RG_DV][r * a.kd + j] = HV(in, RG_DV)[r * a.kd + j] + g[a.qd + a.kd + j];
         }
     }
     free(g);
@@ -1229,9 +1229,9 @@ static double ringb_fd(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const ring_case *c = in->c;
     const int T = 2 * c->N * c->S;
     const int64_t qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, ld = qd + 2 * kd;
-    be->attention_fwd(be, b->p[RB_OS], qd, b->p[RB_LSS], b->p[AT_QKV], ld, op_el(b, AT_QKV, qd), ld,
+    be->attention_fwd(be, b->p[RG_OS], qd, b->p[RG_LSS], b->p[AT_QKV], ld, op_el(b, AT_QKV, qd), ld,
                       op_el(b, AT_QKV, qd + kd), ld, b->p[AT_DOC], 1, T, c->H, c->Hkv, c->Dh);
-    return op_dot(b, in, RB_OS, HV(in, RB_DOUT), T * qd);
+    return op_dot(b, in, RG_OS, HV(in, RG_DOUT), T * qd);
 }
 static void ringb_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
     (void)b;
