@@ -32,6 +32,13 @@ static inline int check_close(double a, double b, double rtol, double floor_) {
     return isfinite(a) && fabs(a - b) <= rtol * s;
 }
 
+/* Adds checks counted elsewhere (a shared harness such as tests/ops/op_runner.c, which has its own
+ * counts) to this program's summary. */
+static inline void check_merge(int passed, int failed) {
+    check_passed_ += passed;
+    check_failed_ += failed;
+}
+
 static inline int check_summary(const char *name) {
     printf("%s: %d passed, %d failed\n", name, check_passed_, check_failed_);
     return check_failed_ ? 1 : 0;

@@ -2,9 +2,10 @@
  * context-parallel ring is made of (attention_block_fwd / attention_block_bwd, contract in
  * kernels/backend.h): one block of queries against one block of keys of the same packed row, with
  * global token indices (q0, k0) and document ids for the mask, and the online-softmax merge of
- * the forward's partial results. Same arithmetic as cpu_attention_fwd / _bwd (backend_cpu.c): dot
- * products, softmax sums and merges in double, and the accumulators are double too (the CPU
- * backend's acc_dtype), so the ring rounds to f32 once, at its end, as the whole-row ops do. */
+ * the forward's partial results. The one CPU attention: the whole-row ops (cpu_attention_fwd / _bwd,
+ * backend_cpu.c) are these with one block covering each row. Dot products, softmax sums and merges
+ * in double, and the accumulators are double too (the CPU backend's acc_dtype), so the ring rounds
+ * to f32 once, at its end, as the whole-row ops do. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

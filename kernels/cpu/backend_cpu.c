@@ -255,121 +255,74 @@ static glm_status cpu_swiglu_bwd(const glm_backend *be, void *dh, const void *do
     return GLM_OK;
 }
 
+/* The whole-row attention is written once, in attention_block.c: each row of T tokens is one
+ * block of queries against one block of keys covering the row (q0 = k0 = 0, Tq = Tk = T), into
+ * the block ops' double accumulators, rounded here to f32 once. The block ops compute each
+ * query's sums in the order the whole-row loops did (heads, then queries, then keys), so the
+ * results are the same bits. Scratch: T (H + 2 Hkv) Dh + H T doubles for a row. */
 static glm_status cpu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse,
                                     const void *q, int64_t ldq, const void *k, int64_t ldk,
                                     const void *v, int64_t ldv, const int32_t *doc,
                                     int B, int T, int H, int Hkv, int Dh) {
-    const float *Q = q, *K = k, *Vv = v;
-    float *O = out;
-    double scale = 1.0 / sqrt((double)Dh);
-    double *s = malloc((size_t)T * sizeof(double));
-    double *acc = malloc((size_t)Dh * sizeof(double));
-    if (!s || !acc) {
-        free(s);
-        free(acc);
-        return glm_err(GLM_ERR_NOMEM, "attention_fwd: out of memory");
+    const int64_t qd = (int64_t)H * Dh;
+    double *o = malloc((size_t)T * (size_t)qd * sizeof(double)), *l = malloc((size_t)T * (size_t)H * sizeof(double));
+    if (!o || !l) {
+        free(o);
+        free(l);
+        return glm_err(GLM_ERR_NOMEM, "attention_fwd: out of memory for a row of %d tokens", T);
     }
-    int rep = H / Hkv;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            int g = h / rep;
-            for (int i = 0; i < T; i++) {
-                int64_t ri = (int64_t)b * T + i;
-                const float *qi = Q + ri * ldq + (int64_t)h * Dh;
-                double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    int64_t rj = (int64_t)b * T + j;
-                    if (doc[rj] != doc[ri]) continue;
-                    const float *kj = K + rj * ldk + (int64_t)g * Dh;
-                    double d = 0;
-                    for (int c = 0; c < Dh; c++) d += (double)qi[c] * kj[c];
-                    s[j] = d * scale;
-                    if (s[j] > mx) mx = s[j];
-                }
-                double sum = 0;
-                for (int c = 0; c < Dh; c++) acc[c] = 0;
-                for (int j = 0; j <= i; j++) {
-                    int64_t rj = (int64_t)b * T + j;
-                    if (doc[rj] != doc[ri]) continue;
-                    double e = exp(s[j] - mx);
-                    sum += e;
-                    const float *vj = Vv + rj * ldv + (int64_t)g * Dh;
-                    for (int c = 0; c < Dh; c++) acc[c] += e * vj[c];
-                }
-                float *oi = O + ri * ldo + (int64_t)h * Dh;
-                for (int c = 0; c < Dh; c++) oi[c] = (float)(acc[c] / sum);
-                lse[((int64_t)b * H + h) * T + i] = (float)(mx + log(sum));
-            }
-        }
-    free(s);
-    free(acc);
-    return GLM_OK;
+    glm_status st = GLM_OK;
+    for (int b = 0; b < B && !st; b++) {
+        const int64_t r0 = (int64_t)b * T;
+        st = glm_cpu_attention_block_fwd(be, o, qd, l, T, (const float *)q + r0 * ldq, ldq, (const float *)k + r0 * ldk,
+                                         ldk, (const float *)v + r0 * ldv, ldv, doc + r0, doc + r0, 0, 0, T, T, H, Hkv, Dh,
+                                         1);
+        for (int64_t i = 0; !st && i < T; i++)
+            for (int64_t c = 0; c < qd; c++) ((float *)out)[(r0 + i) * ldo + c] = (float)o[i * qd + c];
+        for (int64_t i = 0; !st && i < (int64_t)H * T; i++) lse[(int64_t)b * H * T + i] = (float)l[i];
+    }
+    free(o);
+    free(l);
+    return st;
 }
 
+/* dq, dk, dv of each row from the block backward over the whole row (one block), rounded to f32 once */
 static glm_status cpu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
                                     const void *dout, int64_t ldo, const void *out, const float *lse,
                                     const void *q, int64_t ldq, const void *k, int64_t ldk,
                                     const void *v, int64_t ldv, const int32_t *doc,
                                     int B, int T, int H, int Hkv, int Dh) {
-    const float *Q = q, *K = k, *Vv = v, *DO = dout, *O = out;
-    float *DQ = dq, *DK = dk, *DV = dv;
-    double scale = 1.0 / sqrt((double)Dh);
-    int rep = H / Hkv;
-    int64_t NT = (int64_t)B * T;
-    /* dk, dv accumulate over query heads and tokens: keep double accumulators, write once */
-    double *adk = calloc((size_t)NT * Hkv * Dh, sizeof(double));
-    double *adv = calloc((size_t)NT * Hkv * Dh, sizeof(double));
-    double *adq = malloc((size_t)Dh * sizeof(double));
-    if (!adk || !adv || !adq) {
-        free(adk);
-        free(adv);
-        free(adq);
-        return glm_err(GLM_ERR_NOMEM, "attention_bwd: out of memory");
+    const int64_t qd = (int64_t)H * Dh, kd = (int64_t)Hkv * Dh;
+    double *aq = malloc((size_t)T * (size_t)qd * sizeof(double)), *ak = malloc((size_t)T * (size_t)kd * sizeof(double)),
+           *av = malloc((size_t)T * (size_t)kd * sizeof(double));
+    if (!aq || !ak || !av) {
+        free(aq);
+        free(ak);
+        free(av);
+        return glm_err(GLM_ERR_NOMEM, "attention_bwd: out of memory for a row of %d tokens", T);
     }
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            int g = h / rep;
-            for (int i = 0; i < T; i++) {
-                int64_t ri = (int64_t)b * T + i;
-                const float *qi = Q + ri * ldq + (int64_t)h * Dh;
-                const float *doi = DO + ri * ldo + (int64_t)h * Dh;
-                const float *oi = O + ri * ldo + (int64_t)h * Dh;
-                double Di = 0;
-                for (int c = 0; c < Dh; c++) Di += (double)doi[c] * oi[c];
-                double L = lse[((int64_t)b * H + h) * T + i];
-                for (int c = 0; c < Dh; c++) adq[c] = 0;
-                for (int j = 0; j <= i; j++) {
-                    int64_t rj = (int64_t)b * T + j;
-                    if (doc[rj] != doc[ri]) continue;
-                    const float *kj = K + rj * ldk + (int64_t)g * Dh;
-                    const float *vj = Vv + rj * ldv + (int64_t)g * Dh;
-                    double sdot = 0, dp = 0;
-                    for (int c = 0; c < Dh; c++) {
-                        sdot += (double)qi[c] * kj[c];
-                        dp += (double)doi[c] * vj[c];
-                    }
-                    double P = exp(sdot * scale - L);
-                    double dS = P * (dp - Di) * scale;
-                    double *akj = adk + (rj * Hkv + g) * Dh, *avj = adv + (rj * Hkv + g) * Dh;
-                    for (int c = 0; c < Dh; c++) {
-                        adq[c] += dS * kj[c];
-                        akj[c] += dS * qi[c];
-                        avj[c] += P * doi[c];
-                    }
-                }
-                float *dqi = DQ + ri * ldq + (int64_t)h * Dh;
-                for (int c = 0; c < Dh; c++) dqi[c] = (float)adq[c];
+    glm_status st = GLM_OK;
+    for (int b = 0; b < B && !st; b++) {
+        const int64_t r0 = (int64_t)b * T;
+        memset(aq, 0, (size_t)T * (size_t)qd * sizeof(double));
+        memset(ak, 0, (size_t)T * (size_t)kd * sizeof(double));
+        memset(av, 0, (size_t)T * (size_t)kd * sizeof(double));
+        st = glm_cpu_attention_block_bwd(be, aq, qd, ak, kd, av, kd, (const float *)dout + r0 * ldo, ldo,
+                                         (const float *)out + r0 * ldo, lse + (int64_t)b * H * T, T,
+                                         (const float *)q + r0 * ldq, ldq, (const float *)k + r0 * ldk, ldk,
+                                         (const float *)v + r0 * ldv, ldv, doc + r0, doc + r0, 0, 0, T, T, H, Hkv, Dh);
+        for (int64_t i = 0; !st && i < T; i++) {
+            for (int64_t c = 0; c < qd; c++) ((float *)dq)[(r0 + i) * ldq + c] = (float)aq[i * qd + c];
+            for (int64_t c = 0; c < kd; c++) {
+                ((float *)dk)[(r0 + i) * ldk + c] = (float)ak[i * kd + c];
+                ((float *)dv)[(r0 + i) * ldv + c] = (float)av[i * kd + c];
             }
         }
-    for (int64_t r = 0; r < NT; r++)
-        for (int64_t c = 0; c < (int64_t)Hkv * Dh; c++) {
-            DK[r * ldk + c] = (float)adk[r * Hkv * Dh + c];
-            DV[r * ldv + c] = (float)adv[r * Hkv * Dh + c];
-        }
-    free(adk);
-    free(adv);
-    free(adq);
-    return GLM_OK;
+    }
+    free(aq);
+    free(ak);
+    free(av);
+    return st;
 }
 
 static glm_status cpu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits,

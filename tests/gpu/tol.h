@@ -1,4 +1,5 @@
-/* tests/gpu/tol.h: the tolerances of the CUDA tests, in one place, with the reasons.
+/* tests/gpu/tol.h: the tolerances of the op tests (the op table, tests/ops/, on CUDA and on the
+ * CPU) and of the other CUDA tests, in one place, with the reasons.
  *
  * Every CUDA op is compared with the CPU reference op (kernels/cpu, fp32 storage, double
  * reductions) on the same inputs: random values already rounded to bf16, so both backends see
@@ -74,6 +75,20 @@
  *   probability d / s, an rms change of sqrt(d s) ~ 3e-2 per element, the same size as E4M3's own
  *   rounding error (s / sqrt(12) ~ 2.6e-2), which the CPU's fp8-vs-unquantized error measures: their
  *   ratio sqrt(12 d / s) ~ 1.2, hence 2. A bug gives O(1) against both references. */
+/*
+ * The CPU run of the op table (tests/kernels/test_cpu_ops.c) checks the CPU reference itself:
+ * TOL_CPU_REF = 1e-5: a CPU op (fp32 storage) against a float64 computation written in the test
+ *   (tests/ops/op_table.c), on small shapes: one rounding of each output to f32 (6e-8), sgemm's
+ *   fp32 accumulation over K <= 7, AdamW's f32 arithmetic (a few ulps of each update, 2-3 steps),
+ *   the f32 rounding of RoPE's cos/sin the specification itself asks for. A wrong formula, index,
+ *   mask or stride gives 1e-3 or (mostly) O(1).
+ * TOL_FD = 2e-3: a backward op against central finite differences (step 1e-2) of its forward's
+ *   objective f(x) = <forward(x), upstream gradient> in fp32: truncation error h^2 |f'''| / 6
+ *   (~1e-5 relative for these smooth functions), plus f32 rounding of f divided by 2h (a few 1e-5
+ *   relative); measured 3e-7 (the linear ops: dropout, RoPE) to 3e-5 (RMSNorm, SwiGLU), attention
+ *   1e-5 (the rows of test_cpu_ops' table). A wrong term gives 1e-2 or (mostly) far more.
+ * TOL_FD_CE = 1e-3: the same for cross-entropy's dlogits, whose objective (a log-sum-exp) is
+ *   smoother; the tolerance test_cpu_ops.c has always used. */
 #ifndef GLM_TESTS_GPU_TOL_H
 #define GLM_TESTS_GPU_TOL_H
 
@@ -90,5 +105,8 @@ static const double TOL_FP8_OUT = 0x1p-8;
 static const double TOL_FP8_ACC = 0x1p-11;
 static const double TOL_FP8_GEMM = 1e-2;
 static const double TOL_FP8_MODEL_FACTOR = 2.0;
+static const double TOL_CPU_REF = 1e-5;
+static const double TOL_FD = 2e-3;
+static const double TOL_FD_CE = 1e-3;
 
 #endif
