@@ -463,18 +463,8 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
         double capped = ts->max_gpu_gib * G - (double)glm_be_mem_overhead(be);
         if (budget <= 0 || capped < budget) budget = capped;
     }
-    const int eb = (int)glm_dtype_size(be->act_dtype), W = be->world;
-    glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb,
-                       .weight_bytes = (int)glm_dtype_size(be->weight_dtype), .lora_shadow = be->act_dtype != GLM_DT_F32,
-                       .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = rs->cp,
-                       .acc_bytes = (int)glm_dtype_size(be->acc_dtype),
-                       .host_budget = cpu ? 0 : glm_host_budget(glm_local_ranks()),
-                       .base_format = ts->fp8 ? GLM_WF_FP8_E4M3
-                                      : ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
-                                                                                                              : GLM_WF_NF4)
-                                                          : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
-                       .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,
-                       .attn_ws = (double)ws};
+    const int W = be->world;
+    glm_plan_opts o = train_plan_opts(ts, cpu, W, rs->cp, glm_local_ranks(), budget, need, ws);
     glm_plan p;
     glm_plan_make(&cfg, &li, B, T, 1, &o, &p);
     if (p.fits) return GLM_OK;

@@ -27,6 +27,20 @@
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
  * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
  * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
+glm_plan_opts train_plan_opts(const train_settings *ts, int cpu, int world, int cp, int local_ranks, double budget,
+                              size_t need, size_t ws) {
+    const int eb = cpu ? 4 : 2; /* the CPU backend holds f32, CUDA bf16 (weights and activations alike) */
+    glm_wformat base = eb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
+    if (ts->fp8) base = GLM_WF_FP8_E4M3;
+    else if (ts->quant_bits == 4) base = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
+    return (glm_plan_opts){.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
+                           .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && world > 1 ? world : 0,
+                           .cp = cp, .acc_bytes = cpu ? 8 : 4, /* the ring's accumulators: CPU f64, CUDA f32 */
+                           .host_budget = cpu ? 0 : glm_host_budget(local_ranks), .base_format = base,
+                           .double_quant = ts->quant_bits == 4 && ts->double_quant,
+                           .scratch = need > 0 ? (double)need : 0, .attn_ws = (double)ws};
+}
+
 glm_status train_check_output_dir(const train_settings *ts) {
     if (ts->resume) { /* the checkpoint must exist: said now, before the model loads */
         char *path = NULL;
@@ -236,15 +250,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
     int eb = cpu ? 4 : 2;
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
-    glm_plan_opts o = {.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
-                       .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && W > 1 ? W : 0, .cp = cp,
-                       .acc_bytes = cpu ? 8 : 4, .host_budget = cpu ? 0 : glm_host_budget(W),
-                       .base_format = ts->fp8 ? GLM_WF_FP8_E4M3
-                                      : ts->quant_bits == 4 ? (ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4
-                                                                                                              : GLM_WF_NF4)
-                                                          : eb == 2 ? GLM_WF_BF16 : GLM_WF_F32,
-                       .double_quant = ts->quant_bits == 4 && ts->double_quant, .scratch = need > 0 ? (double)need : 0,
-                       .attn_ws = (double)ws};
+    glm_plan_opts o = train_plan_opts(ts, cpu, W, cp, W, budget, need, ws);
     glm_plan p;
     glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
     if (schedule[0]) printf("%s", schedule);

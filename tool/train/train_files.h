@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "common/status.h"
+#include "lora/model/plan.h"
 #include "tool/train/train.h"
 
 /* A fresh run (no ts->resume) refuses an output directory that holds an earlier run (checkpoints,
@@ -23,6 +24,15 @@ glm_status train_resume_path(const train_settings *ts, char **path);
 /* Logs a warning for each training setting whose value differs between the checkpoint's saved
  * settings and this run's (both JSON objects; anything else is ignored). */
 void train_warn_changed_settings(const json_t *saved, const json_t *now);
+
+/* The memory planner's options for a run of settings ts (train's own plan and its --dry-run, so the
+ * two plan alike): the checkpointing mode, the base's format (bf16/f32, 4-bit, fp8), sharding over
+ * `world` ranks, context parallel `cp`, byte sizes of the CPU (cpu != 0: f32) or CUDA (bf16)
+ * backend, the layer-input offload within the host memory of `local_ranks` ranks of this machine
+ * (GPU only), the GPU budget in bytes, and the backend's scratch `need` and the attention library's
+ * workspace `ws` in bytes (0: the planner's estimate). */
+glm_plan_opts train_plan_opts(const train_settings *ts, int cpu, int world, int cp, int local_ranks, double budget,
+                              size_t need, size_t ws);
 
 /* Writes <dir>/loss_curve.svg from a log_history array (train "loss" and "eval_loss" by "step").
  * Errors: GLM_ERR_NOMEM, glm_plot_loss_svg's. */
