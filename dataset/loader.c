@@ -94,7 +94,7 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
     if (!glm_is_dir(path) && !glm_is_file(path)) {
         /* a LLaMA-Factory YAML's `dataset: identity,alpaca_en_demo` names datasets, not shards */
         bool names = !strchr(path, '/') && !strstr(path, ".bin");
-        s = glm_err(GLM_ERR_IO, "%s: not found; hint: --data takes the output directory of glmtune tokenize (with "
+        s = glm_err(GLM_ERR_IO, "%s: not found; hint: --data (and --eval-data) take the output directory of glmtune tokenize (with "
                     "manifest.json), or one of its .bin shards%s", path,
                     names ? "; LLaMA-Factory dataset names are tokenized first (glmtune tokenize --config FILE.yaml "
                             "-o shards/), then --dataset shards/" : "");
@@ -108,7 +108,7 @@ glm_status glm_loader_open(glm_loader *l, const char *path, const char *split, u
         if (!m) {
             s = glm_is_file(mpath)
                     ? glm_err(GLM_ERR_FORMAT, "%s:%d: %s; hint: re-run glmtune tokenize", mpath, je.line, je.text)
-                    : glm_err(GLM_ERR_IO, "%s: no manifest.json in this directory; hint: --data takes the output "
+                    : glm_err(GLM_ERR_IO, "%s: no manifest.json in this directory; hint: --data (and --eval-data) take the output "
                               "directory of glmtune tokenize", path);
             free(mpath);
             free(dir_of_manifest);

@@ -114,10 +114,7 @@ static glm_batch batch_fill(batch_buf *b, const glm_loader *l, const uint64_t *r
 static glm_status check_data(const glm_loader *l, const char *what, const glm_model *m, const char *model_dir,
                              int64_t want_seq_len) {
     const glm_config *c = &m->cfg;
-    if (want_seq_len > 0 && (int64_t)l->T != want_seq_len)
-        return glm_err(GLM_ERR_MISMATCH, "%s: the shards have rows of %u tokens, but the settings ask for seq_len %lld; "
-                       "hint: re-run glmtune tokenize --seq-len %lld, or drop the seq_len/cutoff_len setting",
-                       what, l->T, (long long)want_seq_len, (long long)want_seq_len);
+    GLM_TRY(train_check_seq_len(l, what, want_seq_len));
     if (l->vocab_size > (uint32_t)c->V)
         return glm_err(GLM_ERR_MISMATCH, "%s: the shards' tokenizer has %u ids but the model's vocabulary has %d; hint: "
                        "tokenize with the model's own tokenizer", what, l->vocab_size, c->V);

@@ -27,6 +27,14 @@
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
  * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
  * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
+glm_status train_check_seq_len(const glm_loader *l, const char *what, int64_t want_seq_len) {
+    if (want_seq_len > 0 && (int64_t)l->T != want_seq_len)
+        return glm_err(GLM_ERR_MISMATCH, "%s: the shards have rows of %u tokens, but the settings ask for seq_len %lld; "
+                       "hint: re-run glmtune tokenize --seq-len %lld, or drop the seq_len/cutoff_len setting",
+                       what, l->T, (long long)want_seq_len, (long long)want_seq_len);
+    return GLM_OK;
+}
+
 glm_plan_opts train_plan_opts(const train_settings *ts, int cpu, int world, int cp, int local_ranks, double budget,
                               size_t need, size_t ws) {
     const int eb = cpu ? 4 : 2; /* the CPU backend holds f32, CUDA bf16 (weights and activations alike) */
@@ -179,7 +187,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         glm_loader l;
         GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
         T = l.T;
-        glm_status s = ts->by_sample ? glm_loader_by_document(&l) : GLM_OK;
+        glm_status s = train_check_seq_len(&l, ts->data, ts->seq_len); /* as the run refuses it */
+        if (s == GLM_OK && ts->by_sample) s = glm_loader_by_document(&l);
         if (s == GLM_OK) {
             /* the run's step arithmetic (train.c setup): units per optimizer step = batch x accumulation x
              * data-parallel groups; steps per epoch = ceil(units / that), as transformers counts them */
@@ -198,6 +207,12 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         }
         glm_loader_close(&l);
         GLM_TRY(s);
+        if (ts->eval_data && *ts->eval_data && !ts->eval_from_val) { /* the run opens it: its val split, else all rows */
+            glm_status ev = glm_loader_open(&l, ts->eval_data, "val", (uint64_t)ts->seed, false);
+            if (ev == GLM_ERR_ARG) ev = glm_loader_open(&l, ts->eval_data, "train", (uint64_t)ts->seed, false);
+            GLM_TRY(ev);
+            glm_loader_close(&l);
+        }
     }
     if (T <= 0) return glm_err(GLM_ERR_ARG, "--dry-run needs the row length: --data SHARDS or --seq-len T");
     if (W % cp)

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "common/status.h"
+#include "dataset/loader.h"
 #include "lora/model/plan.h"
 #include "tool/train/train.h"
 
@@ -24,6 +25,10 @@ glm_status train_resume_path(const train_settings *ts, char **path);
 /* Logs a warning for each training setting whose value differs between the checkpoint's saved
  * settings and this run's (both JSON objects; anything else is ignored). */
 void train_warn_changed_settings(const json_t *saved, const json_t *now);
+
+/* A loader's rows (of `what`, named in the message) against the sequence length the settings ask
+ * for (want_seq_len > 0; 0: whatever the shards have). Errors: GLM_ERR_MISMATCH with the hint. */
+glm_status train_check_seq_len(const glm_loader *l, const char *what, int64_t want_seq_len);
 
 /* The memory planner's options for a run of settings ts (train's own plan and its --dry-run, so the
  * two plan alike): the checkpointing mode, the base's format (bf16/f32, 4-bit, fp8), sharding over
