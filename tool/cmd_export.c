@@ -54,6 +54,9 @@ static glm_status resolve_checkpoint(const char *path, char **dir) {
         *dir = strdup(path);
         return *dir ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
     }
+    if (!glm_is_dir(path))
+        return glm_err(GLM_ERR_IO, "--checkpoint %s: %s; hint: a checkpoint-N directory or the --output-dir of glmtune "
+                       "train", path, glm_is_file(path) ? "a file, not a directory" : "does not exist");
     char *newest = NULL, *why = NULL;
     glm_status s = glm_ckpt_scan(path, &newest, &why, dir);
     if (s != GLM_OK)
@@ -136,8 +139,9 @@ static glm_status check_outdir(const char *out, bool merge, const char *base, co
     char *first = NULL;
     if (s == GLM_OK && glm_is_dir(out)) s = glm_dir_first_foreign(out, export_file, &merge, &first);
     if (s == GLM_OK && first)
-        s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which an export does not write: the directory would be "
-                    "replaced as a whole; hint: export to a new or empty directory", out, first);
+        s = glm_err(GLM_ERR_ARG, "-o %s already holds %s, which this export (%s) does not write: the directory would be "
+                    "replaced as a whole; hint: export to a new or empty directory", out, first,
+                    merge ? "--merge: a merged model" : "an adapter");
     free(first);
     free(ro);
     return s;
