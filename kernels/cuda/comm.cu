@@ -30,8 +30,7 @@
 
 #include <vector>
 
-#include "kernels/comm.h"
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_common.cuh" /* kernels/backend.h and kernels/comm.h, with C linkage */
 
 namespace glmcu {
 

@@ -29,6 +29,7 @@
 
 extern "C" {
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 }
 
 typedef __nv_bfloat16 bf16;
