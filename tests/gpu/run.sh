@@ -13,7 +13,11 @@
 # and multi.sh and cp.sh in their one-GPU mode (--gpus 0,0 over NCCL's socket
 # transport) with their tables in $OUT/multi.txt, $OUT/cp.txt and logs multi.log, cp.log. Exit status: 0 when every test
 # passed or was skipped, 1 otherwise.
+# GLM_GPU_PARTS picks parts (default all: "ops model fp8 attention cli multi cp"), to split the
+# run over device calls of at most 10 minutes each (the whole run takes about 9), e.g.
+# GLM_GPU_PARTS="ops fp8 attention" then GLM_GPU_PARTS="model cli multi cp".
 set -u
+want() { [[ " ${GLM_GPU_PARTS:-ops model fp8 attention cli multi cp} " == *" $1 "* ]]; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pre=$root/.device/gpu
 logdir=${OUT:-/tmp}
@@ -30,6 +34,7 @@ if [ -x "$pre/bin/test_cuda_ops" ]; then
   export LD_LIBRARY_PATH=$pre/lib:$LD_LIBRARY_PATH
   export GLM_FIXTURES=$root/tests/fixtures # the test data (tracked, so it travels with the working tree)
   for t in test_cuda_ops test_cuda_model test_fp8_ops; do
+    case $t in test_cuda_ops) want ops ;; test_cuda_model) want model ;; *) want fp8 ;; esac || continue
     ldd "$pre/bin/$t" | grep "not found" && echo "$t: missing libraries (above)"
     start=$(date +%s.%N)
     "$pre/bin/$t" >"$logdir/${t#test_}.log" 2>&1
@@ -45,6 +50,7 @@ if [ -x "$pre/bin/test_cuda_ops" ]; then
   # the whole-row attention ops once with each implementation (the runs above use cuDNN's where
   # it is there): glmtune's own kernels, and cuDNN's forced (skipped when cuDNN cannot be loaded)
   for impl in glmtune cudnn; do
+    want attention || continue
     GLMTUNE_ATTENTION=$impl "$pre/bin/test_cuda_ops" attention >"$logdir/cuda_ops_attention_$impl.log" 2>&1
     rc=$?
     if [ $rc = 0 ]; then res=passed
@@ -86,10 +92,11 @@ grep -E "^FAIL|SKIPPED" "$logdir/cuda_ops.log" 2>/dev/null | head -30
 if [ -x "$pre/bin/glmtune" ]; then
   echo
   echo "== glmtune train --device cuda vs --device cpu (tests/gpu/cli_check.sh) =="
-  bash "$root/tests/gpu/cli_check.sh" || fail=1
+  if want cli; then bash "$root/tests/gpu/cli_check.sh" || fail=1; else echo "(not in GLM_GPU_PARTS)"; fi
   # the multi-rank paths over NCCL: on one GPU its ranks share it (--gpus 0,0: the
   # socket transport, correctness only); tables in $OUT/multi.txt and $OUT/cp.txt
   for t in multi cp; do
+    want $t || continue
     echo
     echo "== tests/gpu/$t.sh (data parallel, --shard-base, context parallel, bytes, comm share) =="
     start=$(date +%s.%N)
