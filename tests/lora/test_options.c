@@ -229,12 +229,33 @@ static void test_llamafactory(const char *yaml) {
     free(y3);
 }
 
+/* A value the config gave that validation refuses names the config's file and line (as a refused
+ * key does); the same value given on the command line is named as the option only. */
+static void test_value_location(void) {
+    glm_train_opts o;
+    char *y = write_yaml("bad_value.yaml", "model_name_or_path: /m\ndataset: /d\noutput_dir: /o\nlr_scheduler_type: cosin\n");
+    const char *a[] = {"--config", y};
+    CHECK(parse(&o, 2, a) == GLM_OK, "parse: %s", glm_errmsg());
+    char want[600];
+    snprintf(want, sizeof want, "%s:4: lr_scheduler_type", y);
+    CHECK(glm_opts_validate(&o) == GLM_ERR_ARG && !strncmp(glm_errmsg(), want, strlen(want)) &&
+              strstr(glm_errmsg(), "'cosin'"), "a config value refused at validation names file:line: %s", glm_errmsg());
+    glm_opts_free(&o);
+    const char *b[] = {"--config", y, "--lr-scheduler-type", "cosinx"};
+    CHECK(parse(&o, 4, b) == GLM_OK, "parse: %s", glm_errmsg());
+    CHECK(glm_opts_validate(&o) == GLM_ERR_ARG && !strncmp(glm_errmsg(), "--lr-scheduler-type 'cosinx'", 28),
+          "the command line's value is named as the option: %s", glm_errmsg());
+    glm_opts_free(&o);
+    free(y);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/glm_test_opts_XXXXXX");
     if (!mkdtemp(g_tmp)) return 1;
     glm_log_level = 0; /* keep the "ignored" info lines out of the test log */
     char *y = write_yaml("sft.yaml", k_yaml);
     glm_train_opts o;
+    test_value_location();
 
     /* YAML + command-line override */
     const char *a1[] = {"--config", y, "--learning-rate", "2e-4", "--max-steps=100"};

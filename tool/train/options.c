@@ -916,6 +916,7 @@ static glm_status set_option(glm_train_opts *o, size_t i, const char *key, const
     if (src == GLM_SRC_CONFIG && o->src[i] == GLM_SRC_CONFIG)
         return glm_err(GLM_ERR_ARG, "%s: %s is set twice in the config (keys %s / %s)", where, d->key, d->key,
                        d->alias ? d->alias : key);
+    o->line[i] = src == GLM_SRC_CONFIG ? o->yaml_line : 0;
     if (src == GLM_SRC_CLI && !*val) /* "--max-steps=" or "--max-steps ''": a value was meant */
         return glm_err(GLM_ERR_ARG, "%s: the value is empty; hint: give a value (--%s VALUE) or leave "
                        "the option out for its default", where, d->name);
@@ -1119,7 +1120,10 @@ static glm_status yaml_train_key(void *ctx, const char *path, int line, const ch
     }
     char where[300];
     snprintf(where, sizeof where, "%s:%d", path, line);
-    return apply_key(o, key, val, GLM_SRC_CONFIG, where, false);
+    o->yaml_line = line;
+    glm_status st = apply_key(o, key, val, GLM_SRC_CONFIG, where, false);
+    o->yaml_line = 0;
+    return st;
 }
 
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
@@ -1242,7 +1246,29 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
 
 /* ------------------------------------------------------------------ validate, print, JSON */
 
+static glm_status validate(glm_train_opts *o);
+
 glm_status glm_opts_validate(glm_train_opts *o) {
+    glm_status st = validate(o);
+    /* a value the config gave, refused here ("--lr-scheduler-type 'cosin' is not known"), names its
+     * file and line as a refused key does */
+    const char *m = glm_errmsg();
+    if (st && o->config && !strncmp(m, "--", 2)) {
+        char name[64];
+        size_t n = strcspn(m + 2, " =:'");
+        long i = -1;
+        if (n < sizeof name) {
+            memcpy(name, m + 2, n);
+            name[n] = 0;
+            i = find_opt(name);
+        }
+        if (i >= 0 && o->src[i] == GLM_SRC_CONFIG && o->line[i] > 0)
+            return glm_err_context(st, "%s:%d: %s", o->config, o->line[i], k_opts[i].key);
+    }
+    return st;
+}
+
+static glm_status validate(glm_train_opts *o) {
     /* paths name what they name: "runs/a/" is the directory runs/a (checkpoints, resume checks) */
     char **paths[] = {&o->model, &o->data, &o->output_dir, &o->eval_data, &o->init_adapter, &o->resume_from_checkpoint};
     static const char *const names[] = {"model", "data", "output-dir", "eval-data", "init-adapter", "resume-from-checkpoint"};

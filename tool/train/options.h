@@ -95,6 +95,9 @@ typedef struct glm_train_opts {
     bool neat_packing;                  /* LLaMA-Factory's neat_packing: true was given */
     double logging_ratio, save_ratio, eval_ratio; /* *_steps given below 1: a ratio of the run's steps; 0: none */
     unsigned char src[64];              /* glm_opt_src per table entry */
+    int line[64];                       /* the --config line that set a table entry (0: not from the config), for
+                                           messages about its value */
+    int yaml_line;                      /* while a config is read: the line of the key being set */
 } glm_train_opts;
 
 /* One option of the table. */
