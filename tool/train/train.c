@@ -484,14 +484,10 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
                    !cpu && ts->max_gpu_gib > 0 ? " less the CUDA context and library workspaces" : "", hints);
 }
 
-static glm_status setup(run_state *rs, const train_settings *ts) {
-    if (rs->be->rank == 0) check_stage(ts);
+/* The frozen base in the format the settings ask for (bf16, 4-bit, fp8), loaded onto the backend,
+ * and the RoPE table rounded to bf16 when asked (transformers' table after .to(torch.bfloat16)). */
+static glm_status load_model(run_state *rs, const train_settings *ts) {
     const glm_backend *be = rs->be;
-    GLM_TRY(check_plan(rs, ts));
-    if (ts->shard_base && be->world > 1)
-        glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
-    else if (ts->shard_base)
-        glm_log_warn("--shard-base with one rank: nothing to shard; the base is held whole");
     glm_base_format bf = {0, GLM_WF_NF4, 0, ts->fp8};
     if (ts->fp8)
         glm_log_info("--base-dtype fp8: the frozen linear layers quantized to FP8 E4M3 (a scale per output channel) while "
@@ -522,6 +518,13 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         free(h);
         GLM_TRY(s);
     }
+    return GLM_OK;
+}
+
+/* The training shards (checked against the model and --seq-len) and the evaluation rows: the val
+ * split of --eval-data (else all its rows), or of the training shards when evaluation is asked for
+ * without eval data. */
+static glm_status open_data(run_state *rs, const train_settings *ts) {
     GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
     GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
     if (ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->data));
@@ -554,6 +557,12 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         rs->has_eval = true;
     }
     if (rs->has_eval && ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->eval));
+    return GLM_OK;
+}
+
+/* The LoRA adapter (fresh, or --init-adapter's weights) and its AdamW state. */
+static glm_status init_adapter(run_state *rs, const train_settings *ts) {
+    const glm_backend *be = rs->be;
     glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
                           ts->lora_target};
     GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->seed, &rs->lora));
@@ -562,11 +571,20 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm,
                         ts->loraplus_lr_ratio};
     GLM_TRY(glm_optim_init(&rs->optim, be, rs->params, (size_t)rs->n_params, &ac));
+    return GLM_OK;
+}
+
+/* The schedule: optimizer steps (transformers' count), the learning-rate schedule, the micro-batch
+ * buffers (sized to what a group can get), the logging/save/eval intervals; *rows_per_step and
+ * *epoch_steps for the run's summary line. */
+static glm_status plan_steps(run_state *rs, const train_settings *ts, uint64_t *rows_per_step, uint64_t *epoch_steps) {
     /* steps per epoch as transformers' Trainer counts them (trainer.py, set_initial_training_values, 4.46+):
      * ceil(len(dataloader) / accumulation) with len(dataloader) = ceil(units / (batch x ranks)), which is
      * ceil(units / (batch x accumulation x ranks)); units are rows (packing) or samples (packing false) */
     uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * rs->dp);
     uint64_t steps_per_epoch = (rs->data.n_units + global_rows - 1) / global_rows;
+    *rows_per_step = global_rows;
+    *epoch_steps = steps_per_epoch;
     rs->total_steps = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)steps_per_epoch);
     if (rs->total_steps <= 0)
         return glm_err(GLM_ERR_ARG, "nothing to train: max_steps %lld, num_train_epochs %g; hint: --max-steps N",
@@ -596,6 +614,7 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                      (long long)ts->per_device_train_batch_size, (long long)ts->gradient_accumulation_steps,
                      rs->dp > 1 ? " x the data-parallel groups" : "", (unsigned long long)rs->data.n_units);
     if (global_rows > rs->data.n_units) global_rows = rs->data.n_units;
+    *rows_per_step = global_rows;
     if (ts->by_sample) {
         /* one row of B_eff samples: as long as the B_eff longest samples (train and eval) together, so any
          * micro-batch fits whatever the shuffle; the rest of a row is padding */
@@ -627,6 +646,13 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         glm_log_info("of %lld steps: logging every %lld, saving every %lld, evaluating every %lld",
                      (long long)rs->total_steps, (long long)rs->logging_steps, (long long)rs->save_steps,
                      (long long)rs->eval_steps);
+    return GLM_OK;
+}
+
+/* What the run writes: the adapter config of its checkpoints, the settings and the history they
+ * carry, and (rank 0) the output directory, made and locked. */
+static glm_status open_outputs(run_state *rs, const train_settings *ts) {
+    const glm_backend *be = rs->be;
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
     rs->base_path = realpath(ts->model, NULL);
@@ -641,6 +667,11 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
         GLM_TRY(glm_mkdir_p(ts->output_dir));
         GLM_TRY(glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs->out_lock)); /* a fresh directory: locked once made */
     }
+    return GLM_OK;
+}
+
+/* The run's two summary lines: the model, and the adapter with the data and the schedule. */
+static void log_run(const run_state *rs, const train_settings *ts, uint64_t global_rows, uint64_t steps_per_epoch) {
     glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
                  rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
@@ -653,6 +684,23 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
                  (unsigned long long)(rs->data.by_doc ? rs->data.n_docs : rs->data.n_units),
                  (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows, unit,
                  global_rows == 1 ? "" : "s", (unsigned long long)steps_per_epoch);
+}
+
+static glm_status setup(run_state *rs, const train_settings *ts) {
+    if (rs->be->rank == 0) check_stage(ts);
+    const glm_backend *be = rs->be;
+    GLM_TRY(check_plan(rs, ts));
+    if (ts->shard_base && be->world > 1)
+        glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
+    else if (ts->shard_base)
+        glm_log_warn("--shard-base with one rank: nothing to shard; the base is held whole");
+    GLM_TRY(load_model(rs, ts));
+    GLM_TRY(open_data(rs, ts));
+    GLM_TRY(init_adapter(rs, ts));
+    uint64_t global_rows = 0, steps_per_epoch = 0;
+    GLM_TRY(plan_steps(rs, ts, &global_rows, &steps_per_epoch));
+    GLM_TRY(open_outputs(rs, ts));
+    log_run(rs, ts, global_rows, steps_per_epoch);
     if (ts->resume) GLM_TRY(restore(rs, ts));
     if (rs->cp > 1) {
         glm_cp_layout L;
