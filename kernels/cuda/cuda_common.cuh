@@ -36,6 +36,17 @@ typedef __nv_bfloat16 bf16;
 
 namespace glmcu {
 
+/* The hash of a plan cache's key (gemm.cu, fp8.cu): FNV-1a 64 over the key's bytes. Keys are plain
+ * structs whose every byte is a field's (no padding, or zeroed first), compared with memcmp. */
+template <class Key> struct key_bytes_hash {
+    size_t operator()(const Key &k) const {
+        const unsigned char *p = (const unsigned char *)&k;
+        uint64_t h = 1469598103934665603ULL;
+        for (size_t i = 0; i < sizeof k; i++) h = (h ^ p[i]) * 1099511628211ULL;
+        return (size_t)h;
+    }
+};
+
 struct gemm_cache; /* gemm.cu: cuBLASLt descriptors and algorithms by shape */
 struct prof_state; /* backend_cuda.cu: profiling events */
 struct comm_state; /* comm.cu: outstanding communication requests */

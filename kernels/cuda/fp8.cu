@@ -48,16 +48,10 @@ enum { MODE_SCALAR, MODE_OUTER, MODE_TILE };
 struct fp8_key {
     int64_t rows, N, K, ldy;
     int kind, mode, align;
+    int zero = 0; /* fills what would be padding: keys are built as temporaries, hashed and compared as bytes */
     bool operator==(const fp8_key &o) const { return !memcmp(this, &o, sizeof *this); }
 };
-struct fp8_key_hash {
-    size_t operator()(const fp8_key &k) const {
-        const unsigned char *p = (const unsigned char *)&k;
-        uint64_t h = 1469598103934665603ULL;
-        for (size_t i = 0; i < sizeof k; i++) h = (h ^ p[i]) * 1099511628211ULL;
-        return (size_t)h;
-    }
-};
+static_assert(sizeof(fp8_key) == 4 * sizeof(int64_t) + 4 * sizeof(int), "fp8_key has no padding bytes");
 struct fp8_plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
@@ -65,7 +59,7 @@ struct fp8_plan {
     bool ok = false; /* an algorithm was found */
 };
 struct fp8_cache {
-    std::unordered_map<fp8_key, fp8_plan, fp8_key_hash> plans;
+    std::unordered_map<fp8_key, fp8_plan, key_bytes_hash<fp8_key>> plans;
     int64_t calls[3] = {0, 0, 0}; /* GEMMs run per mode */
     int force_tile = 0;           /* GLMTUNE_FP8_GEMM=tile: the tile even where outer vectors would do */
     int64_t block_rows = 0;       /* GLMTUNE_FP8_BLOCK_ROWS=n (> 0): at most n rows a block (tests: many blocks) */

@@ -23,14 +23,6 @@ struct gemm_key {
     int ta, tb, dta, dtb, dtc, align;
     bool operator==(const gemm_key &o) const { return !memcmp(this, &o, sizeof *this); }
 };
-struct gemm_key_hash {
-    size_t operator()(const gemm_key &k) const {
-        const unsigned char *p = (const unsigned char *)&k;
-        uint64_t h = 1469598103934665603ULL;
-        for (size_t i = 0; i < sizeof k; i++) h = (h ^ p[i]) * 1099511628211ULL;
-        return (size_t)h;
-    }
-};
 struct gemm_plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
@@ -38,7 +30,7 @@ struct gemm_plan {
     bool have_algo = false;
 };
 struct gemm_cache {
-    std::unordered_map<gemm_key, gemm_plan, gemm_key_hash> plans;
+    std::unordered_map<gemm_key, gemm_plan, key_bytes_hash<gemm_key>> plans;
 };
 
 glm_status gemm_init(cuda_impl *I) {
