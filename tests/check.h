@@ -8,6 +8,7 @@
 #define GLM_TESTS_CHECK_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -25,6 +26,19 @@ static int check_passed_, check_failed_;
             fputc('\n', stderr);                                                               \
         }                                                                                      \
     } while (0)
+
+/* The norm-relative error ||a - b|| / ||b|| over n floats (||a - b|| when b is all zero); a NaN
+ * anywhere gives INFINITY, so a tolerance check fails on it. */
+static inline double check_rel_l2(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    double r = den > 0 ? sqrt(num / den) : sqrt(num);
+    return isnan(r) ? INFINITY : r;
+}
 
 /* |a-b| <= rtol * max(|b|, floor): relative closeness with an absolute floor for tiny values. */
 static inline int check_close(double a, double b, double rtol, double floor_) {

@@ -23,18 +23,6 @@
 static char fixtures[1024];
 static const glm_backend *cpu, *gpu;
 
-
-static double rel(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    double r = den > 0 ? sqrt(num / den) : sqrt(num);
-    return isnan(r) ? INFINITY : r;
-}
-
 /* all grads of an adapter, as one host array (downloaded from the backend) */
 static float *grads(const glm_backend *be, glm_lora *l, int64_t *n_out) {
     int64_t n = 0;
@@ -93,7 +81,7 @@ static void test_layout(const char *layout) {
     CHECK(glm_model_logits(c.m, c.l, &b, lc) == GLM_OK, "cpu logits: %s", glm_errmsg());
     CHECK(glm_model_logits(d.m, d.l, &b, lg) == GLM_OK, "cuda logits: %s", glm_errmsg());
     snprintf(what, sizeof what, "%s logits", layout);
-    report(what, rel(lg, lc, N * V), TOL_MODEL_LOGITS);
+    report(what, check_rel_l2(lg, lc, N * V), TOL_MODEL_LOGITS);
 
     /* loss and grads */
     float scale = 1.0f / (float)g.n_target;
@@ -111,12 +99,12 @@ static void test_layout(const char *layout) {
     int64_t n;
     float *gc = grads(cpu, c.l, &n), *gg = grads(gpu, d.l, &n);
     snprintf(what, sizeof what, "%s LoRA grads, all %d tensors", layout, c.l->n_params);
-    report(what, rel(gg, gc, n), TOL_MODEL_GRAD);
+    report(what, check_rel_l2(gg, gc, n), TOL_MODEL_GRAD);
     double worst = 0;
     int wi = 0;
     int64_t off = 0;
     for (int i = 0; i < c.l->n_params; i++) {
-        double e = rel(gg + off, gc + off, c.l->params[i].numel);
+        double e = check_rel_l2(gg + off, gc + off, c.l->params[i].numel);
         if (e > worst) worst = e, wi = i;
         off += c.l->params[i].numel;
     }
@@ -130,7 +118,7 @@ static void test_layout(const char *layout) {
     CHECK(glm_model_step(d.m, d.l, &b, scale, 1, 1, 0, &ls2, &ntg) == GLM_OK, "cuda ckpt step: %s", glm_errmsg());
     float *gk = grads(gpu, d.l, &n);
     snprintf(what, sizeof what, "%s cuda checkpointed vs not (%s)", layout, memcmp(gk, gg, n * 4) ? "not bitwise" : "bitwise");
-    report(what, rel(gk, gg, n), 1e-6);
+    report(what, check_rel_l2(gk, gg, n), 1e-6);
     CHECK(ls2 == lsg, "%s: checkpointed loss %.17g vs %.17g", layout, ls2, lsg);
 
     /* the layer inputs offloaded to page-locked host memory (copied out and back on the copy
@@ -142,7 +130,7 @@ static void test_layout(const char *layout) {
     CHECK(glm_model_current_plan(d.m) && glm_model_current_plan(d.m)->offload, "%s: the offload plan", layout);
     float *go = grads(gpu, d.l, &n);
     snprintf(what, sizeof what, "%s cuda offloaded vs checkpointed (%s)", layout, memcmp(go, gk, n * 4) ? "not bitwise" : "bitwise");
-    report(what, rel(go, gk, n), 1e-6);
+    report(what, check_rel_l2(go, gk, n), 1e-6);
     CHECK(lso == ls2, "%s: offloaded loss %.17g vs %.17g", layout, lso, ls2);
     free(go);
     d.m->offload = 0;
@@ -157,7 +145,7 @@ static void test_layout(const char *layout) {
     snprintf(what, sizeof what, "%s dropout 0.3 loss vs cpu", layout);
     report(what, fabs(lsg - lsc) / fabs(lsc), TOL_MODEL_LOSS);
     snprintf(what, sizeof what, "%s dropout 0.3 grads vs cpu (ckpt on cuda)", layout);
-    report(what, rel(dg, dc, n), TOL_MODEL_GRAD);
+    report(what, check_rel_l2(dg, dc, n), TOL_MODEL_GRAD);
 
     free(lc), free(lg), free(gc), free(gg), free(gk), free(dc), free(dg);
     close_side(&c);
@@ -199,7 +187,7 @@ static void test_9b_shape(int quant) {
     cfg.L = 2;
     glm_model *gm = NULL, *cm = NULL;
     glm_lora *gl = NULL, *cl = NULL;
-    glm_base_format nf4 = {4, GLM_WF_NF4, 1};
+    glm_base_format nf4 = {.quant_bits = 4, .q4 = GLM_WF_NF4, .double_quant = 1};
     CHECK(glm_model_create_random_fmt(&cfg, gpu, 3, quant ? &nf4 : NULL, &gm) == GLM_OK, "gpu model: %s", glm_errmsg());
     CHECK(glm_model_create_random(&cfg, cpu, 3, &cm) == GLM_OK, "cpu model: %s", glm_errmsg());
     if (!gm || !cm) return;
@@ -244,11 +232,11 @@ static void test_9b_shape(int quant) {
         report(what0, fabs(lsg - lsc) / fabs(lsc), TOL_MODEL_LOSS);
         float *gc = grads(cpu, cl, &n), *g0 = grads(gpu, gl, &n);
         snprintf(what0, sizeof what0, "%s LoRA grads vs cpu", tag);
-        report(what0, rel(g0, gc, n), TOL_MODEL_GRAD);
+        report(what0, check_rel_l2(g0, gc, n), TOL_MODEL_GRAD);
         double worst = 0;
         int64_t off = 0;
         for (int i = 0; i < cl->n_params; i++) {
-            worst = fmax(worst, rel(g0 + off, gc + off, cl->params[i].numel));
+            worst = fmax(worst, check_rel_l2(g0 + off, gc + off, cl->params[i].numel));
             off += cl->params[i].numel;
         }
         snprintf(what0, sizeof what0, "%s worst LoRA grad tensor vs cpu", tag);
@@ -263,7 +251,7 @@ static void test_9b_shape(int quant) {
             float *g2 = grads(gpu, gl, &n);
             char what[200];
             snprintf(what, sizeof what, "%s cuda %s, MLP chunks of 100 vs keep", tag, glm_ckpt_name(modes[k]));
-            report(what, fmax(rel(g2, g0, n), fabs(l2 - lsg) / fabs(lsg)), 1e-2);
+            report(what, fmax(check_rel_l2(g2, g0, n), fabs(l2 - lsg) / fabs(lsg)), 1e-2);
             free(g2);
         }
         gm->mlp_chunk = 0;
@@ -341,7 +329,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
         char what[160];
         snprintf(what, sizeof what, "%s: 8 layers x 8192 tokens, offloaded (copies beside the kernels) vs on the GPU, run %d (%s)",
                  attn, rep + 1, g && !memcmp(g, ref[rep], (size_t)n * 4) && lo == ref_loss[rep] ? "bitwise" : "not bitwise");
-        report(what, g ? fmax(rel(g, ref[rep], n), fabs(lo - ref_loss[rep]) / fabs(ref_loss[rep])) : 1.0, tol);
+        report(what, g ? fmax(check_rel_l2(g, ref[rep], n), fabs(lo - ref_loss[rep]) / fabs(ref_loss[rep])) : 1.0, tol);
         free(g);
     }
     {
@@ -357,7 +345,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
             float *g = step_grads(m, l, &b[s % 3], scale, GLM_CKPT_FULL, &lo);
             CHECK(g, "prefetch step %d: %s", s, glm_errmsg());
             same &= g && !memcmp(g, ref[s % 3], (size_t)n * 4) && lo == ref_loss[s % 3];
-            worst = fmax(worst, g ? fmax(rel(g, ref[s % 3], n), fabs(lo - ref_loss[s % 3]) / fabs(ref_loss[s % 3])) : 1.0);
+            worst = fmax(worst, g ? fmax(check_rel_l2(g, ref[s % 3], n), fabs(lo - ref_loss[s % 3]) / fabs(ref_loss[s % 3])) : 1.0);
             free(g);
         }
         m->next_batch = NULL;

@@ -224,16 +224,6 @@ static void gemm_suite(const char *cfg) {
 
 /* ------------------------------------------------------------------------- the tiny model */
 
-static double rel(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    double r = den > 0 ? sqrt(num / den) : sqrt(num);
-    return isnan(r) ? INFINITY : r;
-}
 
 typedef struct run {
     double loss;
@@ -289,18 +279,18 @@ static void test_model(const char *layout) {
     if (run_model(cpu, layout, 0, &g, &ref) && run_model(cpu, layout, 1, &g, &c8) && run_model(gpu, layout, 1, &g, &g8)) {
         const int64_t n_logits = ref.n_logits;
         char what[300];
-        const double e_cpu_l = rel(c8.logits, ref.logits, n_logits), e_gpu_l = rel(g8.logits, ref.logits, n_logits);
-        const double e_cpu_g = rel(c8.grads, ref.grads, ref.n_grads), e_gpu_g = rel(g8.grads, ref.grads, ref.n_grads);
+        const double e_cpu_l = check_rel_l2(c8.logits, ref.logits, n_logits), e_gpu_l = check_rel_l2(g8.logits, ref.logits, n_logits);
+        const double e_cpu_g = check_rel_l2(c8.grads, ref.grads, ref.n_grads), e_gpu_g = check_rel_l2(g8.grads, ref.grads, ref.n_grads);
         printf("%s: the fp8 base's own error (CPU emulation vs the CPU's unquantized base): logits %.3e, loss %.6f vs "
                "%.6f, LoRA grads %.3e\n", layout, e_cpu_l, c8.loss, ref.loss, e_cpu_g);
         const double e_cpu_loss = fabs(c8.loss - ref.loss) / fabs(ref.loss), k = TOL_FP8_MODEL_FACTOR;
         /* tests/gpu/tol.h: k x the fp8 base's own error on the CPU + the bf16 run's tolerance */
         snprintf(what, sizeof what, "%s fp8 logits: cuda vs cpu emulation", layout);
-        report(what, rel(g8.logits, c8.logits, n_logits), k * e_cpu_l + TOL_MODEL_LOGITS);
+        report(what, check_rel_l2(g8.logits, c8.logits, n_logits), k * e_cpu_l + TOL_MODEL_LOGITS);
         snprintf(what, sizeof what, "%s fp8 loss: cuda vs cpu emulation (%.6f vs %.6f)", layout, g8.loss, c8.loss);
         report(what, fabs(g8.loss - c8.loss) / fabs(c8.loss), k * e_cpu_loss + TOL_MODEL_LOSS);
         snprintf(what, sizeof what, "%s fp8 LoRA grads: cuda vs cpu emulation", layout);
-        report(what, rel(g8.grads, c8.grads, ref.n_grads), k * e_cpu_g + TOL_MODEL_GRAD);
+        report(what, check_rel_l2(g8.grads, c8.grads, ref.n_grads), k * e_cpu_g + TOL_MODEL_GRAD);
         /* against the unquantized base: the GPU's fp8 run no further from it than k x the emulation */
         snprintf(what, sizeof what, "%s fp8 logits: cuda vs the unquantized base", layout);
         report(what, e_gpu_l, k * e_cpu_l + TOL_MODEL_LOGITS);
