@@ -217,13 +217,27 @@ static inline glm_status glm_be_attention_fwd(const glm_backend *be, void *out, 
 }
 
 static inline glm_status glm_be_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout,
-                                              int64_t ldo, const void *out, const float *lse, const void *q,
-                                              int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
-                                              const int32_t *doc, int B, int T, int H, int Hkv, int Dh) {
+                                              int64_t ldo, const void *out, const float *lse, const void *D,
+                                              const void *q, int64_t ldq, const void *k, int64_t ldk, const void *v,
+                                              int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh) {
     if (H <= 0 || Hkv <= 0 || Dh <= 0 || H % Hkv)
         return glm_err(GLM_ERR_ARG, "%s: heads H=%d must be a positive multiple of KV groups Hkv=%d (Dh=%d)", "attention", H, Hkv, Dh);
     if (B <= 0 || T <= 0) return glm_err(GLM_ERR_ARG, "attention: bad batch B=%d T=%d (H=%d)", B, T, H);
-    return be->attention_bwd(be, dq, dk, dv, dout, ldo, out, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+    if (!D && !out) return glm_err(GLM_ERR_ARG, "attention_bwd: neither the forward's out nor D = rowsum(dout * out) given");
+    return be->attention_bwd(be, dq, dk, dv, dout, ldo, out, lse, D, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+}
+
+static inline glm_status glm_be_attention_delta(const glm_backend *be, void *D, const void *dout, int64_t ldd,
+                                                const void *out, int64_t ldo, int64_t n0, int64_t rows, int T, int H,
+                                                int Dh) {
+    if (H <= 0 || Dh <= 0 || T <= 0 || n0 < 0 || rows < 0)
+        return glm_err(GLM_ERR_ARG, "attention_delta: bad sizes (tokens %lld + %lld, T=%d, H=%d, Dh=%d)", (long long)n0,
+                       (long long)rows, T, H, Dh);
+    if (ldd < (int64_t)H * Dh || ldo < (int64_t)H * Dh)
+        return glm_err(GLM_ERR_ARG, "attention_delta: row strides %lld / %lld below H*Dh = %lld", (long long)ldd,
+                       (long long)ldo, (long long)H * Dh);
+    if (rows == 0) return GLM_OK;
+    return be->attention_delta(be, D, dout, ldd, out, ldo, n0, rows, T, H, Dh);
 }
 
 static inline glm_status glm_be_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse,

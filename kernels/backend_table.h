@@ -36,7 +36,7 @@ typedef struct glm_scratch_shape {
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 5
+#define GLM_BACKEND_ABI_VERSION 6
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -262,14 +262,27 @@ struct glm_backend {
                                 int B, int T, int H, int Hkv, int Dh);
     /* Attention backward from dout [B*T, H*Dh] (row stride ldo), the forward's out and lse:
      * P = exp(S - lse), D_i = dout_i . out_i, dS = P (dout v^T - D), dq = dS k / sqrt(Dh),
-     * dk = dS^T q / sqrt(Dh) and dv = P^T dout summed over the heads of each group.
+     * dk = dS^T q / sqrt(Dh) and dv = P^T dout summed over the heads of each group
+     * (FlashAttention-2's backward, Dao 2023, Algorithm 2).
+     * D: NULL, or D_i already computed by attention_delta ([B, H, T] acc, lse's layout); then out
+     * is not read (it may be NULL, or hold anything: the model writes dout over it, which saves a
+     * [B*T, H*Dh] buffer, lora/model/plan.h). CUDA with D: glmtune's kernels (cuDNN's fused
+     * backward reads out itself), with the same D they would compute, so the same bits.
      * OVERWRITES dq, dk, dv (row strides ldq, ldk, ldv, same layout as q, k, v; they may be
      * column blocks of one [B*T, (H+2Hkv)Dh] buffer). */
     glm_status (*attention_bwd)(const glm_backend *be, void *dq, void *dk, void *dv,
                                 const void *dout, int64_t ldo, const void *out, const float *lse,
-                                const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                const void *D, const void *q, int64_t ldq, const void *k, int64_t ldk,
                                 const void *v, int64_t ldv, const int32_t *doc,
                                 int B, int T, int H, int Hkv, int Dh);
+    /* attention_bwd's D for `rows` tokens of packed rows of T tokens, starting at token n0 of the
+     * B*T: D[(b H + h) T + i] = sum_c dout[r, h Dh + c] out[r, h Dh + c] for r = 0 .. rows-1 and
+     * token n0 + r = b T + i (a chunk may cross rows). dout [rows, H*Dh] and out [rows, H*Dh] act
+     * (row strides ldd, ldo) are the chunk's own rows; D is acc (CPU: double, summed in the order
+     * attention_bwd sums it, so the same bits; CUDA: f32, the order of its own kernels). OVERWRITES
+     * the chunk's entries of D, no others. */
+    glm_status (*attention_delta)(const glm_backend *be, void *D, const void *dout, int64_t ldd, const void *out,
+                                  int64_t ldo, int64_t n0, int64_t rows, int T, int H, int Dh);
 
     /* ---- attention blocks, for context-parallel rings (lora/model/ring_attention.c) ---------------
      * A packed row's tokens are split over ranks; each rank computes its queries against one block

@@ -88,12 +88,33 @@ glm_status glm_cpu_attention_block_fwd(const glm_backend *be, void *o_, int64_t 
     return GLM_OK;
 }
 
-glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq_, int64_t lddq, void *dk_, int64_t lddk,
-                                       void *dv_, int64_t lddv, const void *dout, int64_t ldo, const void *out,
-                                       const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
-                                       int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
-                                       const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
-                                       int Dh) {
+/* D_i = dout_i . out_i of query i, head h, in double: the one place it is summed (attention_bwd's
+ * given D and the block backward's own are the same bits) */
+static double row_delta(const float *doi, const float *oi, int Dh) {
+    double Di = 0;
+    for (int c = 0; c < Dh; c++) Di += (double)doi[c] * oi[c];
+    return Di;
+}
+
+glm_status glm_cpu_attention_delta(const glm_backend *be, void *D_, const void *dout, int64_t ldd, const void *out,
+                                   int64_t ldo, int64_t n0, int64_t rows, int T, int H, int Dh) {
+    (void)be;
+    double *D = D_;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t n = n0 + r, b = n / T, i = n % T;
+        for (int h = 0; h < H; h++)
+            D[(b * H + h) * T + i] = row_delta((const float *)dout + r * ldd + (int64_t)h * Dh,
+                                               (const float *)out + r * ldo + (int64_t)h * Dh, Dh);
+    }
+    return GLM_OK;
+}
+
+glm_status glm_cpu_attention_block_bwd_d(const glm_backend *be, void *dq_, int64_t lddq, void *dk_, int64_t lddk,
+                                         void *dv_, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                         const float *lse, int64_t ldl, const double *Dgiven, const void *q,
+                                         int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
+                                         const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq,
+                                         int Tk, int H, int Hkv, int Dh) {
     (void)be;
     if (Tq == 0 || Tk == 0) return GLM_OK;
     const float *Q = q, *K = k, *Vv = v, *DO = dout, *O = out;
@@ -109,11 +130,9 @@ glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq_, int64_t
             if (jmax < 0) continue;
             const float *qi = Q + (int64_t)i * ldq + (int64_t)h * Dh;
             const float *doi = DO + (int64_t)i * ldo + (int64_t)h * Dh;
-            const float *oi = O + (int64_t)i * ldo + (int64_t)h * Dh;
             double L = lse[(int64_t)h * ldl + i];
             if (L == -INFINITY) continue; /* a query with no key at all (never one of a real row) */
-            double Di = 0;
-            for (int c = 0; c < Dh; c++) Di += (double)doi[c] * oi[c];
+            double Di = Dgiven ? Dgiven[(int64_t)h * ldl + i] : row_delta(doi, O + (int64_t)i * ldo + (int64_t)h * Dh, Dh);
             int any = 0;
             for (int c = 0; c < Dh; c++) adq[c] = 0;
             for (int j = 0; j <= jmax; j++) {
@@ -142,4 +161,14 @@ glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq_, int64_t
     }
     free(adq);
     return GLM_OK;
+}
+
+glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
+                                       void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                       const float *lse, int64_t ldl, const void *q, int64_t ldq, const void *k,
+                                       int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                       const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
+                                       int Dh) {
+    return glm_cpu_attention_block_bwd_d(be, dq, lddq, dk, lddk, dv, lddv, dout, ldo, out, lse, ldl, NULL, q, ldq, k,
+                                         ldk, v, ldv, q_doc, k_doc, q0, k0, Tq, Tk, H, Hkv, Dh);
 }

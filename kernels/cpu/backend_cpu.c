@@ -35,6 +35,15 @@ glm_status glm_cpu_attention_block_bwd(const glm_backend *be, void *dq, int64_t 
                                        int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
                                        const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
                                        int Dh);
+/* the block backward with D_i given ([H, ldl] double, lse's layout; NULL: from dout and out) */
+glm_status glm_cpu_attention_block_bwd_d(const glm_backend *be, void *dq, int64_t lddq, void *dk, int64_t lddk,
+                                         void *dv, int64_t lddv, const void *dout, int64_t ldo, const void *out,
+                                         const float *lse, int64_t ldl, const double *D, const void *q, int64_t ldq,
+                                         const void *k, int64_t ldk, const void *v, int64_t ldv, const int32_t *q_doc,
+                                         const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
+                                         int Dh);
+glm_status glm_cpu_attention_delta(const glm_backend *be, void *D, const void *dout, int64_t ldd, const void *out,
+                                   int64_t ldo, int64_t n0, int64_t rows, int T, int H, int Dh);
 
 size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : dt == GLM_DT_F64 ? 8 : 4; }
 
@@ -289,7 +298,7 @@ static glm_status cpu_attention_fwd(const glm_backend *be, void *out, int64_t ld
 /* dq, dk, dv of each row from the block backward over the whole row (one block), rounded to f32 once */
 static glm_status cpu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv,
                                     const void *dout, int64_t ldo, const void *out, const float *lse,
-                                    const void *q, int64_t ldq, const void *k, int64_t ldk,
+                                    const void *D, const void *q, int64_t ldq, const void *k, int64_t ldk,
                                     const void *v, int64_t ldv, const int32_t *doc,
                                     int B, int T, int H, int Hkv, int Dh) {
     const int64_t qd = (int64_t)H * Dh, kd = (int64_t)Hkv * Dh;
@@ -307,10 +316,11 @@ static glm_status cpu_attention_bwd(const glm_backend *be, void *dq, void *dk, v
         memset(aq, 0, (size_t)T * (size_t)qd * sizeof(double));
         memset(ak, 0, (size_t)T * (size_t)kd * sizeof(double));
         memset(av, 0, (size_t)T * (size_t)kd * sizeof(double));
-        st = glm_cpu_attention_block_bwd(be, aq, qd, ak, kd, av, kd, (const float *)dout + r0 * ldo, ldo,
-                                         (const float *)out + r0 * ldo, lse + (int64_t)b * H * T, T,
-                                         (const float *)q + r0 * ldq, ldq, (const float *)k + r0 * ldk, ldk,
-                                         (const float *)v + r0 * ldv, ldv, doc + r0, doc + r0, 0, 0, T, T, H, Hkv, Dh);
+        st = glm_cpu_attention_block_bwd_d(be, aq, qd, ak, kd, av, kd, (const float *)dout + r0 * ldo, ldo,
+                                           D ? NULL : (const float *)out + r0 * ldo, lse + (int64_t)b * H * T, T,
+                                           D ? (const double *)D + (int64_t)b * H * T : NULL,
+                                           (const float *)q + r0 * ldq, ldq, (const float *)k + r0 * ldk, ldk,
+                                           (const float *)v + r0 * ldv, ldv, doc + r0, doc + r0, 0, 0, T, T, H, Hkv, Dh);
         for (int64_t i = 0; !st && i < T; i++) {
             for (int64_t c = 0; c < qd; c++) ((float *)dq)[(r0 + i) * ldq + c] = (float)aq[i * qd + c];
             for (int64_t c = 0; c < kd; c++) {
@@ -536,6 +546,7 @@ static glm_backend cpu_backend = {
     .swiglu_bwd = cpu_swiglu_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
+    .attention_delta = glm_cpu_attention_delta,
     .attention_block_fwd = glm_cpu_attention_block_fwd,
     .attention_block_bwd = glm_cpu_attention_block_bwd,
     .cross_entropy = cpu_cross_entropy,

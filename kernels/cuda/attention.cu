@@ -537,6 +537,18 @@ __global__ void __launch_bounds__(NW * 32) k_fa_fwd_mt(bf16 *out, int64_t ldo, f
 
 /* ---- backward: D = rowsum(dO * O) ---------------------------------------------------------- */
 
+/* one head of one token, summed by a warp (the one order of D's sum: attention_delta's D and the
+ * backward's own are the same bits) */
+__device__ __forceinline__ float warp_row_delta(const bf16 *d, const bf16 *o, int Dh, int lane) {
+    float s = 0.0f;
+    for (int c = 2 * lane; c < Dh; c += 64) {
+        float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)(d + c)), e = __bfloat1622float2(*(const __nv_bfloat162 *)(o + c));
+        s += a.x * e.x + a.y * e.y;
+    }
+    for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    return s;
+}
+
 /* one warp per (b, h, i), warp-grid-stride */
 __global__ void k_attn_D(float *D, const bf16 *dout, const bf16 *out, int64_t ldo, int B, int T, int H, int Dh) {
     const int64_t nw = (int64_t)gridDim.x * blockDim.x >> 5, rows = (int64_t)B * H * T;
@@ -545,14 +557,23 @@ __global__ void k_attn_D(float *D, const bf16 *dout, const bf16 *out, int64_t ld
         int i = (int)(w % T);
         int64_t bh = w / T;
         int h = (int)(bh % H), b = (int)(bh / H);
-        const bf16 *d = dout + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh, *o = out + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh;
-        float s = 0.0f;
-        for (int c = 2 * lane; c < Dh; c += 64) {
-            float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)(d + c)), e = __bfloat1622float2(*(const __nv_bfloat162 *)(o + c));
-            s += a.x * e.x + a.y * e.y;
-        }
-        for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        float s = warp_row_delta(dout + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh, out + ((int64_t)b * T + i) * ldo + (int64_t)h * Dh,
+                                 Dh, lane);
         if (lane == 0) D[w] = s;
+    }
+}
+
+/* attention_delta: one warp per (token r of the chunk, head h), warp-grid-stride; D in lse's
+ * [B, H, T] layout for token n0 + r = b T + i */
+__global__ void k_attn_delta(float *D, const bf16 *dout, int64_t ldd, const bf16 *out, int64_t ldo, int64_t n0, int64_t rows,
+                             int T, int H, int Dh) {
+    const int64_t nw = (int64_t)gridDim.x * blockDim.x >> 5, n = rows * H;
+    const int lane = threadIdx.x & 31;
+    for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; w < n; w += nw) {
+        const int64_t r = w / H, t = n0 + r, b = t / T, i = t % T;
+        const int h = (int)(w % H);
+        float s = warp_row_delta(dout + r * ldd + (int64_t)h * Dh, out + r * ldo + (int64_t)h * Dh, Dh, lane);
+        if (lane == 0) D[(b * H + h) * T + i] = s;
     }
 }
 
@@ -929,21 +950,40 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
     return GLM_OK;
 }
 
+glm_status cu_attention_delta(const glm_backend *be, void *D, const void *dout, int64_t ldd, const void *out, int64_t ldo,
+                              int64_t n0, int64_t rows, int T, int H, int Dh) {
+    if (Dh % 2 || ((uintptr_t)dout | (uintptr_t)out) & 3 || ldd % 2 || ldo % 2)
+        return glm_err(GLM_ERR_UNSUPPORTED, "attention_delta: the CUDA kernel reads bf16 pairs: an even head dim (%d), "
+                       "4-byte aligned inputs and even row strides", Dh);
+    cuda_impl *I = IMPL(be);
+    k_attn_delta<<<grid_for(rows * H * 32, 256), 256, 0, I->s>>>((float *)D, (const bf16 *)dout, ldd, (const bf16 *)out, ldo, n0,
+                                                                rows, T, H, Dh);
+    LAUNCHED("attention_delta");
+    return GLM_OK;
+}
+
 glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout, int64_t ldo,
-                            const void *out, const float *lse, const void *q, int64_t ldq, const void *k, int64_t ldk,
-                            const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh) {
+                            const void *out, const float *lse, const void *D, const void *q, int64_t ldq, const void *k,
+                            int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv,
+                            int Dh) {
     const void *ptrs[] = {dq, dk, dv, dout, out, q, k, v};
     const int64_t lds[] = {ldo, ldq, ldk, ldv};
     GLM_TRY(check_attn(B, T, H, Hkv, Dh, ptrs, 8, lds, 4));
-    glm_status cst = attn_ragged_bwd(be, dq, dk, dv, dout, ldo, out, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
-    if (cst != GLM_ERR_UNSUPPORTED || IMPL(be)->attn_mode == ATTN_CUDNN) return cst; /* cuDNN did it, or failed */
+    if (!D) { /* cuDNN's fused backward reads out itself: it runs only where D is not given */
+        glm_status cst = attn_ragged_bwd(be, dq, dk, dv, dout, ldo, out, lse, q, ldq, k, ldk, v, ldv, doc, B, T, H, Hkv, Dh);
+        if (cst != GLM_ERR_UNSUPPORTED || IMPL(be)->attn_mode == ATTN_CUDNN) return cst; /* cuDNN did it, or failed */
+    }
     cuda_impl *I = IMPL(be);
     const float scale = (float)(1.0 / sqrt((double)Dh)), sl2 = scale * LOG2E;
     int64_t rows = (int64_t)B * H * T;
-    void *Dp;
-    GLM_TRY(scratch(I, SCR_ATTN_D, (size_t)rows * 4, &Dp));
-    k_attn_D<<<grid_for(rows * 32, 256), 256, 0, I->s>>>((float *)Dp, (const bf16 *)dout, (const bf16 *)out, ldo, B, T, H, Dh);
-    LAUNCHED("attention_bwd (D)");
+    const void *Dp = D;
+    if (!Dp) {
+        void *Ds;
+        GLM_TRY(scratch(I, SCR_ATTN_D, (size_t)rows * 4, &Ds));
+        k_attn_D<<<grid_for(rows * 32, 256), 256, 0, I->s>>>((float *)Ds, (const bf16 *)dout, (const bf16 *)out, ldo, B, T, H, Dh);
+        LAUNCHED("attention_bwd (D)");
+        Dp = Ds;
+    }
     int32_t *ds, *de;
     GLM_TRY(doc_bounds(be, doc, B, T, &ds, &de));
     /* dq, dk, dv have the row strides of q, k, v (they may be column blocks of one buffer) */

@@ -529,6 +529,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
         b->swiglu_bwd = cu_swiglu_bwd;
         b->attention_fwd = cu_attention_fwd;
         b->attention_bwd = cu_attention_bwd;
+        b->attention_delta = cu_attention_delta;
         b->attention_block_fwd = cu_attention_block_fwd;
         b->attention_block_bwd = cu_attention_block_bwd;
         b->cross_entropy = cu_cross_entropy;

@@ -262,8 +262,11 @@ glm_status cu_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float
                             const void *k, int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H,
                             int Hkv, int Dh);
 glm_status cu_attention_bwd(const glm_backend *be, void *dq, void *dk, void *dv, const void *dout, int64_t ldo,
-                            const void *out, const float *lse, const void *q, int64_t ldq, const void *k, int64_t ldk,
-                            const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv, int Dh);
+                            const void *out, const float *lse, const void *D, const void *q, int64_t ldq, const void *k,
+                            int64_t ldk, const void *v, int64_t ldv, const int32_t *doc, int B, int T, int H, int Hkv,
+                            int Dh);
+glm_status cu_attention_delta(const glm_backend *be, void *D, const void *dout, int64_t ldd, const void *out, int64_t ldo,
+                              int64_t n0, int64_t rows, int T, int H, int Dh);
 glm_status cu_attention_block_fwd(const glm_backend *be, void *o, int64_t ldo, void *lse, int64_t ldl, const void *q,
                                   int64_t ldq, const void *k, int64_t ldk, const void *v, int64_t ldv,
                                   const int32_t *q_doc, const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk,

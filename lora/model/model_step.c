@@ -979,7 +979,10 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
     const int64_t mc = w->plan.mlp_chunk;
     void *dx = WB(w, GLM_BUF_DX), *xmid_buf = WB(w, GLM_BUF_XMID), *dqkv = WB(w, GLM_BUF_DQKV), *dxn = WB(w, GLM_BUF_DXN_C);
     bufs b = layer_bufs(cx, l);
-    void *xm = b.x_mid ? b.x_mid : xmid_buf;
+    /* dout_over_out (lora/model/plan.h): a full layer's recomputed x_mid in the d_qkv buffer, which
+       the attention backward overwrites only once x_mid is dead */
+    const int lean = w->plan.dout_over_out;
+    void *xm = b.x_mid ? b.x_mid : lean ? dqkv : xmid_buf;
     if (b.pol == GLM_CKPT_FULL) GLM_TRY(attn_fwd(cx, l, x_in, &b, xm)); /* recompute the attention half */
     /* the MLP, chunk by chunk (recomputing its inputs unless the layer keeps them) */
     FOR_CHUNKS(n0, rows, N, mc) {
@@ -1001,17 +1004,34 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
         PH(GLM_PHASE_ELEMENTWISE);
         GLM_TRY(glm_be_rmsnorm_bwd(be, dyc, dxn, OFF(xm, n0 * C), lw->ln2, rstd2, rows, C));
     }
-    /* the attention half: d_o into the x_mid buffer (the recomputed x_mid is dead now) */
-    void *d_o = xmid_buf;
-    FOR_CHUNKS(n0, rows, N, mc)
-        GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, OFF(d_o, n0 * qd)));
+    /* the attention half: d_o into the x_mid buffer (the recomputed x_mid is dead now); or, with
+       dout_over_out, each chunk of d_o into a chunk buffer, D = rowsum(d_o * o) from it and o's
+       chunk, then d_o over o's chunk (the dense LoRA's gradient has read o by then) */
+    void *d_o = xmid_buf, *D = NULL;
+    const void *o_bwd = b.o;
+    if (lean) {
+        void *dc = WB(w, GLM_BUF_DH_C);
+        D = WB(w, GLM_BUF_ATTN_D);
+        FOR_CHUNKS(n0, rows, N, mc) {
+            GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, dc));
+            PH(GLM_PHASE_ATTN_BWD);
+            GLM_TRY(glm_be_attention_delta(be, D, dc, qd, OFF(b.o, n0 * qd), qd, n0, rows, cx->T, c->H, c->Dh));
+            PH(GLM_PHASE_ELEMENTWISE);
+            GLM_TRY(glm_be_copy(be, OFF(b.o, n0 * qd), dc, (size_t)(rows * qd) * w->esz));
+        }
+        d_o = b.o;
+        o_bwd = NULL;
+    } else {
+        FOR_CHUNKS(n0, rows, N, mc)
+            GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, OFF(d_o, n0 * qd)));
+    }
     PH(GLM_PHASE_ATTN_BWD);
     if (cx->cpl)
         GLM_TRY(glm_ring_attention_bwd(&w->ring, dqkv, Dqkv, OFF(dqkv, qd), Dqkv, OFF(dqkv, qd + kd), Dqkv, d_o, qd, b.o, b.lse,
                                        b.qkv, OFF(b.qkv, qd), OFF(b.qkv, qd + kd)));
     else
-        GLM_TRY(glm_be_attention_bwd(be, dqkv, OFF(dqkv, qd), OFF(dqkv, qd + kd), d_o, qd, b.o, b.lse, b.qkv, Dqkv, OFF(b.qkv, qd),
-                                  Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
+        GLM_TRY(glm_be_attention_bwd(be, dqkv, OFF(dqkv, qd), OFF(dqkv, qd + kd), d_o, qd, o_bwd, b.lse, D, b.qkv, Dqkv,
+                                  OFF(b.qkv, qd), Dqkv, OFF(b.qkv, qd + kd), Dqkv, w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(glm_be_rope(be, dqkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 1));
     /* query_key_value and input_layernorm, chunk by chunk (xn1 recomputed unless kept) */

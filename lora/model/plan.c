@@ -77,6 +77,7 @@ static const struct {
     [GLM_BUF_XMID] = {"x_mid / d_o", GLM_BUFCAT_WORKING},
     [GLM_BUF_DX] = {"dx", GLM_BUFCAT_WORKING},
     [GLM_BUF_DQKV] = {"d_qkv", GLM_BUFCAT_WORKING},
+    [GLM_BUF_ATTN_D] = {"attention D = rowsum(d_o * o)", GLM_BUFCAT_WORKING},
     [GLM_BUF_XN_C] = {"norm output chunk", GLM_BUFCAT_WORKING},
     [GLM_BUF_RSTD_C] = {"rstd chunk", GLM_BUFCAT_WORKING},
     [GLM_BUF_H_C] = {"MLP h chunk", GLM_BUFCAT_WORKING},
@@ -194,6 +195,18 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
     const int wb = o->weight_bytes > 0 ? o->weight_bytes : e;
     const int n_attn = p->n_keep + p->n_selective, any_chunked = !backward || p->n_keep < L;
     memset(p->buf, 0, sizeof p->buf);
+    /* the backend's scratch, and whether attention takes a library's workspace in it */
+    double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, o->base_format == GLM_WF_FP8_E4M3, &est_ws);
+    p->scratch = o->scratch > 0 ? o->scratch : o->scratch < 0 ? 0 : est;
+    p->attn_ws = o->scratch > 0 ? o->attn_ws : o->scratch < 0 ? 0 : est_ws;
+    if (p->attn_lean) { /* glmtune's attention kernels: no library workspace */
+        p->scratch -= p->attn_ws;
+        p->attn_ws = 0;
+    }
+    /* no library workspace: the attention backward runs from D (attention_delta), its output
+       gradient over its output (glm_plan.dout_over_out) */
+    const int lean = p->dout_over_out = backward && !cp && p->attn_ws <= 0;
+    const double ea = o->acc_bytes > 0 ? o->acc_bytes : 4;
     /* layer inputs */
     if (!backward) {
         setb(p, GLM_BUF_X, N * C * e, 2);
@@ -220,16 +233,17 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
     setb(p, GLM_BUF_QKV, N * Dqkv * e, scratch_attn);
     setb(p, GLM_BUF_O, N * qd * e, scratch_attn);
     setb(p, GLM_BUF_LSE, N * H * 4, scratch_attn);
-    setb(p, GLM_BUF_XMID, N * fmax(C, qd) * e, backward);
+    setb(p, GLM_BUF_XMID, N * fmax(C, qd) * e, backward && !lean);
     setb(p, GLM_BUF_DX, N * C * e, backward);
-    setb(p, GLM_BUF_DQKV, N * Dqkv * e, backward);
+    setb(p, GLM_BUF_DQKV, N * (lean ? fmax(Dqkv, C) : Dqkv) * e, backward);
+    setb(p, GLM_BUF_ATTN_D, N * H * ea, lean);
     /* chunks */
     setb(p, GLM_BUF_XN_C, mc * C * e, any_chunked);
     setb(p, GLM_BUF_RSTD_C, mc * 4, any_chunked);
     setb(p, GLM_BUF_H_C, mc * 2 * F * e, any_chunked);
     setb(p, GLM_BUF_A_C, mc * F * e, any_chunked);
     setb(p, GLM_BUF_DA_C, mc * F * e, backward);
-    setb(p, GLM_BUF_DH_C, mc * 2 * F * e, backward);
+    setb(p, GLM_BUF_DH_C, mc * (lean ? fmax(2 * F, qd) : 2 * F) * e, backward);
     setb(p, GLM_BUF_DXN_C, mc * C * e, backward);
     p->lora = 0;
     if (li && li->r > 0) {
@@ -248,7 +262,7 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
     setb(p, GLM_BUF_LOSS_DXN, lc * C * e, backward);
     setb(p, GLM_BUF_BATCH, N * 4, 4 * (cp ? 1 : 2));
     if (cp) { /* the ring (lora/model/ring_attention.h) */
-        const double kd2 = 2.0 * c->Hkv * c->Dh, ea = o->acc_bytes > 0 ? o->acc_bytes : 4;
+        const double kd2 = 2.0 * c->Hkv * c->Dh;
         setb(p, GLM_BUF_RING_KV, N * kd2 * e, 2);
         setb(p, GLM_BUF_RING_DKV, N * kd2 * ea, backward ? 2 : 0);
         setb(p, GLM_BUF_RING_ACC, N * qd * ea, 1);
@@ -256,13 +270,6 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
         setb(p, GLM_BUF_RING_GDOC, (double)p->B * (double)p->T_padded * 4, 1);
     }
     p->weights = base_bytes(c, o, wb, e, p->shard_world, p);
-    double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, o->base_format == GLM_WF_FP8_E4M3, &est_ws);
-    p->scratch = o->scratch > 0 ? o->scratch : o->scratch < 0 ? 0 : est;
-    p->attn_ws = o->scratch > 0 ? o->attn_ws : o->scratch < 0 ? 0 : est_ws;
-    if (p->attn_lean) { /* glmtune's attention kernels: no library workspace */
-        p->scratch -= p->attn_ws;
-        p->attn_ws = 0;
-    }
     setb(p, GLM_BUF_BACKEND, p->scratch, p->scratch > 0);
     p->gathered = p->buf[GLM_BUF_WGATHER].bytes * p->buf[GLM_BUF_WGATHER].count +
                   p->buf[GLM_BUF_WGATHER_BIG].bytes * p->buf[GLM_BUF_WGATHER_BIG].count;
@@ -559,7 +566,8 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
     if (p->attn_lean)
         fprintf(f, "  attention: glmtune's kernels (no room for a fused-attention library's workspace in this budget)\n");
     if (p->N > 0) {
-        static const glm_buf_id row[] = {GLM_BUF_QKV, GLM_BUF_O, GLM_BUF_LSE, GLM_BUF_XMID, GLM_BUF_DX, GLM_BUF_DQKV, GLM_BUF_BATCH};
+        static const glm_buf_id row[] = {GLM_BUF_QKV, GLM_BUF_O,    GLM_BUF_LSE,    GLM_BUF_XMID,
+                                         GLM_BUF_DX,  GLM_BUF_DQKV, GLM_BUF_ATTN_D, GLM_BUF_BATCH};
         double rb = 0;
         for (size_t i = 0; i < sizeof row / sizeof row[0]; i++) rb += p->buf[row[i]].bytes * p->buf[row[i]].count;
         double chunks = p->working - rb - p->scratch;

@@ -88,16 +88,19 @@ typedef enum {
     GLM_BUF_QKV,        /* [N, (H+2Hkv)Dh] q, k, v after RoPE (layers that do not keep them) */
     GLM_BUF_O,          /* [N, H Dh] attention output */
     GLM_BUF_LSE,        /* [N, H] f32 */
-    GLM_BUF_XMID,       /* [N, max(C, H Dh)]: the recomputed residual after attention, then d_o */
+    GLM_BUF_XMID,       /* [N, max(C, H Dh)]: the recomputed residual after attention, then d_o (not with
+                           dout_over_out) */
     GLM_BUF_DX,         /* [N, C] the residual stream's gradient */
-    GLM_BUF_DQKV,       /* [N, (H+2Hkv)Dh] attention's input gradients */
+    GLM_BUF_DQKV,       /* [N, (H+2Hkv)Dh] attention's input gradients (with dout_over_out [N, max((H+2Hkv)Dh, C)]:
+                           first the recomputed residual after attention) */
+    GLM_BUF_ATTN_D,     /* [B, H, T] acc: D = rowsum(d_o * o) per head (with dout_over_out) */
     /* working buffers of one chunk of mlp_chunk tokens */
     GLM_BUF_XN_C,       /* [mc, C] a norm's output (xn1 or xn2) */
     GLM_BUF_RSTD_C,     /* [mc] f32 */
     GLM_BUF_H_C,        /* [mc, 2F] gate | up */
     GLM_BUF_A_C,        /* [mc, F] SwiGLU output */
     GLM_BUF_DA_C,       /* [mc, F] */
-    GLM_BUF_DH_C,       /* [mc, 2F] */
+    GLM_BUF_DH_C,       /* [mc, 2F] (with dout_over_out at least [mc, H Dh]: a chunk of d_o on its way) */
     GLM_BUF_DXN_C,      /* [mc, C] a norm output's gradient */
     GLM_BUF_LORA_U,     /* [mc, sites r] */
     GLM_BUF_LORA_DU,    /* [mc, r] */
@@ -151,6 +154,13 @@ typedef struct glm_plan {
                                            layer's codes are transposed into for the backward */
     double scratch;                     /* the backend's scratch (in working) */
     int attn_lean;                      /* 1: no room for cuDNN's attention workspace: glmtune's kernels run */
+    int dout_over_out;                  /* 1: the backward writes attention's output gradient d_o over its output o,
+                                           chunk by chunk after attention_delta took D = rowsum(d_o * o) from both,
+                                           and a full layer's recomputed residual after attention into the d_qkv
+                                           buffer: no [N, C] x_mid / d_o buffer (8 KB a token at GLM-4-9B's shape).
+                                           Where the attention needs no library workspace (the CPU; CUDA with
+                                           glmtune's kernels: cuDNN's fused backward reads o itself), without
+                                           context parallelism */
     double attn_ws;                     /* the workspace the attention library may take (0 with attn_lean) */
     double recompute_gflop;             /* extra forward work per step from recomputation */
     double ring;                        /* context parallel: the ring's K|V blocks, dK|dV and f32 accumulators, document ids */

@@ -155,7 +155,7 @@ static void bench_attention(void) {
         uint16_t *q = qkv, *dq = d;
         double fw, bw;
         TIME(fw, glm_be_attention_fwd(g, o, QD, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld, doc, 1, T, Hh, Hkv, Dh));
-        TIME(bw, glm_be_attention_bwd(g, dq, dq + QD, dq + QD + Hkv * Dh, dO, QD, o, lse, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld,
+        TIME(bw, glm_be_attention_bwd(g, dq, dq + QD, dq + QD + Hkv * Dh, dO, QD, o, lse, NULL, q, ld, q + QD, ld, q + QD + Hkv * Dh, ld,
                                   doc, 1, T, Hh, Hkv, Dh));
         /* causal work: forward 2 T^2 H Dh (QK^T and PV over half the pairs), backward twice that;
          * with 8 documents of 1024 the visible pairs are 8 x 1024^2 / 2 */

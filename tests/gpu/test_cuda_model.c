@@ -22,6 +22,7 @@
 
 static char fixtures[1024];
 static const glm_backend *cpu, *gpu;
+static const char *gpu_tag = ""; /* appended to test_9b_shape's rows: which attention the gpu backend runs */
 
 /* all grads of an adapter, as one host array (downloaded from the backend) */
 static float *grads(const glm_backend *be, glm_lora *l, int64_t *n_out) {
@@ -226,7 +227,8 @@ static void test_9b_shape(int quant) {
         int64_t ntc = 0, nt = 0, n;
         CHECK(glm_model_step(cm, cl, &b, scale, 1, GLM_CKPT_NONE, 0, &lsc, &ntc) == GLM_OK, "cpu step: %s", glm_errmsg());
         CHECK(glm_model_step(gm, gl, &b, scale, 1, GLM_CKPT_AUTO, 0, &lsg, &nt) == GLM_OK, "cuda step: %s", glm_errmsg());
-        const char *tag = quant ? "9B shape, nf4 base (dequantized on the CPU)" : "9B shape";
+        char tag[120];
+        snprintf(tag, sizeof tag, "%s%s", quant ? "9B shape, nf4 base (dequantized on the CPU)" : "9B shape", gpu_tag);
         char what0[200];
         snprintf(what0, sizeof what0, "%s (2 layers, T 320, 3 docs) loss vs cpu", tag);
         report(what0, fabs(lsg - lsc) / fabs(lsc), TOL_MODEL_LOSS);
@@ -365,7 +367,7 @@ out:
 
 /* The overlap test on a second backend with glmtune's attention kernels (GLMTUNE_ATTENTION is
  * read when a backend is made). */
-static void test_overlap_own_kernels(void) {
+static void test_overlap_own_kernels(int with_9b) {
     setenv("GLMTUNE_ATTENTION", "glmtune", 1);
     glm_status st;
     const glm_backend *own = glm_backend_cuda(0, &st);
@@ -373,6 +375,14 @@ static void test_overlap_own_kernels(void) {
     CHECK(own, "a backend with glmtune's attention kernels: %s", glm_errmsg());
     if (!own) return;
     test_overlap(own, "glmtune's attention", 0.0);
+    if (with_9b) {
+        /* no library workspace: the plan's lean backward (d_o written over o, D from attention_delta;
+           lora/model/plan.h dout_over_out), the 9B layers against the CPU */
+        const glm_backend *auto_be = gpu;
+        gpu = own, gpu_tag = " (glmtune's attention: d_o over o, D given)";
+        test_9b_shape(0);
+        gpu = auto_be, gpu_tag = "";
+    }
     glm_backend_cuda_close(own);
 }
 
@@ -401,7 +411,7 @@ int main(int argc, char **argv) {
     }
     if (!only_overlap) test_9b_shape(0), test_9b_shape(1);
     test_overlap(gpu, "auto (cuDNN's attention where it is there)", TOL_RERUN_CUDNN);
-    test_overlap_own_kernels();
+    test_overlap_own_kernels(!only_overlap);
     if (!only_overlap) {
         test_layout("chatglm");
         test_layout("hf");

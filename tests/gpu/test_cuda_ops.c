@@ -295,7 +295,7 @@ static void test_memcap(void) {
     glm_be_mem_info(g, &fr, &tot, &use0, &peak); /* gbuf allocates on `gpu`: g's own count is unchanged */
     uint16_t *q16 = gq, *d16 = gd;
     OK(glm_be_attention_fwd(g, go, qd, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B, T, H, Hkv, Dh));
-    OK(glm_be_attention_bwd(g, d16, d16 + qd, d16 + qd + kd, go, qd, go, glse, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B,
+    OK(glm_be_attention_bwd(g, d16, d16 + qd, d16 + qd + kd, go, qd, go, glse, NULL, q16, ld, q16 + qd, ld, q16 + qd + kd, ld, gdoc, B,
                         T, H, Hkv, Dh));
     double ls = 0;
     int64_t nt = 0;

@@ -62,7 +62,7 @@ static void check_row(const char *what, int T, const int *doclens, int ndocs, co
     float *dq = malloc(sizeof(float) * (size_t)(T * ld)), *dk = dq + qd, *dv = dq + qd + kd;
     const float *q = qkv, *k = qkv + qd, *v = qkv + qd + kd;
     CHECK(glm_be_attention_fwd(be, out, qd, lse, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK, "%s: attention_fwd", what);
-    CHECK(glm_be_attention_bwd(be, dq, dk, dv, dout, qd, out, lse, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK,
+    CHECK(glm_be_attention_bwd(be, dq, dk, dv, dout, qd, out, lse, NULL, q, ld, k, ld, v, ld, doc, 1, T, H, Hkv, Dh) == GLM_OK,
           "%s: attention_bwd", what);
 
     /* forward: every query block merges every key block, in a shuffled order */

@@ -1038,8 +1038,106 @@ static glm_status attb_run(const glm_backend *be, const op_inst *in, op_bufs *b)
     const att_case *c = in->c;
     const int64_t qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, ld = qd + 2 * kd;
     return glm_be_attention_bwd(be, b->p[AB_D], op_el(b, AB_D, qd), op_el(b, AB_D, qd + kd), b->p[AB_DOUT], qd, b->p[AB_OUT],
-                             b->p[AB_LSE], b->p[AT_QKV], ld, op_el(b, AT_QKV, qd), ld, op_el(b, AT_QKV, qd + kd), ld,
+                             b->p[AB_LSE], NULL, b->p[AT_QKV], ld, op_el(b, AT_QKV, qd), ld, op_el(b, AT_QKV, qd + kd), ld,
                              b->p[AT_DOC], c->B, c->T, c->H, c->Hkv, c->Dh);
+}
+/* attention_delta over the B*T tokens in three chunks, the middle one across a row's end where B > 1
+ * (as the model calls it, chunk by chunk) */
+static glm_status att_delta_chunks(const glm_backend *be, const op_inst *in, op_bufs *b, int tD, int tdout, int tout) {
+    const att_case *c = in->c;
+    const int64_t N = (int64_t)c->B * c->T, qd = (int64_t)c->H * c->Dh;
+    const int64_t cut[4] = {0, N / 3, c->B > 1 ? c->T + 1 + (N - c->T - 1) / 2 : 2 * N / 3, N};
+    for (int k = 0; k < 3; k++)
+        GLM_TRY(glm_be_attention_delta(be, b->p[tD], op_el(b, tdout, cut[k] * qd), qd, op_el(b, tout, cut[k] * qd), qd, cut[k],
+                                       cut[k + 1] - cut[k], c->T, c->H, c->Dh));
+    return GLM_OK;
+}
+
+/* ==== attention_bwd with D given (attention_delta's): out not read ============================
+ * The model's lean backward (lora/model/plan.h): D from attention_delta, then attention_bwd with
+ * out NULL; the same checks as attention_bwd's. */
+static void attbd_make(op_inst *in, const void *cv) {
+    const att_case *c = cv;
+    attb_make(in, cv);
+    op_add(in, "D", OP_T_ACC, OP_SCRATCH, (int64_t)c->B * c->H * c->T); /* the last tensor */
+    for (int k = 0; k < in->nchk; k++) {
+        char nm[40];
+        snprintf(nm, sizeof nm, "attention_bwd+D%s", in->chk[k].name + strlen("attention_bwd"));
+        memcpy(in->chk[k].name, nm, sizeof nm);
+    }
+}
+static glm_status attbd_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const att_case *c = in->c;
+    const int64_t qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, ld = qd + 2 * kd;
+    const int tD = in->nt - 1;
+    GLM_TRY(att_delta_chunks(be, in, b, tD, AB_DOUT, AB_OUT));
+    return glm_be_attention_bwd(be, b->p[AB_D], op_el(b, AB_D, qd), op_el(b, AB_D, qd + kd), b->p[AB_DOUT], qd, NULL,
+                             b->p[AB_LSE], b->p[tD], b->p[AT_QKV], ld, op_el(b, AT_QKV, qd), ld, op_el(b, AT_QKV, qd + kd), ld,
+                             b->p[AT_DOC], c->B, c->T, c->H, c->Hkv, c->Dh);
+}
+/* with D given, the result is the same bits as attention_bwd computing D itself (one summation
+ * order on each backend); neither out nor D is an error */
+static void attbd_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const att_case *c = in->c;
+    const int64_t N = (int64_t)c->B * c->T, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh, ld = qd + 2 * kd;
+    if (c->sampled || in->index > 2) return;
+    double *with = op_fetch(b, in, AB_D, 0, N * ld);
+    void *g = NULL;
+    glm_status st = glm_be_alloc(be, b->esize[AB_D] * (size_t)(N * ld), "dq|dk|dv'", &g);
+    char *gc = g;
+    const size_t es = b->esize[AB_D];
+    if (!st)
+        st = glm_be_attention_bwd(be, g, gc + qd * es, gc + (qd + kd) * es, b->p[AB_DOUT], qd, b->p[AB_OUT], b->p[AB_LSE], NULL,
+                                  b->p[AT_QKV], ld, op_el(b, AT_QKV, qd), ld, op_el(b, AT_QKV, qd + kd), ld, b->p[AT_DOC], c->B,
+                                  c->T, c->H, c->Hkv, c->Dh);
+    double *ref = NULL;
+    if (!st) {
+        op_bufs tmp = *b;
+        tmp.p[AB_D] = g;
+        ref = op_fetch(&tmp, in, AB_D, 0, N * ld);
+    }
+    /* bit for bit where the op's own D is glmtune's: the CPU, and CUDA's own kernels (cuDNN's backward,
+       where it runs without D, sums in another order) */
+    const char *impl = getenv("GLMTUNE_ATTENTION");
+    const int exact = !strcmp(be->name, "cpu") || (impl && !strcmp(impl, "glmtune"));
+    int64_t differ = 0;
+    for (int64_t i = 0; exact && with && ref && i < N * ld; i++) differ += with[i] != ref[i] && !(isnan(with[i]) && isnan(ref[i]));
+    OP_EXPECT(st == GLM_OK && with && ref && differ == 0,
+              "attention_bwd on %s %s: with D from attention_delta, %lld of %lld elements differ from the op's own D (%s)",
+              be->name, in->shape, (long long)differ, (long long)(N * ld), st ? glm_errmsg() : "");
+    OP_EXPECT(glm_be_attention_bwd(be, g, gc, gc, b->p[AB_DOUT], qd, NULL, b->p[AB_LSE], NULL, b->p[AT_QKV], ld, b->p[AT_QKV],
+                                   ld, b->p[AT_QKV], ld, b->p[AT_DOC], c->B, c->T, c->H, c->Hkv, c->Dh) == GLM_ERR_ARG,
+              "attention_bwd on %s: neither out nor D is an error", be->name);
+    free(with), free(ref);
+    glm_be_free(be, g);
+}
+
+/* ==== attention_delta ========================================================================
+ * D[(b H + h) T + i] = dout_n . out_n per head, chunk by chunk (a chunk across a row's end) */
+enum { AD_DOUT = 2, AD_OUT, AD_D };
+static void attd_make(op_inst *in, const void *cv) {
+    const att_case *c = cv;
+    const int64_t N = (int64_t)c->B * c->T, qd = (int64_t)c->H * c->Dh;
+    att_inputs(in, c->B, c->T, c->H, c->Hkv, c->Dh, c->mean_doc, c->doc);
+    op_add(in, "dout", OP_T_ACT, OP_IN, N * qd), op_add(in, "out", OP_T_ACT, OP_IN, N * qd);
+    op_add(in, "D", OP_T_ACC, OP_OUT, (int64_t)c->B * c->H * c->T);
+    op_fill_n(in, AD_DOUT, 1.0f), op_fill_n(in, AD_OUT, 1.0f);
+    op_check_add(in, "attention_delta", AD_D, OP_CMP_REL, TOL_F32);
+    att_shape(in, "", c->B, c->T, c->H, c->Hkv, c->Dh, "");
+}
+static glm_status attd_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    return att_delta_chunks(be, in, b, AD_D, AD_DOUT, AD_OUT);
+}
+static void attd_ref(const op_inst *in, double *const *want) {
+    const att_case *c = in->c;
+    const int64_t N = (int64_t)c->B * c->T, qd = (int64_t)c->H * c->Dh;
+    for (int64_t n = 0; n < N; n++)
+        for (int h = 0; h < c->H; h++) {
+            double s = 0;
+            for (int k = 0; k < c->Dh; k++)
+                s += (double)HV(in, AD_DOUT)[n * qd + (int64_t)h * c->Dh + k] * HV(in, AD_OUT)[n * qd + (int64_t)h * c->Dh + k];
+            want[AD_D][((n / c->T) * c->H + h) * c->T + n % c->T] = s;
+        }
 }
 static void attb_ref(const op_inst *in, double *const *want) {
     const att_case *c = in->c;
@@ -1075,6 +1173,13 @@ static const att_case att_cmp[] = {
     /* T = 8192: against float64 at sampled rows (the CPU op would take minutes); the backward from
        the tested backend's own forward */
     {1, 8192, 4, 1, 128, 3000, NULL, 1, att_long_rows, COUNT(att_long_rows)},
+};
+/* attention_delta: the whole-row cases (it is token-local: no sampled case) */
+static const att_case att_delta_cmp[] = {
+    {1, 512, 32, 4, 128, 150, NULL, 0, NULL, 0},
+    {2, 77, 4, 2, 16, 20, NULL, 0, NULL, 0},
+    {3, 200, 8, 2, 64, 50, NULL, 0, NULL, 0},
+    {1, 8192, 32, 4, 128, 3000, NULL, 0, NULL, 0}, /* a 9B row of 8k */
 };
 static const att_case att_cpu[] = {
     {2, 7, 4, 2, 4, 0, att_doc_2x7, 0, NULL, 0},
@@ -1465,6 +1570,9 @@ const op_entry op_table[] = {
     {.name = "attention_fwd", CASES(att_cmp, att_cpu), .make = attf_make, .run = attf_run, .ref = attf_ref,
      .props = attf_props},
     {.name = "attention_bwd", CASES(att_cmp, att_cpu), .make = attb_make, .run = attb_run, .ref = attb_ref, .fd_f = attb_fd},
+    {.name = "attention_bwd+D", CASES(att_cmp, att_cpu), .make = attbd_make, .run = attbd_run, .ref = attb_ref,
+     .fd_f = attb_fd, .props = attbd_props},
+    {.name = "attention_delta", CASES(att_delta_cmp, att_cpu), .make = attd_make, .run = attd_run, .ref = attd_ref},
     {.name = "attention_block_fwd", CASES(ring_cmp, ring_cpu), .make = ringf_make, .run = ringf_run, .ref = ringf_ref,
      .props = ringf_props},
     {.name = "attention_block_bwd", CASES(ring_cmp, ring_cpu), .make = ringb_make, .run = ringb_run, .ref = ringb_ref,
