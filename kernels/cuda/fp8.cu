@@ -37,9 +37,12 @@ extern "C" {
 
 namespace glmcu {
 
-/* the scale vectors' slot: [0] the amax bits (u32), [1] the scale; the row scales' vector from byte
- * VEC_B (at most VEC_B_MAX floats: the most rows of a block) */
-constexpr size_t VEC_BYTES = 2u << 20, VEC_B = 1u << 20;
+/* the scale vectors' slot: [0] the amax bits (u32); the per-tensor scale at byte VEC_S (cuBLASLt
+ * reads it through a scale pointer: 256-byte aligned as in NVIDIA's FP8 sample; at byte 4 every FP8
+ * GEMM came back CUBLAS_STATUS_NOT_SUPPORTED on the H200, a suspected cause that
+ * tests/gpu/fp8_probe.cu tells apart from the others); the row scales' vector from byte VEC_B (at
+ * most VEC_B_MAX floats: the most rows of a block) */
+constexpr size_t VEC_BYTES = 2u << 20, VEC_B = 1u << 20, VEC_S = 256;
 constexpr int64_t VEC_B_MAX = (int64_t)(VEC_BYTES - VEC_B) / 4;
 constexpr int64_t BLOCK = (int64_t)GLM_FP8_BLOCK_BYTES;
 
@@ -429,7 +432,7 @@ glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K,
     void *vec, *qv, *tile = nullptr;
     GLM_TRY(scratch(I, SCR_FP8_VEC, VEC_BYTES, &vec));
     uint32_t *amax = (uint32_t *)vec;
-    float *sx = (float *)vec + 1, *bvec = (float *)((char *)vec + VEC_B);
+    float *sx = (float *)((char *)vec + VEC_S), *bvec = (float *)((char *)vec + VEC_B);
     /* the rows of a block: codes and (tile mode) the f32 tile within GLM_FP8_BLOCK_BYTES, the scale vector within its room */
     int64_t rb = std::min<int64_t>(M, std::max<int64_t>(1, BLOCK / K));
     rb = std::min<int64_t>(rb, VEC_B_MAX);

@@ -47,6 +47,8 @@ if [ -x "$pre/bin/test_cuda_ops" ]; then
     esac
     printf '%-18s %-18s %8.1f s\n' "$t" "$res" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" >>"$logdir/summary.txt"
   done
+  # which FP8 cublasLtMatmul configurations this cuBLASLt runs (a diagnostic, seconds; printed below)
+  if want fp8 && [ -x "$pre/bin/fp8_probe" ]; then timeout 60 "$pre/bin/fp8_probe" >"$logdir/fp8_probe.log" 2>&1; fi
   # the whole-row attention ops once with each implementation (the runs above use cuDNN's where
   # it is there): glmtune's own kernels, and cuDNN's forced (skipped when cuDNN cannot be loaded)
   for impl in glmtune cudnn; do
@@ -83,7 +85,8 @@ echo
 echo "== test_cuda_model =="
 grep -E "rel err|FAIL|passed|SKIPPED" "$logdir/cuda_model.log" 2>/dev/null | head -60
 echo
-echo "== test_fp8_ops =="
+echo "== test_fp8_ops (and tests/gpu/fp8_probe.cu: FP8 cublasLtMatmul configurations) =="
+cat "$logdir/fp8_probe.log" 2>/dev/null
 grep -E "rel err|differ|bit-exact|DIFFER|FAIL|GEMMs run|fp8 base's own|passed|SKIPPED" "$logdir/fp8_ops.log" 2>/dev/null | head -80
 echo
 echo "== test_cuda_ops: op, shape, norm-relative error vs the CPU op, tolerance, CUDA ms =="

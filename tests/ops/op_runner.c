@@ -452,7 +452,14 @@ int op_run(const op_run_opts *o) {
         if (o->filter && *o->filter && !strstr(e->name, o->filter)) continue;
         const void *cases = o->ref ? e->cmp : e->cpu;
         const int n = o->ref ? e->ncmp : e->ncpu;
+        const double t0 = now_s();
+        int f0, f1, p;
+        op_counts(&p, &f0);
         for (int i = 0; i < n; i++) run_case(o, e, (const char *)cases + (size_t)i * e->case_size, i);
+        op_counts(&p, &f1);
+        /* progress on stderr as each entry ends: the table prints only at the end, and a run cut by a
+           time limit still shows how far it came (failures print at once, on stderr too) */
+        fprintf(stderr, "op table: %s, %d cases, %.1f s%s\n", e->name, n, now_s() - t0, f1 > f0 ? ", FAILED" : "");
         ran++;
     }
     return ran;

@@ -1174,6 +1174,18 @@ static const att_case att_cmp[] = {
        the tested backend's own forward */
     {1, 8192, 4, 1, 128, 3000, NULL, 1, att_long_rows, COUNT(att_long_rows)},
 };
+/* attention_bwd with D given: att_cmp but its two cases whose CPU op takes the longest (B 8192 x T 32
+   and T 1000 x H 32: the op's code path does not depend on those shapes, and they cost a GPU run
+   about 40 s of CPU reference) */
+static const att_case att_bwdd_cmp[] = {
+    {1, 512, 32, 4, 128, 150, NULL, 0, NULL, 0},
+    {2, 77, 4, 2, 16, 20, NULL, 0, NULL, 0},
+    {1, 100, 6, 3, 72, 1000, NULL, 0, NULL, 0},
+    {3, 200, 8, 2, 64, 50, NULL, 0, NULL, 0},
+    {1, 333, 8, 2, 128, 100000, NULL, 0, NULL, 0},
+    {2, 130, 4, 4, 40, 3, NULL, 0, NULL, 0},
+    {1, 8192, 4, 1, 128, 3000, NULL, 1, att_long_rows, COUNT(att_long_rows)},
+};
 /* attention_delta: the whole-row cases (it is token-local: no sampled case) */
 static const att_case att_delta_cmp[] = {
     {1, 512, 32, 4, 128, 150, NULL, 0, NULL, 0},
@@ -1570,7 +1582,7 @@ const op_entry op_table[] = {
     {.name = "attention_fwd", CASES(att_cmp, att_cpu), .make = attf_make, .run = attf_run, .ref = attf_ref,
      .props = attf_props},
     {.name = "attention_bwd", CASES(att_cmp, att_cpu), .make = attb_make, .run = attb_run, .ref = attb_ref, .fd_f = attb_fd},
-    {.name = "attention_bwd+D", CASES(att_cmp, att_cpu), .make = attbd_make, .run = attbd_run, .ref = attb_ref,
+    {.name = "attention_bwd+D", CASES(att_bwdd_cmp, att_cpu), .make = attbd_make, .run = attbd_run, .ref = attb_ref,
      .fd_f = attb_fd, .props = attbd_props},
     {.name = "attention_delta", CASES(att_delta_cmp, att_cpu), .make = attd_make, .run = attd_run, .ref = attd_ref},
     {.name = "attention_block_fwd", CASES(ring_cmp, ring_cpu), .make = ringf_make, .run = ringf_run, .ref = ringf_ref,
