@@ -2,7 +2,7 @@
 # tests/gpu/stage.sh: run HERE (the build machine, with nvcc and every -dev package) before
 # running tests/gpu/run.sh on the GPU machine. Builds the CUDA tests in build-cuda and copies into
 # .device/gpu (ignored by git; carry it to the GPU machine):
-#   bin/     test_cuda_ops, test_cuda_model, test_fp8_ops, bench_cuda, fp8_probe, glmtune, libglm_cuda.so (the CUDA
+#   bin/     test_cuda_ops, test_cuda_model, test_fp8_ops, bench_cuda, fp8_probe, fp8_fidelity, glmtune, libglm_cuda.so (the CUDA
 #            backend)
 #   lib/     (as lib.tar.xz) the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
@@ -21,13 +21,13 @@ out=$root/.device/gpu
 fe=$(glm_cudnn_frontend)
 cmake -S "$root" -B "$build" -G Ninja -DGLMTUNE_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDACXX:-/usr/local/cuda/bin/nvcc} \
       -DCMAKE_CUDA_ARCHITECTURES="${GLM_CUDA_ARCHS:-90}" ${fe:+-DGLMTUNE_CUDNN_FRONTEND_DIR="$fe"} >/dev/null
-ninja -C "$build" test_cuda_ops test_cuda_model test_fp8_ops bench_cuda fp8_probe glmtune
+ninja -C "$build" test_cuda_ops test_cuda_model test_fp8_ops bench_cuda fp8_probe fp8_fidelity glmtune
 rm -rf "$out"
 fix=$root/tests/fixtures
 # the CPU reference runs below read the fixtures' safetensors with Python (numpy, safetensors)
 python3 -c 'import safetensors, numpy' 2>/dev/null || python3 -m pip install -q safetensors numpy >&2
 mkdir -p "$out/bin" "$out/lib" "$out/cli"
-cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tests/gpu/test_fp8_ops" "$build/tests/gpu/bench_cuda" "$build/tests/gpu/fp8_probe" \
+cp "$build/tests/gpu/test_cuda_ops" "$build/tests/gpu/test_cuda_model" "$build/tests/gpu/test_fp8_ops" "$build/tests/gpu/bench_cuda" "$build/tests/gpu/fp8_probe" "$build/tests/bench/fp8_fidelity" \
    "$build/tool/glmtune" "$out/bin/"
 # the CUDA backend module, loaded from beside the program (kernels/cuda_loader.c)
 cp "$build/tool/libglm_cuda.so" "$out/bin/"
