@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "common/log.h"
+#include "common/strdist.h"
 #include "tool/cli.h"
 
 static const char *USAGE =
@@ -66,7 +67,12 @@ int main(int argc, char **argv) {
                 {"bench", cmd_bench}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    glm_log_error("unknown command \"%s\"; hint: one of tokenize, inspect, train, export-adapter, init-model, bench%s", argv[1],
-                  argv[1][0] == '-' ? " (options of glmtune itself: --help, --version, --verbose)" : "");
+    const char *names[sizeof cmds / sizeof cmds[0]];
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) names[i] = cmds[i].name;
+    const char *near = argv[1][0] == '-' ? NULL : glm_closest_name(argv[1], names, sizeof names / sizeof names[0]);
+    char mean[64] = "";
+    if (near) snprintf(mean, sizeof mean, "did you mean %s? ", near);
+    glm_log_error("unknown command \"%s\"; hint: %sone of tokenize, inspect, train, export-adapter, init-model, bench%s", argv[1],
+                  mean, argv[1][0] == '-' ? " (options of glmtune itself: --help, --version, --verbose)" : "");
     return GLM_EXIT_USAGE;
 }

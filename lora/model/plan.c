@@ -199,7 +199,7 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
     double est_ws = 0, est = scratch_estimate(c, N, backward, e, cp, o->base_format == GLM_WF_FP8_E4M3, &est_ws);
     p->scratch = o->scratch > 0 ? o->scratch : o->scratch < 0 ? 0 : est;
     p->attn_ws = o->scratch > 0 ? o->attn_ws : o->scratch < 0 ? 0 : est_ws;
-    if (p->attn_lean) { /* glmtune's attention kernels: no library workspace */
+    if (p->attn_lean || o->no_attn_lib) { /* glmtune's attention kernels: no library workspace */
         p->scratch -= p->attn_ws;
         p->attn_ws = 0;
     }
@@ -407,11 +407,16 @@ static void plan_offload(const glm_config *c, const glm_lora_info *li, int B, in
         return;
     }
     plan_once(c, li, B, T, backward, o, 0, lean, p);
+    p->host_budget = o->host_budget;
     if (p->fits || !p->backward || o->host_budget <= 0) return;
-    /* more offloaded, less on the device: a bisection over n_host, within the host budget */
+    /* more offloaded, less on the device: a bisection over n_host, within the host budget (a plan
+       over it is kept for the hints: what offloading would take) */
     glm_plan q;
     plan_once(c, li, B, T, backward, o, L, lean, &q);
-    if (!q.fits) return;
+    if (!q.fits) {
+        p->all_offloaded_total = q.total;
+        return;
+    }
     int lo = 0, hi = L; /* lo does not fit, hi fits */
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2;
@@ -420,7 +425,13 @@ static void plan_offload(const glm_config *c, const glm_lora_info *li, int B, in
         else lo = mid;
     }
     plan_once(c, li, B, T, backward, o, hi, lean, &q);
-    if (q.host <= o->host_budget) *p = q;
+    q.host_budget = o->host_budget;
+    if (q.host <= o->host_budget) {
+        *p = q;
+    } else {
+        p->host_short_layers = hi;
+        p->host_short = q.host;
+    }
 }
 
 void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, int backward, const glm_plan_opts *o,
@@ -431,7 +442,7 @@ void glm_plan_make(const glm_config *c, const glm_lora_info *li, int B, int T, i
     if (p->fits || p->attn_ws <= 0) return;
     glm_plan q;
     plan_offload(c, li, B, T, backward, o, 1, &q);
-    if (q.fits) *p = q;
+    if (q.fits || q.total < p->total) *p = q; /* or, neither fitting, the leaner of the two for the report */
 }
 
 /* GLMTUNE_HOST_MEMORY_GIB in GiB when it is a plain positive decimal number, else 0 (a warning
@@ -571,10 +582,13 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
         double rb = 0;
         for (size_t i = 0; i < sizeof row / sizeof row[0]; i++) rb += p->buf[row[i]].bytes * p->buf[row[i]].count;
         double chunks = p->working - rb - p->scratch;
+        char ws_note[96] = "";
+        if (p->attn_ws > 0)
+            snprintf(ws_note, sizeof ws_note, " (cuDNN's attention workspace in it: %.1f KB more per token)",
+                     p->attn_ws / (double)p->N / 1000.0);
         fprintf(f, "  working buffers %.2f GiB: %.1f KB per token across the row (attention's operands, the residual "
                    "gradient, the batch) + %.2f GiB in chunks of %lld tokens + the backend's scratch %.2f GiB%s\n",
-                p->working / G, rb / (double)p->N / 1000.0, chunks / G, (long long)p->mlp_chunk, p->scratch / G,
-                p->attn_ws > 0 ? " (cuDNN's attention workspace in it)" : "");
+                p->working / G, rb / (double)p->N / 1000.0, chunks / G, (long long)p->mlp_chunk, p->scratch / G, ws_note);
     }
     if (p->backward) fprintf(f, "  recomputation: %.1f TFLOP per micro-batch\n", p->recompute_gflop / 1000);
     if (!p->fits) {
@@ -589,10 +603,16 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
             if (p->requested != GLM_CKPT_AUTO && p->requested != GLM_CKPT_FULL)
                 fprintf(f, "Try --gradient-checkpointing auto (or full); ");
             fprintf(f, "a shorter --seq-len (T = %d now), more ranks per row (--context-parallel N with --gpus) or a "
-                       "smaller --per-device-train-batch-size (%d now%s) shrinks every activation; the layer inputs alone "
-                       "take %.2f GiB (a run offloads them to host memory where that makes the step fit and the "
-                       "machine has the memory: GLMTUNE_HOST_MEMORY_GIB plans for another machine's).",
-                    p->T, p->B, p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "", p->checkpoints / G);
+                       "smaller --per-device-train-batch-size (%d now%s) shrinks every activation.",
+                    p->T, p->B, p->B > 1 ? "; --gradient-accumulation-steps keeps the global batch" : "");
+            if (p->host_short_layers > 0)
+                fprintf(f, " Offloading %d of the %d layer inputs to host memory would make it fit, but takes %.2f GiB of "
+                           "page-locked host memory per rank, more than the %.2f GiB this run may use (GLMTUNE_HOST_MEMORY_GIB "
+                           "plans for another machine's).", p->host_short_layers, c->L, p->host_short / G,
+                        p->host_budget / G);
+            else if (p->all_offloaded_total > 0)
+                fprintf(f, " Even with every layer input in host memory the step takes %.2f GiB of the device.",
+                        p->all_offloaded_total / G);
             if (!glm_wformat_packed(p->base_format))
                 fprintf(f, " --quantization-bit 4 (QLoRA) keeps the frozen linear layers in 4 bits (about a quarter of "
                            "their %.2f GiB).", p->weights / G);
@@ -602,5 +622,4 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
             fputc('\n', f);
         }
     }
-    (void)c;
 }

@@ -73,6 +73,8 @@ typedef struct glm_plan_opts {
                               0: the planner's estimate for a CUDA backend (act_bytes 2), none on the CPU */
     double attn_ws;        /* of that, the fused attention library's workspace (cuDNN's), which the plan may
                               leave out (glmtune's own kernels need none); 0 with scratch 0: the estimate */
+    int no_attn_lib;       /* 1: no fused attention library runs (GLMTUNE_ATTENTION=glmtune, planned without a GPU):
+                              the estimate has no workspace for one */
 } glm_plan_opts;
 
 /* The step's buffers, each sized by the plan (glm_plan.buf) and allocated from it by the model's
@@ -167,6 +169,12 @@ typedef struct glm_plan {
     int offload;                        /* n_host > 0 */
     int n_host;                         /* the layer inputs 0 .. n_host-1 live in host memory (page-locked) */
     double host;                        /* their bytes; checkpoints then counts the device's share and its 2 slots */
+    double host_budget;                 /* the host bytes the offload was held against (glm_plan_opts.host_budget) */
+    int host_short_layers;              /* a plan that does not fit: offloading this many layer inputs would make it fit
+                                           the device, but their host_short bytes are more than host_budget; 0: no such */
+    double host_short;
+    double all_offloaded_total;         /* a plan that does not fit even with every layer input offloaded: its device
+                                           bytes then (0: not tried or it would fit) */
     glm_wformat base_format;
     int fits;
 } glm_plan;

@@ -87,7 +87,9 @@ static const glm_opt_def k_opts[] = {
      "the memory, see --dry-run); true = full, false = none as in transformers; without a value: full",
      OFF(gradient_checkpointing), false},
     {"max-gpu-memory", "max_gpu_memory", NULL, GLM_OPT_FLOAT, "0", "GiB",
-     "plan for at most this much GPU memory (0: what the GPU has free), e.g. 22 for a 24 GB card",
+     "a hard cap on the GPU memory the process holds, as nvidia-smi counts it (CUDA context and library workspaces "
+     "included; the plan is made for it, layer inputs offloaded to host memory where that makes the step fit; 0: what "
+     "the GPU has free), e.g. 22 for a 24 GB card",
      OFF(max_gpu_memory), false},
     {"dry-run", "dry_run", NULL, GLM_OPT_BOOL, "false", "",
      "print the memory plan and the predicted peak for these settings, then exit (loads no weights)",

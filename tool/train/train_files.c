@@ -24,6 +24,11 @@
 #include "lora/model/model.h"
 #include "lora/model/plan.h"
 
+/* The CUDA context and library workspaces (cuBLAS, cuDNN) a run holds beside its plan, in GiB, as
+ * measured on an H200 with CUDA 13.0 (0.94 to 0.97 GiB, bench --max-seq-len): what a dry run
+ * without a GPU takes off --max-gpu-memory, as a run takes off the overhead it measures. */
+#define GLM_DRY_CUDA_OVERHEAD_GIB 0.97
+
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
  * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
  * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
@@ -261,20 +266,34 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
         overhead = glm_be_mem_overhead(be);
     }
+    /* no GPU here: the CUDA context and library workspaces a run will hold as measured on an H200
+       (CUDA 13.0, cuBLAS, cuDNN 9: 0.94 to 0.97 GiB in bench --max-seq-len), and the attention
+       GLMTUNE_ATTENTION asks for (as the CUDA backend reads it) */
+    const char *attn_env = getenv("GLMTUNE_ATTENTION");
+    int no_attn_lib = 0;
+    if (!be && !cpu) {
+        overhead = (size_t)(GLM_DRY_CUDA_OVERHEAD_GIB * 1073741824.0);
+        if (attn_env && *attn_env && strcmp(attn_env, "auto") && strcmp(attn_env, "cudnn") && strcmp(attn_env, "glmtune"))
+            return glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: expected auto, cudnn or glmtune", attn_env);
+        no_attn_lib = attn_env && !strcmp(attn_env, "glmtune");
+    }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
         budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
     int eb = cpu ? 4 : 2;
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
     glm_plan_opts o = train_plan_opts(ts, cpu, W, cp, W, budget, need, ws);
+    o.no_attn_lib = no_attn_lib;
     glm_plan p;
     glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
     if (schedule[0]) printf("%s", schedule);
     printf("device: %s", devname);
     if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
     if (ts->max_gpu_gib > 0 && overhead)
-        printf("; budget: --max-gpu-memory less %.2f GiB of CUDA context and library workspaces\n", overhead / 1073741824.0);
+        printf("; budget: --max-gpu-memory less %.2f GiB of CUDA context and library workspaces%s\n", overhead / 1073741824.0,
+               be ? "" : " (as measured on an H200 with CUDA 13: no GPU here to ask)");
     else
         printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
+    if (no_attn_lib) printf("attention: glmtune's kernels (GLMTUNE_ATTENTION=glmtune): no library workspace planned\n");
     printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
            cfg.F, cfg.V, li.r, (long long)li.params);
     const long long mb = (long long)ts->per_device_train_batch_size, ga = (long long)ts->gradient_accumulation_steps;
@@ -314,7 +333,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &og, step, cap, &best);
         int64_t tmax_off = glm_plan_longest(&cfg, &li, B, 1, &oo, step, cap, &best_off);
         printf("longest row that fits %d rank%s of %.0f GiB with --context-parallel %d (micro-batch %d, gradient "
-               "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "", budget / G, cp, B,
+               "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "",
+               ts->max_gpu_gib > 0 ? ts->max_gpu_gib : budget / G, cp, B,
                glm_ckpt_name((glm_ckpt_mode)ts->ckpt_mode), (long long)step);
         if (tmax > 0)
             printf("  %lld tokens with the layer inputs on the GPUs (%lld per rank, %.2f GiB of %.2f)\n", (long long)tmax,
