@@ -31,6 +31,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/status.h"
 #include "kernels/weight.h"
@@ -401,6 +403,22 @@ glm_status glm_mpi_init(int *rank, int *world);
 glm_status glm_mpi_bcast(void *buf, size_t n, int root);
 void glm_mpi_finalize(void);
 void glm_mpi_abort(int code);
+
+/* The attention implementation GLMTUNE_ATTENTION asks a CUDA backend for, read the one way every
+ * reader reads it (the backend when it is made, a dry run that plans for a GPU it has not got):
+ * GLM_ATTN_AUTO (unset, empty or "auto": cuDNN's fused attention where it takes the shape, else
+ * glmtune's kernels), GLM_ATTN_OWN ("glmtune"), GLM_ATTN_CUDNN ("cudnn"); -1 for any other value,
+ * whose message is "GLMTUNE_ATTENTION=<value>: " GLM_ATTENTION_ENV_HINT. */
+typedef enum { GLM_ATTN_AUTO = 0, GLM_ATTN_OWN = 1, GLM_ATTN_CUDNN = 2 } glm_attn_mode;
+#define GLM_ATTENTION_ENV_HINT "expected auto, cudnn or glmtune"
+static inline int glm_attention_env(const char **value) {
+    const char *v = getenv("GLMTUNE_ATTENTION");
+    if (value) *value = v ? v : "";
+    if (!v || !*v || !strcmp(v, "auto")) return GLM_ATTN_AUTO;
+    if (!strcmp(v, "glmtune")) return GLM_ATTN_OWN;
+    if (!strcmp(v, "cudnn")) return GLM_ATTN_CUDNN;
+    return -1;
+}
 
 #ifdef GLMTUNE_HAVE_CUDA
 /* The CUDA backend (kernels/cuda/backend_cuda.cu; built when CMake's GLMTUNE_CUDA is ON, which

@@ -427,10 +427,9 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     I->prof = new prof_state();
     const char *dbg = getenv("GLMTUNE_DEBUG_SYNC");
     I->debug_sync = dbg && *dbg && strcmp(dbg, "0") != 0;
-    const char *am = getenv("GLMTUNE_ATTENTION");
+    const char *am;
     I->attn_ws_cap = -1;
-    I->attn_mode = !am || !*am || !strcmp(am, "auto") ? ATTN_AUTO : !strcmp(am, "glmtune") ? ATTN_OWN
-                 : !strcmp(am, "cudnn") ? ATTN_CUDNN : -1;
+    I->attn_mode = glm_attention_env(&am);
     glm_status st = GLM_OK;
     cublasStatus_t bs;
     mem_probe mp;
@@ -444,7 +443,7 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     FAIL_IF(e != cudaSuccess, "cuda backend: cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     mem_probe_context(I, &mp);
     if (I->attn_mode < 0) {
-        st = glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: expected auto, cudnn or glmtune", am);
+        st = glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: " GLM_ATTENTION_ENV_HINT, am);
         goto fail;
     }
     e = cudaStreamCreateWithFlags(&I->s, cudaStreamNonBlocking);

@@ -213,7 +213,7 @@ struct __align__(16) bf16x8 {
 
 /* ---- the ops, by file ------------------------------------------------------------------- */
 
-enum { ATTN_AUTO, ATTN_OWN, ATTN_CUDNN };
+enum { ATTN_AUTO = GLM_ATTN_AUTO, ATTN_OWN = GLM_ATTN_OWN, ATTN_CUDNN = GLM_ATTN_CUDNN }; /* glm_attention_env */
 
 /* gemm.cu */
 glm_status gemm_init(cuda_impl *I);

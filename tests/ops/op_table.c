@@ -1098,8 +1098,7 @@ static void attbd_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
     }
     /* bit for bit where the op's own D is glmtune's: the CPU, and CUDA's own kernels (cuDNN's backward,
        where it runs without D, sums in another order) */
-    const char *impl = getenv("GLMTUNE_ATTENTION");
-    const int exact = !strcmp(be->name, "cpu") || (impl && !strcmp(impl, "glmtune"));
+    const int exact = !strcmp(be->name, "cpu") || glm_attention_env(NULL) == GLM_ATTN_OWN;
     int64_t differ = 0;
     for (int64_t i = 0; exact && with && ref && i < N * ld; i++) differ += with[i] != ref[i] && !(isnan(with[i]) && isnan(ref[i]));
     OP_EXPECT(st == GLM_OK && with && ref && differ == 0,

@@ -269,13 +269,13 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     /* no GPU here: the CUDA context and library workspaces a run will hold as measured on an H200
        (CUDA 13.0, cuBLAS, cuDNN 9: 0.94 to 0.97 GiB in bench --max-seq-len), and the attention
        GLMTUNE_ATTENTION asks for (as the CUDA backend reads it) */
-    const char *attn_env = getenv("GLMTUNE_ATTENTION");
     int no_attn_lib = 0;
     if (!be && !cpu) {
         overhead = (size_t)(GLM_DRY_CUDA_OVERHEAD_GIB * 1073741824.0);
-        if (attn_env && *attn_env && strcmp(attn_env, "auto") && strcmp(attn_env, "cudnn") && strcmp(attn_env, "glmtune"))
-            return glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: expected auto, cudnn or glmtune", attn_env);
-        no_attn_lib = attn_env && !strcmp(attn_env, "glmtune");
+        const char *attn_env;
+        const int mode = glm_attention_env(&attn_env);
+        if (mode < 0) return glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: " GLM_ATTENTION_ENV_HINT, attn_env);
+        no_attn_lib = mode == GLM_ATTN_OWN;
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
         budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
