@@ -26,6 +26,7 @@
 #include "kernels/weight.h"
 #include "lora/adapter/lora.h"
 #include "lora/model/model.h"
+#include "tests/check.h"
 
 static const glm_backend *be;
 
@@ -51,10 +52,9 @@ static float *host(const void *p, int64_t n) {
 /* ||a - b|| / ||b|| of two device activations of n elements */
 static double rel(const void *a, const void *b, int64_t n) {
     float *x = host(a, n), *y = host(b, n);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) num += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), den += (double)y[i] * y[i];
+    const double r = check_rel_l2(x, y, n);
     free(x), free(y);
-    return den > 0 ? sqrt(num / den) : NAN;
+    return r;
 }
 
 /* out = layer l of model m applied to x [N, C] (one causal document, positions 0 .. N-1): the ops
