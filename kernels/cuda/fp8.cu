@@ -38,10 +38,9 @@ extern "C" {
 namespace glmcu {
 
 /* the scale vectors' slot: [0] the amax bits (u32); the per-tensor scale at byte VEC_S (cuBLASLt
- * reads it through a scale pointer: 256-byte aligned as in NVIDIA's FP8 sample; at byte 4 every FP8
- * GEMM came back CUBLAS_STATUS_NOT_SUPPORTED on the H200, a suspected cause that
- * tests/gpu/fp8_probe.cu tells apart from the others); the row scales' vector from byte VEC_B (at
- * most VEC_B_MAX floats: the most rows of a block) */
+ * reads it through a scale pointer, which must be aligned: at byte 4 every FP8 GEMM came back
+ * CUBLAS_STATUS_NOT_SUPPORTED on the H200 with cuBLAS 13.1, at byte 256 they run; tests/gpu/fp8_probe.cu
+ * shows it); the row scales' vector from byte VEC_B (at most VEC_B_MAX floats: the most rows of a block) */
 constexpr size_t VEC_BYTES = 2u << 20, VEC_B = 1u << 20, VEC_S = 256;
 constexpr int64_t VEC_B_MAX = (int64_t)(VEC_BYTES - VEC_B) / 4;
 constexpr int64_t BLOCK = (int64_t)GLM_FP8_BLOCK_BYTES;
@@ -66,6 +65,8 @@ struct fp8_cache {
     int64_t calls[3] = {0, 0, 0}; /* GEMMs run per mode */
     int force_tile = 0;           /* GLMTUNE_FP8_GEMM=tile: the tile even where outer vectors would do */
     int64_t block_rows = 0;       /* GLMTUNE_FP8_BLOCK_ROWS=n (> 0): at most n rows a block (tests: many blocks) */
+    int8_t fast_accum = 0;        /* GLMTUNE_FP8_ACCUM=fast: CUBLASLT_MATMUL_DESC_FAST_ACCUM (the tensor cores' own
+                                     accumulation, not promoted to fp32 as it goes; measured in docs/fp8.md) */
 };
 
 static fp8_cache *cache_of(cuda_impl *I) {
@@ -75,6 +76,8 @@ static fp8_cache *cache_of(cuda_impl *I) {
         I->fp8s->force_tile = e && !strcmp(e, "tile");
         const char *r = getenv("GLMTUNE_FP8_BLOCK_ROWS");
         I->fp8s->block_rows = r ? atoll(r) : 0;
+        const char *a = getenv("GLMTUNE_FP8_ACCUM");
+        I->fp8s->fast_accum = a && !strcmp(a, "fast");
     }
     return I->fp8s;
 }
@@ -377,6 +380,8 @@ static fp8_plan *plan_for(cuda_impl *I, const fp8_key &k) {
     cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (!s) s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (!s) s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (!s && c->fast_accum)
+        s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &c->fast_accum, sizeof c->fast_accum);
     if (!s && k.mode == MODE_OUTER) {
         int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
         s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);

@@ -3,8 +3,8 @@
  * device notes): cuBLAS bf16 GEMM ~800 TFLOP/s, cuDNN attention 543 TFLOP/s at 8k, HBM ~4 TB/s
  * (bytes read + written). Each row: the median of 7 timed runs after a warm-up (wall clock around
  * a synchronised run; every kernel here runs far longer than a launch). Random inputs, never
- * zeros. Prints a Markdown table. Usage: bench_cuda [family ...] (gemm attention norm rope
- * elementwise ce optim; default all). Exits 77 without a GPU. */
+ * zeros. Prints a Markdown table. Usage: bench_cuda [family ...] (gemm fp8 attention norm
+ * rope elementwise ce optim; default all). Exits 77 without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "kernels/formats.h"
 
 static const glm_backend *g;
 static const double GEMM_CEIL = 800e12, ATTN_CEIL = 543e12, HBM_CEIL = 4.0e12;
@@ -98,6 +99,67 @@ static void bench_gemm(void) {
         else
             row_flops("gemm", s[i].what, ms, flop, GEMM_CEIL);
         glm_be_free(g, A), glm_be_free(g, B), glm_be_free(g, Cm);
+    }
+}
+
+/* The FP8 base's GEMMs (kernels/cuda/fp8.cu's fp8_matmul: the activation's absolute maximum and
+ * codes, then cuBLASLt) at the frozen linears' shapes, beside the bf16 GEMM of the same shape, and
+ * their parts: the activation quantization alone and a layer's codes transposed for the input
+ * gradients. Forward: y = x W^T with W's row scales (E4M3 x E4M3); input gradient: dx = dy W from
+ * the transposed codes, dy's columns times W's row scales, E5M2 (per-tensor scale only). FLOP
+ * counted as 2 M N K; the ceiling column is against bf16's 800 TFLOP/s (FP8's is about twice it). */
+static void bench_fp8(void) {
+    struct {
+        const char *what;
+        int64_t M, Nn, K; /* y [M, Nn] = x [M, K] . W^T, W [Nn, K] */
+        int grad;         /* 1: an input gradient: W^T's codes, E5M2 activations, no row scales in the GEMM */
+    } s[] = {
+        {"query_key_value fwd", N, DQKV, C, 0},          {"dense fwd", N, C, QD, 0},
+        {"dense_h_to_4h fwd", N, 2 * FF, C, 0},          {"dense_4h_to_h fwd", N, C, FF, 0},
+        {"dense_h_to_4h input grad", N, C, 2 * FF, 1},   {"dense_4h_to_h input grad", N, FF, C, 1},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        const int64_t M = s[i].M, Nn = s[i].Nn, K = s[i].K;
+        void *x = rnd(H, M * K, 1, 31), *wd = rnd(H, Nn * K, 0.02f, 32), *y = rnd(H, M * Nn, 1, 33);
+        glm_weight w = {0};
+        w.fmt = GLM_WF_FP8_E4M3, w.rows = Nn, w.cols = K, w.n = Nn * K;
+        float *col = NULL;
+        if (glm_be_alloc(g, (size_t)(Nn * K), "bench", &w.data) || glm_be_alloc(g, (size_t)Nn * 4, "bench", &w.absmax) ||
+            glm_be_alloc(g, (size_t)K * 4, "bench", (void **)&col) || glm_be_weight_quantize(g, &w, wd, H) ||
+            glm_be_fill_normal(g, col, F, K, 1.0f, 0.01f, 7, 34)) {
+            fprintf(stderr, "fp8 weights: %s\n", glm_errmsg());
+            exit(1);
+        }
+        double ms, flop = 2.0 * M * Nn * K;
+        char what[160];
+        TIME(ms, glm_be_matmul(g, 0, 1, M, Nn, K, 1.0f, x, H, K, wd, H, K, 0.0f, y, H, Nn));
+        snprintf(what, sizeof what, "%s [%lldx%lld]x[%lldx%lld] bf16", s[i].what, (long long)M, (long long)K, (long long)K,
+                 (long long)Nn);
+        row_flops("fp8", what, ms, flop, GEMM_CEIL);
+        if (!s[i].grad) {
+            TIME(ms, glm_be_fp8_matmul(g, M, Nn, K, x, K, NULL, GLM_FP8_E4M3, w.data, w.absmax, 0.0f, y, Nn));
+            snprintf(what, sizeof what, "%s fp8 (E4M3, row scales)", s[i].what);
+        } else { /* W here stands for the transposed codes [Nn, K] of a [K, Nn] weight; col for its row scales */
+            TIME(ms, glm_be_fp8_matmul(g, M, Nn, K, x, K, col, GLM_FP8_E5M2, w.data, NULL, 0.0f, y, Nn));
+            snprintf(what, sizeof what, "%s fp8 (E5M2 x E4M3, per tensor)", s[i].what);
+        }
+        row_flops("fp8", what, ms, flop, GEMM_CEIL);
+        uint8_t *q = NULL;
+        float *sc = NULL;
+        if (glm_be_alloc(g, (size_t)(M * K), "bench", (void **)&q) || glm_be_alloc(g, 256, "bench", (void **)&sc)) exit(1);
+        TIME(ms, glm_be_fp8_quantize(g, q, sc, x, K, M, K, s[i].grad ? col : NULL, s[i].grad ? GLM_FP8_E5M2 : GLM_FP8_E4M3));
+        snprintf(what, sizeof what, "%s: the activation's amax and codes alone", s[i].what);
+        row_bytes("fp8", what, ms, 2.0 * M * K * 2 + (double)M * K); /* bf16 read twice, codes written */
+        if (s[i].grad) {
+            uint8_t *wt = NULL;
+            if (glm_be_alloc(g, (size_t)(Nn * K), "bench", (void **)&wt)) exit(1);
+            TIME(ms, glm_be_fp8_transpose(g, wt, (const uint8_t *)w.data, Nn, K));
+            snprintf(what, sizeof what, "%s: the weight's codes transposed [%lldx%lld]", s[i].what, (long long)Nn, (long long)K);
+            row_bytes("fp8", what, ms, 2.0 * Nn * K);
+            glm_be_free(g, wt);
+        }
+        glm_be_free(g, q), glm_be_free(g, sc), glm_be_free(g, col), glm_be_free(g, w.data), glm_be_free(g, w.absmax);
+        glm_be_free(g, x), glm_be_free(g, wd), glm_be_free(g, y);
     }
 }
 
@@ -267,7 +329,7 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*fn)(void);
-    } fams[] = {{"gemm", bench_gemm}, {"attention", bench_attention}, {"norm", bench_norm}, {"rope", bench_rope},
+    } fams[] = {{"gemm", bench_gemm}, {"fp8", bench_fp8}, {"attention", bench_attention}, {"norm", bench_norm}, {"rope", bench_rope},
                 {"elementwise", bench_elementwise}, {"ce", bench_ce}, {"optim", bench_optim}};
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         int on = argc < 2;

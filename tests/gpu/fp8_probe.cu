@@ -7,12 +7,20 @@
  * the configuration of NVIDIA's LtFp8Matmul sample (scale pointers set before the heuristic, 256-byte
  * aligned, C and D bf16, no alignment preferences): the status of the heuristic and of the call, and
  * the result against a float64 product of the same codes on the host (norm-relative error).
- * Prints one line per configuration. Usage: fp8_probe (exit 0; 77 without a GPU). */
+ * Prints one line per configuration.
+ *
+ * --speed: cuBLASLt's own FP8 GEMM speed at GLM-4-9B's frozen-linear shapes (8192 tokens), beside
+ * its bf16 GEMM on the same shapes: per-tensor and outer-vector scales, with and without fast
+ * accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM), the heuristic's first algorithm and the fastest
+ * of its first 8 (each the median of 9 runs timed with CUDA events); a Markdown table in TFLOP/s.
+ * This is the ceiling glmtune's fp8_matmul (kernels/cuda/fp8.cu) is compared with.
+ * Usage: fp8_probe [--speed] (exit 0; 77 without a GPU). */
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -132,9 +140,112 @@ double run(const cfg &c, cublasLtHandle_t lt, void *ws, size_t wsb, int *heur, i
     return err;
 }
 
+
+/* ---------------------------------------------------------------- --speed */
+
+/* D [m, n] (column-major, ld m) = op(A) B: A [k, m] (transposed: m rows of k), B [k, n]; dtype dt
+ * for A and B (bf16 or E4M3), D bf16. scale: 0 none (bf16), 1 per tensor, 2 outer vectors.
+ * Returns the median ms of algorithm `which` (-1: the fastest of the first 8), or -1 if none ran. */
+float time_gemm(cublasLtHandle_t lt, void *ws, size_t wsb, int m, int n, int k, bool fp8, int scale, bool fast, int which,
+                int *nalgo) {
+    const size_t ea = fp8 ? 1 : 2;
+    void *a, *b, *d, *sv;
+    cudaMalloc(&a, (size_t)m * k * ea), cudaMalloc(&b, (size_t)n * k * ea), cudaMalloc(&d, (size_t)m * n * 2);
+    std::vector<float> ones((size_t)(m + n) + 128, 1.0f); /* both scale vectors, B's 256-byte aligned after A's */
+    cudaMalloc(&sv, ones.size() * 4);
+    cudaMemcpy(sv, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemset(a, 0x22, (size_t)m * k * ea), cudaMemset(b, 0x21, (size_t)n * k * ea); /* finite, nonzero codes */
+    const void *sa = sv, *sb = (const char *)sv + (((size_t)m * 4 + 255) / 256) * 256;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (fp8) {
+        if (scale == 2) {
+            int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+        }
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+        int8_t f = fast ? 1 : 0;
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &f, sizeof f);
+    }
+    const cudaDataType_t t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    cublasLtMatrixLayoutCreate(&la, t, k, m, k);
+    cublasLtMatrixLayoutCreate(&lb, t, k, n, k);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb);
+    cublasLtMatmulHeuristicResult_t res[8];
+    int nres = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, res, &nres);
+    *nalgo = nres;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float best = -1;
+    for (int i = 0; i < nres; i++) {
+        if (which >= 0 && i != which) continue;
+        const float one = 1.0f, zero = 0.0f;
+        if (cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld, &res[i].algo, ws, wsb, 0)) continue;
+        float t9[9];
+        for (int r = 0; r < 9; r++) {
+            cudaEventRecord(e0);
+            cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld, &res[i].algo, ws, wsb, 0);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&t9[r], e0, e1);
+        }
+        std::sort(t9, t9 + 9);
+        if (best < 0 || t9[4] < best) best = t9[4];
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(op);
+    cudaFree(a), cudaFree(b), cudaFree(d), cudaFree(sv);
+    return best;
+}
+
+void speed(cublasLtHandle_t lt, void *ws, size_t wsb) {
+    struct {
+        const char *what;
+        int m, n, k; /* m: output features, n: tokens, k: input features */
+    } sh[] = {
+        {"query_key_value fwd", 5120, 8192, 4096},   {"dense fwd", 4096, 8192, 4096},
+        {"dense_h_to_4h fwd", 27392, 8192, 4096},    {"dense_4h_to_h fwd", 4096, 8192, 13696},
+        {"dense_h_to_4h input grad", 4096, 8192, 27392}, {"dense_4h_to_h input grad", 13696, 8192, 4096},
+    };
+    printf("\n| shape [out x tokens x in] | bf16 | fp8 tensor | fp8 tensor fast | fp8 outer | fp8 outer fast | "
+           "fp8 tensor, best of 8 | fp8 tensor fast, best of 8 | fp8 outer fast, best of 8 |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    for (auto &s : sh) {
+        const double fl = 2.0 * s.m * s.n * s.k;
+        struct {
+            bool fp8;
+            int scale;
+            bool fast;
+            int which;
+        } v[] = {{false, 0, false, 0}, {true, 1, false, 0}, {true, 1, true, 0}, {true, 2, false, 0},
+                 {true, 2, true, 0},   {true, 1, false, -1}, {true, 1, true, -1}, {true, 2, true, -1}};
+        printf("| %s [%d x %d x %d] |", s.what, s.m, s.n, s.k);
+        for (auto &c : v) {
+            int na = 0;
+            float ms = time_gemm(lt, ws, wsb, s.m, s.n, s.k, c.fp8, c.scale, c.fast, c.which, &na);
+            if (ms > 0) printf(" %.0f (%.3f ms) |", fl / (ms * 1e-3) / 1e12, ms);
+            else printf(" none (%d algos) |", na);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIPPED: no CUDA device\n");
@@ -169,6 +280,7 @@ int main() {
         double e = run(c, lt, ws, wsb, &heur, &st);
         printf("%-64s heuristic %-3d matmul %-3d rel err %.3g\n", c.what, heur, st, e);
     }
+    if (argc > 1 && !strcmp(argv[1], "--speed")) speed(lt, ws, wsb);
     cudaFree(ws);
     cublasLtDestroy(lt);
     return 0;
