@@ -202,7 +202,9 @@ static void test_gemm(const char *cfg, int64_t M, int64_t N, int64_t K, int bwd,
     free(x), free(wf), free(ws), free(mul), free(yc), free(yg), free(wq), free(xq), free(xv), free(wv);
 }
 
-static void gemm_suite(const char *cfg) {
+/* expect_outer: the forward GEMMs must have applied the row scales inside cuBLASLt (outer vectors;
+ * sm_90 with cuBLAS 12.9+), not through the f32 tile: a silent fallback is a 2x slower GEMM */
+static void gemm_suite(const char *cfg, int expect_outer) {
     int64_t counts[3] = {0, 0, 0}, after[3];
     void (*cnt)(const glm_backend *, int64_t *) = (void (*)(const glm_backend *, int64_t *))glm_cuda_module_symbol("glm_cuda_fp8_counts");
     if (cnt) cnt(gpu, counts);
@@ -219,6 +221,10 @@ static void gemm_suite(const char *cfg) {
         printf("%-60s per tensor %lld, row scales in cuBLASLt (outer vectors) %lld, through the f32 tile %lld\n",
                "FP8 GEMMs run:", (long long)(after[0] - counts[0]), (long long)(after[1] - counts[1]),
                (long long)(after[2] - counts[2]));
+        if (expect_outer)
+            CHECK(after[1] > counts[1] && after[2] == counts[2], "%s: the forward GEMMs went through the f32 tile (%lld) "
+                  "instead of cuBLASLt's outer-vector scales (%lld)", cfg, (long long)(after[2] - counts[2]),
+                  (long long)(after[1] - counts[1]));
     }
 }
 
@@ -337,18 +343,28 @@ int main(int argc, char **argv) {
         test_transpose(4096, 13696);
     }
     if (!only || !strcmp(only, "gemm")) {
-        gemm_suite("(as it runs)");
-        /* the same on fresh backends: row blocks of 7, then the f32 tile */
+        /* sm_90: cuBLASLt applies the weight's row scales itself (outer vectors); sm_89: the tile */
+        int sm = 0;
+        const char *dn = strstr(glm_cuda_device_name(0), "(sm_");
+        if (dn) sm = atoi(dn + 4);
+        gemm_suite("(as it runs)", sm == 90);
+        /* the same on fresh backends: accumulation promoted to fp32, row blocks of 7, then the f32 tile */
         glm_backend_cuda_close(gpu);
+        setenv("GLMTUNE_FP8_ACCUM", "fp32", 1);
+        gpu = glm_backend_cuda(0, &st);
+        CHECK(gpu != NULL, "cuda: %s", glm_errmsg());
+        if (gpu) gemm_suite("(fp32 accumulation)", sm == 90);
+        if (gpu) glm_backend_cuda_close(gpu);
+        unsetenv("GLMTUNE_FP8_ACCUM");
         setenv("GLMTUNE_FP8_BLOCK_ROWS", "7", 1);
         gpu = glm_backend_cuda(0, &st);
         CHECK(gpu != NULL, "cuda: %s", glm_errmsg());
-        if (gpu) gemm_suite("(blocks of 7 rows)");
+        if (gpu) gemm_suite("(blocks of 7 rows)", sm == 90);
         if (gpu) glm_backend_cuda_close(gpu);
         setenv("GLMTUNE_FP8_GEMM", "tile", 1);
         gpu = glm_backend_cuda(0, &st);
         CHECK(gpu != NULL, "cuda: %s", glm_errmsg());
-        if (gpu) gemm_suite("(f32 tile, blocks of 7)");
+        if (gpu) gemm_suite("(f32 tile, blocks of 7)", 0);
         if (gpu) glm_backend_cuda_close(gpu);
         unsetenv("GLMTUNE_FP8_GEMM");
         unsetenv("GLMTUNE_FP8_BLOCK_ROWS");

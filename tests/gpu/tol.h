@@ -61,10 +61,12 @@
  *   TOL_FP8_ACC S, S = s_x s_w sum_k |X W|, the terms' magnitudes): the store rounds to bf16
  *   (unit roundoff 2^-9; 2^-8 leaves room for the scale multiplies and the beta add, each an fp32
  *   rounding); FP8 products are exact in fp32 (4-bit significands), and the accumulation, which
- *   Hopper's FP8 tensor cores keep at about 14 bits within an instruction's K slice before cuBLAS
- *   promotes it to fp32 (no fast accumulation; DeepSeek-V3's report measures the unpromoted
- *   accumulation), errs by about 2^-14 S, plus fp32's K/128 x 2^-24 S for the promoted sums: 2^-11 is
- *   8 times that. A wrong layout, a missing or misapplied scale, a row off by one give O(1).
+ *   Hopper's FP8 tensor cores keep at about 14 bits (DeepSeek-V3's report measures it), errs: with
+ *   GLMTUNE_FP8_ACCUM=fp32 (cuBLAS promotes the partial sums to fp32 after each instruction's K
+ *   slice) by about 2^-14 S plus fp32's K/128 x 2^-24 S; with fast accumulation (the default: no
+ *   promotion) each of the K/32 slice additions errs by 2^-14 of the running sum, which for terms of
+ *   random sign stays about S / sqrt(K): in all sqrt(K/32) 2^-14 S / sqrt(K) < 2^-16 S. 2^-11 is 8
+ *   times the larger. A wrong layout, a missing or misapplied scale, a row off by one give O(1).
  * TOL_FP8_GEMM = 1e-2: the norm-relative error of the whole output, as TOL_BF16 (bf16 stores).
  * TOL_FP8_MODEL_FACTOR = 2 (the tiny model, forward and backward, fp8 base): the GPU's fp8 run
  *   against the CPU's emulation, and against the CPU's unquantized base, must stay within 2 x the
