@@ -7,7 +7,7 @@
 #   lib/     (as lib.tar.xz) the shared libraries they need that the GPU machine lacks (everything ldd
 #            resolves except glibc, libstdc++/libgcc and the CUDA/cuBLAS/NCCL libraries, which
 #            the GPU machine has in its own, matching versions)
-#   shared/  the peer benchmark (bench/hf_bench.py, from ../shared), which tests/gpu/perf.sh runs
+#   shared/  the peer benchmarks (bench/hf_bench.py, hf_liger_bench.py, from ../shared), which tests/gpu/perf.sh runs
 #            beside glmtune's (the tests' data, tests/fixtures, is tracked and travels with the tree)
 # Usage: tests/gpu/stage.sh   (GLM_SHARED overrides ../shared; GLM_CUDA_ARCHS the GPU targets
 #        built, default 90: the H200 the device tool lends; the project's default build carries
@@ -80,6 +80,8 @@ done | sort -u | while read -r name path; do
 done
 if [ -f "$shared/bench/hf_bench.py" ]; then
   mkdir -p "$out/shared/bench" && cp "$shared/bench/hf_bench.py" "$out/shared/bench/"
+  # the stronger peer (transformers + PEFT + Liger's kernels; liger-kernel unpacked under .whl/site, carried)
+  [ -f "$shared/bench/hf_liger_bench.py" ] && cp "$shared/bench/hf_liger_bench.py" "$out/shared/bench/"
 else
   echo "note: $shared/bench/hf_bench.py not found: tests/gpu/perf.sh will have no transformers + PEFT comparison" >&2
 fi

@@ -58,10 +58,14 @@
  * (be->fp8_matmul) is compared with the CPU's emulation, which multiplies the same FP8 codes
  * exactly and sums in double: what is left is the GPU's fp32 accumulation and its bf16 store.
  * TOL_FP8_OUT = 2^-8, TOL_FP8_ACC = 2^-11 (elementwise: |cuda - cpu| <= TOL_FP8_OUT |cpu| +
- *   TOL_FP8_ACC S, S = s_x s_w sum_k |X W|, the terms' magnitudes): the store rounds to bf16
- *   (unit roundoff 2^-9; 2^-8 leaves room for the scale multiplies and the beta add, each an fp32
- *   rounding); FP8 products are exact in fp32 (4-bit significands), and the accumulation, which
- *   Hopper's FP8 tensor cores keep at about 14 bits (DeepSeek-V3's report measures it), errs: with
+ *   TOL_FP8_ACC S [+ TOL_FP8_OUT |p| where beta != 0], S = s_x s_w sum_k |X W|, the terms'
+ *   magnitudes, p = cpu - beta y_before, the product term): the store rounds to bf16 (8-bit
+ *   significand: at most 2^-8 relative; the scale multiplies and the beta add are fp32 roundings,
+ *   2^-24 each). With beta != 0 cuBLASLt's outer-vector epilogue (sm_90) rounds the scaled product
+ *   once more before it adds beta C (measured on the H200, cuBLAS 13.1: up to 2.7 x the single-rounding
+ *   bound at K = 64, where S is only a few |p|; the f32 tile's own epilogue rounds once): the
+ *   |p| term. That extra 2^-8 of p is far below the product's own E4M3 error (3.7e-2, docs/fp8.md).
+ *   FP8 products are exact in fp32 (4-bit significands), and the accumulation, which Hopper's FP8 tensor cores keep at about 14 bits (DeepSeek-V3's report measures it), errs: with
  *   GLMTUNE_FP8_ACCUM=fp32 (cuBLAS promotes the partial sums to fp32 after each instruction's K
  *   slice) by about 2^-14 S plus fp32's K/128 x 2^-24 S; with fast accumulation (the default: no
  *   promotion) each of the K/32 slice additions errs by 2^-14 of the running sum, which for terms of
