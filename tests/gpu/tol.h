@@ -65,7 +65,8 @@
  *   once more before it adds beta C (measured on the H200, cuBLAS 13.1: up to 2.7 x the single-rounding
  *   bound at K = 64, where S is only a few |p|; the f32 tile's own epilogue rounds once): the
  *   |p| term. That extra 2^-8 of p is far below the product's own E4M3 error (3.7e-2, docs/fp8.md).
- *   FP8 products are exact in fp32 (4-bit significands), and the accumulation, which Hopper's FP8 tensor cores keep at about 14 bits (DeepSeek-V3's report measures it), errs: with
+ *   FP8 products are exact in fp32 (4-bit significands), and the accumulation, which Hopper's FP8
+ *   tensor cores keep at about 14 bits (DeepSeek-V3's report measures it), errs: with
  *   GLMTUNE_FP8_ACCUM=fp32 (cuBLAS promotes the partial sums to fp32 after each instruction's K
  *   slice) by about 2^-14 S plus fp32's K/128 x 2^-24 S; with fast accumulation (the default: no
  *   promotion) each of the K/32 slice additions errs by 2^-14 of the running sum, which for terms of
