@@ -65,12 +65,17 @@ static glm_status check_fp8(const glm_base_format *f, const glm_backend *be, con
         return glm_err(GLM_ERR_UNSUPPORTED, "--base-dtype fp8 with --shard-base: the fp8 base is not sharded yet (its "
                        "row scales would need a layout of their own); hint: drop --shard-base (the fp8 base is half "
                        "the bf16 one), or --base-dtype bf16");
+    return glm_fp8_dims_check(c);
+}
+
+glm_status glm_fp8_dims_check(const glm_config *c) {
     const int64_t dims[4] = {c->C, c->F, (int64_t)c->H * c->Dh, glm_config_qkv_rows(c)};
     for (int i = 0; i < 4; i++)
         if (dims[i] % 16)
             return glm_err(GLM_ERR_UNSUPPORTED, "--base-dtype fp8: the model's matrix dimension %lld is not a multiple of "
-                           "16, which FP8 tensor cores need (hidden %d, ffn %d, heads x head dim %lld, qkv rows %lld)",
-                           (long long)dims[i], c->C, c->F, (long long)c->H * c->Dh, (long long)glm_config_qkv_rows(c));
+                           "16, which FP8 tensor cores need (hidden %d, ffn %d, heads x head dim %lld, qkv rows %lld); "
+                           "hint: --base-dtype bf16 (or --quantization-bit 4 for a smaller base)", (long long)dims[i], c->C,
+                           c->F, (long long)c->H * c->Dh, (long long)glm_config_qkv_rows(c));
     return GLM_OK;
 }
 

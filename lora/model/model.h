@@ -124,6 +124,10 @@ typedef struct glm_model {
  * GLM_ERR_IO, GLM_ERR_FORMAT (missing tensor, truncated or malformed file), GLM_ERR_MISMATCH
  * (wrong shape), GLM_ERR_UNSUPPORTED (dtype), GLM_ERR_NOMEM. */
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out);
+/* Whether config c's frozen matrices take the FP8 base: every dimension (hidden, ffn, heads x head
+ * dim, qkv rows) a multiple of 16, as FP8 tensor cores need. Errors: GLM_ERR_UNSUPPORTED naming the
+ * dimension, with the hint --base-dtype bf16. The loaders check it; so does the dry run. */
+glm_status glm_fp8_dims_check(const glm_config *c);
 /* glm_model_load for a data-parallel rank: with shard_base != 0 and be->world > 1 the rank keeps
  * only its 1/world share of every base matrix (see "Frozen-base sharding" below); shard_base == 0
  * is glm_model_load. Errors: as glm_model_load. */

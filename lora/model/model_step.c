@@ -215,8 +215,8 @@ static void plan_opts(const glm_model *m, glm_ckpt_mode mode, glm_plan_opts *o) 
                      : m->be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
     o->double_quant = m->fmt.double_quant;
     /* layer inputs in host memory: forced (m->offload 1), or where the step does not fit on a GPU
-     * without it, within this rank's share of 3/4 of the machine's memory (the CPU backend's memory
-     * is host memory) */
+     * without it, within this rank's share of the machine's free memory less a margin
+     * (glm_host_budget; the CPU backend's memory is host memory) */
     o->offload = m->offload > 0;
     o->offload_layers = m->offload_layers;
     o->host_budget = m->offload == 0 && strcmp(m->be->name, "cpu") ? glm_host_budget(glm_local_ranks()) : 0;

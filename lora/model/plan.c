@@ -168,12 +168,15 @@ static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, in
     return 2.0 * vc + small + c->L * layer;
 }
 
-/* The backend's scratch for a step when it does not say (the CUDA backend's, measured): attention's
- * D (4 bytes per query head) and document bounds (8 per token); cuDNN's backward workspace for whole
- * rows (8 bytes per query element, measured with cuDNN 9.19: 4.02 GiB at 131072 x 4096), its lse
- * copies and document runs; 32 MiB of cuBLASLt workspace and 256 MiB of allocator slack. */
+/* The backend's scratch for a step when it does not say (a dry run without a GPU): what the CUDA
+ * backend's scratch_need answers (kernels/cuda/memory.cu, attention_ragged.cu), slot by slot:
+ * attention's D (4 bytes per query head) and document bounds (8 per token); cuDNN's backward
+ * workspace for whole rows (8 bytes per query element, measured with cuDNN 9.19: 4.02 GiB at
+ * 131072 x 4096), its lse copies and document runs; the FP8 GEMM's blocks; the loss reduction (8
+ * bytes for each of at most 2048 rows). cuBLASLt's workspace is part of the CUDA overhead a dry run
+ * takes off the budget (GLM_DRY_CUDA_OVERHEAD_GIB), not of the scratch. */
 static double scratch_estimate(const glm_config *c, double N, int backward, int e, int cp, int fp8, double *attn_ws) {
-    double qd = (double)c->H * c->Dh, H = c->H, b = (32.0 + 256.0) * 1048576;
+    double qd = (double)c->H * c->Dh, H = c->H, b = 8.0 * 2048;
     *attn_ws = 0;
     if (e != 2) return 0;
     if (fp8) b += GLM_FP8_SCRATCH_BYTES;
@@ -496,7 +499,7 @@ double glm_host_margin(void) { return fmax(4.0 * 1073741824.0, 0.05 * glm_host_m
 
 double glm_host_budget(int ranks_here) {
     const int r = ranks_here > 1 ? ranks_here : 1;
-    if (glm_host_memory_from_env()) return 0.75 * glm_host_memory() / r;
+    if (glm_host_memory_from_env()) return fmax(0.0, glm_host_memory() - glm_host_margin()) / r;
     return fmax(0.0, glm_host_available() - glm_host_margin()) / r;
 }
 
@@ -613,7 +616,10 @@ void glm_plan_print(const glm_plan *p, const glm_config *c, FILE *f) {
             else if (p->all_offloaded_total > 0)
                 fprintf(f, " Even with every layer input in host memory the step takes %.2f GiB of the device.",
                         p->all_offloaded_total / G);
-            if (!glm_wformat_packed(p->base_format))
+            if (p->base_format == GLM_WF_FP8_E4M3) /* 4-bit replaces fp8 (the two do not combine) */
+                fprintf(f, " --quantization-bit 4 (QLoRA) instead of --base-dtype fp8 keeps the frozen linear layers in "
+                           "4 bits (about half of fp8's; the base %.2f GiB here).", p->weights / G);
+            else if (!glm_wformat_packed(p->base_format))
                 fprintf(f, " --quantization-bit 4 (QLoRA) keeps the frozen linear layers in 4 bits (about a quarter of "
                            "their %.2f GiB).", p->weights / G);
             if (p->shard_world <= 1 && p->weights >= 0.25 * p->budget)

@@ -207,7 +207,8 @@ int glm_host_memory_from_env(void);
 int glm_local_ranks(void);
 /* The host bytes one rank may offload to, shared by ranks_here ranks: what the machine has free
  * now (MemAvailable of /proc/meminfo; 3/4 of its memory where that is unknown) less
- * glm_host_margin(); planning for another machine (GLMTUNE_HOST_MEMORY_GIB), 3/4 of its memory. */
+ * glm_host_margin(); planning for another machine (GLMTUNE_HOST_MEMORY_GIB), its memory less the
+ * margin (the same rule on a machine with all of its memory free). */
 double glm_host_budget(int ranks_here);
 /* The machine's available memory (MemAvailable) in bytes, and the margin kept free beside the
  * offloaded layer inputs: 4 GiB or 5% of the memory, whichever is more. */

@@ -40,6 +40,13 @@ check "--base-dtype fp8 --shard-base: refused (exit 2: $rc)" test $rc = 2 && che
 "$G" train --device cpu --model "$T/odd" --data "$T/shards" --max-steps 1 --output-dir "$T/y" --base-dtype fp8 >"$T/odd.log" 2>&1; rc=$?
 check "an FFN width of 344 with fp8: refused (exit $rc)" test $rc != 0
 check "... naming the dimension and the rule" has "$T/odd.log" "matrix dimension 344 is not a multiple of 16"
+check "... with the way out" has "$T/odd.log" "hint: --base-dtype bf16"
+"$G" train --dry-run --quiet --model "$T/odd" --seq-len 256 --device cpu --base-dtype fp8 >"$T/oddry.log" 2>&1; rc=$?
+check "the dry run refuses it as the run does (exit 1: $rc)" test $rc = 1
+check "... with the same message" has "$T/oddry.log" "matrix dimension 344 is not a multiple of 16"
+mkdir -p "$T/m9b" && cp "$SRC/tests/fixtures/glm4-tokenizer/config.glm-4-9b-chat-1m.json" "$T/m9b/config.json"
+"$G" train --dry-run --quiet --model "$T/m9b" --seq-len 8192 --device cuda --max-gpu-memory 12 --base-dtype fp8 >"$T/dry8big" 2>&1
+check "an fp8 plan that does not fit: the 4-bit hint says it replaces fp8" has "$T/dry8big" "--quantization-bit 4 (QLoRA) instead of --base-dtype fp8"
 # the dry run counts a byte per weight and the transposed layer
 "$G" train --dry-run --quiet --model "$T/model" --seq-len 256 --device cuda --max-gpu-memory 1 --base-dtype fp8 >"$T/dry8" 2>&1
 check "dry run: the FP8 layers named" has "$T/dry8" "frozen linear layers in FP8 E4M3"

@@ -143,8 +143,9 @@ static const glm_opt_def k_opts[] = {
     {"base-dtype", "base_dtype", NULL, GLM_OPT_STRING, "bf16", "",
      "the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h): bf16, or fp8: FP8 E4M3 with a "
      "scale per output channel, quantized while loading (about half the memory), their forward, recomputation and "
-     "input-gradient GEMMs on FP8 tensor cores (activations E4M3, gradients E5M2, each scaled per tensor from its "
-     "absolute maximum; fp32 accumulation); LoRA, attention, norms, the loss and every trained parameter's "
+     "input-gradient GEMMs on FP8 tensor cores (activations E4M3, gradients E5M2, each with one scale per tensor from "
+     "its absolute maximum, the weight's row scales applied in the GEMM; cuBLASLt's fast accumulation, "
+     "GLMTUNE_FP8_ACCUM=fp32 promotes it); LoRA, attention, norms, the loss and every trained parameter's "
      "gradient as with bf16; the adapter exports as any other. sm_89 / sm_90 GPUs (the CPU backend emulates it)",
      OFF(base_dtype), false},
     {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
@@ -1356,8 +1357,8 @@ static glm_status validate(glm_train_opts *o) {
     NEED(!strcmp(o->base_dtype, "bf16") || !strcmp(o->base_dtype, "fp8"),
          "--base-dtype %s: expected bf16 or fp8", o->base_dtype);
     NEED(strcmp(o->base_dtype, "fp8") || o->quantization_bit == 0,
-         "--base-dtype fp8 with --quantization-bit %lld: both set the frozen base's format; hint: one of them (fp8: "
-         "about 9 GiB for the 9B model, 4-bit: about 5 GiB)", (long long)o->quantization_bit);
+         "--base-dtype fp8 with --quantization-bit %lld: both set the frozen base's format; hint: one of them (the 9B "
+         "model's weights on the GPU: fp8 10.2 GiB and the fastest step, 4-bit 6.7 GiB)", (long long)o->quantization_bit);
     NEED(strcmp(o->base_dtype, "fp8") || !o->shard_base,
          "--base-dtype fp8 with --shard-base: the fp8 base is not sharded yet; hint: drop --shard-base (the fp8 base "
          "is about 10 GiB for the 9B model), or --base-dtype bf16");

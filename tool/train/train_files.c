@@ -183,6 +183,7 @@ static glm_status pick_backend(const train_settings *ts, const glm_backend **out
 glm_status train_dry_run(const train_settings *ts, int *fits) {
     glm_config cfg;
     GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    if (ts->fp8) GLM_TRY(glm_fp8_dims_check(&cfg)); /* as the run refuses it */
     int64_t T = ts->seq_len;
     int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
     if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
@@ -314,9 +315,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     else
         printf("predicted peak: %.2f GiB%s\n", p.total / 1073741824.0, p.fits ? "" : " (does not fit)");
     if (!cpu && glm_host_memory_from_env()) /* what the offload was held against */
-        printf("host memory for offloading: at most %.1f GiB per rank (3/4 of %.1f GiB from GLMTUNE_HOST_MEMORY_GIB, "
-               "shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0, glm_host_memory() / 1073741824.0,
-               W, W > 1 ? "s" : "", p.offload ? "; this plan uses it" : "");
+        printf("host memory for offloading: at most %.1f GiB per rank (%.1f GiB from GLMTUNE_HOST_MEMORY_GIB less a %.1f "
+               "GiB margin, shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0,
+               glm_host_memory() / 1073741824.0, glm_host_margin() / 1073741824.0, W, W > 1 ? "s" : "",
+               p.offload ? "; this plan uses it" : "");
     else if (!cpu)
         printf("host memory for offloading: at most %.1f GiB per rank (the %.1f GiB this machine has available less a "
                "%.1f GiB margin, shared by the %d rank%s of this run)%s\n", o.host_budget / 1073741824.0,
@@ -348,13 +350,15 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                    (long long)tmax_off, best_off.host / G, best_off.host * W / G, W,
                    best_off.host > o.host_budget ? " (more than the host memory planned for, see above: a machine with "
                                                    "that much)" : "");
-        if (!p.fits) { /* the requested row with offloading */
+        if (!p.fits) { /* the requested row with the fewest layer inputs offloaded that make it fit (host memory unbounded) */
             glm_plan po;
-            glm_plan_make(&cfg, &li, B, (int)T, 1, &oo, &po);
+            glm_plan_opts of = o;
+            of.host_budget = 1e18;
+            glm_plan_make(&cfg, &li, B, (int)T, 1, &of, &po);
             printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
                    "rank%s)\n", (long long)T, po.fits ? "fits" : "does not fit either",
                    po.total / G, po.host / G,
-                   po.fits && po.host > o.host_budget ? ": more than the host memory planned for, see below" : "");
+                   po.fits && po.host > o.host_budget ? ": more than the host memory planned for, see above" : "");
         }
     }
     if (W > 1) { /* the step's communication (lora/model/comm_plan.h) */
