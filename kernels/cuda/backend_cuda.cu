@@ -399,11 +399,16 @@ static glm_status create(int device, int rank, int world, const unsigned char *n
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         cudaGetLastError();
-        return glm_err(GLM_ERR_UNSUPPORTED, "cuda backend: no CUDA device found (%s); hint: --device cpu",
+        /* no GPU: the runtime says "driver version is insufficient" where there is no driver at all */
+        const bool none = n == 0 || e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+        return glm_err(GLM_ERR_UNSUPPORTED, "cuda backend: %s (CUDA runtime: %s); hint: --device cpu, or `glmtune train "
+                       "--dry-run --max-gpu-memory G` to plan for a GPU of G GiB without one",
+                       none ? "no NVIDIA GPU with a working driver on this machine" : "CUDA could not list the devices",
                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     }
     if (device < 0 || device >= n)
-        return glm_err(GLM_ERR_ARG, "cuda backend: device %d does not exist (this machine has %d)", device, n);
+        return glm_err(GLM_ERR_ARG, "cuda backend: device %d does not exist (this machine has %d); hint: device numbers "
+                       "0 to %d (--gpus N takes the first N)", device, n, n - 1);
     if (world < 1 || rank < 0 || rank >= world)
         return glm_err(GLM_ERR_ARG, "cuda backend: rank %d of world %d is not valid", rank, world);
     cudaDeviceProp prop;

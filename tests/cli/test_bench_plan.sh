@@ -46,6 +46,12 @@ check "... says what --gpus takes" has "$T/ug" "list of device ids"
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 0.5 >"$T/p05" 2>&1; rc=$?
 check "0.5 GiB: exit 1 ($rc)" test $rc = 1
 check "... the weights alone take" has "$T/p05" "weights alone take"
+check "... and that the CUDA context alone takes more than the cap" has "$T/p05" "is less than the CUDA context and library workspaces alone (0.97 GiB)"
+# --device auto on a machine without a GPU plans for the CPU, and says how to plan for a GPU
+$G train --dry-run --quiet --model "$CFG" --seq-len 8192 >"$T/pauto" 2>&1
+if grep -q "^device: cpu" "$T/pauto"; then
+  check "no GPU, --device auto: the plan says it is the CPU's and names --max-gpu-memory" has "$T/pauto" "no GPU here, so the plan is the CPU backend's; --max-gpu-memory G plans for a GPU of G GiB"
+fi
 $G train --dry-run --quiet --model "$CFG" --seq-len 8192 --device cuda --max-gpu-memory 1e9 >"$T/pbig" 2>&1; rc=$?
 check "1e9 GiB: exit 0 ($rc)" test $rc = 0
 check "... keeps every layer, no negative numbers" bash -c "grep -q 'layers 0-39: keep all' '$T/pbig' && ! grep -q -- ' -[0-9]' '$T/pbig'"

@@ -280,6 +280,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     }
     if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
         budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
+    const int cap_below_overhead = ts->max_gpu_gib > 0 && budget <= 0;
+    if (cap_below_overhead) budget = 1; /* nothing left (0 would mean "no budget" to the planner) */
     int eb = cpu ? 4 : 2;
     /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
     glm_plan_opts o = train_plan_opts(ts, cpu, W, cp, W, budget, need, ws);
@@ -294,6 +296,13 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                be ? "" : " (as measured on an H200 with CUDA 13: no GPU here to ask)");
     else
         printf("%s\n", ts->max_gpu_gib > 0 ? "; budget from --max-gpu-memory" : "");
+    if (cap_below_overhead)
+        printf("--max-gpu-memory %g GiB is less than the CUDA context and library workspaces alone (%.2f GiB): nothing is "
+               "left for the step; hint: a larger --max-gpu-memory (22 for a 24 GB card)\n", ts->max_gpu_gib,
+               overhead / 1073741824.0);
+    if (cpu && !have_gpu && !strcmp(ts->device, "auto"))
+        printf("(no GPU here, so the plan is the CPU backend's; --max-gpu-memory G plans for a GPU of G GiB: 22 for a 24 "
+               "GB card)\n");
     if (no_attn_lib) printf("attention: glmtune's kernels (GLMTUNE_ATTENTION=glmtune): no library workspace planned\n");
     printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
            cfg.F, cfg.V, li.r, (long long)li.params);
