@@ -28,6 +28,9 @@ static glm_status open_set(const char *path, const char *split, shard_set *set, 
     set->n = 0;
     *tok_path = NULL;
     if (!glm_is_dir(path)) {
+        if (access(path, F_OK) != 0)
+            return glm_err(GLM_ERR_IO, "%s: no such file or directory; hint: pass a glmtune tokenize output dir or a .bin "
+                           "shard", path);
         set->sh = calloc(1, sizeof *set->sh);
         GLM_TRY(glm_shard_open(path, set->sh));
         set->n = 1;

@@ -1165,7 +1165,8 @@ static glm_status consume_job(tok_run *r, job *j) {
     if (j->drop) {
         tok_report_drop(rep, j->rec.source, j->drop, j->drop_detail);
         if (o->strict)
-            return glm_err(GLM_ERR_FORMAT, "%s [%s]; hint: without --strict bad records are skipped and counted",
+            return glm_err(GLM_ERR_FORMAT, "%s [%s] (--strict stops at the first bad record: without it they are "
+                           "skipped and counted by reason)",
                            j->drop_detail ? j->drop_detail : j->drop, j->drop);
         return GLM_OK;
     }

@@ -670,7 +670,8 @@ static glm_status set_value(glm_train_opts *o, size_t i, const char *v, glm_opt_
         errno = 0;
         long long x = strtoll(v, &end, 10);
         if (!*v || *end || errno)
-            return glm_err(GLM_ERR_ARG, "%s: %s wants an integer, got '%s'", where, d->name, v);
+            return glm_err(GLM_ERR_ARG, "%s: %s wants an integer, got '%s'; hint: a whole number such as %s "
+                           "(`glmtune train --help` lists the options)", where, d->name, v, d->def && *d->def ? d->def : "8");
         *(int64_t *)field = x;
         break;
     }
@@ -679,13 +680,15 @@ static glm_status set_value(glm_train_opts *o, size_t i, const char *v, glm_opt_
         errno = 0;
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x))
-            return glm_err(GLM_ERR_ARG, "%s: %s wants a number, got '%s'", where, d->name, v);
+            return glm_err(GLM_ERR_ARG, "%s: %s wants a number, got '%s'; hint: a number such as %s "
+                           "(`glmtune train --help` lists the options)", where, d->name, v, d->def && *d->def ? d->def : "1.0");
         *(double *)field = x;
         break;
     }
     case GLM_OPT_BOOL:
         if (!parse_bool(v, (bool *)field))
-            return glm_err(GLM_ERR_ARG, "%s: %s wants true or false, got '%s'", where, d->name, v);
+            return glm_err(GLM_ERR_ARG, "%s: %s wants true or false, got '%s'; hint: true/false, yes/no, on/off or 1/0",
+                           where, d->name, v);
         break;
     case GLM_OPT_STRING: {
         glm_ckpt_mode cm; /* gradient checkpointing: stored as its mode name (true -> full, false -> none) */
@@ -1046,7 +1049,8 @@ glm_status glm_yaml_config_each(const char *path, bool one_document, glm_yaml_ke
     yaml_parser_set_input_file(&p, f);
     glm_status st = GLM_OK;
     if (!yaml_parser_load(&p, &doc)) {
-        st = glm_err(GLM_ERR_FORMAT, "%s:%zu:%zu: bad YAML: %s", path, p.problem_mark.line + 1,
+        st = glm_err(GLM_ERR_FORMAT, "%s:%zu:%zu: bad YAML: %s; hint: a training YAML is one mapping of `key: value` "
+                     "lines (LLaMA-Factory's form; samples/train.yaml is one)", path, p.problem_mark.line + 1,
                      p.problem_mark.column + 1, p.problem ? p.problem : "parse error");
         yaml_parser_delete(&p);
         fclose(f);
@@ -1286,7 +1290,9 @@ static glm_status validate(glm_train_opts *o) {
     if (!o->data && !(o->dry_run && o->seq_len > 0))
         return glm_err(GLM_ERR_ARG, "--data is required (shards from `glmtune tokenize`)%s",
                        o->dry_run ? "; hint: or --seq-len T for a dry run without shards" : "");
-    if (!o->output_dir && !o->dry_run) return glm_err(GLM_ERR_ARG, "--output-dir is required");
+    if (!o->output_dir && !o->dry_run)
+        return glm_err(GLM_ERR_ARG, "--output-dir is required; hint: --output-dir runs/a (or output_dir: in the YAML), "
+                       "where the checkpoints, metrics and the adapter go; --dry-run needs none");
 #define NEED(cond, ...) \
     if (!(cond)) return glm_err(GLM_ERR_ARG, __VA_ARGS__)
     NEED(o->per_device_train_batch_size >= 1, "--per-device-train-batch-size must be >= 1 (got %lld)",
