@@ -19,7 +19,7 @@
  *     or GLMTUNE_FP8_GEMM=tile): D f32 = s_x (W X^T) into a tile of at most GLM_FP8_BLOCK_BYTES,
  *     then y = bf16(tile x scale[n] + beta y).
  * Accumulation: CUBLAS_COMPUTE_32F with fast accumulation (the tensor cores' partial sums are not
- * promoted to fp32 as the GEMM goes: 7-19% faster with outer vectors, 3-4% per tensor, and the 9B
+ * promoted to fp32 as the GEMM goes: 7-19% faster with outer vectors, 1-5% per tensor, and the 9B
  * fidelity table unchanged, docs/fp8.md); GLMTUNE_FP8_ACCUM=fp32 promotes them. GLMTUNE_FP8_BLOCK_ROWS=n caps a block's rows (tests: many
  * blocks on small inputs). */
 #include <stdio.h>
