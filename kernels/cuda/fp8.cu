@@ -66,6 +66,10 @@ struct fp8_cache {
     int64_t calls[3] = {0, 0, 0}; /* GEMMs run per mode */
     int force_tile = 0;           /* GLMTUNE_FP8_GEMM=tile: the tile even where outer vectors would do */
     int64_t block_rows = 0;       /* GLMTUNE_FP8_BLOCK_ROWS=n (> 0): at most n rows a block (tests: many blocks) */
+    int v2 = 0;                   /* GLMTUNE_FP8_KERNELS=v2: the variant kernels below (64 x 64 transposition tiles
+                                     of 4-byte words, the column multipliers read 16 bytes at a time); kept
+                                     beside the measured ones until tests/gpu has checked and timed them
+                                     (kernels/cuda/dev/README.md) */
     int8_t fast_accum = 1;        /* CUBLASLT_MATMUL_DESC_FAST_ACCUM: the tensor cores' own accumulation, not promoted
                                      to fp32 as it goes (7-19% faster at the 9B shapes, fidelity unchanged: docs/fp8.md);
                                      GLMTUNE_FP8_ACCUM=fp32 promotes */
@@ -78,6 +82,8 @@ static fp8_cache *cache_of(cuda_impl *I) {
         I->fp8s->force_tile = e && !strcmp(e, "tile");
         const char *r = getenv("GLMTUNE_FP8_BLOCK_ROWS");
         I->fp8s->block_rows = r ? atoll(r) : 0;
+        const char *kv = getenv("GLMTUNE_FP8_KERNELS");
+        I->fp8s->v2 = kv && !strcmp(kv, "v2");
         const char *a = getenv("GLMTUNE_FP8_ACCUM");
         I->fp8s->fast_accum = !(a && !strcmp(a, "fp32"));
     }
@@ -154,14 +160,21 @@ __global__ void k_act_quant(const bf16 *__restrict__ x, int64_t ldx, int64_t row
  * [8192, 4096] activation). The codes through the GPU's own conversion (cvt.rn.satfinite, sm_89+),
  * which glm_cuda_fp8_convert_check shows equal to kernels/formats.h's glm_f32_to_fp8 for every
  * float32, so the bytes are the CPU's. Element order within the 8 is the scalar kernels'. */
+template <bool MUL16>
 __device__ __forceinline__ void row_values8(const bf16 *xr, int64_t k, const float *col_mul, float v[8]) {
     const bf16x8 u = *(const bf16x8 *)(xr + k);
     for (int j = 0; j < 4; j++) {
         float2 f = __bfloat1622float2(u.v[j]);
         v[2 * j] = f.x, v[2 * j + 1] = f.y;
     }
-    if (col_mul)
+    if (!col_mul) return;
+    if (MUL16) { /* the variant: col_mul 16-byte aligned, two 16-byte loads (the same products) */
+        const float4 a = *(const float4 *)(col_mul + k), b = *(const float4 *)(col_mul + k + 4);
+        const float m[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        for (int j = 0; j < 8; j++) v[j] = glm_fmul_rn(v[j], m[j]);
+    } else {
         for (int j = 0; j < 8; j++) v[j] = glm_fmul_rn(v[j], col_mul[k + j]);
+    }
 }
 
 __device__ __forceinline__ uint8_t encode_hw(float v, float inv, int kind) {
@@ -172,6 +185,7 @@ __device__ __forceinline__ uint8_t encode_hw(float v, float inv, int kind) {
 #endif
 }
 
+template <bool MUL16>
 __global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, int64_t K, const float *__restrict__ col_mul,
                             uint32_t *amax) {
     __shared__ uint32_t red[32];
@@ -180,7 +194,7 @@ __global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, 
     for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
         for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < K8; g += (int64_t)gridDim.x * blockDim.x) {
             float v[8];
-            row_values8(x + m * ldx, g * 8, col_mul, v);
+            row_values8<MUL16>(x + m * ldx, g * 8, col_mul, v);
             for (int j = 0; j < 8; j++) {
                 uint32_t b = glm_abs_bits(v[j]);
                 a = b > a ? b : a;
@@ -196,6 +210,7 @@ __global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, 
     }
 }
 
+template <bool MUL16>
 __global__ void k_act_quant8(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
                              const float *__restrict__ col_mul, int kind, const uint32_t *__restrict__ amax,
                              uint8_t *__restrict__ q, float *scale, float *bvec) {
@@ -208,7 +223,7 @@ __global__ void k_act_quant8(const bf16 *__restrict__ x, int64_t ldx, int64_t ro
         if (first && bvec) bvec[m] = s;
         for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < K8; g += (int64_t)gridDim.x * blockDim.x) {
             float v[8];
-            row_values8(x + m * ldx, g * 8, col_mul, v);
+            row_values8<MUL16>(x + m * ldx, g * 8, col_mul, v);
             uint64_t w = 0;
             for (int j = 0; j < 8; j++) w |= (uint64_t)encode_hw(v[j], inv, kind) << (8 * j);
             *(uint64_t *)(q + m * K + g * 8) = w;
@@ -222,6 +237,11 @@ static dim3 grid8(int64_t rows, int64_t K) {
     const int64_t gx = std::max<int64_t>(1, (K / 8 + 255) / 256);
     const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(rows, std::max<int64_t>(1, 4096 / gx)));
     return dim3((unsigned)std::min<int64_t>(gx, 65535), (unsigned)std::min<int64_t>(gy, 65535));
+}
+
+/* the variant's 16-byte reads of the column multipliers (GLMTUNE_FP8_KERNELS=v2; K a multiple of 8 already) */
+static bool mul16(cuda_impl *I, const float *col_mul) {
+    return col_mul && cache_of(I)->v2 && ((uintptr_t)col_mul & 15) == 0;
 }
 
 /* 8 at a time where x's rows and q's are aligned for it */
@@ -253,6 +273,26 @@ __global__ void k_transpose8(uint8_t *__restrict__ dst, const uint8_t *__restric
     for (int i = threadIdx.y; i < 32; i += blockDim.y) {
         int64_t c = c0 + i, r = r0 + threadIdx.x;
         if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][i];
+    }
+}
+
+/* The variant: dst [cols, rows] = src [rows, cols]^T for rows and cols multiples of 64 and both
+ * buffers 4-byte aligned: a 64 x 64 tile per block of 16 x 16 threads, each moving four 4-byte words
+ * in (one per row it reads) and four out (each packed from four rows of the tile). */
+__global__ void k_transpose8_64(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int64_t rows, int64_t cols) {
+    __shared__ uint8_t tile[64][68]; /* rows padded by a word: the column reads spread over the banks */
+    const int64_t r0 = (int64_t)blockIdx.y * 64, c0 = (int64_t)blockIdx.x * 64;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int i = 0; i < 4; i++) {
+        const int r = ty + 16 * i;
+        *(uint32_t *)&tile[r][4 * tx] = *(const uint32_t *)(src + (r0 + r) * cols + c0 + 4 * tx);
+    }
+    __syncthreads();
+    for (int i = 0; i < 4; i++) {
+        const int c = ty + 16 * i; /* the output row: column c0 + c of src */
+        const uint32_t w = (uint32_t)tile[4 * tx][c] | (uint32_t)tile[4 * tx + 1][c] << 8 |
+                           (uint32_t)tile[4 * tx + 2][c] << 16 | (uint32_t)tile[4 * tx + 3][c] << 24;
+        *(uint32_t *)(dst + (c0 + c) * rows + r0 + 4 * tx) = w;
     }
 }
 
@@ -333,8 +373,12 @@ static glm_status check_kind(int kind, const char *op) {
 /* the amax of x into *amax (zeroed first) */
 static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, int64_t K, const float *col_mul, uint32_t *amax) {
     CU(cudaMemsetAsync(amax, 0, 4, I->s), "fp8 quantize (amax)");
-    if (M * K > 0 && vec8(x, ldx, K, nullptr))
-        k_act_amax8<<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
+    if (M * K > 0 && vec8(x, ldx, K, nullptr)) {
+        if (mul16(I, col_mul))
+            k_act_amax8<true><<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
+        else
+            k_act_amax8<false><<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
+    }
     else if (M * K > 0)
         k_act_amax<<<grid_for(M * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
     LAUNCHED_I(I, "fp8 quantize (amax)");
@@ -344,9 +388,12 @@ static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, 
 /* q [rows, K] = the codes of x's rows, *scale and bvec (see k_act_quant) */
 static glm_status act_quant(cuda_impl *I, const void *x, int64_t ldx, int64_t rows, int64_t K, const float *col_mul, int kind,
                             const uint32_t *amax, uint8_t *q, float *scale, float *bvec) {
-    if (vec8(x, ldx, K, q))
-        k_act_quant8<<<grid8(rows, K), 256, 0, I->s>>>(
-            (const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale, bvec);
+    if (vec8(x, ldx, K, q) && mul16(I, col_mul))
+        k_act_quant8<true><<<grid8(rows, K), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
+                                                             bvec);
+    else if (vec8(x, ldx, K, q))
+        k_act_quant8<false><<<grid8(rows, K), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
+                                                              bvec);
     else
         k_act_quant<<<grid_for(rows * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
                                                               bvec);
@@ -372,8 +419,15 @@ glm_status cu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *
     if (rows < 0 || cols < 0 || (rows + 31) / 32 > 65535)
         return glm_err(GLM_ERR_ARG, "fp8 transpose: bad sizes %lld x %lld", (long long)rows, (long long)cols);
     if (rows == 0 || cols == 0) return GLM_OK;
+    cuda_impl *I = IMPL(be);
+    if (cache_of(I)->v2 && rows % 64 == 0 && cols % 64 == 0 && rows / 64 <= 65535 && ((uintptr_t)src & 3) == 0 &&
+        ((uintptr_t)dst & 3) == 0) {
+        k_transpose8_64<<<dim3((unsigned)(cols / 64), (unsigned)(rows / 64)), dim3(16, 16), 0, I->s>>>(dst, src, rows, cols);
+        LAUNCHED("fp8 transpose");
+        return GLM_OK;
+    }
     dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), block(32, 8);
-    k_transpose8<<<grid, block, 0, IMPL(be)->s>>>(dst, src, rows, cols);
+    k_transpose8<<<grid, block, 0, I->s>>>(dst, src, rows, cols);
     LAUNCHED("fp8 transpose");
     return GLM_OK;
 }

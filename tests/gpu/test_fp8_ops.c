@@ -345,6 +345,28 @@ int main(int argc, char **argv) {
             }
         test_transpose(37, 80);
         test_transpose(4096, 13696);
+        /* the variant kernels (GLMTUNE_FP8_KERNELS=v2, kernels/cuda/fp8.cu) on a fresh backend: the same bytes */
+        glm_backend_cuda_close(gpu);
+        setenv("GLMTUNE_FP8_KERNELS", "v2", 1);
+        gpu = glm_backend_cuda(0, &st);
+        CHECK(gpu != NULL, "cuda: %s", glm_errmsg());
+        if (gpu) {
+            printf("GLMTUNE_FP8_KERNELS=v2:\n");
+            for (int kind = 0; kind < 2; kind++)
+                for (int mul = 0; mul < 2; mul++) {
+                    test_act(13, 48, 53, kind, mul);
+                    test_act(8192, 4096, 5120, kind, mul);
+                    test_act(64, 27392, 27392, kind, mul);
+                }
+            test_transpose(37, 80);    /* not whole 64 x 64 tiles: the measured kernel */
+            test_transpose(128, 192);
+            test_transpose(4096, 13696);
+            test_transpose(27392, 4096);
+            glm_backend_cuda_close(gpu);
+        }
+        unsetenv("GLMTUNE_FP8_KERNELS");
+        gpu = glm_backend_cuda(0, &st);
+        if (!gpu) return check_summary("test_fp8_ops");
     }
     if (!only || !strcmp(only, "gemm")) {
         /* sm_90: cuBLASLt applies the weight's row scales itself (outer vectors); sm_89: the tile */
