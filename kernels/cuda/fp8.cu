@@ -116,6 +116,20 @@ __device__ __forceinline__ void warp_max_to(uint32_t v, uint32_t *out) {
     if ((threadIdx.x & 31) == 0 && v) atomicMax(out, v);
 }
 
+/* The block's maximum of every thread's a (blockDim.x a multiple of 32), returned to the threads of
+ * warp 0; red is 32 words of shared memory. */
+__device__ __forceinline__ uint32_t block_max_warp0(uint32_t a, uint32_t *red) {
+    a = __reduce_max_sync(0xffffffffu, a);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    uint32_t v = 0;
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0;
+        v = __reduce_max_sync(0xffffffffu, v);
+    }
+    return v;
+}
+
 /* the value x[m, k] (times col_mul[k]) as fp8_quantize defines it */
 __device__ __forceinline__ float act_value(const bf16 *x, int64_t ldx, int64_t m, int64_t k, const float *col_mul) {
     float v = ld(x + m * ldx + k);
@@ -200,14 +214,8 @@ __global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, 
                 a = b > a ? b : a;
             }
         }
-    a = __reduce_max_sync(0xffffffffu, a);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        uint32_t v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0;
-        v = __reduce_max_sync(0xffffffffu, v);
-        if (threadIdx.x == 0 && v) atomicMax(amax, v);
-    }
+    const uint32_t v = block_max_warp0(a, red);
+    if (threadIdx.x == 0 && v) atomicMax(amax, v);
 }
 
 template <bool MUL16>
@@ -307,14 +315,8 @@ __global__ void k_weight_quant(const T *__restrict__ w, int64_t cols, uint8_t *_
         uint32_t b = glm_abs_bits((float)row[c]);
         a = b > a ? b : a;
     }
-    a = __reduce_max_sync(0xffffffffu, a);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        uint32_t v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0;
-        v = __reduce_max_sync(0xffffffffu, v);
-        if (threadIdx.x == 0) red[0] = v;
-    }
+    const uint32_t v = block_max_warp0(a, red);
+    if (threadIdx.x == 0) red[0] = v; /* after warp 0's reads of red: they precede its reduction */
     __syncthreads();
     const float am = glm_bits_f32(red[0]), inv = glm_fp8_inv_scale(am, GLM_FP8_E4M3);
     if (threadIdx.x == 0) scale[r] = glm_fp8_scale(am, GLM_FP8_E4M3);
