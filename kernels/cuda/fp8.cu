@@ -20,8 +20,8 @@
  *     then y = bf16(tile x scale[n] + beta y).
  * Accumulation: CUBLAS_COMPUTE_32F with fast accumulation (the tensor cores' partial sums are not
  * promoted to fp32 as the GEMM goes: 7-19% faster with outer vectors, 1-5% per tensor, and the 9B
- * fidelity table unchanged, docs/fp8.md); GLMTUNE_FP8_ACCUM=fp32 promotes them. GLMTUNE_FP8_BLOCK_ROWS=n caps a block's rows (tests: many
- * blocks on small inputs). */
+ * fidelity table unchanged, docs/fp8.md); GLMTUNE_FP8_ACCUM=fp32 promotes them.
+ * GLMTUNE_FP8_BLOCK_ROWS=n caps a block's rows (tests: many blocks on small inputs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,7 +288,7 @@ __global__ void k_transpose8(uint8_t *__restrict__ dst, const uint8_t *__restric
  * buffers 4-byte aligned: a 64 x 64 tile per block of 16 x 16 threads, each moving four 4-byte words
  * in (one per row it reads) and four out (each packed from four rows of the tile). */
 __global__ void k_transpose8_64(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int64_t rows, int64_t cols) {
-    __shared__ uint8_t tile[64][68]; /* rows padded by a word: the column reads spread over the banks */
+    __shared__ __align__(16) uint8_t tile[64][68]; /* rows padded by a word: the column reads spread over the banks */
     const int64_t r0 = (int64_t)blockIdx.y * 64, c0 = (int64_t)blockIdx.x * 64;
     const int tx = threadIdx.x, ty = threadIdx.y;
     for (int i = 0; i < 4; i++) {
