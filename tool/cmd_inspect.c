@@ -28,11 +28,17 @@ static glm_status open_set(const char *path, const char *split, shard_set *set, 
     set->n = 0;
     *tok_path = NULL;
     if (!glm_is_dir(path)) {
-        if (access(path, F_OK) != 0)
-            return glm_err(GLM_ERR_IO, "%s: no such file or directory; hint: pass a glmtune tokenize output dir or a .bin "
-                           "shard", path);
         set->sh = calloc(1, sizeof *set->sh);
-        GLM_TRY(glm_shard_open(path, set->sh));
+        if (!set->sh) return glm_err(GLM_ERR_NOMEM, "inspect: out of memory");
+        glm_status s = glm_shard_open(path, set->sh);
+        if (s != GLM_OK) { /* the reader's reason, and (where it gives none) what inspect takes */
+            free(set->sh);
+            set->sh = NULL;
+            if (strstr(glm_errmsg(), "hint:")) return s;
+            char why[512];
+            snprintf(why, sizeof why, "%s", glm_errmsg());
+            return glm_err(s, "%s; hint: pass a glmtune tokenize output dir or a .bin shard", why);
+        }
         set->n = 1;
         return GLM_OK;
     }

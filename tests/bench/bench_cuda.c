@@ -329,8 +329,9 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*fn)(void);
-    } fams[] = {{"gemm", bench_gemm}, {"fp8", bench_fp8}, {"attention", bench_attention}, {"norm", bench_norm}, {"rope", bench_rope},
-                {"elementwise", bench_elementwise}, {"ce", bench_ce}, {"optim", bench_optim}};
+    } fams[] = {{"gemm", bench_gemm}, {"fp8", bench_fp8},       {"attention", bench_attention},
+                {"norm", bench_norm}, {"rope", bench_rope},       {"elementwise", bench_elementwise},
+                {"ce", bench_ce},     {"optim", bench_optim}};
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         int on = argc < 2;
         for (int i = 1; i < argc; i++) on |= !strcmp(argv[i], fams[f].name);

@@ -187,6 +187,20 @@ if [ -f "$(dirname "$G")/libglm_cuda.so" ]; then
   $G bench --device cuda --config "$TINY" --seq-len 32 --steps 1 --warmup 0 >"$T/cm" 2>&1
   check "libglm_cuda.so loads" bash -c "! grep -q 'could not be loaded' '$T/cm' || { cat '$T/cm' >&2; false; }"
 fi
+# errors a user meets first carry a hint
+$G train --dry-run --model "$CFG" --lora-rank abc >"$T/eint" 2>&1
+check "--lora-rank abc: the hint names a whole number and the default" has "$T/eint" "wants an integer, got 'abc'; hint: a whole number such as 8"
+printf 'a: [1, 2\n' >"$T/bad.yaml"
+$G train --config "$T/bad.yaml" >"$T/eyaml" 2>&1
+check "a YAML that does not parse: file:line and a hint" has "$T/eyaml" "bad.yaml:2:1: bad YAML: .*; hint: a training YAML is one mapping"
+$G train --model "$CFG" --data "$T" >"$T/eout" 2>&1
+check "no --output-dir: a hint" has "$T/eout" "--output-dir is required; hint: --output-dir runs/a"
+$G inspect "$T/none" >"$T/einsp" 2>&1
+check "inspect of a missing path: the reason and a hint" has "$T/einsp" "none: cannot open: .*; hint: pass a glmtune tokenize output dir or a .bin shard"
+$G bench --seq-len 512 >"$T/enogpu" 2>&1
+if grep -q "cuda backend:" "$T/enogpu" && ! command -v nvidia-smi >/dev/null; then
+  check "bench without a GPU: says there is none, not the runtime's driver wording" has "$T/enogpu" "no NVIDIA GPU with a working driver on this machine"
+fi
 echo "test_bench_plan: $pass passed, $fail failed"
 rm -rf "$T"
 [ $fail = 0 ]

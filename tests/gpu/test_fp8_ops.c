@@ -187,7 +187,8 @@ static void test_gemm(const char *cfg, int64_t M, int64_t N, int64_t K, int bwd,
             double c = yc[m * ldy + n], g = yg[m * ldy + n], d = fabs(g - c);
             /* tests/gpu/tol.h: the output's rounding, the accumulation's, and with beta the product's own rounding
              * before the add (cuBLASLt's outer-vector epilogue) */
-            double bound = TOL_FP8_OUT * (fabs(c) + (beta != 0.0f ? fabs(c - beta * y0[m * ldy + n]) : 0.0)) + TOL_FP8_ACC * S + 1e-30;
+            const double p = beta != 0.0f ? fabs(c - beta * y0[m * ldy + n]) : 0.0;
+            double bound = TOL_FP8_OUT * (fabs(c) + p) + TOL_FP8_ACC * S + 1e-30;
             if (!(d <= bound)) bad++;
             if (d / bound > worst) worst = d / bound;
             num += d * d;

@@ -301,8 +301,8 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
             glm_log_error("--gpus %s: device %d does not exist (this machine has %d CUDA device%s); hint: %s", gpus,
                           devs[i], have, have == 1 ? "" : "s",
                           have ? "--gpus N for the first N, or a list of the device numbers (--gpus 0,1)"
-                               : "--device cpu --nproc N runs N CPU ranks; `train --dry-run --gpus N --max-gpu-memory G` plans for N "
-                                 "GPUs without them");
+                               : "--device cpu --nproc N runs N CPU ranks; `train --dry-run --gpus N --max-gpu-memory G` "
+                                 "plans for N GPUs without them");
             return GLM_EXIT_USAGE;
         }
     if (n > 1) {
