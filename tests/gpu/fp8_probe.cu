@@ -36,6 +36,22 @@ struct cfg {
     float beta;
 };
 
+/* A matmul descriptor in cuBLASLt's FP8 layout ("TN": A transposed, B not; f32 compute and scale),
+ * with outer-vector scale modes on A and B when outer is set */
+cublasLtMatmulDesc_t tn_desc(bool outer) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (outer) {
+        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+    }
+    return op;
+}
+
 double run(const cfg &c, cublasLtHandle_t lt, void *ws, size_t wsb, int *heur, int *st) {
     const int m = c.m, n = c.n, k = c.k;
     std::vector<uint8_t> ha((size_t)m * k), hb((size_t)n * k);
@@ -71,17 +87,8 @@ double run(const cfg &c, cublasLtHandle_t lt, void *ws, size_t wsb, int *heur, i
     const void *sa = c.null_scales ? nullptr : (const void *)base, *sb = (const void *)(base + 512 * 1024);
     cudaMemcpy(base + 512 * 1024, ones.data(), (size_t)n * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(base, ones.data(), (size_t)m * 4, cudaMemcpyHostToDevice);
-    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDesc_t op = tn_desc(c.outer_vec);
     cublasLtMatrixLayout_t la, lb, lcd;
-    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (c.outer_vec) {
-        int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
-    }
     auto set_scales = [&] {
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
@@ -156,18 +163,9 @@ float time_gemm(cublasLtHandle_t lt, void *ws, size_t wsb, int m, int n, int k, 
     cudaMemcpy(sv, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
     cudaMemset(a, 0x22, (size_t)m * k * ea), cudaMemset(b, 0x21, (size_t)n * k * ea); /* finite, nonzero codes */
     const void *sa = sv, *sb = (const char *)sv + (((size_t)m * 4 + 255) / 256) * 256;
-    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDesc_t op = tn_desc(fp8 && scale == 2);
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     if (fp8) {
-        if (scale == 2) {
-            int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
-        }
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
         int8_t f = fast ? 1 : 0;
