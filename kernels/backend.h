@@ -281,8 +281,20 @@ static inline glm_status glm_be_adamw(const glm_backend *be, float *w, const flo
     return be->adamw(be, w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step);
 }
 
+/* be->sumsq for `count` tensors: out[i] = sum of x[i][j]^2 (double), one synchronisation. */
+static inline glm_status glm_be_sumsq_many(const glm_backend *be, int count, const float *const *x, const int64_t *n,
+                                           double *out) {
+    if (count < 0) return glm_err(GLM_ERR_ARG, "sumsq: negative tensor count %d", count);
+    for (int i = 0; i < count; i++)
+        if (n[i] < 0) return glm_err(GLM_ERR_ARG, "sumsq: tensor %d has a negative size %lld", i, (long long)n[i]);
+    return count ? be->sumsq(be, count, x, n, out) : GLM_OK;
+}
+
+/* The sum of squares of one fp32 tensor of n elements (double accumulation), to the host; NaN
+ * (the message recorded by glm_err) when the backend fails. */
 static inline double glm_be_sumsq(const glm_backend *be, const float *x, int64_t n) {
-    return be->sumsq(be, x, n);
+    double s;
+    return glm_be_sumsq_many(be, 1, &x, &n, &s) == GLM_OK ? s : NAN;
 }
 
 static inline glm_status glm_be_sync(const glm_backend *be) {

@@ -351,8 +351,10 @@ struct glm_backend {
     glm_status (*adamw)(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n,
                         float lr, float beta1, float beta2, float eps, float weight_decay,
                         float grad_scale, int64_t step);
-    /* Sum of squares of n fp32 elements, double accumulation; returns it to the host. */
-    double (*sumsq)(const glm_backend *be, const float *x, int64_t n);
+    /* Sums of squares of `count` fp32 tensors, double accumulation: out[i] (host) = sum over
+     * j < n[i] of x[i][j]^2. One host synchronisation for all of them (the gradient norm over
+     * every LoRA tensor is one call). Errors: the device's (out is then unspecified). */
+    glm_status (*sumsq)(const glm_backend *be, int count, const float *const *x, const int64_t *n, double *out);
 
     /* Sum of an fp32 buffer across the ranks, in place, complete on return (world 1: a no-op).
      * Every rank must make the same collective calls in the same order (as MPI and NCCL require). */

@@ -395,10 +395,13 @@ static glm_status cpu_adamw(const glm_backend *be, float *w, const float *g, flo
     return GLM_OK;
 }
 
-static double cpu_sumsq(const glm_backend *be, const float *x, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
+static glm_status cpu_sumsq(const glm_backend *be, int count, const float *const *x, const int64_t *n, double *out) {
+    for (int k = 0; k < count; k++) {
+        double s = 0;
+        for (int64_t i = 0; i < n[k]; i++) s += (double)x[k][i] * x[k][i];
+        out[k] = s;
+    }
+    return GLM_OK;
 }
 
 static glm_status cpu_sync(const glm_backend *be) { return GLM_OK; }

@@ -296,7 +296,7 @@ glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *lo
 /* optim.cu */
 glm_status cu_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, float grad_scale, int64_t step);
-double cu_sumsq(const glm_backend *be, const float *x, int64_t n);
+glm_status cu_sumsq(const glm_backend *be, int count, const float *const *x, const int64_t *n, double *out);
 /* comm.cu: comm_init creates the communication stream and request table (after the NCCL
  * communicator); comm_destroy frees them; comm_ops fills the op table's communication ops;
  * comm_release_waited frees the requests the compute stream waited for, after a host sync of it. */

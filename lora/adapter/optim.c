@@ -1,8 +1,9 @@
 /* lora/adapter/optim.c: LR schedules, gradient clipping and AdamW (see optim.h for the formulas).
  *
  * Two paths with identical semantics: with a backend (o->be != NULL) the per-param work goes
- * through be->sumsq and be->adamw (one call each, in param_sumsq() and param_adamw() below);
- * without one, the host reference functions glm_sumsq_ref / glm_adamw_ref run on host arrays. */
+ * through be->sumsq (one call, one synchronisation, for up to 256 params) and be->adamw (one
+ * call per param), in param_sumsq() and param_adamw() below; without one, the host reference functions
+ * glm_sumsq_ref / glm_adamw_ref run on host arrays. */
 #include "lora/adapter/optim.h"
 
 #include <math.h>
@@ -120,9 +121,11 @@ void glm_adamw_ref(float *w, const float *g, float *m, float *v, int64_t n, doub
 /* ------------------------------------------------------------------ the two paths
  * Swapping to the backend is exactly these two calls (be->sumsq, be->adamw). */
 
-static double param_sumsq(const glm_optim *o, const float *g, int64_t n) {
-    if (o->be) return glm_be_sumsq(o->be, g, n);
-    return glm_sumsq_ref(g, n);
+/* out[i] = the sum of squares of g[i] (n[i] floats) for i < count. */
+static glm_status param_sumsq(const glm_optim *o, int count, const float *const *g, const int64_t *n, double *out) {
+    if (o->be) return glm_be_sumsq_many(o->be, count, g, n, out);
+    for (int i = 0; i < count; i++) out[i] = glm_sumsq_ref(g[i], n[i]);
+    return GLM_OK;
 }
 
 static glm_status param_adamw(const glm_optim *o, float *w, const float *g, float *m, float *v,
@@ -216,9 +219,20 @@ glm_status glm_optim_init(glm_optim *o, const struct glm_backend *be, const glm_
 
 glm_status glm_grad_norm(const glm_optim *o, const glm_param *params, size_t n, double *norm) {
     double ss = 0;
-    for (size_t i = 0; i < n; i++) {
-        GLM_ASSERT(params[i].g || !params[i].numel, "param %s has no gradient buffer", params[i].name);
-        ss += param_sumsq(o, params[i].g, params[i].numel);
+    enum { BATCH = 256 }; /* params per backend call (one synchronisation each) */
+    const float *g[BATCH];
+    int64_t cnt[BATCH];
+    double part[BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += BATCH) {
+        const int k = (int)(n - i0 < BATCH ? n - i0 : BATCH);
+        for (int j = 0; j < k; j++) {
+            const glm_param *p = &params[i0 + (size_t)j];
+            GLM_ASSERT(p->g || !p->numel, "param %s has no gradient buffer", p->name);
+            g[j] = p->g;
+            cnt[j] = p->numel;
+        }
+        GLM_TRY(param_sumsq(o, k, g, cnt, part));
+        for (int j = 0; j < k; j++) ss += part[j];
     }
     *norm = (double)(float)sqrt(ss);
     return GLM_OK;

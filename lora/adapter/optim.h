@@ -106,9 +106,10 @@ glm_status glm_optim_init(glm_optim *o, const struct glm_backend *be, const glm_
                           size_t n, const glm_adamw_cfg *cfg);
 void glm_optim_free(glm_optim *o);
 
-/* Global gradient L2 norm sqrt(sum_i sum_j g_ij^2) over all params, summed in double (per
- * param through be->sumsq or the host loop), returned as double of the float32-rounded value
- * (torch computes it in fp32). Overwrites *norm. No errors besides a NULL param grad. */
+/* Global gradient L2 norm sqrt(sum_i sum_j g_ij^2) over all params, summed in double (each
+ * param's sum through be->sumsq, up to 256 params a call, or the host loop), returned as double
+ * of the float32-rounded value (torch computes it in fp32). Overwrites *norm. Errors: the
+ * backend's (a device failure), besides a NULL param grad. */
 glm_status glm_grad_norm(const glm_optim *o, const glm_param *params, size_t n, double *norm);
 
 /* One update of every param, torch semantics:

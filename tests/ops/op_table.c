@@ -1534,30 +1534,48 @@ static const adamw_case adamw_cmp[] = {{100003, 3, 1e-3f, 0.9f, 0.999f, 1e-8f, 0
 static const adamw_case adamw_cpu[] = {{9, 2, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, 1.0f, 1.0f, 0},
                                        {50, 3, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0.1f, 0.01f, 1}};
 
-/* ==== sumsq ================================================================================== */
+/* ==== sumsq (many tensors in one call) =========================================================
+ * `bufs` buffers (buffer k: n + 37 k elements) summed as `count` tensors: tensor j is buffer
+ * j % bufs, whole, except every 7th (j % 7 == 6), which is empty. On CUDA the tensors' partials
+ * share the scratch of 1024 and are downloaded whenever it fills. */
 typedef struct {
+    int bufs, count;
     int64_t n;
 } sumsq_case;
 
+static int64_t sumsq_len(const sumsq_case *c, int j) { return j % 7 == 6 ? 0 : c->n + 37 * (j % c->bufs); }
 static void sumsq_make(op_inst *in, const void *cv) {
     const sumsq_case *c = cv;
-    op_add(in, "x", OP_T_F32, OP_IN, c->n), op_add(in, "sum", OP_T_HOST, OP_OUT, 1);
-    op_fill_u(in, 0, 1.0f);
-    op_check_add(in, "sumsq", 1, OP_CMP_REL, TOL_SUMSQ);
-    snprintf(in->shape, sizeof in->shape, "n%lld", (long long)c->n);
+    char nm[16];
+    for (int k = 0; k < c->bufs; k++) {
+        snprintf(nm, sizeof nm, "x%d", k);
+        op_add(in, nm, OP_T_F32, OP_IN, c->n + 37 * k);
+        op_fill_u(in, k, 1.0f + (float)k);
+    }
+    op_add(in, "sum", OP_T_HOST, OP_OUT, c->count);
+    op_check_add(in, "sumsq", c->bufs, OP_CMP_REL, TOL_SUMSQ);
+    snprintf(in->shape, sizeof in->shape, "%d tensors of %d buffers n%lld", c->count, c->bufs, (long long)c->n);
 }
 static glm_status sumsq_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const sumsq_case *c = in->c;
-    b->host[1][0] = glm_be_sumsq(be, b->p[0], c->n);
-    return GLM_OK;
+    const float *x[200];
+    int64_t n[200];
+    for (int j = 0; j < c->count; j++) x[j] = b->p[j % c->bufs], n[j] = sumsq_len(c, j);
+    return glm_be_sumsq_many(be, c->count, x, n, b->host[c->bufs]);
 }
 static void sumsq_ref(const op_inst *in, double *const *want) {
-    double s = 0;
-    for (int64_t i = 0; i < in->t[0].n; i++) s += (double)HV(in, 0)[i] * HV(in, 0)[i];
-    want[1][0] = s;
+    const sumsq_case *c = in->c;
+    for (int j = 0; j < c->count; j++) {
+        double s = 0;
+        const float *x = HV(in, j % c->bufs);
+        for (int64_t i = 0; i < sumsq_len(c, j); i++) s += (double)x[i] * x[i];
+        want[c->bufs][j] = s;
+    }
 }
-static const sumsq_case sumsq_cmp[] = {{1}, {1000}, {4000037}};
-static const sumsq_case sumsq_cpu[] = {{2000}};
+/* {1, 1, 4000037}: a tensor alone gets every block; {3, 200, 300000}: 16 blocks each, the scratch
+   full and downloaded three times in the call */
+static const sumsq_case sumsq_cmp[] = {{1, 1, 1}, {1, 1, 1000}, {1, 1, 4000037}, {4, 9, 5000}, {3, 200, 300000}};
+static const sumsq_case sumsq_cpu[] = {{1, 1, 2000}, {3, 8, 500}};
 
 /* ==== the table ============================================================================== */
 const op_entry op_table[] = {
