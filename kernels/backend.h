@@ -110,14 +110,24 @@ static inline glm_status glm_be_copy_wait(const glm_backend *be, uint64_t ticket
     return be->copy_wait(be, ticket);
 }
 
-static inline glm_status glm_be_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                                       float alpha, const void *A, glm_dtype dta, int64_t lda, const void *B,
-                                       glm_dtype dtb, int64_t ldb, float beta, void *C, glm_dtype dtc, int64_t ldc) {
+/* be->matmul with C0 given: C [M, N] = alpha op(A) op(B) + beta C0, C0 [M, N] with C's dtype and
+ * row stride ldc (C0 == C or NULL: C accumulates in place). */
+static inline glm_status glm_be_matmul_from(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                                            float alpha, const void *A, glm_dtype dta, int64_t lda, const void *B,
+                                            glm_dtype dtb, int64_t ldb, float beta, const void *C0, void *C, glm_dtype dtc,
+                                            int64_t ldc) {
     if (M < 0 || N < 0 || K < 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX ||
         ldb > INT32_MAX || ldc > INT32_MAX) /* cuBLAS and cblas_sgemm take int sizes and strides */
         return glm_err(GLM_ERR_ARG, "matmul: bad sizes M=%lld N=%lld K=%lld (lda %lld ldb %lld ldc %lld)", (long long)M,
                        (long long)N, (long long)K, (long long)lda, (long long)ldb, (long long)ldc);
-    return be->matmul(be, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C, dtc, ldc);
+    return be->matmul(be, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C0 == C ? NULL : C0, C, dtc, ldc);
+}
+
+/* be->matmul: C [M, N] = alpha op(A) op(B) + beta C. */
+static inline glm_status glm_be_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                                       float alpha, const void *A, glm_dtype dta, int64_t lda, const void *B,
+                                       glm_dtype dtb, int64_t ldb, float beta, void *C, glm_dtype dtc, int64_t ldc) {
+    return glm_be_matmul_from(be, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, NULL, C, dtc, ldc);
 }
 
 static inline glm_status glm_be_add_bias(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N,

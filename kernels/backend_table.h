@@ -103,16 +103,17 @@ struct glm_backend {
 
     /* ---- dense algebra ------------------------------------------------------------------ */
 
-    /* Row-major GEMM: C = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T (ta, tb nonzero =
-     * transpose). op(A) is [M,K], op(B) is [K,N], C is [M,N]; lda/ldb/ldc are row strides in
+    /* Row-major GEMM: C = alpha * op(A) @ op(B) + beta * C0, op(X) = X or X^T (ta, tb nonzero =
+     * transpose); C0 is C itself when NULL, else another matrix with C's dtype and row stride
+     * (a residual sum written to a new buffer in the one GEMM: x_mid = x_in + LoRA(o) without a
+     * copy). op(A) is [M,K], op(B) is [K,N], C is [M,N]; lda/ldb/ldc are row strides in
      * elements of the stored (untransposed) matrices. dta/dtb/dtc give each operand's dtype
      * (a LoRA matmul mixes f32 LoRA weights with act buffers). Accumulation fp32; CPU:
      * cblas_sgemm (only F32 operands; others -> GLM_ERR_UNSUPPORTED). beta == 0 overwrites C
-     * without reading it (NaN in C does not propagate); beta == 1 accumulates. */
-    glm_status (*matmul)(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                         float alpha, const void *A, glm_dtype dta, int64_t lda,
-                         const void *B, glm_dtype dtb, int64_t ldb,
-                         float beta, void *C, glm_dtype dtc, int64_t ldc);
+     * without reading C or C0 (NaN there does not propagate); beta == 1 accumulates. */
+    glm_status (*matmul)(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta,
+                         const void *C0, void *C, glm_dtype dtc, int64_t ldc);
 
     /* y[n, c] += b[c] for n < N, c < D; y act with row stride ldy, b of dtype w. */
     glm_status (*add_bias)(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N, int64_t D);

@@ -120,12 +120,14 @@ static glm_status cpu_zero(const glm_backend *be, void *p, size_t bytes) {
 static glm_status cpu_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K,
                              float alpha, const void *A, glm_dtype dta, int64_t lda,
                              const void *B, glm_dtype dtb, int64_t ldb,
-                             float beta, void *C, glm_dtype dtc, int64_t ldc) {
+                             float beta, const void *C0, void *C, glm_dtype dtc, int64_t ldc) {
     GLM_TRY(need_f32(dta, "matmul A"));
     GLM_TRY(need_f32(dtb, "matmul B"));
     GLM_TRY(need_f32(dtc, "matmul C"));
     if (M == 0 || N == 0) return GLM_OK;
     float *c = C;
+    if (C0 && beta != 0.0f) /* C0's rows into C, then C accumulates */
+        for (int64_t i = 0; i < M; i++) memmove(c + i * ldc, (const float *)C0 + i * ldc, (size_t)N * sizeof(float));
     if (K == 0) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];

@@ -219,8 +219,8 @@ enum { ATTN_AUTO = GLM_ATTN_AUTO, ATTN_OWN = GLM_ATTN_OWN, ATTN_CUDNN = GLM_ATTN
 glm_status gemm_init(cuda_impl *I);
 void gemm_destroy(cuda_impl *I);
 glm_status cu_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                     glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, void *C,
-                     glm_dtype dtc, int64_t ldc);
+                     glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, const void *C0,
+                     void *C, glm_dtype dtc, int64_t ldc);
 /* elementwise.cu */
 glm_status cu_add_bias(const glm_backend *be, void *y, int64_t ldy, const void *b, int64_t N, int64_t D);
 glm_status cu_axpy(const glm_backend *be, void *y, const void *x, float alpha, int64_t n);

@@ -66,10 +66,6 @@ struct fp8_cache {
     int64_t calls[3] = {0, 0, 0}; /* GEMMs run per mode */
     int force_tile = 0;           /* GLMTUNE_FP8_GEMM=tile: the tile even where outer vectors would do */
     int64_t block_rows = 0;       /* GLMTUNE_FP8_BLOCK_ROWS=n (> 0): at most n rows a block (tests: many blocks) */
-    int v2 = 0;                   /* GLMTUNE_FP8_KERNELS=v2: the variant kernels below (64 x 64 transposition tiles
-                                     of 4-byte words, the column multipliers read 16 bytes at a time); kept
-                                     beside the measured ones until tests/gpu has checked and timed them
-                                     (kernels/cuda/dev/README.md) */
     int8_t fast_accum = 1;        /* CUBLASLT_MATMUL_DESC_FAST_ACCUM: the tensor cores' own accumulation, not promoted
                                      to fp32 as it goes (7-19% faster at the 9B shapes, fidelity unchanged: docs/fp8.md);
                                      GLMTUNE_FP8_ACCUM=fp32 promotes */
@@ -82,8 +78,6 @@ static fp8_cache *cache_of(cuda_impl *I) {
         I->fp8s->force_tile = e && !strcmp(e, "tile");
         const char *r = getenv("GLMTUNE_FP8_BLOCK_ROWS");
         I->fp8s->block_rows = r ? atoll(r) : 0;
-        const char *kv = getenv("GLMTUNE_FP8_KERNELS");
-        I->fp8s->v2 = kv && !strcmp(kv, "v2");
         const char *a = getenv("GLMTUNE_FP8_ACCUM");
         I->fp8s->fast_accum = !(a && !strcmp(a, "fp32"));
     }
@@ -182,7 +176,7 @@ __device__ __forceinline__ void row_values8(const bf16 *xr, int64_t k, const flo
         v[2 * j] = f.x, v[2 * j + 1] = f.y;
     }
     if (!col_mul) return;
-    if (MUL16) { /* the variant: col_mul 16-byte aligned, two 16-byte loads (the same products) */
+    if (MUL16) { /* col_mul 16-byte aligned: two 16-byte loads (the same products) */
         const float4 a = *(const float4 *)(col_mul + k), b = *(const float4 *)(col_mul + k + 4);
         const float m[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         for (int j = 0; j < 8; j++) v[j] = glm_fmul_rn(v[j], m[j]);
@@ -247,10 +241,9 @@ static dim3 grid8(int64_t rows, int64_t K) {
     return dim3((unsigned)std::min<int64_t>(gx, 65535), (unsigned)std::min<int64_t>(gy, 65535));
 }
 
-/* the variant's 16-byte reads of the column multipliers (GLMTUNE_FP8_KERNELS=v2; K a multiple of 8 already) */
-static bool mul16(cuda_impl *I, const float *col_mul) {
-    return col_mul && cache_of(I)->v2 && ((uintptr_t)col_mul & 15) == 0;
-}
+/* the column multipliers read 16 bytes at a time (K a multiple of 8 already): 1.6 -> 3.1 TB/s for
+ * dense_h_to_4h's input gradient at 8k (docs/bench/2026-12-05-h200.md) */
+static bool mul16(const float *col_mul) { return col_mul && ((uintptr_t)col_mul & 15) == 0; }
 
 /* 8 at a time where x's rows and q's are aligned for it */
 static bool vec8(const void *x, int64_t ldx, int64_t K, const void *q) {
@@ -269,7 +262,7 @@ __global__ void k_tile_epilogue(bf16 *__restrict__ y, int64_t ldy, const float *
     }
 }
 
-/* dst [cols, rows] = src [rows, cols]^T, 32 x 32 tiles through shared memory */
+/* dst [cols, rows] = src [rows, cols]^T, 32 x 32 tiles of bytes through shared memory (any shape) */
 __global__ void k_transpose8(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int64_t rows, int64_t cols) {
     __shared__ uint8_t tile[32][33];
     const int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
@@ -284,9 +277,10 @@ __global__ void k_transpose8(uint8_t *__restrict__ dst, const uint8_t *__restric
     }
 }
 
-/* The variant: dst [cols, rows] = src [rows, cols]^T for rows and cols multiples of 64 and both
- * buffers 4-byte aligned: a 64 x 64 tile per block of 16 x 16 threads, each moving four 4-byte words
- * in (one per row it reads) and four out (each packed from four rows of the tile). */
+/* dst [cols, rows] = src [rows, cols]^T for rows and cols multiples of 64 and both buffers 4-byte
+ * aligned: a 64 x 64 tile per block of 16 x 16 threads, each moving four 4-byte words in (one per
+ * row it reads) and four out (each packed from four rows of the tile); 0.67 -> 2.2 TB/s against
+ * the byte tiles at the 9B shapes (docs/bench/2026-12-05-h200.md) */
 __global__ void k_transpose8_64(uint8_t *__restrict__ dst, const uint8_t *__restrict__ src, int64_t rows, int64_t cols) {
     __shared__ __align__(16) uint8_t tile[64][68]; /* rows padded by a word: the column reads spread over the banks */
     const int64_t r0 = (int64_t)blockIdx.y * 64, c0 = (int64_t)blockIdx.x * 64;
@@ -376,7 +370,7 @@ static glm_status check_kind(int kind, const char *op) {
 static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, int64_t K, const float *col_mul, uint32_t *amax) {
     CU(cudaMemsetAsync(amax, 0, 4, I->s), "fp8 quantize (amax)");
     if (M * K > 0 && vec8(x, ldx, K, nullptr)) {
-        if (mul16(I, col_mul))
+        if (mul16(col_mul))
             k_act_amax8<true><<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
         else
             k_act_amax8<false><<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
@@ -390,7 +384,7 @@ static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, 
 /* q [rows, K] = the codes of x's rows, *scale and bvec (see k_act_quant) */
 static glm_status act_quant(cuda_impl *I, const void *x, int64_t ldx, int64_t rows, int64_t K, const float *col_mul, int kind,
                             const uint32_t *amax, uint8_t *q, float *scale, float *bvec) {
-    if (vec8(x, ldx, K, q) && mul16(I, col_mul))
+    if (vec8(x, ldx, K, q) && mul16(col_mul))
         k_act_quant8<true><<<grid8(rows, K), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
                                                              bvec);
     else if (vec8(x, ldx, K, q))
@@ -422,7 +416,7 @@ glm_status cu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *
         return glm_err(GLM_ERR_ARG, "fp8 transpose: bad sizes %lld x %lld", (long long)rows, (long long)cols);
     if (rows == 0 || cols == 0) return GLM_OK;
     cuda_impl *I = IMPL(be);
-    if (cache_of(I)->v2 && rows % 64 == 0 && cols % 64 == 0 && rows / 64 <= 65535 && ((uintptr_t)src & 3) == 0 &&
+    if (rows % 64 == 0 && cols % 64 == 0 && rows / 64 <= 65535 && ((uintptr_t)src & 3) == 0 &&
         ((uintptr_t)dst & 3) == 0) {
         k_transpose8_64<<<dim3((unsigned)(cols / 64), (unsigned)(rows / 64)), dim3(16, 16), 0, I->s>>>(dst, src, rows, cols);
         LAUNCHED("fp8 transpose");

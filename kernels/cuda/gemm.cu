@@ -1,7 +1,8 @@
 /* kernels/cuda/gemm.cu: the backend's matmul through cuBLASLt.
  *
- * Row-major C [M,N] = alpha op(A) op(B) + beta C runs as the column-major product
- * C^T = op(B)^T op(A)^T (cuBLAS is column-major). bf16 x bf16 operands go straight to cuBLASLt
+ * Row-major C [M,N] = alpha op(A) op(B) + beta C0 (C0: C itself, or another matrix of C's layout,
+ * cuBLASLt's C beside its D) runs as the column-major product C^T = op(B)^T op(A)^T (cuBLAS is
+ * column-major). bf16 x bf16 operands go straight to cuBLASLt
  * with fp32 accumulation (CUBLAS_COMPUTE_32F) and C either bf16 (one rounding at the store, C
  * read as bf16 when beta != 0) or fp32: no fp32 temporaries, no conversion passes. fp32 x fp32
  * is an fp32 GEMM (no TF32). Operands of mixed dtypes (only tests ask for them: the model keeps
@@ -12,6 +13,7 @@
  * cublasLtMatmul, with a fixed workspace of LT_WS_BYTES. */
 #include <string.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -117,8 +119,13 @@ static glm_status plan_for(cuda_impl *I, const gemm_key &k, gemm_plan **out) {
 
 /* cublasGemmEx, for shapes cuBLASLt has no algorithm for */
 static glm_status gemm_ex(cuda_impl *I, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                          glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, void *C,
-                          glm_dtype dtc, int64_t ldc) {
+                          glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, const void *C0,
+                          void *C, glm_dtype dtc, int64_t ldc) {
+    if (C0 && beta != 0.0f) { /* cublasGemmEx has no separate C: C0 into C first */
+        const size_t e = dtc == GLM_DT_BF16 ? 2 : 4;
+        CU(cudaMemcpy2DAsync(C, (size_t)ldc * e, C0, (size_t)ldc * e, (size_t)N * e, (size_t)M, cudaMemcpyDeviceToDevice, I->s),
+           "matmul (C0 into C)");
+    }
     BLAS(cublasGemmEx(I->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
                       &alpha, B, cdt(dtb), (int)ldb, A, cdt(dta), (int)lda, &beta, C, cdt(dtc), (int)ldc,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -126,19 +133,21 @@ static glm_status gemm_ex(cuda_impl *I, int ta, int tb, int64_t M, int64_t N, in
     return GLM_OK;
 }
 
-/* one GEMM with same-dtype operands (bf16/bf16 or f32/f32), C bf16 or f32 */
+/* one GEMM with same-dtype operands (bf16/bf16 or f32/f32), C bf16 or f32; C0 NULL: C itself */
 static glm_status gemm_lt(cuda_impl *I, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                          glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, void *C,
-                          glm_dtype dtc, int64_t ldc) {
+                          glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, const void *C0,
+                          void *C, glm_dtype dtc, int64_t ldc) {
+    if (!C0 || beta == 0.0f) C0 = C;
     gemm_key k;
     memset(&k, 0, sizeof k);
     k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
     k.ta = ta, k.tb = tb, k.dta = dta, k.dtb = dtb, k.dtc = dtc;
-    k.align = align_of(A) | align_of(B) << 5 | align_of(C) << 10;
+    k.align = align_of(A) | align_of(B) << 5 | std::min(align_of(C), align_of(C0)) << 10;
     gemm_plan *p;
     GLM_TRY(plan_for(I, k, &p));
-    if (!p->have_algo) return gemm_ex(I, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C, dtc, ldc);
-    BLAS(cublasLtMatmul(I->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo, I->lt_ws,
+    if (!p->have_algo)
+        return gemm_ex(I, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C0 == C ? nullptr : C0, C, dtc, ldc);
+    BLAS(cublasLtMatmul(I->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, C0, p->lc, C, p->lc, &p->algo, I->lt_ws,
                         LT_WS_BYTES, I->s),
          "matmul (cublasLtMatmul)");
     LAUNCHED_I(I, "matmul");
@@ -154,40 +163,42 @@ __global__ void k_bf16_to_f32_2d(float *dst, const bf16 *src, int64_t rows, int6
     }
 }
 
-/* C[i, j] = bf16(T[i, j] + beta * C[i, j]) (beta == 0: C not read); T packed [M, N] f32 */
-__global__ void k_epilogue_bf16(bf16 *C, int64_t ldc, const float *T, int64_t M, int64_t N, float beta) {
+/* C[i, j] = bf16(T[i, j] + beta * C0[i, j]) (beta == 0: C0 not read); T packed [M, N] f32 */
+__global__ void k_epilogue_bf16(bf16 *C, const bf16 *C0, int64_t ldc, const float *T, int64_t M, int64_t N, float beta) {
     int64_t n = M * N;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / N, c = i - r * N;
         float v = T[i];
-        if (beta != 0.0f) v += beta * ld(C + r * ldc + c);
+        if (beta != 0.0f) v += beta * ld(C0 + r * ldc + c);
         st(C + r * ldc + c, v);
     }
 }
 
-/* C = beta * C for K == 0 (beta == 0 writes zeros without reading) */
+/* C = beta * C0 for K == 0 (beta == 0 writes zeros without reading) */
 template <typename Tc>
-__global__ void k_scale(Tc *C, int64_t ldc, int64_t M, int64_t N, float beta) {
+__global__ void k_scale(Tc *C, const Tc *C0, int64_t ldc, int64_t M, int64_t N, float beta) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < M * N; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / N, c = i - r * N;
-        float v = beta == 0.0f ? 0.0f : beta * (float)C[r * ldc + c];
+        float v = beta == 0.0f ? 0.0f : beta * (float)C0[r * ldc + c];
         C[r * ldc + c] = (Tc)v;
     }
 }
 
 glm_status cu_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                     glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, void *C,
-                     glm_dtype dtc, int64_t ldc) {
+                     glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, const void *C0,
+                     void *C, glm_dtype dtc, int64_t ldc) {
     cuda_impl *I = IMPL(be);
     if (M == 0 || N == 0) return GLM_OK;
+    if (!C0) C0 = C;
     if (K == 0) {
-        if (dtc == GLM_DT_BF16) k_scale<bf16><<<grid_for(M * N, 256), 256, 0, I->s>>>((bf16 *)C, ldc, M, N, beta);
-        else k_scale<float><<<grid_for(M * N, 256), 256, 0, I->s>>>((float *)C, ldc, M, N, beta);
+        if (dtc == GLM_DT_BF16)
+            k_scale<bf16><<<grid_for(M * N, 256), 256, 0, I->s>>>((bf16 *)C, (const bf16 *)C0, ldc, M, N, beta);
+        else k_scale<float><<<grid_for(M * N, 256), 256, 0, I->s>>>((float *)C, (const float *)C0, ldc, M, N, beta);
         LAUNCHED("matmul (K = 0)");
         return GLM_OK;
     }
     if (dta == dtb && (dta == GLM_DT_BF16 || dtc == GLM_DT_F32))
-        return gemm_lt(I, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C, dtc, ldc);
+        return gemm_lt(I, ta, tb, M, N, K, alpha, A, dta, lda, B, dtb, ldb, beta, C0, C, dtc, ldc);
     /* mixed operand dtypes: widen the bf16 operand(s) to f32 (exact), fp32 GEMM */
     const void *a = A, *b = B;
     int64_t la = lda, lb = ldb;
@@ -210,11 +221,11 @@ glm_status cu_matmul(const glm_backend *be, int ta, int tb, int64_t M, int64_t N
         lb = cols;
     }
     if (dtc == GLM_DT_F32)
-        return gemm_lt(I, ta, tb, M, N, K, alpha, a, GLM_DT_F32, la, b, GLM_DT_F32, lb, beta, C, GLM_DT_F32, ldc);
+        return gemm_lt(I, ta, tb, M, N, K, alpha, a, GLM_DT_F32, la, b, GLM_DT_F32, lb, beta, C0, C, GLM_DT_F32, ldc);
     void *t;
     GLM_TRY(scratch(I, SCR_GEMM_F32, (size_t)(M * N) * 4, &t));
-    GLM_TRY(gemm_lt(I, ta, tb, M, N, K, alpha, a, GLM_DT_F32, la, b, GLM_DT_F32, lb, 0.0f, t, GLM_DT_F32, N));
-    k_epilogue_bf16<<<grid_for(M * N, 256), 256, 0, I->s>>>((bf16 *)C, ldc, (const float *)t, M, N, beta);
+    GLM_TRY(gemm_lt(I, ta, tb, M, N, K, alpha, a, GLM_DT_F32, la, b, GLM_DT_F32, lb, 0.0f, nullptr, t, GLM_DT_F32, N));
+    k_epilogue_bf16<<<grid_for(M * N, 256), 256, 0, I->s>>>((bf16 *)C, (const bf16 *)C0, ldc, (const float *)t, M, N, beta);
     LAUNCHED("matmul (bf16 epilogue)");
     return GLM_OK;
 }

@@ -742,9 +742,10 @@ static glm_status lora_input(ctx *cx, const glm_lora_site *s, const void *x, int
     return GLM_OK;
 }
 
-/* y[:, site rows] = beta * y + scaling * dropout(x) A^T B^T for every adapter on (layer, lin). */
+/* y[:, site rows] = beta * y0 + scaling * dropout(x) A^T B^T for every adapter on (layer, lin);
+ * y0 (row stride ldy) is y itself when NULL. */
 static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0, void *y,
-                          int64_t ldy, float beta) {
+                          int64_t ldy, float beta, const void *y0) {
     const glm_backend *be = cx->m->be;
     struct glm_ws *w = cx->w;
     glm_lora *L = cx->lora;
@@ -766,8 +767,8 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
             int si = L->layer_first[layer] + k;
             const glm_lora_site *s = &L->sites[si];
             if (s->lin != lin) continue;
-            GLM_TRY(glm_be_matmul(be, 0, 1, rows, s->out, r, L->scaling, OFF(w->u, j * r), ad, (int64_t)n * r, w->shB[si], ad, r,
-                               beta, OFF(y, s->row0), ad, ldy));
+            GLM_TRY(glm_be_matmul_from(be, 0, 1, rows, s->out, r, L->scaling, OFF(w->u, j * r), ad, (int64_t)n * r, w->shB[si],
+                                       ad, r, beta, y0 ? OFF(y0, s->row0) : NULL, OFF(y, s->row0), ad, ldy));
             j++;
         }
         return GLM_OK;
@@ -779,16 +780,19 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
         const void *xin;
         GLM_TRY(lora_input(cx, s, x, in, rows, row0, &xin));
         GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
-        GLM_TRY(glm_be_matmul(be, 0, 1, rows, s->out, r, L->scaling, w->u, ad, r, w->shB[si], ad, r, beta, OFF(y, s->row0), ad,
-                           ldy));
+        GLM_TRY(glm_be_matmul_from(be, 0, 1, rows, s->out, r, L->scaling, w->u, ad, r, w->shB[si], ad, r, beta,
+                                   y0 ? OFF(y0, s->row0) : NULL, OFF(y, s->row0), ad, ldy));
     }
     return GLM_OK;
 }
 
-/* y [rows, out] (row stride ldy) = x W^T (+ bias) + LoRA, or with residual != 0 y += all of it.
- * x [rows, in] act; rows start at row `row0` of the step's N tokens. */
+/* y [rows, out] (row stride ldy) = x W^T (+ bias) + LoRA, or with residual != 0 y = res + all of
+ * it, res [rows, out] (row stride ldy) the residual stream's input, or y itself when NULL. x
+ * [rows, in] act; rows start at row `row0` of the step's N tokens. When the adapters cover every
+ * output row, LoRA's up-projection reads res and writes y in one GEMM (no copy of res); else res
+ * is copied first. */
 static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0,
-                             void *y, int64_t ldy, int64_t out, int residual) {
+                             void *y, int64_t ldy, int64_t out, int residual, const void *res) {
     const glm_backend *be = cx->m->be;
     const glm_layer_weights *lw = cx->lw;
     const void *bias = lin == GLM_LIN_QKV ? lw->bqkv : NULL;
@@ -806,8 +810,18 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     /* LoRA (and bias) first, the base GEMM accumulating onto them; when the adapters leave some
      * output rows uncovered (hf q_proj alone, say) the base GEMM must write them first */
     int lora_first = n > 0 && (residual || covered == out);
+    if (!residual || res == y) res = NULL;
+    if (res && !(lora_first && covered == out)) { /* the residual copied into y, then y accumulates */
+        PH(GLM_PHASE_ELEMENTWISE);
+        const struct glm_ws *w = cx->w;
+        const size_t e = w->esz;
+        if (ldy == out) GLM_TRY(glm_be_copy(be, y, res, (size_t)(rows * out) * e));
+        else
+            for (int64_t i = 0; i < rows; i++) GLM_TRY(glm_be_copy(be, OFF(y, i * ldy), OFF(res, i * ldy), (size_t)out * e));
+        res = NULL;
+    }
     if (lora_first) {
-        GLM_TRY(lora_up(cx, layer, lin, x, in, rows, row0, y, ldy, residual ? 1.0f : 0.0f));
+        GLM_TRY(lora_up(cx, layer, lin, x, in, rows, row0, y, ldy, residual ? 1.0f : 0.0f, res));
         if (bias) {
             PH(GLM_PHASE_ELEMENTWISE);
             GLM_TRY(glm_be_add_bias(be, y, ldy, bias, rows, out));
@@ -821,12 +835,15 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
         PH(GLM_PHASE_ELEMENTWISE);
         GLM_TRY(glm_be_add_bias(be, y, ldy, bias, rows, out));
     }
-    if (n) GLM_TRY(lora_up(cx, layer, lin, x, in, rows, row0, y, ldy, 1.0f));
+    if (n) GLM_TRY(lora_up(cx, layer, lin, x, in, rows, row0, y, ldy, 1.0f, NULL));
     return GLM_OK;
 }
 
 /* dx [rows, in] = dy W plus the LoRA input gradient (OVERWRITES dx); ACCUMULATES the LoRA weight
- * grads. dy [rows, out] act with row stride ldy; x is the linear's forward input [rows, in]. */
+ * grads. dy [rows, out] act with row stride ldy; x is the linear's forward input [rows, in].
+ * The base GEMM writes dx and the rank-r GEMM du A adds onto it. (The other order, LoRA's input
+ * gradient first and the base GEMM accumulating with beta 1, reads dx once less but made the base
+ * GEMMs 7-10 ms slower a 9B step at 8k than the pass it saved: docs/bench/2026-12-05-h200.md.) */
 static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0,
                              const void *dy, int64_t ldy, int64_t out, void *dx) {
     const glm_backend *be = cx->m->be;
@@ -906,7 +923,7 @@ static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b, void
         float *rs = b->S ? b->S->rstd1 + n0 : (float *)WB(w, GLM_BUF_RSTD_C);
         PH(GLM_PHASE_ELEMENTWISE);
         GLM_TRY(glm_be_rmsnorm_fwd(be, xn, rs, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
-        GLM_TRY(linear_fwd(cx, l, GLM_LIN_QKV, xn, C, rows, n0, OFF(b->qkv, n0 * Dqkv), Dqkv, Dqkv, 0));
+        GLM_TRY(linear_fwd(cx, l, GLM_LIN_QKV, xn, C, rows, n0, OFF(b->qkv, n0 * Dqkv), Dqkv, Dqkv, 0, NULL));
     }
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(glm_be_rope(be, b->qkv, Dqkv, w->pos, N, c->H + c->Hkv, c->Dh, c->rope_dim, m->inv_freq, 0));
@@ -917,11 +934,9 @@ static glm_status attn_fwd(ctx *cx, int l, const void *x_in, const bufs *b, void
     else
         GLM_TRY(glm_be_attention_fwd(be, b->o, qd, b->lse, b->qkv, Dqkv, OFF(b->qkv, qd), Dqkv, OFF(b->qkv, qd + kd), Dqkv,
                                   w->doc, cx->B, cx->T, c->H, c->Hkv, c->Dh));
-    FOR_CHUNKS(n0, rows, N, mc) {
-        PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(glm_be_copy(be, OFF(x_mid, n0 * C), OFF(x_in, n0 * C), (size_t)(rows * C) * w->esz));
-        GLM_TRY(linear_fwd(cx, l, GLM_LIN_DENSE, OFF(b->o, n0 * qd), qd, rows, n0, OFF(x_mid, n0 * C), C, C, 1));
-    }
+    FOR_CHUNKS(n0, rows, N, mc) /* x_mid = x_in + dense(o) */
+        GLM_TRY(linear_fwd(cx, l, GLM_LIN_DENSE, OFF(b->o, n0 * qd), qd, rows, n0, OFF(x_mid, n0 * C), C, C, 1,
+                           OFF(x_in, n0 * C)));
     return GLM_OK;
 }
 
@@ -940,7 +955,7 @@ static glm_status mlp_in(ctx *cx, int l, const bufs *b, const void *x_mid, int64
     *a = b->S ? OFF(b->S->a, n0 * F) : WB(w, GLM_BUF_A_C);
     PH(GLM_PHASE_ELEMENTWISE);
     GLM_TRY(glm_be_rmsnorm_fwd(be, *xn2, *rstd2, OFF(x_mid, n0 * C), cx->lw->ln2, rows, C, c->eps));
-    GLM_TRY(linear_fwd(cx, l, GLM_LIN_H4H, *xn2, C, rows, n0, *h, 2 * F, 2 * F, 0));
+    GLM_TRY(linear_fwd(cx, l, GLM_LIN_H4H, *xn2, C, rows, n0, *h, 2 * F, 2 * F, 0, NULL));
     PH(GLM_PHASE_ELEMENTWISE);
     return glm_be_swiglu_fwd(be, *a, *h, rows, F);
 }
@@ -949,7 +964,6 @@ static glm_status mlp_in(ctx *cx, int l, const bufs *b, const void *x_mid, int64
  * activations builds x_mid in x_out, which the MLP then accumulates onto chunk by chunk. */
 static glm_status layer_fwd(ctx *cx, int l, const void *x_in, void *x_out) {
     const glm_config *c = &cx->m->cfg;
-    const glm_backend *be = cx->m->be;
     struct glm_ws *w = cx->w;
     bufs b = layer_bufs(cx, l);
     void *xm = b.x_mid ? b.x_mid : x_out;
@@ -959,11 +973,8 @@ static glm_status layer_fwd(ctx *cx, int l, const void *x_in, void *x_out) {
         void *xn2, *h, *a;
         float *rstd2;
         GLM_TRY(mlp_in(cx, l, &b, xm, n0, rows, &xn2, &rstd2, &h, &a));
-        if (xm != x_out) {
-            PH(GLM_PHASE_ELEMENTWISE);
-            GLM_TRY(glm_be_copy(be, OFF(x_out, n0 * C), OFF(xm, n0 * C), (size_t)(rows * C) * w->esz));
-        }
-        GLM_TRY(linear_fwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, OFF(x_out, n0 * C), C, C, 1));
+        /* x_out = x_mid + dense_4h_to_h(a) (in place when x_mid is x_out) */
+        GLM_TRY(linear_fwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, OFF(x_out, n0 * C), C, C, 1, OFF(xm, n0 * C)));
     }
     return GLM_OK;
 }

@@ -53,10 +53,10 @@ static const glm_config CFG = {.layout = GLM_LAYOUT_CHATGLM, .C = 32, .L = 2, .H
  * same bits whatever the row count or the blocking, unlike cblas_sgemm, whose results depend on
  * how a call's rows fall into its kernel's tiles (see the header comment). */
 static glm_status matmul_f64(const glm_backend *be, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
-                             glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta, void *C,
-                             glm_dtype dtc, int64_t ldc) {
+                             glm_dtype dta, int64_t lda, const void *B, glm_dtype dtb, int64_t ldb, float beta,
+                             const void *C0, void *C, glm_dtype dtc, int64_t ldc) {
     (void)be, (void)dta, (void)dtb, (void)dtc;
-    const float *a = A, *b = B;
+    const float *a = A, *b = B, *c0 = C0 ? C0 : C;
     float *c = C;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
@@ -64,7 +64,7 @@ static glm_status matmul_f64(const glm_backend *be, int ta, int tb, int64_t M, i
             for (int64_t k = 0; k < K; k++)
                 s += (double)(ta ? a[k * lda + i] : a[i * lda + k]) * (tb ? b[j * ldb + k] : b[k * ldb + j]);
             double v = (double)alpha * s;
-            if (beta != 0.0f) v += (double)beta * c[i * ldc + j];
+            if (beta != 0.0f) v += (double)beta * c0[i * ldc + j];
             c[i * ldc + j] = (float)v;
         }
     return GLM_OK;

@@ -12,8 +12,7 @@
 #   speed    the FP8 base's test (test_fp8_ops), its GEMM part by part (bench_cuda fp8), its 9B
 #            fidelity on the GPU, then glmtune bench at 8k and 32k with the bf16 and fp8 bases and
 #            both peers (hf_bench.py, hf_liger_bench.py: liger-kernel unpacked under .whl/site,
-#            carried) in the one command (docs/bench/2026-12-04-h200.md was made so; about 260 s), and
-#            the FP8 variant kernels (GLMTUNE_FP8_KERNELS=v2) timed beside the measured ones
+#            carried) in the one command (docs/bench/2026-12-04-h200.md was made so; about 260 s)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tests/gpu/env.sh"
@@ -54,14 +53,10 @@ speed)
   grep -E "FAIL|FP8 GEMMs run|passed" "$out/fp8_ops.log" | head -20
   timeout 40 "$pre/bin/bench_cuda" fp8 >"$out/bench_cuda_fp8.log" 2>&1
   el "bench_cuda fp8: exit $?"; grep "^| fp8" "$out/bench_cuda_fp8.log"
-  # the variant kernels (GLMTUNE_FP8_KERNELS=v2: test_fp8_ops checks their bytes), timed beside
-  GLMTUNE_FP8_KERNELS=v2 timeout 40 "$pre/bin/bench_cuda" fp8 >"$out/bench_cuda_fp8_v2.log" 2>&1
-  el "bench_cuda fp8 (v2 kernels): exit $?"; grep -E "^\| fp8 .*(alone|transposed)" "$out/bench_cuda_fp8_v2.log"
   timeout 40 "$pre/bin/fp8_fidelity" --device cuda >"$out/fp8_fidelity.log" 2>&1
   el "fp8_fidelity: exit $?"; grep -E "^\| [0-9a-z]|worst|loss" "$out/fp8_fidelity.log"
   bench bf16 90 --seq-len 8192,32768 --steps 3
   bench fp8 90 --base-dtype fp8 --seq-len 8192,32768 --steps 3
-  GLMTUNE_FP8_KERNELS=v2 bench fp8_v2 60 --base-dtype fp8 --seq-len 8192 --steps 3
   export PYTHONPATH=$root/.whl/site${PYTHONPATH:+:$PYTHONPATH}
   for p in hf_bench hf_liger_bench; do
     PYTHONUNBUFFERED=1 timeout 130 python3 "$pre/shared/bench/$p.py" --seq 8192,32768 --gc 1 --steps 3 >"$out/$p.jsonl" 2>"$out/$p.err"

@@ -110,21 +110,25 @@ static void test_weight(int64_t R, int64_t C) {
     free(w), free(scc), free(scg), free(qc), free(qg), free(dqc), free(dqg);
 }
 
+/* with_mul: 0 none, 1 column multipliers (16-byte aligned: the 16-byte reads), 2 the same 4 bytes
+   past an alignment (the 4-byte reads) */
 static void test_act(int64_t M, int64_t K, int64_t ld, int kind, int with_mul) {
-    float *x = malloc(sizeof(float) * M * ld), *mul = malloc(4 * K), sc = 0, sg = 0;
+    float *x = malloc(sizeof(float) * M * ld), *mul = calloc((size_t)K + 1, 4), sc = 0, sg = 0;
     uint8_t *qc = malloc(M * K), *qg = malloc(M * K);
     for (int64_t i = 0; i < M * ld; i++) x[i] = bfrand(1.0f);
     x[(M / 2) * ld + K / 3] = 37.0f; /* an outlier */
-    for (int64_t k = 0; k < K; k++) mul[k] = (float)(1e-3 * (1 + urand()));
-    void *xd = gpu_bf16(x, M * ld), *md = gpu_bytes(mul, 4 * K), *qd = gpu_bytes(NULL, M * K), *sd = gpu_bytes(NULL, 4);
-    CHECK(glm_be_fp8_quantize(cpu, qc, &sc, x, ld, M, K, with_mul ? mul : NULL, kind) == GLM_OK, "cpu: %s", glm_errmsg());
-    CHECK(glm_be_fp8_quantize(gpu, qd, sd, xd, ld, M, K, with_mul ? md : NULL, kind) == GLM_OK, "cuda: %s", glm_errmsg());
+    const int o = with_mul == 2; /* mul[o .. o + K) */
+    for (int64_t k = 0; k < K; k++) mul[o + k] = (float)(1e-3 * (1 + urand()));
+    void *xd = gpu_bf16(x, M * ld), *md = gpu_bytes(mul, 4 * (K + 1)), *qd = gpu_bytes(NULL, M * K), *sd = gpu_bytes(NULL, 4);
+    CHECK(glm_be_fp8_quantize(cpu, qc, &sc, x, ld, M, K, with_mul ? mul + o : NULL, kind) == GLM_OK, "cpu: %s", glm_errmsg());
+    CHECK(glm_be_fp8_quantize(gpu, qd, sd, xd, ld, M, K, with_mul ? (float *)md + o : NULL, kind) == GLM_OK, "cuda: %s",
+          glm_errmsg());
     download(qg, qd, M * K);
     download(&sg, sd, 4);
     int same = !memcmp(qc, qg, M * K) && !memcmp(&sc, &sg, 4);
     char what[200];
     snprintf(what, sizeof what, "fp8_quantize %s [%lld, %lld] ld %lld%s", kind ? "E5M2" : "E4M3", (long long)M, (long long)K,
-             (long long)ld, with_mul ? " x column scales" : "");
+             (long long)ld, with_mul == 1 ? " x column scales" : with_mul ? " x column scales (unaligned)" : "");
     printf("%-60s %s\n", what, same ? "bit-exact" : "DIFFER  FAIL");
     CHECK(same, "%s: CUDA's bytes differ from the CPU's", what);
     glm_be_free(gpu, xd), glm_be_free(gpu, md), glm_be_free(gpu, qd), glm_be_free(gpu, sd);
@@ -221,6 +225,10 @@ static void gemm_suite(const char *cfg, int expect_outer) {
     test_gemm(cfg, 9, 4096, 13696, 0, 1.0f); /* dense_4h_to_h */
     test_gemm(cfg, 9, 13696, 4096, 1, 0.0f); /* dense_4h_to_h's input gradient */
     test_gemm(cfg, 5, 4096, 27392, 1, 0.0f); /* dense_h_to_4h's input gradient */
+    /* the input gradients as the model runs them: onto the LoRA input gradient already in dx */
+    test_gemm(cfg, 33, 48, 64, 1, 1.0f);
+    test_gemm(cfg, 9, 13696, 4096, 1, 1.0f);
+    test_gemm(cfg, 5, 4096, 27392, 1, 1.0f);
     if (cnt) {
         cnt(gpu, after);
         printf("%-60s per tensor %lld, row scales in cuBLASLt (outer vectors) %lld, through the f32 tile %lld\n",
@@ -340,34 +348,16 @@ int main(int argc, char **argv) {
         test_weight(5120, 4096);
         test_weight(27392, 4096);
         for (int kind = 0; kind < 2; kind++)
-            for (int mul = 0; mul < 2; mul++) {
+            for (int mul = 0; mul < 3; mul++) {
                 test_act(13, 48, 53, kind, mul);
                 test_act(8192, 4096, 5120, kind, mul);
             }
-        test_transpose(37, 80);
+        for (int kind = 0; kind < 2; kind++) /* dense_h_to_4h's input gradient: the widest column multipliers */
+            for (int mul = 0; mul < 2; mul++) test_act(64, 27392, 27392, kind, mul);
+        test_transpose(37, 80);    /* not whole 64 x 64 tiles: the byte tiles */
+        test_transpose(128, 192);  /* whole 64 x 64 tiles: the word tiles */
         test_transpose(4096, 13696);
-        /* the variant kernels (GLMTUNE_FP8_KERNELS=v2, kernels/cuda/fp8.cu) on a fresh backend: the same bytes */
-        glm_backend_cuda_close(gpu);
-        setenv("GLMTUNE_FP8_KERNELS", "v2", 1);
-        gpu = glm_backend_cuda(0, &st);
-        CHECK(gpu != NULL, "cuda: %s", glm_errmsg());
-        if (gpu) {
-            printf("GLMTUNE_FP8_KERNELS=v2:\n");
-            for (int kind = 0; kind < 2; kind++)
-                for (int mul = 0; mul < 2; mul++) {
-                    test_act(13, 48, 53, kind, mul);
-                    test_act(8192, 4096, 5120, kind, mul);
-                    test_act(64, 27392, 27392, kind, mul);
-                }
-            test_transpose(37, 80);    /* not whole 64 x 64 tiles: the measured kernel */
-            test_transpose(128, 192);
-            test_transpose(4096, 13696);
-            test_transpose(27392, 4096);
-            glm_backend_cuda_close(gpu);
-        }
-        unsetenv("GLMTUNE_FP8_KERNELS");
-        gpu = glm_backend_cuda(0, &st);
-        if (!gpu) return check_summary("test_fp8_ops");
+        test_transpose(27392, 4096);
     }
     if (!only || !strcmp(only, "gemm")) {
         /* sm_90: cuBLASLt applies the weight's row scales itself (outer vectors); sm_89: the tile */

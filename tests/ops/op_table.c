@@ -37,16 +37,19 @@ static void view(op_check *c, int64_t off, int64_t rows, int64_t cols, int64_t l
 
 /* ==== matmul ==================================================================================
  * C = alpha op(A) op(B) + beta C with each operand's dtype; beta == 0 puts NaN where the product
- * lands (the op must not read it), the padding columns of C keep their values. */
+ * lands (the op must not read it), the padding columns of C keep their values. With c0 the
+ * accumulated matrix is a separate C0 (C's dtype and stride) and C's product region holds NaN
+ * (the op must read C0, never C). */
 typedef struct {
     int ta, tb;
     int64_t M, N, K;
     glm_dtype da, db, dc;
     float alpha, beta;
     int64_t pad_a, pad_b, pad_c; /* row strides past the stored matrices' widths */
+    int c0;                      /* beta times a separate C0 (glm_be_matmul_from) */
 } mm_case;
 
-enum { MM_A, MM_B, MM_C };
+enum { MM_A, MM_B, MM_C, MM_C0 };
 
 static void mm_dims(const mm_case *c, int64_t *ar, int64_t *lda, int64_t *br, int64_t *ldb, int64_t *ldc) {
     *ar = c->ta ? c->K : c->M, *lda = (c->ta ? c->M : c->K) + c->pad_a;
@@ -62,7 +65,11 @@ static void mm_make(op_inst *in, const void *cv) {
     op_add(in, "B", kind_of(c->db), OP_IN, br * ldb);
     op_add(in, "C", kind_of(c->dc), OP_INOUT, c->M * ldc);
     op_fill_u(in, MM_A, 1.0f), op_fill_u(in, MM_B, 1.0f), op_fill_u(in, MM_C, 1.0f);
-    if (c->beta == 0.0f)
+    if (c->c0) {
+        op_add(in, "C0", kind_of(c->dc), OP_IN, c->M * ldc);
+        op_fill_u(in, MM_C0, 1.0f);
+    }
+    if (c->beta == 0.0f || c->c0)
         for (int64_t i = 0; i < c->M; i++)
             for (int64_t j = 0; j < c->N; j++) HV(in, MM_C)[i * ldc + j] = NAN;
     const char *dn[2] = {"f32", "bf16"};
@@ -70,8 +77,8 @@ static void mm_make(op_inst *in, const void *cv) {
     snprintf(name, sizeof name, "matmul %s%s %s.%s>%s", c->ta ? "T" : "N", c->tb ? "T" : "N", dn[c->da], dn[c->db],
              dn[c->dc]);
     op_check_add(in, name, MM_C, OP_CMP_REL, op_tol(in, MM_C));
-    int k = snprintf(in->shape, sizeof in->shape, "%lldx%lldx%lld b%g ldc+%lld", (long long)c->M, (long long)c->N,
-                     (long long)c->K, c->beta, (long long)c->pad_c);
+    int k = snprintf(in->shape, sizeof in->shape, "%lldx%lldx%lld b%g%s ldc+%lld", (long long)c->M, (long long)c->N,
+                     (long long)c->K, c->beta, c->c0 ? " C0" : "", (long long)c->pad_c);
     if (c->pad_a || c->pad_b)
         snprintf(in->shape + k, sizeof in->shape - (size_t)k, " lda+%lld ldb+%lld", (long long)c->pad_a, (long long)c->pad_b);
 }
@@ -80,18 +87,18 @@ static glm_status mm_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const mm_case *c = in->c;
     int64_t ar, lda, br, ldb, ldc;
     mm_dims(c, &ar, &lda, &br, &ldb, &ldc);
-    return glm_be_matmul(be, c->ta, c->tb, c->M, c->N, c->K, c->alpha, b->p[MM_A], b->dt[MM_A], lda, b->p[MM_B], b->dt[MM_B],
-                      ldb, c->beta, b->p[MM_C], b->dt[MM_C], ldc);
+    return glm_be_matmul_from(be, c->ta, c->tb, c->M, c->N, c->K, c->alpha, b->p[MM_A], b->dt[MM_A], lda, b->p[MM_B],
+                              b->dt[MM_B], ldb, c->beta, c->c0 ? b->p[MM_C0] : NULL, b->p[MM_C], b->dt[MM_C], ldc);
 }
 
 static void mm_ref(const op_inst *in, double *const *want) {
     const mm_case *c = in->c;
     int64_t ar, lda, br, ldb, ldc;
     mm_dims(c, &ar, &lda, &br, &ldb, &ldc);
-    const float *A = HV(in, MM_A), *B = HV(in, MM_B), *C = HV(in, MM_C);
+    const float *A = HV(in, MM_A), *B = HV(in, MM_B), *C = HV(in, MM_C), *C0 = c->c0 ? HV(in, MM_C0) : C;
     for (int64_t i = 0; i < c->M; i++)
         for (int64_t j = 0; j < ldc; j++) {
-            double v = C[i * ldc + j];
+            double v = j < c->N ? C0[i * ldc + j] : C[i * ldc + j];
             if (j < c->N) {
                 double s = 0;
                 for (int64_t k = 0; k < c->K; k++)
@@ -104,42 +111,52 @@ static void mm_ref(const op_inst *in, double *const *want) {
 
 static const mm_case mm_cmp[] = {
     /* the model's base linears: y = x W^T (bf16), dx = dy W, logits chunk */
-    {0, 1, 256, 5120, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0},  /* query_key_value */
-    {0, 1, 256, 4096, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 1.0f, 0, 0, 0},  /* dense, into the residual */
-    {0, 0, 256, 13696, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0}, /* dx of dense_4h_to_h */
-    {0, 1, 64, 151552, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0}, /* logits chunk */
-    {0, 1, 77, 333, 129, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_F32, 0.5f, 0.0f, 0, 0, 0},      /* bf16 x bf16 -> f32 */
-    {1, 0, 37, 53, 29, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0},       /* odd, transposed A */
-    {1, 1, 37, 53, 29, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 2.0f, 1.0f, 0, 0, 3},          /* odd, both transposed, strided C */
+    {0, 1, 256, 5120, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0},  /* query_key_value */
+    {0, 1, 256, 4096, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 1.0f, 0, 0, 0, 0},  /* dense, into the residual */
+    {0, 0, 256, 13696, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0}, /* dx of dense_4h_to_h */
+    {0, 1, 64, 151552, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0}, /* logits chunk */
+    {0, 1, 77, 333, 129, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_F32, 0.5f, 0.0f, 0, 0, 0, 0},      /* bf16 x bf16 -> f32 */
+    {1, 0, 37, 53, 29, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0},       /* odd, transposed A */
+    {1, 1, 37, 53, 29, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 2.0f, 1.0f, 0, 0, 3, 0},          /* odd, both transposed, strided C */
     /* the LoRA branch (r = 8): mixed f32 LoRA weights and bf16 activations */
-    {0, 1, 256, 8, 4096, GLM_DT_BF16, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 0, 0, 0},       /* u = x A^T */
-    {0, 1, 256, 4096, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 2.0f, 1.0f, 0, 0, 1024},    /* y[:, cols] += s u B^T */
-    {1, 0, 5120, 8, 256, GLM_DT_BF16, GLM_DT_F32, GLM_DT_F32, 2.0f, 1.0f, 0, 0, 0},       /* dB += s dy^T u */
-    {0, 0, 256, 8, 13696, GLM_DT_BF16, GLM_DT_F32, GLM_DT_F32, 2.0f, 0.0f, 0, 0, 0},      /* du = s dy B */
-    {1, 0, 8, 4096, 256, GLM_DT_F32, GLM_DT_BF16, GLM_DT_F32, 1.0f, 1.0f, 0, 0, 0},       /* dA += du^T x */
-    {0, 0, 256, 4096, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0},       /* dropout scratch = du A */
-    {0, 0, 256, 13696, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 1.0f, 1.0f, 0, 0, 0},      /* dx += du A */
-    {0, 0, 31, 17, 5, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 0, 0, 0},           /* odd fp32 */
+    {0, 1, 256, 8, 4096, GLM_DT_BF16, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 0, 0, 0, 0},       /* u = x A^T */
+    {0, 1, 256, 4096, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 2.0f, 1.0f, 0, 0, 1024, 0},    /* y[:, cols] += s u B^T */
+    {1, 0, 5120, 8, 256, GLM_DT_BF16, GLM_DT_F32, GLM_DT_F32, 2.0f, 1.0f, 0, 0, 0, 0},       /* dB += s dy^T u */
+    {0, 0, 256, 8, 13696, GLM_DT_BF16, GLM_DT_F32, GLM_DT_F32, 2.0f, 0.0f, 0, 0, 0, 0},      /* du = s dy B */
+    {1, 0, 8, 4096, 256, GLM_DT_F32, GLM_DT_BF16, GLM_DT_F32, 1.0f, 1.0f, 0, 0, 0, 0},       /* dA += du^T x */
+    {0, 0, 256, 4096, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0},       /* dropout scratch = du A */
+    {0, 0, 256, 13696, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 1.0f, 1.0f, 0, 0, 0, 0},      /* dx += du A */
+    {0, 0, 31, 17, 5, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 0, 0, 0, 0},           /* odd fp32 */
     /* the LoRA branch as the model runs it: bf16 copies of the LoRA weights, bf16 activations */
-    {0, 1, 256, 8, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0},     /* u = x A^T */
-    {0, 1, 256, 24, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0},    /* u of q/k/v adapters at once */
-    {0, 1, 256, 4096, 8, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 2.0f, 1.0f, 0, 0, 1024},  /* y[:, cols] += s u B^T */
-    {1, 0, 5120, 8, 256, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_F32, 2.0f, 1.0f, 0, 0, 0},      /* dB += s dy^T u (fp32 grads) */
-    {0, 0, 256, 8, 13696, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 2.0f, 0.0f, 0, 0, 0},    /* du = s dy B */
-    {1, 0, 8, 4096, 256, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_F32, 1.0f, 1.0f, 0, 0, 0},      /* dA += du^T x (fp32 grads) */
-    {0, 0, 256, 13696, 8, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 1.0f, 0, 0, 0},    /* dx += du A */
-    {0, 0, 13, 7, 0, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.5f, 0, 0, 0},         /* K == 0: C = beta C */
+    {0, 1, 256, 8, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0},     /* u = x A^T */
+    {0, 1, 256, 24, 4096, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.0f, 0, 0, 0, 0},    /* u of q/k/v adapters at once */
+    {0, 1, 256, 4096, 8, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 2.0f, 1.0f, 0, 0, 1024, 0},  /* y[:, cols] += s u B^T */
+    {1, 0, 5120, 8, 256, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_F32, 2.0f, 1.0f, 0, 0, 0, 0},      /* dB += s dy^T u (fp32 grads) */
+    {0, 0, 256, 8, 13696, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 2.0f, 0.0f, 0, 0, 0, 0},    /* du = s dy B */
+    {1, 0, 8, 4096, 256, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_F32, 1.0f, 1.0f, 0, 0, 0, 0},      /* dA += du^T x (fp32 grads) */
+    {0, 0, 256, 13696, 8, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 1.0f, 0, 0, 0, 0},    /* dx += du A */
+    {0, 0, 13, 7, 0, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.5f, 0, 0, 0, 0},         /* K == 0: C = beta C */
+    /* a residual sum into a new buffer: x_mid = x_in + s u B^T (C0 = x_in), and the other paths with C0 */
+    {0, 1, 256, 4096, 8, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 2.0f, 1.0f, 0, 0, 0, 1},  /* cuBLASLt's C beside D */
+    {0, 1, 77, 333, 129, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 0, 0, 3, 1},     /* fp32, strided */
+    {0, 1, 256, 4096, 8, GLM_DT_F32, GLM_DT_F32, GLM_DT_BF16, 2.0f, 1.0f, 0, 0, 5, 1},    /* mixed: the bf16 epilogue */
+    {0, 0, 13, 7, 0, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 1.0f, 0.5f, 0, 0, 2, 1},      /* K == 0: C = beta C0 */
+    {0, 1, 256, 4096, 8, GLM_DT_BF16, GLM_DT_BF16, GLM_DT_BF16, 2.0f, 0.0f, 0, 0, 0, 1},  /* beta 0: C0 unread */
 };
 static const mm_case mm_cpu[] = {
     /* every transpose, accumulating, with row strides wider than the matrices */
-    {0, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3},
-    {0, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3},
-    {1, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3},
-    {1, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3},
+    {0, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3, 0},
+    {0, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3, 0},
+    {1, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3, 0},
+    {1, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3, 0},
     /* beta = 0 over NaN */
-    {0, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 2, 1, 3},
-    {1, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 2, 1, 3},
-    {0, 0, 13, 7, 0, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.5f, 0, 0, 0},
+    {0, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 2, 1, 3, 0},
+    {1, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 2, 1, 3, 0},
+    {0, 0, 13, 7, 0, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.5f, 0, 0, 0, 0},
+    /* beta times a separate C0 (C's product region NaN) */
+    {0, 1, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 0.5f, 1.0f, 2, 1, 3, 1},
+    {0, 0, 13, 7, 0, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.5f, 0, 0, 2, 1},
+    {1, 0, 5, 6, 7, GLM_DT_F32, GLM_DT_F32, GLM_DT_F32, 1.0f, 0.0f, 2, 1, 3, 1},
 };
 
 /* ==== weight_quantize / weight_dequantize: the 4-bit format through the backend ops ===========
