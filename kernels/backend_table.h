@@ -36,7 +36,7 @@ typedef struct glm_scratch_shape {
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 6
+#define GLM_BACKEND_ABI_VERSION 7
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
