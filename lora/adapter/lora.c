@@ -120,10 +120,8 @@ static void module_geometry(const glm_config *c, glm_layout layout, int module, 
 
 void glm_lora_free(glm_lora *l) {
     if (!l) return;
-    for (int i = 0; i < l->n_params; i++) {
-        glm_be_free(l->be, l->params[i].w);
-        glm_be_free(l->be, l->params[i].g);
-    }
+    if (l->w_flat) glm_be_free(l->be, l->w_flat);
+    if (l->g_flat) glm_be_free(l->be, l->g_flat);
     free(l->params);
     free(l->sites);
     free(l->layer_first);
@@ -192,16 +190,26 @@ glm_status glm_lora_create(const glm_model *model, const glm_lora_config *cfg, u
         }
         l->layer_count[layer] = si - l->layer_first[layer];
     }
-    int64_t maxn = 0;
+    /* the weights and the gradients as two flat buffers, param i at the same offset in both (each
+       16-byte aligned), zeros between: one zeroing, one norm and one AdamW call for all of them */
+    int64_t maxn = 0, flat = 0;
     for (int i = 0; i < l->n_params; i++) {
         glm_param *p = &l->params[i];
         if (p->numel > maxn) maxn = p->numel;
-        if ((st = glm_be_alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->w)) ||
-            (st = glm_be_alloc(be, (size_t)p->numel * 4, p->name, (void **)&p->g)) ||
-            (st = glm_be_zero(be, p->g, (size_t)p->numel * 4))) {
-            glm_lora_free(l);
-            return st;
-        }
+        p->flat_off = flat;
+        flat += (p->numel + 3) / 4 * 4;
+    }
+    l->flat_n = flat;
+    if ((st = glm_be_alloc(be, (size_t)(flat > 0 ? flat : 1) * 4, "LoRA weights", (void **)&l->w_flat)) ||
+        (st = glm_be_alloc(be, (size_t)(flat > 0 ? flat : 1) * 4, "LoRA gradients", (void **)&l->g_flat)) ||
+        (st = glm_be_zero(be, l->w_flat, (size_t)flat * 4)) || (st = glm_be_zero(be, l->g_flat, (size_t)flat * 4))) {
+        glm_lora_free(l);
+        return st;
+    }
+    for (int i = 0; i < l->n_params; i++) {
+        glm_param *p = &l->params[i];
+        p->w_flat = l->w_flat, p->g_flat = l->g_flat;
+        p->w = l->w_flat + p->flat_off, p->g = l->g_flat + p->flat_off;
     }
     float *host = malloc((size_t)(maxn > 0 ? maxn : 1) * sizeof(float));
     if (!host) {
@@ -234,10 +242,7 @@ glm_param *glm_lora_params(glm_lora *l, int *n) {
     return l->params;
 }
 
-glm_status glm_lora_zero_grads(glm_lora *l) {
-    for (int i = 0; i < l->n_params; i++) GLM_TRY(glm_be_zero(l->be, l->params[i].g, (size_t)l->params[i].numel * 4));
-    return GLM_OK;
-}
+glm_status glm_lora_zero_grads(glm_lora *l) { return glm_be_zero(l->be, l->g_flat, (size_t)l->flat_n * 4); }
 
 /* "a b c " from the modules marked in on[] (into buf of n bytes). */
 static void target_words(glm_layout layout, const bool *on, char *buf, size_t n) {
@@ -376,8 +381,12 @@ static void info_add(glm_lora_info *o, const glm_config *c, glm_layout layout, i
             o->max_in_mlp = in;
         }
     }
-    for (int i = 0; i < 4; i++)
+    int layer = 0;
+    for (int i = 0; i < 4; i++) {
         if (per_lin[i] > o->max_sites_lin) o->max_sites_lin = per_lin[i];
+        layer += per_lin[i];
+    }
+    if (layer > o->max_sites_layer) o->max_sites_layer = layer;
 }
 
 glm_status glm_lora_info_for(const glm_config *c, const glm_lora_config *cfg, glm_lora_info *out) {
@@ -413,5 +422,6 @@ void glm_lora_info_of(const glm_lora *l, glm_lora_info *out) {
         }
         for (int i = 0; i < 4; i++)
             if (per_lin[i] > out->max_sites_lin) out->max_sites_lin = per_lin[i];
+        if (l->layer_count[layer] > out->max_sites_layer) out->max_sites_layer = l->layer_count[layer];
     }
 }

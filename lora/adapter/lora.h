@@ -64,6 +64,8 @@ typedef struct glm_lora {
     int *layer_count;         /* [L] number of sites in each layer */
     int n_params;
     glm_param *params;        /* [2 n_sites]: per site lora_A then lora_B */
+    float *w_flat, *g_flat;   /* every param's weights and gradients, at params[i].flat_off ([flat_n]) */
+    int64_t flat_n;
 } glm_lora;
 
 /* The module names of a layout, in the fixed order used for params (n = 4 or 6). */

@@ -155,9 +155,14 @@ static void buf_free(const glm_optim *o, float *p) {
 }
 
 void glm_optim_free(glm_optim *o) {
-    for (size_t i = 0; i < o->n; i++) {
-        if (o->m) buf_free(o, o->m[i]);
-        if (o->v) buf_free(o, o->v[i]);
+    if (o->m_flat || o->v_flat) {
+        buf_free(o, o->m_flat);
+        buf_free(o, o->v_flat);
+    } else {
+        for (size_t i = 0; i < o->n; i++) {
+            if (o->m) buf_free(o, o->m[i]);
+            if (o->v) buf_free(o, o->v[i]);
+        }
     }
     free(o->m);
     free(o->v);
@@ -205,6 +210,30 @@ glm_status glm_optim_init(glm_optim *o, const struct glm_backend *be, const glm_
         return glm_err(GLM_ERR_NOMEM, "out of memory (AdamW state table)");
     }
     o->n = n;
+    /* one flat pair of buffers holding every param: m and v laid out alike */
+    int flat = n > 0;
+    int64_t span = 0;
+    for (size_t i = 0; i < n && flat; i++) {
+        const glm_param *p = &params[i];
+        flat = p->w_flat && p->g_flat && p->w_flat == params[0].w_flat && p->g_flat == params[0].g_flat && p->flat_off >= 0 &&
+               p->w == p->w_flat + p->flat_off && p->g == p->g_flat + p->flat_off;
+        if (p->flat_off + p->numel > span) span = p->flat_off + p->numel;
+    }
+    if (flat) {
+        glm_status st = buf_alloc(o, span, "AdamW exp_avg", &o->m_flat);
+        if (st == GLM_OK) st = buf_alloc(o, span, "AdamW exp_avg_sq", &o->v_flat);
+        if (st != GLM_OK) {
+            glm_optim_free(o);
+            return st;
+        }
+        o->w_flat = params[0].w_flat, o->g_flat = params[0].g_flat, o->flat_n = span;
+        for (size_t i = 0; i < n; i++) {
+            o->numel[i] = params[i].numel;
+            o->m[i] = o->m_flat + params[i].flat_off;
+            o->v[i] = o->v_flat + params[i].flat_off;
+        }
+        return GLM_OK;
+    }
     for (size_t i = 0; i < n; i++) {
         o->numel[i] = params[i].numel;
         glm_status st = buf_alloc(o, params[i].numel, params[i].name, &o->m[i]);
@@ -217,8 +246,19 @@ glm_status glm_optim_init(glm_optim *o, const struct glm_backend *be, const glm_
     return GLM_OK;
 }
 
+/* whether params are the ones the optimizer laid out flat (o->m_flat) */
+static int is_flat(const glm_optim *o, const glm_param *params, size_t n) {
+    return o->m_flat && n > 0 && n == o->n && params[0].w_flat == o->w_flat && params[0].g_flat == o->g_flat;
+}
+
 glm_status glm_grad_norm(const glm_optim *o, const glm_param *params, size_t n, double *norm) {
     double ss = 0;
+    if (is_flat(o, params, n)) { /* every gradient, and the zeros between them, in one sum */
+        const float *g = o->g_flat;
+        GLM_TRY(param_sumsq(o, 1, &g, &o->flat_n, &ss));
+        *norm = (double)(float)sqrt(ss);
+        return GLM_OK;
+    }
     enum { BATCH = 256 }; /* params per backend call (one synchronisation each) */
     const float *g[BATCH];
     int64_t cnt[BATCH];
@@ -265,6 +305,8 @@ glm_status glm_optim_step(glm_optim *o, glm_param *params, size_t n, double lr,
     }
     if (stats) stats->clip_coef = coef;
     o->step++;
+    if (is_flat(o, params, n) && !(o->cfg.lr_ratio_b > 0)) /* one lr for all: one update over the flat buffers */
+        return param_adamw(o, o->w_flat, o->g_flat, o->m_flat, o->v_flat, o->flat_n, lr, coef, o->step);
     for (size_t i = 0; i < n; i++) {
         /* LoRA+: the B matrices at lr x ratio (the group "lora_b" of LLaMA-Factory / "groupB" of PEFT) */
         double lr_i = o->cfg.lr_ratio_b > 0 && strstr(params[i].name, ".lora_B.") ? lr * o->cfg.lr_ratio_b : lr;

@@ -89,6 +89,11 @@ typedef struct glm_optim {
     int64_t *numel;               /* [n] */
     float **m, **v;               /* [n] buffers of numel[i] floats, zero-initialised */
     int64_t step;
+    /* flat: every param in one pair of buffers (glm_param.w_flat, g_flat); m and v then are two
+       buffers of flat_n floats with param i at its flat_off, and the norm and the update run once
+       over all flat_n (the zeros between params stay zeros) */
+    float *w_flat, *g_flat, *m_flat, *v_flat;
+    int64_t flat_n;
 } glm_optim;
 
 /* Statistics of one update. */

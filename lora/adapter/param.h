@@ -14,6 +14,10 @@ typedef struct glm_param {
     int64_t numel;
     float *w;         /* fp32 weights, in the backend's memory (host for cpu) */
     float *g;         /* fp32 gradient, same shape; accumulated by backward, zeroed by the trainer */
+    float *w_flat, *g_flat; /* when not NULL: w = w_flat + flat_off, g = g_flat + flat_off, in two
+                         buffers that hold every param of its owner at the same offsets, zeros
+                         between them (the optimizer then updates them all in one call) */
+    int64_t flat_off;
 } glm_param;
 
 #endif

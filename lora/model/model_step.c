@@ -62,6 +62,7 @@ typedef struct batch_set {
 
 typedef struct saved {
     void *xn1, *qkv, *o, *x_mid, *xn2, *h, *a;
+    void *lora_u; /* keep layers with adapters: every adapter's u = x A^T (kept_u) */
     float *rstd1, *rstd2, *lse;
 } saved;
 
@@ -334,6 +335,7 @@ static glm_status ws_bind_layers(struct glm_ws *w, const glm_plan *p, int L) {
         s->a = w->buf[GLM_BUF_KEEP_A][l];
         s->rstd1 = w->buf[GLM_BUF_KEEP_RSTD1][l];
         s->rstd2 = w->buf[GLM_BUF_KEEP_RSTD2][l];
+        s->lora_u = w->buf[GLM_BUF_KEEP_LORA_U] ? w->buf[GLM_BUF_KEEP_LORA_U][l] : NULL;
     }
     return GLM_OK;
 }
@@ -742,8 +744,27 @@ static glm_status lora_input(ctx *cx, const glm_lora_site *s, const void *x, int
     return GLM_OK;
 }
 
+/* The kept u of the adapters on (layer, lin) in a keep layer of a training step, else NULL: the
+ * block [N, n r] of the layer's GLM_BUF_KEEP_LORA_U (n adapters on lin, their u side by side in
+ * site order; the blocks in linear order), *ld = n r. The forward writes it, the backward's dB
+ * reads it instead of computing u again: one read of the adapter's input fewer a site. */
+static void *kept_u(const ctx *cx, int layer, glm_linear lin, int64_t *ld) {
+    const struct glm_ws *w = cx->w;
+    const glm_lora *L = cx->lora;
+    if (!w->backward || !w->S || !w->S[layer].lora_u || !L) return NULL;
+    int64_t before = 0, n = 0;
+    for (int k = 0; k < L->layer_count[layer]; k++) {
+        const glm_linear sl = L->sites[L->layer_first[layer] + k].lin;
+        before += sl < lin;
+        n += sl == lin;
+    }
+    *ld = n * L->r;
+    return OFF(w->S[layer].lora_u, before * cx->N * L->r);
+}
+
 /* y[:, site rows] = beta * y0 + scaling * dropout(x) A^T B^T for every adapter on (layer, lin);
- * y0 (row stride ldy) is y itself when NULL. */
+ * y0 (row stride ldy) is y itself when NULL. u goes to the layer's kept u (kept_u) or the chunk
+ * buffer. */
 static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0, void *y,
                           int64_t ldy, float beta, const void *y0) {
     const glm_backend *be = cx->m->be;
@@ -758,30 +779,37 @@ static glm_status lora_up(ctx *cx, int layer, glm_linear lin, const void *x, int
             n++;
         }
     PH(GLM_PHASE_LORA);
+    int64_t ldk = 0;
+    void *ku = kept_u(cx, layer, lin, &ldk);
     if (n > 1 && w->shadows && cx->p_drop == 0) {
         /* the adapters share the input: u = x [A_1; ...; A_n]^T in one GEMM (the copies are stacked) */
-        GLM_TRY(glm_be_matmul(be, 0, 1, rows, (int64_t)n * r, in, 1.0f, x, ad, in, w->shA[first], ad, in, 0.0f, w->u, ad,
-                           (int64_t)n * r));
+        const int64_t ldu = (int64_t)n * r;
+        void *u = ku ? OFF(ku, row0 * ldu) : w->u;
+        GLM_TRY(glm_be_matmul(be, 0, 1, rows, ldu, in, 1.0f, x, ad, in, w->shA[first], ad, in, 0.0f, u, ad, ldu));
         int j = 0;
         for (int k = 0; k < L->layer_count[layer]; k++) {
             int si = L->layer_first[layer] + k;
             const glm_lora_site *s = &L->sites[si];
             if (s->lin != lin) continue;
-            GLM_TRY(glm_be_matmul_from(be, 0, 1, rows, s->out, r, L->scaling, OFF(w->u, j * r), ad, (int64_t)n * r, w->shB[si],
-                                       ad, r, beta, y0 ? OFF(y0, s->row0) : NULL, OFF(y, s->row0), ad, ldy));
+            GLM_TRY(glm_be_matmul_from(be, 0, 1, rows, s->out, r, L->scaling, OFF(u, j * r), ad, ldu, w->shB[si], ad, r, beta,
+                                       y0 ? OFF(y0, s->row0) : NULL, OFF(y, s->row0), ad, ldy));
             j++;
         }
         return GLM_OK;
     }
+    int j = 0;
     for (int k = 0; k < L->layer_count[layer]; k++) {
         int si = L->layer_first[layer] + k;
         const glm_lora_site *s = &L->sites[si];
         if (s->lin != lin) continue;
         const void *xin;
+        const int64_t ldu = ku ? ldk : r;
+        void *u = ku ? OFF(ku, row0 * ldk + j * r) : w->u;
         GLM_TRY(lora_input(cx, s, x, in, rows, row0, &xin));
-        GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
-        GLM_TRY(glm_be_matmul_from(be, 0, 1, rows, s->out, r, L->scaling, w->u, ad, r, w->shB[si], ad, r, beta,
+        GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, u, ad, ldu));
+        GLM_TRY(glm_be_matmul_from(be, 0, 1, rows, s->out, r, L->scaling, u, ad, ldu, w->shB[si], ad, r, beta,
                                    y0 ? OFF(y0, s->row0) : NULL, OFF(y, s->row0), ad, ldy));
+        j++;
     }
     return GLM_OK;
 }
@@ -856,6 +884,9 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     if (!L) return GLM_OK;
     const int r = L->r;
     PH(GLM_PHASE_LORA);
+    int64_t ldk = 0;
+    void *ku = kept_u(cx, layer, lin, &ldk);
+    int j = 0;
     for (int k = 0; k < L->layer_count[layer]; k++) {
         int si = L->layer_first[layer] + k;
         const glm_lora_site *s = &L->sites[si];
@@ -863,10 +894,13 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
         glm_param *A = &L->params[s->pa], *Bp = &L->params[s->pb];
         const void *dys = OFF(dy, s->row0), *xin;
         GLM_TRY(lora_input(cx, s, x, in, rows, row0, &xin));
-        /* u [rows, r] = dropout(x) A^T (recomputed: cheaper than keeping it for every layer) */
-        GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
+        /* u [rows, r] = dropout(x) A^T: kept from the forward in keep layers, else computed again
+           (the layers that recompute keep nothing for the backward) */
+        const void *u = ku ? OFF(ku, row0 * ldk + (j++) * r) : w->u;
+        const int64_t ldu = ku ? ldk : r;
+        if (!ku) GLM_TRY(glm_be_matmul(be, 0, 1, rows, r, in, 1.0f, xin, ad, in, w->shA[si], ad, in, 0.0f, w->u, ad, r));
         /* dB [out, r] += scaling dy^T u */
-        GLM_TRY(glm_be_matmul(be, 1, 0, s->out, r, rows, L->scaling, dys, ad, ldy, w->u, ad, r, 1.0f, Bp->g, GLM_DT_F32, r));
+        GLM_TRY(glm_be_matmul(be, 1, 0, s->out, r, rows, L->scaling, dys, ad, ldy, u, ad, ldu, 1.0f, Bp->g, GLM_DT_F32, r));
         /* du [rows, r] = scaling dy B */
         GLM_TRY(glm_be_matmul(be, 0, 0, rows, r, s->out, L->scaling, dys, ad, ldy, w->shB[si], ad, r, 0.0f, w->du, ad, r));
         /* dA [r, in] += du^T dropout(x) */

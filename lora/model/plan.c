@@ -71,6 +71,7 @@ static const struct {
     [GLM_BUF_KEEP_A] = {"kept MLP a", GLM_BUFCAT_KEPT},
     [GLM_BUF_KEEP_RSTD1] = {"kept rstd1", GLM_BUFCAT_KEPT},
     [GLM_BUF_KEEP_RSTD2] = {"kept rstd2", GLM_BUFCAT_KEPT},
+    [GLM_BUF_KEEP_LORA_U] = {"kept lora u", GLM_BUFCAT_KEPT},
     [GLM_BUF_QKV] = {"qkv", GLM_BUFCAT_WORKING},
     [GLM_BUF_O] = {"attention output", GLM_BUFCAT_WORKING},
     [GLM_BUF_LSE] = {"lse", GLM_BUFCAT_WORKING},
@@ -253,6 +254,8 @@ static void size_bufs(const glm_config *c, const glm_lora_info *li, const glm_pl
         double sites = li->max_sites_lin > 0 ? li->max_sites_lin : 1;
         double in = fmax((double)li->max_in_attn, (double)li->max_in_mlp);
         setb(p, GLM_BUF_LORA_U, mc * li->r * sites * e, 1);
+        setb(p, GLM_BUF_KEEP_LORA_U, N * li->r * (li->max_sites_layer > 0 ? li->max_sites_layer : 1) * e,
+             backward ? p->n_keep : 0);
         setb(p, GLM_BUF_LORA_DU, mc * li->r * e, backward);
         setb(p, GLM_BUF_LORA_DROP, mc * in * e, li->dropout);
         setb(p, GLM_BUF_LORA_COPIES, (double)li->params * e + 512.0 * li->n_sites + 256.0, o->lora_shadow);

@@ -42,6 +42,7 @@ typedef struct glm_lora_info {
     int r;                 /* rank (0: no LoRA) */
     int64_t params;        /* trainable parameters (lora_A + lora_B) */
     int max_sites_lin;     /* most adapters on one base linear of a layer (hf q/k/v: 3) */
+    int max_sites_layer;   /* most adapters in one layer (all linears of the chatglm layout: 4) */
     int64_t max_in_attn;   /* widest input of an adapter on query_key_value / dense */
     int64_t max_in_mlp;    /* widest input of an adapter on dense_h_to_4h / dense_4h_to_h */
     int dropout;           /* lora_dropout > 0 (needs a dropped-out copy of the input) */
@@ -86,6 +87,7 @@ typedef enum {
     /* activations kept between forward and backward, per keep / selective layer */
     GLM_BUF_KEEP_QKV, GLM_BUF_KEEP_O, GLM_BUF_KEEP_XMID, GLM_BUF_KEEP_LSE, /* keep and selective layers */
     GLM_BUF_KEEP_XN1, GLM_BUF_KEEP_XN2, GLM_BUF_KEEP_H, GLM_BUF_KEEP_A, GLM_BUF_KEEP_RSTD1, GLM_BUF_KEEP_RSTD2, /* keep */
+    GLM_BUF_KEEP_LORA_U, /* keep: [N, r] per adapter of the layer, u = x A^T (the backward's dB reads it) */
     /* working buffers that span the whole row: attention's operands and the residual gradient */
     GLM_BUF_QKV,        /* [N, (H+2Hkv)Dh] q, k, v after RoPE (layers that do not keep them) */
     GLM_BUF_O,          /* [N, H Dh] attention output */
