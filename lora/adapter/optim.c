@@ -1,9 +1,11 @@
 /* lora/adapter/optim.c: LR schedules, gradient clipping and AdamW (see optim.h for the formulas).
  *
- * Two paths with identical semantics: with a backend (o->be != NULL) the per-param work goes
- * through be->sumsq (one call, one synchronisation, for up to 256 params) and be->adamw (one
- * call per param), in param_sumsq() and param_adamw() below; without one, the host reference functions
- * glm_sumsq_ref / glm_adamw_ref run on host arrays. */
+ * Two paths with identical semantics: with a backend (o->be != NULL) the work goes through
+ * be->sumsq and be->adamw, in param_sumsq() and param_adamw() below; without one, the host
+ * reference functions glm_sumsq_ref / glm_adamw_ref run on host arrays. Params laid out flat by
+ * their owner (glm_param.w_flat: the LoRA adapter's) take one call of each for all of them (per
+ * param with LoRA+'s second learning rate for the B matrices); others one sum per param, up to 256
+ * a call, and one update per param. */
 #include "lora/adapter/optim.h"
 
 #include <math.h>

@@ -236,9 +236,61 @@ static void test_loraplus(void) {
     }
 }
 
+/* Params laid out flat (glm_param.w_flat: one norm and one update for all, the zeros between them
+ * staying zeros) against the same params in their own buffers: the same weights and state, bit for
+ * bit, with clipping, weight decay and LoRA+ (which takes the per-param path in both). */
+static void test_flat(void) {
+    enum { NP = 3, STEPS = 3 };
+    const int64_t numel[NP] = {5, 8, 3}, off[NP] = {0, 8, 16}; /* 16-byte aligned, gaps of 3 and 0 */
+    const char *names[NP] = {"a.lora_A.weight", "a.lora_B.weight", "b.lora_A.weight"};
+    for (int plus = 0; plus < 2; plus++) {
+        float *wf = calloc(20, 4), *gf = calloc(20, 4);
+        glm_param pf[NP] = {0}, ps[NP] = {0};
+        for (int i = 0; i < NP; i++) {
+            glm_param *a = &pf[i], *b = &ps[i];
+            snprintf(a->name, sizeof a->name, "%s", names[i]);
+            snprintf(b->name, sizeof b->name, "%s", names[i]);
+            a->ndim = b->ndim = 1;
+            a->shape[0] = b->shape[0] = a->numel = b->numel = numel[i];
+            a->w_flat = wf, a->g_flat = gf, a->flat_off = off[i];
+            a->w = wf + off[i], a->g = gf + off[i];
+            b->w = malloc(4 * (size_t)numel[i]), b->g = malloc(4 * (size_t)numel[i]);
+            for (int64_t j = 0; j < numel[i]; j++) a->w[j] = b->w[j] = (float)(0.1 * (i + 1) - 0.03 * (double)j);
+        }
+        glm_adamw_cfg cfg = glm_adamw_defaults();
+        cfg.weight_decay = 0.01;
+        cfg.max_grad_norm = 0.5; /* clips: the norm of the grads below is above it */
+        cfg.lr_ratio_b = plus ? 16 : 0;
+        glm_optim of, os;
+        CHECK(glm_optim_init(&of, NULL, pf, NP, &cfg) == GLM_OK && of.m_flat, "flat params: one state buffer");
+        CHECK(glm_optim_init(&os, NULL, ps, NP, &cfg) == GLM_OK && !os.m_flat, "separate params: a buffer each");
+        for (int t = 0; t < STEPS; t++) {
+            for (int i = 0; i < NP; i++)
+                for (int64_t j = 0; j < numel[i]; j++) pf[i].g[j] = ps[i].g[j] = (float)(0.7 * (j - 2) + 0.3 * i + 0.1 * t);
+            glm_step_stats sf, ss;
+            CHECK(glm_optim_step(&of, pf, NP, 1e-2, &sf) == GLM_OK && glm_optim_step(&os, ps, NP, 1e-2, &ss) == GLM_OK, "steps");
+            CHECK(sf.grad_norm == ss.grad_norm && sf.clip_coef == ss.clip_coef && sf.clip_coef < 1.0f,
+                  "LoRA+ %d step %d: norm %.9g / %.9g, clip %.9g / %.9g", plus, t, sf.grad_norm, ss.grad_norm, sf.clip_coef,
+                  ss.clip_coef);
+        }
+        int same = 1, gaps = 1;
+        for (int i = 0; i < NP; i++)
+            same &= !memcmp(pf[i].w, ps[i].w, 4 * (size_t)numel[i]) && !memcmp(of.m[i], os.m[i], 4 * (size_t)numel[i]) &&
+                    !memcmp(of.v[i], os.v[i], 4 * (size_t)numel[i]);
+        for (int64_t j = 5; j < 8; j++) gaps &= wf[j] == 0.0f && of.m_flat[j] == 0.0f && of.v_flat[j] == 0.0f;
+        CHECK(same, "LoRA+ %d: flat and separate params give the same weights, m and v bit for bit", plus);
+        CHECK(gaps, "LoRA+ %d: the gaps between flat params stay zero", plus);
+        glm_optim_free(&of);
+        glm_optim_free(&os);
+        for (int i = 0; i < NP; i++) free(ps[i].w), free(ps[i].g);
+        free(wf), free(gf);
+    }
+}
+
 int main(void) {
     test_schedules();
     test_loraplus();
+    test_flat();
     const char *data_dir = test_data_dir();
     test_adamw_golden(data_dir, "chatglm", 1.4943607960178498); /* meta.json summary */
     test_adamw_golden(data_dir, "hf", 1.3972674672955805);
