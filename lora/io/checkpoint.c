@@ -543,6 +543,18 @@ static glm_status check_no_extra(const glm_st_set *s, const char *file, const gl
     return GLM_OK;
 }
 
+/* A loaded tensor's values: finite (and with nonneg, not negative: AdamW's exp_avg_sq). Resuming
+ * from NaN state would train a NaN adapter without a word. Errors: GLM_ERR_FORMAT naming the file,
+ * the tensor and the first bad element. */
+static glm_status check_values(const float *x, int64_t n, int nonneg, const char *file, const char *name) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (nonneg && x[i] < 0.0f))
+            return glm_err(GLM_ERR_FORMAT, "%s: tensor %s element %lld is %g (%s); the checkpoint is damaged; hint: "
+                           "resume from an earlier checkpoint-N, or start afresh", file, name, (long long)i, (double)x[i],
+                           isfinite(x[i]) ? "a second moment cannot be negative" : "not a finite number");
+    return GLM_OK;
+}
+
 glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be, glm_param *params,
                                  size_t n, glm_optim *optim) {
     char *ap = glm_path_join(c->dir, "adapter_model.safetensors");
@@ -571,6 +583,7 @@ glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be
         char name[320];
         snprintf(name, sizeof name, GLM_PEFT_PREFIX "%s", p->name);
         st = load_tensor(as, ap, name, p, buf);
+        if (st == GLM_OK) st = check_values(buf, p->numel, 0, ap, name);
         if (st != GLM_OK) break;
         if (be)
             st = glm_be_upload(be, p->w, buf, bytes);
@@ -579,8 +592,10 @@ glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be
         if (st != GLM_OK || !optim) continue;
         snprintf(name, sizeof name, "%s.exp_avg", p->name);
         st = load_tensor(os, op, name, p, buf);
+        if (st == GLM_OK) st = check_values(buf, p->numel, 0, op, name);
         snprintf(name, sizeof name, "%s.exp_avg_sq", p->name);
         if (st == GLM_OK) st = load_tensor(os, op, name, p, buf2);
+        if (st == GLM_OK) st = check_values(buf2, p->numel, 1, op, name);
         if (st == GLM_OK) st = glm_optim_set_state(optim, i, buf, buf2);
     }
     if (st == GLM_OK) st = check_no_extra(as, ap, params, n);
@@ -590,6 +605,10 @@ glm_status glm_ckpt_load_weights(const glm_ckpt *c, const struct glm_backend *be
         long long v = s ? strtoll(s, &end, 10) : -1;
         if (!s || *end || v < 0)
             st = glm_err(GLM_ERR_FORMAT, "%s: metadata 'step' is missing or not a number", op);
+        else if (c && c->optimizer_step >= 0 && v != c->optimizer_step)
+            st = glm_err(GLM_ERR_FORMAT, "%s: metadata 'step' is %lld but %s/glmtune_state.json says optimizer_step %lld; "
+                         "the checkpoint is damaged; hint: resume from an earlier checkpoint-N, or start afresh", op, v,
+                         c->dir, (long long)c->optimizer_step);
         else
             optim->step = v;
     }

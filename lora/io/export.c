@@ -111,6 +111,11 @@ glm_status glm_adapter_write_files(const char *dir, const struct glm_backend *be
         }
         tmp = t2;
         st = glm_param_download(be, p, tmp);
+        for (int64_t k = 0; st == GLM_OK && k < p->numel; k++)
+            if (!isfinite(tmp[k]))
+                st = glm_err(GLM_ERR_NUMERIC, "%s: element %lld is %g; an adapter with non-finite weights is not written "
+                             "to %s; hint: lower the learning rate (or --loraplus-lr-ratio), and resume from the last "
+                             "good checkpoint-N", p->name, (long long)k, (double)tmp[k], dir);
         if (st == GLM_OK) st = glm_st_from_f32(dtype, tmp, (size_t)p->numel, bufs[i]);
         t[i].name = names[i];
         t[i].dtype = dtype;

@@ -107,6 +107,40 @@ int main(void) {
         CHECK(memcmp(q[i].w, p[i].w, p[i].numel * 4) == 0, "weights %d", i);
         CHECK(memcmp(o2.m[i], o.m[i], p[i].numel * 4) == 0 && memcmp(o2.v[i], o.v[i], p[i].numel * 4) == 0, "m/v %d", i);
     }
+    /* the optimizer file's step against glmtune_state.json's optimizer_step */
+    c.optimizer_step = 4;
+    CHECK(glm_ckpt_load_weights(&c, NULL, q, 2, &o2) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "optimizer_step 4"),
+          "step mismatch: %s", glm_errmsg());
+    c.optimizer_step = 3;
+    /* a NaN in exp_avg and a negative exp_avg_sq: refused, naming the tensor (a NaN adapter otherwise) */
+    {
+        char *d50 = glm_path_join(out, "bad"), *dir = NULL;
+        for (int bad = 0; bad < 2; bad++) {
+            float *mh = malloc((size_t)p[1].numel * 4), *vh = malloc((size_t)p[1].numel * 4);
+            glm_optim_get_state(&o, 1, mh, vh);
+            const float m0 = mh[2], v0 = vh[2];
+            if (bad == 0) mh[2] = NAN;
+            else vh[2] = -1.0f;
+            glm_optim_set_state(&o, 1, mh, vh);
+            glm_ckpt_save_args a = {.output_dir = d50, .step = 50 + bad, .epoch = 2.5, .params = p, .n_params = 2,
+                                    .optim = &o, .adapter = &ac, .data_loader = loader, .rngs = rngs, .n_rngs = 2,
+                                    .sched = &sched, .settings = settings, .log_history = hist};
+            CHECK(glm_ckpt_save(&a, &dir) == GLM_OK, "save the damaged state: %s", glm_errmsg());
+            glm_ckpt cb;
+            CHECK(glm_ckpt_load(dir, &cb) == GLM_OK, "load: %s", glm_errmsg());
+            CHECK(glm_ckpt_load_weights(&cb, NULL, q, 2, &o2) == GLM_ERR_FORMAT &&
+                      strstr(glm_errmsg(), bad ? "exp_avg_sq" : "exp_avg") && strstr(glm_errmsg(), "element 2") &&
+                      strstr(glm_errmsg(), "hint"),
+                  "damaged state %d refused: %s", bad, glm_errmsg());
+            glm_ckpt_free(&cb);
+            free(dir);
+            dir = NULL;
+            mh[2] = m0, vh[2] = v0;
+            glm_optim_set_state(&o, 1, mh, vh);
+            free(mh), free(vh);
+        }
+        free(d50);
+    }
     /* the checkpoint is also a PEFT adapter directory */
     char *acfg = glm_path_join(c30, "adapter_config.json");
     json_error_t je;

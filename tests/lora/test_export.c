@@ -162,6 +162,19 @@ static void test_adapter(const char *data_dir, const char *layout) {
     }
     /* refused inputs */
     CHECK(glm_export_adapter(out, NULL, a.p, a.n, &c, GLM_ST_I64) == GLM_ERR_ARG, "i64 refused");
+    {   /* a non-finite weight: refused, naming the tensor; the earlier export stays whole */
+        const float keep = a.p[1].w[3];
+        a.p[1].w[3] = NAN;
+        CHECK(glm_export_adapter(out, NULL, a.p, a.n, &c, GLM_ST_F32) == GLM_ERR_NUMERIC && strstr(glm_errmsg(), a.p[1].name) &&
+                  strstr(glm_errmsg(), "element 3") && strstr(glm_errmsg(), "hint"),
+              "a NaN weight refused: %s", glm_errmsg());
+        char *f = glm_path_join(out, "adapter_model.safetensors");
+        glm_st_set *b = NULL;
+        CHECK(glm_st_open(f, &b) == GLM_OK, "the earlier export is still there after the refusal");
+        glm_st_close(b);
+        free(f);
+        a.p[1].w[3] = keep;
+    }
     json_decref(fc); /* targets point into it */
     free_adapter(&a);
     free(tmpname);

@@ -66,7 +66,7 @@ static const glm_opt_def k_opts[] = {
      "passes over the training data (fractional allowed); ignored when max-steps > 0",
      OFF(num_train_epochs), false},
     {"max-steps", "max_steps", NULL, GLM_OPT_INT, "-1", "steps",
-     "total optimizer steps; -1: from num-train-epochs", OFF(max_steps), false},
+     "total optimizer steps; -1 or 0: from num-train-epochs (as transformers)", OFF(max_steps), false},
     {"save-steps", "save_steps", NULL, GLM_OPT_INT, "500", "steps", "save a checkpoint every N optimizer steps",
      OFF(save_steps), false},
     {"save-total-limit", "save_total_limit", NULL, GLM_OPT_INT, "0", "checkpoints",
@@ -1326,11 +1326,13 @@ static glm_status validate(glm_train_opts *o) {
                        "update (adamw_torch, adamw_torch_fused and adamw_hf all mean that here); hint: optim: "
                        "adamw_torch", o->optim);
     NEED(o->loraplus_lr_ratio >= 0, "--loraplus-lr-ratio must be >= 0 (got %g; 0 turns LoRA+ off)", o->loraplus_lr_ratio);
-    NEED(o->weight_decay >= 0, "--weight-decay must be >= 0");
-    NEED(o->adam_beta1 >= 0 && o->adam_beta1 < 1, "--adam-beta1 must be in [0, 1)");
-    NEED(o->adam_beta2 >= 0 && o->adam_beta2 < 1, "--adam-beta2 must be in [0, 1)");
-    NEED(o->adam_epsilon > 0, "--adam-epsilon must be > 0");
-    NEED(o->max_grad_norm >= 0, "--max-grad-norm must be >= 0 (0 disables clipping)");
+    NEED(o->weight_decay >= 0, "--weight-decay must be >= 0 (got %g)", o->weight_decay);
+    NEED(o->adam_beta1 >= 0 && o->adam_beta1 < 1, "--adam-beta1 must be in [0, 1) (got %g; transformers' default 0.9)",
+         o->adam_beta1);
+    NEED(o->adam_beta2 >= 0 && o->adam_beta2 < 1, "--adam-beta2 must be in [0, 1) (got %g; transformers' default 0.999)",
+         o->adam_beta2);
+    NEED(o->adam_epsilon > 0, "--adam-epsilon must be > 0 (got %g; transformers' default 1e-8)", o->adam_epsilon);
+    NEED(o->max_grad_norm >= 0, "--max-grad-norm must be >= 0 (got %g; 0 disables clipping)", o->max_grad_norm);
     if (o->max_steps == 0) o->max_steps = -1; /* as transformers: max_steps <= 0 trains by epochs */
     NEED(o->max_steps > 0 || (o->max_steps == -1 && o->num_train_epochs > 0),
          "set --max-steps > 0 or --num-train-epochs > 0 (max-steps %lld, epochs %g)", (long long)o->max_steps,
@@ -1349,8 +1351,9 @@ static glm_status validate(glm_train_opts *o) {
     }
     NEED(o->lora_rank >= 1 && o->lora_rank <= 4096, "--lora-rank must be in 1..4096 (got %lld)", (long long)o->lora_rank);
     if (isnan(o->lora_alpha)) o->lora_alpha = 2.0 * (double)o->lora_rank;
-    NEED(o->lora_alpha > 0, "--lora-alpha must be > 0");
-    NEED(o->lora_dropout >= 0 && o->lora_dropout < 1, "--lora-dropout must be in [0, 1)");
+    NEED(o->lora_alpha > 0, "--lora-alpha must be > 0 (got %g; the default is twice the rank)", o->lora_alpha);
+    NEED(o->lora_dropout >= 0 && o->lora_dropout < 1, "--lora-dropout must be in [0, 1) (got %g; 0 turns dropout off, "
+         "LLaMA-Factory's default)", o->lora_dropout);
     NEED(strcmp(o->device, "auto") == 0 || strcmp(o->device, "cpu") == 0 || strcmp(o->device, "cuda") == 0,
          "--device '%s' is not known; hint: auto, cpu or cuda", o->device);
     NEED(o->max_nonfinite >= 1, "--max-nonfinite must be >= 1");

@@ -104,6 +104,14 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
             *path = strdup(r);
             return GLM_OK;
         }
+        if (glm_is_file(r))
+            return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: %s is a file, not a directory; hint: give a checkpoint-N "
+                           "directory or the output directory of the run to continue", r);
+        const char *base = strrchr(r, '/');
+        base = base && base[1] ? base + 1 : r;
+        if (glm_is_dir(r) && !strncmp(base, "checkpoint-", 11)) { /* a checkpoint that is not whole: say why */
+            GLM_TRY(glm_ckpt_verify(r));
+        }
     }
     if (!glm_is_dir(dir))
         return glm_err(GLM_ERR_IO, "--resume-from-checkpoint: %s does not exist%s; hint: give a checkpoint-N directory "
@@ -123,7 +131,8 @@ void train_warn_changed_settings(const json_t *saved, const json_t *now) {
         "model", "data", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
         "lr_scheduler_type", "warmup_steps", "warmup_ratio", "min_lr", "weight_decay", "adam_beta1", "adam_beta2",
         "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "seed", "lora_rank", "lora_alpha",
-        "lora_dropout", "lora_target", "use_rslora", "seq_len", "rope_theta", "rope_inv_freq_dtype"};
+        "lora_dropout", "lora_target", "use_rslora", "seq_len", "rope_theta", "rope_inv_freq_dtype", "loraplus_lr_ratio",
+        "min_lr_rate", "optim", "quantization_bit", "base_dtype"};
     if (!json_is_object(saved) || !json_is_object(now)) return;
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         json_t *a = json_object_get(saved, keys[i]), *b = json_object_get(now, keys[i]);
