@@ -307,19 +307,23 @@ static glm_status check_adapter_config(const glm_lora *l, const char *path) {
     if (pt && strcmp(pt, "LORA")) {
         st = glm_err(GLM_ERR_UNSUPPORTED, "%s: peft_type is '%s'; only LORA adapters are supported", path, pt);
     } else if (!json_is_integer(jr) || json_integer_value(jr) != l->r) {
-        st = glm_err(GLM_ERR_MISMATCH, "%s: r is %lld but the adapter being loaded has r = %d (hint: set lora r to match)",
-                     path, json_is_integer(jr) ? (long long)json_integer_value(jr) : -1LL, l->r);
+        st = glm_err(GLM_ERR_MISMATCH, "%s: r is %lld but this run's adapter has r = %d; hint: --lora-rank %lld (lora_rank) "
+                     "to match the adapter", path, json_is_integer(jr) ? (long long)json_integer_value(jr) : -1LL, l->r,
+                     json_is_integer(jr) ? (long long)json_integer_value(jr) : -1LL);
     } else if (!json_is_number(ja) || fabs(json_number_value(ja) - l->alpha) > 1e-6 * fabs(l->alpha)) {
-        st = glm_err(GLM_ERR_MISMATCH, "%s: lora_alpha is %g but the adapter being loaded has alpha = %g", path,
-                     json_is_number(ja) ? json_number_value(ja) : NAN, l->alpha);
+        st = glm_err(GLM_ERR_MISMATCH, "%s: lora_alpha is %g but this run's adapter has alpha = %g; hint: --lora-alpha %g "
+                     "to match the adapter", path, json_is_number(ja) ? json_number_value(ja) : NAN, l->alpha,
+                     json_is_number(ja) ? json_number_value(ja) : NAN);
     } else if (jrs && json_is_boolean(jrs) && json_is_true(jrs) != l->use_rslora) {
-        st = glm_err(GLM_ERR_MISMATCH, "%s: use_rslora is %s but the adapter being loaded has %s", path,
-                     json_is_true(jrs) ? "true" : "false", l->use_rslora ? "true" : "false");
+        st = glm_err(GLM_ERR_MISMATCH, "%s: use_rslora is %s but this run's adapter has %s; hint: --use-rslora %s to match "
+                     "the adapter", path, json_is_true(jrs) ? "true" : "false", l->use_rslora ? "true" : "false",
+                     json_is_true(jrs) ? "true" : "false");
     } else if ((st = config_targets(l, root, path, on)) == GLM_OK && memcmp(on, l->module_on, sizeof on)) {
         char a[256], b[256];
         target_words(l->layout, on, a, sizeof a);
         target_words(l->layout, l->module_on, b, sizeof b);
-        st = glm_err(GLM_ERR_MISMATCH, "%s: target_modules are { %s} but the adapter being loaded targets { %s}", path, a, b);
+        st = glm_err(GLM_ERR_MISMATCH, "%s: the adapter's target_modules are { %s} but this run targets { %s}; hint: "
+                     "--lora-target with the adapter's modules", path, a, b);
     }
     json_decref(root);
     return st;
