@@ -48,8 +48,9 @@ __global__ void k_sumsq(double *part, const float *x, int64_t n) {
 }
 
 /* The tensors' block partials go into the reduce scratch (SUMSQ_BLOCKS doubles) side by side, as
- * many tensors as fit, then one download per full scratch: the gradient norm over the 9B's 320
- * LoRA tensors takes 5 synchronisations, not 320. A tensor gets at most SUMSQ_BLOCKS / 64 blocks
+ * many tensors as fit, then one download per full scratch: 320 separate LoRA tensors take 5
+ * synchronisations, not 320 (the adapter's flat buffer, lora/adapter/lora.h, is one tensor and
+ * one synchronisation). A tensor gets at most SUMSQ_BLOCKS / 64 blocks
  * when there are several (a LoRA gradient is at most a few hundred thousand floats: 16 blocks
  * read it in microseconds), all of them when it is alone. */
 glm_status cu_sumsq(const glm_backend *be, int count, const float *const *x, const int64_t *n, double *out) {
@@ -67,7 +68,7 @@ glm_status cu_sumsq(const glm_backend *be, int count, const float *const *x, con
             g = grid_for(n[k], 256);
             if (g > cap) g = cap;
         }
-        if (k == count || used + g > SUMSQ_BLOCKS) { /* download the batch [first, k) and sum it */
+        if (k == count || used + g > SUMSQ_BLOCKS || k - first == SUMSQ_BLOCKS) { /* the batch [first, k): download, sum */
             if (used) {
                 GLM_TRY(cu_download(be, h, part, (size_t)used * 8));
             }
