@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 const char *glm_ckpt_name(glm_ckpt_mode m) {
@@ -21,17 +22,19 @@ const char *glm_ckpt_name(glm_ckpt_mode m) {
 
 glm_status glm_ckpt_parse(const char *s, glm_ckpt_mode *out) {
     if (!s) return glm_err(GLM_ERR_ARG, "gradient checkpointing: no value");
-    if (!strcmp(s, "none") || !strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off") || !strcmp(s, "no"))
+    /* any case: YAML written for Python says True / False */
+    if (!strcasecmp(s, "none") || !strcasecmp(s, "false") || !strcmp(s, "0") || !strcasecmp(s, "off") || !strcasecmp(s, "no"))
         *out = GLM_CKPT_NONE;
-    else if (!strcmp(s, "full") || !strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on") || !strcmp(s, "yes"))
+    else if (!strcasecmp(s, "full") || !strcasecmp(s, "true") || !strcmp(s, "1") || !strcasecmp(s, "on") ||
+             !strcasecmp(s, "yes"))
         *out = GLM_CKPT_FULL;
-    else if (!strcmp(s, "selective"))
+    else if (!strcasecmp(s, "selective"))
         *out = GLM_CKPT_SELECTIVE;
-    else if (!strcmp(s, "auto"))
+    else if (!strcasecmp(s, "auto"))
         *out = GLM_CKPT_AUTO;
     else
-        return glm_err(GLM_ERR_ARG, "gradient checkpointing '%s': expected auto, none, selective or full (or true = full, "
-                       "false = none)", s);
+        return glm_err(GLM_ERR_ARG, "--gradient-checkpointing (gradient_checkpointing) '%s' is not known; hint: auto, none, "
+                       "selective or full (true = full, false = none)", s);
     return GLM_OK;
 }
 

@@ -18,11 +18,12 @@
 
 #define OFF(f) offsetof(glm_train_opts, f)
 
-/* 1 when s is a value of --gradient-checkpointing (so it is taken as the flag's value) */
+/* 1 when s is a value of --gradient-checkpointing (so it is taken as the flag's value): the values
+ * glm_ckpt_parse takes, without its error */
 static int glm_ckpt_parse_quiet(const char *s) {
-    static const char *ok[] = {"auto", "none", "selective", "full", "true", "false", "1", "0", "on", "off", "yes", "no"};
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        if (!strcmp(s, ok[i])) return 1;
+    glm_ckpt_mode m;
+    if (glm_ckpt_parse(s, &m) == GLM_OK) return 1;
+    glm_err_clear();
     return 0;
 }
 
