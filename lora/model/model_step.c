@@ -841,11 +841,7 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     if (!residual || res == y) res = NULL;
     if (res && !(lora_first && covered == out)) { /* the residual copied into y, then y accumulates */
         PH(GLM_PHASE_ELEMENTWISE);
-        const struct glm_ws *w = cx->w;
-        const size_t e = w->esz;
-        if (ldy == out) GLM_TRY(glm_be_copy(be, y, res, (size_t)(rows * out) * e));
-        else
-            for (int64_t i = 0; i < rows; i++) GLM_TRY(glm_be_copy(be, OFF(y, i * ldy), OFF(res, i * ldy), (size_t)out * e));
+        GLM_TRY(glm_be_cast_2d(be, y, be->act_dtype, ldy, res, be->act_dtype, ldy, rows, out)); /* a strided copy */
         res = NULL;
     }
     if (lora_first) {
