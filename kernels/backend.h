@@ -371,7 +371,7 @@ static inline int glm_be_supports(const glm_backend *be, glm_feature f) {
  * first (be->weight_dequantize), a shard gathered first. An fp8 W runs be->fp8_matmul: the
  * forward with x quantized to E4M3 and W's codes and row scales; the input gradient as
  * (x * scale_r) quantized to E5M2 (the weight's row scales folded into the gradient's columns, the
- * summed dimension, before its per-tensor scaling) times the transposed codes W->data_t.
+ * summed dimension, before its per-row scaling) times the transposed codes W->data_t.
  * Errors: GLM_ERR_ARG (no weight, a shard, an fp8 input gradient without W->data_t),
  * GLM_ERR_UNSUPPORTED (a packed format), the backend's matmul errors. */
 glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,

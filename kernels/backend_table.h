@@ -36,7 +36,7 @@ typedef struct glm_scratch_shape {
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 7
+#define GLM_BACKEND_ABI_VERSION 8
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -178,26 +178,29 @@ struct glm_backend {
     /* ---- FP8 GEMMs of the frozen base (GLM_FEATURE_FP8) ------------------------------------- */
 
     /* Quantizes the act matrix x [M, K] (row stride ldx) to FP8 of kind `kind` (glm_fp8_kind) with
-     * one scale for the whole matrix (current scaling: from this tensor's own absolute maximum):
-     * v[m, k] = x[m, k], or x[m, k] * col_mul[k] (one rounded f32 multiply) when col_mul ([K] f32,
-     * backend memory) is not NULL; amax = max |v| (NaN if any v is); *scale (1 f32, backend memory)
-     * = glm_fp8_scale(amax, kind); q [M, K] packed (row stride K) = glm_fp8_encode(v,
-     * glm_fp8_inv_scale(amax, kind), kind) (kernels/formats.h). OVERWRITES q and *scale. Every
-     * backend computes the same bytes. Errors: GLM_ERR_ARG (sizes, kind). */
+     * one scale per row (current scaling: from each row's own absolute maximum; a row is one token's
+     * activation or output gradient): v[m, k] = x[m, k], or x[m, k] * col_mul[k] (one rounded f32
+     * multiply) when col_mul ([K] f32, backend memory) is not NULL; amax_m = max_k |v[m, k]| (NaN
+     * if any of the row's v is); scale [M] (f32, backend memory) = glm_fp8_scale(amax_m, kind);
+     * q [M, K] packed (row stride K) = glm_fp8_encode(v, glm_fp8_inv_scale(amax_m, kind), kind)
+     * (kernels/formats.h). OVERWRITES q and scale. Every backend computes the same bytes. Errors:
+     * GLM_ERR_ARG (sizes, kind). */
     glm_status (*fp8_quantize)(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx, int64_t M,
                                int64_t K, const float *col_mul, int kind);
-    /* The FP8 GEMM of a frozen linear: y [M, N] (act, row stride ldy) = beta y + s_x w_scale[n]
-     * sum_k X[m, k] W[n, k], where X, s_x are x [M, K] (act, row stride ldx; times col_mul [K]
-     * when not NULL) quantized as fp8_quantize does with kind x_kind, and W [N, K] (row stride K) are
-     * E4M3 codes with the per-row scales w_scale [N] f32 (NULL: 1). Both operands are K-contiguous
-     * (cuBLASLt's FP8 kernels take only this "TN" layout). CPU (the emulation, the specification):
-     * the exact products of the decoded FP8 values summed in double, times s_x then w_scale[n] in
-     * double, rounded once to f32, plus beta y in f32. CUDA: cuBLASLt FP8 tensor cores
-     * (CUBLAS_COMPUTE_32F, fp32 accumulation with cuBLAS' periodic promotion, no fast
-     * accumulation), the result rounded once to bf16; the activation is quantized in row blocks
-     * into a fixed scratch (the amax over all of x first). beta == 0 does not read y. K and N must
-     * be multiples of 16 (GLM_ERR_UNSUPPORTED otherwise, on every backend: CUDA's FP8 layout
-     * rule). M may be anything. Errors: GLM_ERR_ARG (sizes, kind), GLM_ERR_UNSUPPORTED, GLM_ERR_DEVICE. */
+    /* The FP8 GEMM of a frozen linear: y [M, N] (act, row stride ldy) = beta y + s_x[m] w_scale[n]
+     * sum_k X[m, k] W[n, k], where X, s_x [M] are x [M, K] (act, row stride ldx; times col_mul [K]
+     * when not NULL) quantized as fp8_quantize does with kind x_kind (a scale per row), and W [N, K]
+     * (row stride K) are E4M3 codes with the per-row scales w_scale [N] f32 (NULL: 1). Both operands
+     * are K-contiguous (cuBLASLt's FP8 kernels take only this "TN" layout). CPU (the emulation, the
+     * specification): the exact products of the decoded FP8 values summed in double, times s_x[m]
+     * then w_scale[n] in double, rounded once to f32, plus beta y in f32. CUDA: cuBLASLt FP8 tensor
+     * cores (CUBLAS_COMPUTE_32F with fast accumulation, GLMTUNE_FP8_ACCUM=fp32 for cuBLAS' periodic
+     * promotion), both scale vectors applied in the GEMM (outer vectors) and the result rounded once
+     * to bf16, or where cuBLASLt has no such kernel an f32 tile scaled after; the activation is
+     * quantized in row blocks into a fixed scratch, each row in one pass. beta == 0 does not read y.
+     * K and N must be multiples of 16 (GLM_ERR_UNSUPPORTED otherwise, on every backend: CUDA's FP8
+     * layout rule). M may be anything. Errors: GLM_ERR_ARG (sizes, kind), GLM_ERR_UNSUPPORTED,
+     * GLM_ERR_DEVICE. */
     glm_status (*fp8_matmul)(const glm_backend *be, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx,
                              const float *col_mul, int x_kind, const uint8_t *w, const float *w_scale, float beta, void *y,
                              int64_t ldy);

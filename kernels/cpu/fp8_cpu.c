@@ -75,20 +75,18 @@ glm_status glm_cpu_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale,
         return glm_err(GLM_ERR_ARG, "fp8 quantize: bad sizes M=%lld K=%lld ldx=%lld", (long long)M, (long long)K,
                        (long long)ldx);
     const float *xf = x;
-    uint32_t amax = 0;
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) { /* each row its own scale: its absolute maximum, then its codes */
+        const float *xr = xf + m * ldx;
+        uint32_t amax = 0;
         for (int64_t k = 0; k < K; k++) {
-            float v = col_mul ? glm_fmul_rn(xf[m * ldx + k], col_mul[k]) : xf[m * ldx + k];
-            uint32_t b = glm_abs_bits(v);
+            uint32_t b = glm_abs_bits(col_mul ? glm_fmul_rn(xr[k], col_mul[k]) : xr[k]);
             if (b > amax) amax = b;
         }
-    const float am = glm_bits_f32(amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
-    *scale = glm_fp8_scale(am, (glm_fp8_kind)kind);
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t k = 0; k < K; k++) {
-            float v = col_mul ? glm_fmul_rn(xf[m * ldx + k], col_mul[k]) : xf[m * ldx + k];
-            q[m * K + k] = glm_fp8_encode(v, inv, (glm_fp8_kind)kind);
-        }
+        const float am = glm_bits_f32(amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
+        scale[m] = glm_fp8_scale(am, (glm_fp8_kind)kind);
+        for (int64_t k = 0; k < K; k++)
+            q[m * K + k] = glm_fp8_encode(col_mul ? glm_fmul_rn(xr[k], col_mul[k]) : xr[k], inv, (glm_fp8_kind)kind);
+    }
     return GLM_OK;
 }
 
@@ -105,10 +103,11 @@ glm_status glm_cpu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64
     if (M == 0 || N == 0) return GLM_OK;
     uint8_t *xq = malloc((size_t)(M * K) + 1);
     float *xd = malloc(sizeof(float) * (size_t)(M * K) + 1), *wd = malloc(sizeof(float) * (size_t)(N * K) + 1);
+    float *sx = malloc(sizeof(float) * (size_t)M + 1); /* the activation's row scales */
     glm_status st = GLM_OK;
-    float sx = 0;
-    if (!xq || !xd || !wd) st = glm_err(GLM_ERR_NOMEM, "fp8 matmul: out of memory (%lld x %lld)", (long long)M, (long long)K);
-    if (!st) st = glm_cpu_fp8_quantize(be, xq, &sx, x, ldx, M, K, col_mul, x_kind);
+    if (!xq || !xd || !wd || !sx)
+        st = glm_err(GLM_ERR_NOMEM, "fp8 matmul: out of memory (%lld x %lld)", (long long)M, (long long)K);
+    if (!st) st = glm_cpu_fp8_quantize(be, xq, sx, x, ldx, M, K, col_mul, x_kind);
     if (!st) {
         for (int64_t i = 0; i < M * K; i++) xd[i] = glm_fp8_to_f32(xq[i], (glm_fp8_kind)x_kind);
         for (int64_t i = 0; i < N * K; i++) wd[i] = glm_fp8_to_f32(w[i], GLM_FP8_E4M3);
@@ -118,13 +117,14 @@ glm_status glm_cpu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64
                 const float *a = xd + m * K, *b = wd + n * K;
                 double acc = 0;
                 for (int64_t k = 0; k < K; k++) acc += (double)a[k] * (double)b[k];
-                float v = (float)(acc * (double)sx * (double)(w_scale ? w_scale[n] : 1.0f));
+                float v = (float)(acc * (double)sx[m] * (double)(w_scale ? w_scale[n] : 1.0f));
                 yf[m * ldy + n] = beta == 0.0f ? v : v + beta * yf[m * ldy + n];
             }
     }
     free(xq);
     free(xd);
     free(wd);
+    free(sx);
     return st;
 }
 

@@ -1,5 +1,5 @@
 /* kernels/cuda/fp8.cu: the FP8 base format on the CUDA backend (kernels/backend.h): the per-row
- * weight quantization and its dequantization, the per-tensor activation quantization
+ * weight quantization and its dequantization, the per-row activation quantization
  * (fp8_quantize), the transposition of a weight's codes (fp8_transpose) and the FP8 GEMM of a
  * frozen linear through cuBLASLt (fp8_matmul). The codes are kernels/formats.h's arithmetic, the
  * CPU's bytes (kernels/cpu/fp8_cpu.c): the absolute maximum as an integer max of |x|'s bits (any
@@ -8,16 +8,16 @@
  * The GEMM. cuBLASLt's FP8 kernels take A transposed and B not ("TN", column-major), i.e. both
  * operands K-contiguous: with row-major X [M, K] (the quantized activation) and W [N, K] (the
  * weight's codes), Y^T [N, M] = W X^T is Lt's D = op(A) B with A = W (E4M3, K x N, ld K,
- * transposed), B = X (K x M, ld K), D = Y (N x M, ld ldy). The activation is quantized in row blocks
- * of at most GLM_FP8_BLOCK_BYTES of codes (its absolute maximum first, over all of X), each block one
- * GEMM. Scales, by the weight's row scales:
- *   none (the input gradient: its row scales are in X already): A's scale 1, B's the scalar s_x
- *     (CUBLASLT_MATMUL_DESC_B_SCALE_POINTER), D bf16 = s_x (W X^T) + beta C, in one GEMM;
- *   per row, "outer" (cuBLAS 12.9+ on sm_90: CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): A's scale
- *     the vector of row scales [N], B's a vector [rows] filled with s_x; D bf16 with beta C, one GEMM;
- *   per row, "tile" (where cuBLASLt has no outer-vector kernel for the shape: sm_89, older cuBLAS;
- *     or GLMTUNE_FP8_GEMM=tile): D f32 = s_x (W X^T) into a tile of at most GLM_FP8_BLOCK_BYTES,
- *     then y = bf16(tile x scale[n] + beta y).
+ * transposed), B = X (K x M, ld K), D = Y (N x M, ld ldy). The activation is quantized with a
+ * scale per row (a token's activation or output gradient: s_x[m] from the row's absolute maximum),
+ * in row blocks of at most GLM_FP8_BLOCK_BYTES of codes, each row read once, each block one GEMM.
+ * The scales:
+ *   "outer" (cuBLAS 12.9+ on sm_90: CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F): B's scale the
+ *     vector s_x [rows], A's the weight's row scales [N] (forward) or ones (the input gradient: its
+ *     row scales are in X already, along the summed dimension); D bf16 with beta C, one GEMM;
+ *   "tile" (where cuBLASLt has no outer-vector kernel for the shape: sm_89, older cuBLAS; or
+ *     GLMTUNE_FP8_GEMM=tile): D f32 = W X^T into a tile of at most GLM_FP8_BLOCK_BYTES, then
+ *     y = bf16(tile x s_x[m] x scale[n] + beta y).
  * Accumulation: CUBLAS_COMPUTE_32F with fast accumulation (the tensor cores' partial sums are not
  * promoted to fp32 as the GEMM goes: 7-19% faster with outer vectors, 1-5% per tensor, and the 9B
  * fidelity table unchanged, docs/fp8.md); GLMTUNE_FP8_ACCUM=fp32 promotes them.
@@ -38,15 +38,16 @@ extern "C" {
 
 namespace glmcu {
 
-/* the scale vectors' slot: [0] the amax bits (u32); the per-tensor scale at byte VEC_S (cuBLASLt
- * reads it through a scale pointer, which must be aligned: at byte 4 every FP8 GEMM came back
- * CUBLAS_STATUS_NOT_SUPPORTED on the H200 with cuBLAS 13.1, at byte 256 they run; tests/gpu/fp8_probe.cu
- * shows it); the row scales' vector from byte VEC_B (at most VEC_B_MAX floats: the most rows of a block) */
-constexpr size_t VEC_BYTES = 2u << 20, VEC_B = 1u << 20, VEC_S = 256;
+/* the scale vectors' slot: from byte 0 A's vector of ones for the input gradients (at most VEC_B / 4
+ * floats: N <= VEC_B_MAX); from byte VEC_B the activation's row scales, B's vector (at most VEC_B_MAX
+ * floats: the most rows of a block). cuBLASLt reads them through scale pointers, which must be
+ * aligned (a scale 4 bytes into its buffer came back CUBLAS_STATUS_NOT_SUPPORTED on the H200 with
+ * cuBLAS 13.1, tests/gpu/fp8_probe.cu shows it): both start on 1 MiB boundaries of the slot. */
+constexpr size_t VEC_BYTES = 2u << 20, VEC_B = 1u << 20;
 constexpr int64_t VEC_B_MAX = (int64_t)(VEC_BYTES - VEC_B) / 4;
 constexpr int64_t BLOCK = (int64_t)GLM_FP8_BLOCK_BYTES;
 
-enum { MODE_SCALAR, MODE_OUTER, MODE_TILE };
+enum { MODE_OUTER = 1, MODE_TILE = 2 };
 
 struct fp8_key {
     int64_t rows, N, K, ldy;
@@ -63,7 +64,8 @@ struct fp8_plan {
 };
 struct fp8_cache {
     std::unordered_map<fp8_key, fp8_plan, key_bytes_hash<fp8_key>> plans;
-    int64_t calls[3] = {0, 0, 0}; /* GEMMs run per mode */
+    int64_t calls[3] = {0, 0, 0}; /* GEMMs run: [0] outer vectors without row scales (input gradients), [1] outer
+                                     vectors with the weight's row scales (forward), [2] through the f32 tile */
     int force_tile = 0;           /* GLMTUNE_FP8_GEMM=tile: the tile even where outer vectors would do */
     int64_t block_rows = 0;       /* GLMTUNE_FP8_BLOCK_ROWS=n (> 0): at most n rows a block (tests: many blocks) */
     int8_t fast_accum = 1;        /* CUBLASLT_MATMUL_DESC_FAST_ACCUM: the tensor cores' own accumulation, not promoted
@@ -104,12 +106,6 @@ static int align_of(const void *p) {
 
 /* ---------------------------------------------------------------------------- kernels */
 
-/* the warp's max of v, then one atomicMax per warp */
-__device__ __forceinline__ void warp_max_to(uint32_t v, uint32_t *out) {
-    v = __reduce_max_sync(0xffffffffu, v);
-    if ((threadIdx.x & 31) == 0 && v) atomicMax(out, v);
-}
-
 /* The block's maximum of every thread's a (blockDim.x a multiple of 32), returned to the threads of
  * warp 0; red is 32 words of shared memory. */
 __device__ __forceinline__ uint32_t block_max_warp0(uint32_t a, uint32_t *red) {
@@ -124,53 +120,58 @@ __device__ __forceinline__ uint32_t block_max_warp0(uint32_t a, uint32_t *red) {
     return v;
 }
 
+/* The same maximum returned to every thread; red is 33 words of shared memory, free again on return. */
+__device__ __forceinline__ uint32_t block_max_all(uint32_t a, uint32_t *red) {
+    const uint32_t v = block_max_warp0(a, red);
+    if (threadIdx.x == 0) red[32] = v;
+    __syncthreads();
+    const uint32_t r = red[32];
+    __syncthreads();
+    return r;
+}
+
 /* the value x[m, k] (times col_mul[k]) as fp8_quantize defines it */
 __device__ __forceinline__ float act_value(const bf16 *x, int64_t ldx, int64_t m, int64_t k, const float *col_mul) {
     float v = ld(x + m * ldx + k);
     return col_mul ? glm_fmul_rn(v, col_mul[k]) : v;
 }
 
-/* *amax = max over x [M, K] of |v|'s bits (the caller zeroes it first) */
-__global__ void k_act_amax(const bf16 *__restrict__ x, int64_t ldx, int64_t M, int64_t K, const float *__restrict__ col_mul,
-                           uint32_t *amax) {
-    uint32_t a = 0;
-    const int64_t n = M * K;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t m = i / K, k = i - m * K;
-        uint32_t b = glm_abs_bits(act_value(x, ldx, m, k, col_mul));
-        a = b > a ? b : a;
-    }
-    warp_max_to(a, amax);
+/* ones [n] = 1 (A's scale vector of an input-gradient GEMM: its weight's row scales are inside X),
+ * written by the quantization that precedes the GEMM on the stream, by all of its threads */
+__device__ __forceinline__ void fill_ones(float *ones, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) ones[i] = 1.0f;
 }
 
-/* q [rows, K] packed = codes of x's rows [0, rows) (x already at the block's first row), with the
- * tensor's amax; *scale = its scale; bvec [rows] (may be NULL) = the scale, for the outer-vector GEMM */
-__global__ void k_act_quant(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
-                            const float *__restrict__ col_mul, int kind, const uint32_t *__restrict__ amax,
-                            uint8_t *__restrict__ q, float *scale, float *bvec) {
-    const float am = glm_bits_f32(*amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
-    const float s = glm_fp8_scale(am, (glm_fp8_kind)kind);
-    const int64_t t0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
-    if (t0 == 0 && scale) *scale = s;
-    if (bvec)
-        for (int64_t i = t0; i < rows; i += stride) bvec[i] = s;
-    const int64_t n = rows * K;
-    for (int64_t i = t0; i < n; i += stride) {
-        int64_t m = i / K, k = i - m * K;
-        q[i] = glm_fp8_encode(act_value(x, ldx, m, k, col_mul), inv, (glm_fp8_kind)kind);
+/* Row m of q [rows, K] (packed) and scale[m]: the row's absolute maximum, then its codes (any
+ * alignment; one block a row, the row read twice, the second time mostly from the caches). */
+__global__ void k_act_quant_row(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
+                                const float *__restrict__ col_mul, int kind, uint8_t *__restrict__ q, float *__restrict__ scale,
+                                float *ones, int64_t n_ones) {
+    __shared__ uint32_t red[33];
+    fill_ones(ones, n_ones);
+    for (int64_t m = blockIdx.x; m < rows; m += gridDim.x) {
+        uint32_t a = 0;
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+            uint32_t b = glm_abs_bits(act_value(x, ldx, m, k, col_mul));
+            a = b > a ? b : a;
+        }
+        const float am = glm_bits_f32(block_max_all(a, red)), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
+        if (threadIdx.x == 0) scale[m] = glm_fp8_scale(am, (glm_fp8_kind)kind);
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
+            q[m * K + k] = glm_fp8_encode(act_value(x, ldx, m, k, col_mul), inv, (glm_fp8_kind)kind);
     }
 }
 
-/* The same two kernels 8 elements a thread (one 16-byte load of bf16, one 8-byte store of codes),
- * for x 16-byte aligned with ldx and K multiples of 8, on a 2-D grid: blockIdx.y strides over the
- * rows, x over a row's groups of 8 (no 64-bit division per element); the amax reduced in the block
- * first, one atomicMax per block (a warp's atomics on one address serialised: 131k of them for an
- * [8192, 4096] activation). The codes through the GPU's own conversion (cvt.rn.satfinite, sm_89+),
- * which glm_cuda_fp8_convert_check shows equal to kernels/formats.h's glm_f32_to_fp8 for every
- * float32, so the bytes are the CPU's. Element order within the 8 is the scalar kernels'. */
+/* The same 8 elements a thread (16-byte loads of bf16, 8-byte stores of codes), for x 16-byte
+ * aligned with ldx and K multiples of 8: the row's 16-byte chunks stay in registers (QCH a thread)
+ * between its absolute maximum and its codes, so each row is read from memory once (a row wider
+ * than QCH x blockDim.x chunks reads the rest again). The codes through the GPU's own conversion
+ * (cvt.rn.satfinite, sm_89+), which glm_cuda_fp8_convert_check shows equal to kernels/formats.h's
+ * glm_f32_to_fp8 for every float32, so the bytes are the CPU's. */
+constexpr int QCH = 8, QMAXT = 512;
+
 template <bool MUL16>
-__device__ __forceinline__ void row_values8(const bf16 *xr, int64_t k, const float *col_mul, float v[8]) {
-    const bf16x8 u = *(const bf16x8 *)(xr + k);
+__device__ __forceinline__ void values8(const bf16x8 &u, int64_t k, const float *col_mul, float v[8]) {
     for (int j = 0; j < 4; j++) {
         float2 f = __bfloat1622float2(u.v[j]);
         v[2 * j] = f.x, v[2 * j + 1] = f.y;
@@ -193,52 +194,72 @@ __device__ __forceinline__ uint8_t encode_hw(float v, float inv, int kind) {
 #endif
 }
 
-template <bool MUL16>
-__global__ void k_act_amax8(const bf16 *__restrict__ x, int64_t ldx, int64_t M, int64_t K, const float *__restrict__ col_mul,
-                            uint32_t *amax) {
-    __shared__ uint32_t red[32];
-    uint32_t a = 0;
-    const int64_t K8 = K / 8;
-    for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
-        for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < K8; g += (int64_t)gridDim.x * blockDim.x) {
-            float v[8];
-            row_values8<MUL16>(x + m * ldx, g * 8, col_mul, v);
-            for (int j = 0; j < 8; j++) {
-                uint32_t b = glm_abs_bits(v[j]);
-                a = b > a ? b : a;
-            }
-        }
-    const uint32_t v = block_max_warp0(a, red);
-    if (threadIdx.x == 0 && v) atomicMax(amax, v);
+__device__ __forceinline__ uint32_t amax8(const float v[8], uint32_t a) {
+    for (int j = 0; j < 8; j++) {
+        uint32_t b = glm_abs_bits(v[j]);
+        a = b > a ? b : a;
+    }
+    return a;
+}
+
+__device__ __forceinline__ uint64_t codes8(const float v[8], float inv, int kind) {
+    uint64_t w = 0;
+    for (int j = 0; j < 8; j++) w |= (uint64_t)encode_hw(v[j], inv, kind) << (8 * j);
+    return w;
 }
 
 template <bool MUL16>
-__global__ void k_act_quant8(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
-                             const float *__restrict__ col_mul, int kind, const uint32_t *__restrict__ amax,
-                             uint8_t *__restrict__ q, float *scale, float *bvec) {
-    const float am = glm_bits_f32(*amax), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
-    const float s = glm_fp8_scale(am, (glm_fp8_kind)kind);
-    const bool first = blockIdx.x == 0 && threadIdx.x == 0;
-    if (first && blockIdx.y == 0 && scale) *scale = s;
-    const int64_t K8 = K / 8;
-    for (int64_t m = blockIdx.y; m < rows; m += gridDim.y) {
-        if (first && bvec) bvec[m] = s;
-        for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < K8; g += (int64_t)gridDim.x * blockDim.x) {
-            float v[8];
-            row_values8<MUL16>(x + m * ldx, g * 8, col_mul, v);
-            uint64_t w = 0;
-            for (int j = 0; j < 8; j++) w |= (uint64_t)encode_hw(v[j], inv, kind) << (8 * j);
-            *(uint64_t *)(q + m * K + g * 8) = w;
+__global__ void __launch_bounds__(QMAXT) k_act_quant_row8(const bf16 *__restrict__ x, int64_t ldx, int64_t rows, int64_t K,
+                                                          const float *__restrict__ col_mul, int kind, uint8_t *__restrict__ q,
+                                                          float *__restrict__ scale, float *ones, int64_t n_ones) {
+    __shared__ uint32_t red[33];
+    fill_ones(ones, n_ones);
+    const int64_t K8 = K / 8, T = blockDim.x;
+    for (int64_t m = blockIdx.x; m < rows; m += gridDim.x) {
+        const bf16 *xr = x + m * ldx;
+        bf16x8 c[QCH];
+#pragma unroll
+        for (int i = 0; i < QCH; i++) {
+            const int64_t g = threadIdx.x + i * T;
+            if (g < K8) c[i] = *(const bf16x8 *)(xr + g * 8);
+        }
+        uint32_t a = 0;
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < QCH; i++) {
+            const int64_t g = threadIdx.x + i * T;
+            if (g < K8) {
+                values8<MUL16>(c[i], g * 8, col_mul, v);
+                a = amax8(v, a);
+            }
+        }
+        for (int64_t g = threadIdx.x + QCH * T; g < K8; g += T) {
+            values8<MUL16>(*(const bf16x8 *)(xr + g * 8), g * 8, col_mul, v);
+            a = amax8(v, a);
+        }
+        const float am = glm_bits_f32(block_max_all(a, red)), inv = glm_fp8_inv_scale(am, (glm_fp8_kind)kind);
+        if (threadIdx.x == 0) scale[m] = glm_fp8_scale(am, (glm_fp8_kind)kind);
+        uint8_t *qr = q + m * K;
+#pragma unroll
+        for (int i = 0; i < QCH; i++) {
+            const int64_t g = threadIdx.x + i * T;
+            if (g < K8) {
+                values8<MUL16>(c[i], g * 8, col_mul, v);
+                *(uint64_t *)(qr + g * 8) = codes8(v, inv, kind);
+            }
+        }
+        for (int64_t g = threadIdx.x + QCH * T; g < K8; g += T) {
+            values8<MUL16>(*(const bf16x8 *)(xr + g * 8), g * 8, col_mul, v);
+            *(uint64_t *)(qr + g * 8) = codes8(v, inv, kind);
         }
     }
 }
 
-/* the 2-D grid of the two kernels above for [rows, K]: x covers a row's groups of 8 with 256
- * threads a block, y the rows, at most about 4096 blocks in all (the rest by striding) */
-static dim3 grid8(int64_t rows, int64_t K) {
-    const int64_t gx = std::max<int64_t>(1, (K / 8 + 255) / 256);
-    const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(rows, std::max<int64_t>(1, 4096 / gx)));
-    return dim3((unsigned)std::min<int64_t>(gx, 65535), (unsigned)std::min<int64_t>(gy, 65535));
+/* the threads of k_act_quant_row8's blocks for rows of K: enough warps that a row's chunks fit in
+ * their registers, 64 to QMAXT */
+static int row8_threads(int64_t K) {
+    const int64_t need = (K / 8 + QCH - 1) / QCH;
+    return (int)std::min<int64_t>(QMAXT, std::max<int64_t>(64, (need + 31) / 32 * 32));
 }
 
 /* the column multipliers read 16 bytes at a time (K a multiple of 8 already): 1.6 -> 3.1 TB/s for
@@ -250,13 +271,14 @@ static bool vec8(const void *x, int64_t ldx, int64_t K, const void *q) {
     return K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 7) == 0;
 }
 
-/* y [rows, N] (ldy) = bf16(t [rows, N] x rs[n] + beta y); beta == 0 does not read y */
+/* y [rows, N] (ldy) = bf16(t [rows, N] x sx[r] x rs[n] + beta y) (rs NULL: 1); beta == 0 does not read y */
 __global__ void k_tile_epilogue(bf16 *__restrict__ y, int64_t ldy, const float *__restrict__ t, int64_t rows, int64_t N,
-                                const float *__restrict__ rs, float beta) {
+                                const float *__restrict__ sx, const float *__restrict__ rs, float beta) {
     const int64_t n = rows * N;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / N, c = i - r * N;
-        float v = glm_fmul_rn(t[i], rs[c]);
+        float v = glm_fmul_rn(t[i], sx[r]);
+        if (rs) v = glm_fmul_rn(v, rs[c]);
         if (beta != 0.0f) v += beta * ld(y + r * ldy + c);
         st(y + r * ldy + c, v);
     }
@@ -366,49 +388,31 @@ static glm_status check_kind(int kind, const char *op) {
     return GLM_OK;
 }
 
-/* the amax of x into *amax (zeroed first) */
-static glm_status act_amax(cuda_impl *I, const void *x, int64_t ldx, int64_t M, int64_t K, const float *col_mul, uint32_t *amax) {
-    CU(cudaMemsetAsync(amax, 0, 4, I->s), "fp8 quantize (amax)");
-    if (M * K > 0 && vec8(x, ldx, K, nullptr)) {
-        if (mul16(col_mul))
-            k_act_amax8<true><<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
-        else
-            k_act_amax8<false><<<grid8(M, K), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
-    }
-    else if (M * K > 0)
-        k_act_amax<<<grid_for(M * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, M, K, col_mul, amax);
-    LAUNCHED_I(I, "fp8 quantize (amax)");
-    return GLM_OK;
-}
-
-/* q [rows, K] = the codes of x's rows, *scale and bvec (see k_act_quant) */
+/* q [rows, K] = the codes of x's rows and scale [rows] their scales (fp8_quantize's rule); ones
+ * (n_ones of them, may be 0) set to 1 on the way (an input-gradient GEMM's A scale vector) */
 static glm_status act_quant(cuda_impl *I, const void *x, int64_t ldx, int64_t rows, int64_t K, const float *col_mul, int kind,
-                            const uint32_t *amax, uint8_t *q, float *scale, float *bvec) {
+                            uint8_t *q, float *scale, float *ones, int64_t n_ones) {
+    if (rows == 0) return GLM_OK;
+    const unsigned grid = (unsigned)std::min<int64_t>(rows, 1 << 20);
     if (vec8(x, ldx, K, q) && mul16(col_mul))
-        k_act_quant8<true><<<grid8(rows, K), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
-                                                             bvec);
+        k_act_quant_row8<true><<<grid, row8_threads(K), 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, q, scale,
+                                                                   ones, n_ones);
     else if (vec8(x, ldx, K, q))
-        k_act_quant8<false><<<grid8(rows, K), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
-                                                              bvec);
+        k_act_quant_row8<false><<<grid, row8_threads(K), 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, q, scale,
+                                                                    ones, n_ones);
     else
-        k_act_quant<<<grid_for(rows * K, 256), 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, amax, q, scale,
-                                                              bvec);
+        k_act_quant_row<<<grid, 256, 0, I->s>>>((const bf16 *)x, ldx, rows, K, col_mul, kind, q, scale, ones, n_ones);
     LAUNCHED_I(I, "fp8 quantize");
     return GLM_OK;
 }
 
 glm_status cu_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx, int64_t M, int64_t K,
                            const float *col_mul, int kind) {
-    cuda_impl *I = IMPL(be);
     GLM_TRY(check_kind(kind, "fp8 quantize"));
     if (M < 0 || K < 0 || ldx < K)
         return glm_err(GLM_ERR_ARG, "fp8 quantize: bad sizes M=%lld K=%lld ldx=%lld", (long long)M, (long long)K,
                        (long long)ldx);
-    void *vec;
-    GLM_TRY(scratch(I, SCR_FP8_VEC, VEC_BYTES, &vec));
-    uint32_t *amax = (uint32_t *)vec;
-    GLM_TRY(act_amax(I, x, ldx, M, K, col_mul, amax));
-    return act_quant(I, x, ldx, M, K, col_mul, kind, amax, q, scale, nullptr);
+    return act_quant(IMPL(be), x, ldx, M, K, col_mul, kind, q, scale, nullptr, 0);
 }
 
 glm_status cu_fp8_transpose(const glm_backend *be, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols) {
@@ -518,53 +522,48 @@ glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K,
     fp8_cache *c = cache_of(I);
     void *vec, *qv, *tile = nullptr;
     GLM_TRY(scratch(I, SCR_FP8_VEC, VEC_BYTES, &vec));
-    uint32_t *amax = (uint32_t *)vec;
-    float *sx = (float *)((char *)vec + VEC_S), *bvec = (float *)((char *)vec + VEC_B);
+    /* A's scale vector: the weight's row scales, or (input gradient) ones written by the quantization */
+    float *ones = (float *)vec, *bvec = (float *)((char *)vec + VEC_B);
+    const float *avec = w_scale ? w_scale : ones;
     /* the rows of a block: codes and (tile mode) the f32 tile within GLM_FP8_BLOCK_BYTES, the scale vector within its room */
     int64_t rb = std::min<int64_t>(M, std::max<int64_t>(1, BLOCK / K));
     rb = std::min<int64_t>(rb, VEC_B_MAX);
     if (rb < M && rb > 128) rb -= rb % 128; /* whole tiles of cuBLASLt's kernels in every block but the last */
     if (c->block_rows > 0) rb = std::min<int64_t>(rb, c->block_rows);
-    int mode = !w_scale ? MODE_SCALAR : c->force_tile ? MODE_TILE : MODE_OUTER;
+    int mode = c->force_tile ? MODE_TILE : MODE_OUTER;
     GLM_TRY(scratch(I, SCR_FP8_Q, (size_t)(rb * K), &qv));
-    GLM_TRY(act_amax(I, x, ldx, M, K, col_mul, amax));
     for (int64_t r0 = 0; r0 < M;) {
         int64_t rows = std::min<int64_t>(rb, M - r0);
         bf16 *yb = (bf16 *)y + r0 * ldy;
         fp8_plan *p = nullptr;
         if (mode == MODE_OUTER) { /* sm_90's per-row scaling inside the GEMM; else the tile for good */
-            p = plan_for(I, fp8_key{rows, N, K, ldy, x_kind, MODE_OUTER, align_of(yb)}, w_scale, bvec);
+            p = plan_for(I, fp8_key{rows, N, K, ldy, x_kind, MODE_OUTER, align_of(yb)}, avec, bvec);
             if (!p->ok) mode = MODE_TILE;
         }
         if (mode == MODE_TILE) {
             rows = std::min<int64_t>(rows, std::max<int64_t>(1, BLOCK / (4 * N)));
             p = plan_for(I, fp8_key{rows, N, K, N, x_kind, MODE_TILE, 16});
             if (!tile) GLM_TRY(scratch(I, SCR_FP8_TILE, (size_t)(std::min<int64_t>(rb, std::max<int64_t>(1, BLOCK / (4 * N))) * N * 4), &tile));
-        } else if (mode == MODE_SCALAR) {
-            p = plan_for(I, fp8_key{rows, N, K, ldy, x_kind, MODE_SCALAR, align_of(yb)});
         }
         if (!p->ok)
-            return glm_err(GLM_ERR_UNSUPPORTED, "fp8 matmul: cuBLASLt has no FP8 algorithm for M=%lld N=%lld K=%lld (%s, %s "
-                           "scales) on sm_%d; hint: --base-dtype bf16", (long long)rows, (long long)N, (long long)K,
-                           x_kind == GLM_FP8_E5M2 ? "E5M2 x E4M3" : "E4M3 x E4M3",
-                           mode == MODE_SCALAR ? "per-tensor" : "per-row", I->sm);
-        GLM_TRY(act_quant(I, (const bf16 *)x + r0 * ldx, ldx, rows, K, col_mul, x_kind, amax, (uint8_t *)qv, sx,
-                          mode == MODE_OUTER ? bvec : nullptr));
+            return glm_err(GLM_ERR_UNSUPPORTED, "fp8 matmul: cuBLASLt has no FP8 algorithm for M=%lld N=%lld K=%lld (%s) on "
+                           "sm_%d; hint: --base-dtype bf16", (long long)rows, (long long)N, (long long)K,
+                           x_kind == GLM_FP8_E5M2 ? "E5M2 x E4M3" : "E4M3 x E4M3", I->sm);
+        GLM_TRY(act_quant(I, (const bf16 *)x + r0 * ldx, ldx, rows, K, col_mul, x_kind, (uint8_t *)qv, bvec,
+                          mode == MODE_OUTER && !w_scale ? ones : nullptr, mode == MODE_OUTER && !w_scale ? N : 0));
         cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
         if (mode == MODE_OUTER) {
-            bs = run_plan(I, p, w_scale, bvec, w, (const uint8_t *)qv, beta, yb);
+            bs = run_plan(I, p, avec, bvec, w, (const uint8_t *)qv, beta, yb);
             if (bs != CUBLAS_STATUS_SUCCESS) {
                 /* a cuBLASLt that offers the kernel but refuses the call: the tile from now on, and this block again */
                 p->ok = false;
                 mode = MODE_TILE;
                 continue;
             }
-        } else if (mode == MODE_SCALAR) {
-            bs = run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, beta, yb);
         } else {
-            bs = run_plan(I, p, nullptr, sx, w, (const uint8_t *)qv, 0.0f, tile);
+            bs = run_plan(I, p, nullptr, nullptr, w, (const uint8_t *)qv, 0.0f, tile);
             if (bs == CUBLAS_STATUS_SUCCESS) {
-                k_tile_epilogue<<<grid_for(rows * N, 256), 256, 0, I->s>>>(yb, ldy, (const float *)tile, rows, N, w_scale,
+                k_tile_epilogue<<<grid_for(rows * N, 256), 256, 0, I->s>>>(yb, ldy, (const float *)tile, rows, N, bvec, w_scale,
                                                                            beta);
                 LAUNCHED("fp8 matmul (row scales)");
             }
@@ -573,7 +572,7 @@ glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K,
             return glm_err(GLM_ERR_DEVICE, "cuda backend: fp8 matmul M=%lld N=%lld K=%lld: cublasLtMatmul: %s (%d)",
                            (long long)rows, (long long)N, (long long)K, blas_name(bs), (int)bs);
         LAUNCHED("fp8 matmul");
-        c->calls[mode]++;
+        c->calls[mode == MODE_TILE ? 2 : w_scale ? 1 : 0]++;
         r0 += rows;
     }
     return GLM_OK;
@@ -584,8 +583,9 @@ glm_status cu_fp8_matmul(const glm_backend *be, int64_t M, int64_t N, int64_t K,
 using namespace glmcu;
 
 /* For tests (tests/gpu/test_fp8_ops.c, through glm_cuda_module_symbol): the FP8 GEMMs this backend ran
- * so far by the way it applied the scales: counts[0] per tensor only (input gradients), [1] with the
- * row scales inside cuBLASLt (outer vectors), [2] through the f32 tile. */
+ * so far by the way it applied the scales: counts[0] both scale vectors inside cuBLASLt (outer
+ * vectors) with A's all ones (input gradients: the weight's row scales are in X), [1] outer vectors
+ * with the weight's row scales (forward), [2] through the f32 tile. */
 extern "C" void glm_cuda_fp8_counts(const glm_backend *be, int64_t counts[3]) {
     cuda_impl *I = IMPL(be);
     for (int i = 0; i < 3; i++) counts[i] = I->fp8s ? I->fp8s->calls[i] : 0;

@@ -113,26 +113,29 @@ static void test_weight(int64_t R, int64_t C) {
 /* with_mul: 0 none, 1 column multipliers (16-byte aligned: the 16-byte reads), 2 the same 4 bytes
    past an alignment (the 4-byte reads) */
 static void test_act(int64_t M, int64_t K, int64_t ld, int kind, int with_mul) {
-    float *x = malloc(sizeof(float) * M * ld), *mul = calloc((size_t)K + 1, 4), sc = 0, sg = 0;
+    float *x = malloc(sizeof(float) * M * ld), *mul = calloc((size_t)K + 1, 4), *sc = calloc((size_t)M + 1, 4),
+          *sg = calloc((size_t)M + 1, 4);
     uint8_t *qc = malloc(M * K), *qg = malloc(M * K);
     for (int64_t i = 0; i < M * ld; i++) x[i] = bfrand(1.0f);
     x[(M / 2) * ld + K / 3] = 37.0f; /* an outlier */
+    if (M > 2)
+        for (int64_t k = 0; k < K; k++) x[1 * ld + k] = 0.0f; /* a row of zeros: scale 0 */
     const int o = with_mul == 2; /* mul[o .. o + K) */
     for (int64_t k = 0; k < K; k++) mul[o + k] = (float)(1e-3 * (1 + urand()));
-    void *xd = gpu_bf16(x, M * ld), *md = gpu_bytes(mul, 4 * (K + 1)), *qd = gpu_bytes(NULL, M * K), *sd = gpu_bytes(NULL, 4);
-    CHECK(glm_be_fp8_quantize(cpu, qc, &sc, x, ld, M, K, with_mul ? mul + o : NULL, kind) == GLM_OK, "cpu: %s", glm_errmsg());
+    void *xd = gpu_bf16(x, M * ld), *md = gpu_bytes(mul, 4 * (K + 1)), *qd = gpu_bytes(NULL, M * K), *sd = gpu_bytes(NULL, 4 * M + 4);
+    CHECK(glm_be_fp8_quantize(cpu, qc, sc, x, ld, M, K, with_mul ? mul + o : NULL, kind) == GLM_OK, "cpu: %s", glm_errmsg());
     CHECK(glm_be_fp8_quantize(gpu, qd, sd, xd, ld, M, K, with_mul ? (float *)md + o : NULL, kind) == GLM_OK, "cuda: %s",
           glm_errmsg());
     download(qg, qd, M * K);
-    download(&sg, sd, 4);
-    int same = !memcmp(qc, qg, M * K) && !memcmp(&sc, &sg, 4);
+    download(sg, sd, 4 * M);
+    int same = !memcmp(qc, qg, M * K) && !memcmp(sc, sg, 4 * M);
     char what[200];
     snprintf(what, sizeof what, "fp8_quantize %s [%lld, %lld] ld %lld%s", kind ? "E5M2" : "E4M3", (long long)M, (long long)K,
              (long long)ld, with_mul == 1 ? " x column scales" : with_mul ? " x column scales (unaligned)" : "");
     printf("%-60s %s\n", what, same ? "bit-exact" : "DIFFER  FAIL");
     CHECK(same, "%s: CUDA's bytes differ from the CPU's", what);
     glm_be_free(gpu, xd), glm_be_free(gpu, md), glm_be_free(gpu, qd), glm_be_free(gpu, sd);
-    free(x), free(mul), free(qc), free(qg);
+    free(x), free(mul), free(sc), free(sg), free(qc), free(qg);
 }
 
 static void test_transpose(int64_t R, int64_t C) {
@@ -176,8 +179,8 @@ static void test_gemm(const char *cfg, int64_t M, int64_t N, int64_t K, int bwd,
     CHECK(st == GLM_OK, "cuda fp8_matmul: %s", glm_errmsg());
     CHECK(glm_be_download_f32(gpu, yg, GLM_DT_BF16, yd, M * ldy) == GLM_OK, "download: %s", glm_errmsg());
     /* the elementwise bound: S = s_x s_w sum_k |X W| (the terms' magnitudes), from the CPU's own codes */
-    float sx = 0;
-    CHECK(glm_be_fp8_quantize(cpu, xq, &sx, x, ldx, M, K, bwd ? mul : NULL, kind) == GLM_OK, "cpu: %s", glm_errmsg());
+    float *sx = malloc(4 * M); /* the CPU's row scales of x */
+    CHECK(glm_be_fp8_quantize(cpu, xq, sx, x, ldx, M, K, bwd ? mul : NULL, kind) == GLM_OK, "cpu: %s", glm_errmsg());
     float *xv = malloc(sizeof(float) * M * K), *wv = malloc(sizeof(float) * N * K);
     for (int64_t i = 0; i < M * K; i++) xv[i] = glm_fp8_to_f32(xq[i], (glm_fp8_kind)kind);
     for (int64_t i = 0; i < N * K; i++) wv[i] = glm_fp8_to_f32(wq[i], GLM_FP8_E4M3);
@@ -187,7 +190,7 @@ static void test_gemm(const char *cfg, int64_t M, int64_t N, int64_t K, int bwd,
         for (int64_t n = 0; n < N; n++) {
             double S = 0;
             for (int64_t k = 0; k < K; k++) S += fabs((double)xv[m * K + k] * wv[n * K + k]);
-            S *= (double)sx * (bwd ? 1.0 : ws[n]);
+            S *= (double)sx[m] * (bwd ? 1.0 : ws[n]);
             double c = yc[m * ldy + n], g = yg[m * ldy + n], d = fabs(g - c);
             /* tests/gpu/tol.h: the output's rounding, the accumulation's, and with beta the product's own rounding
              * before the add (cuBLASLt's outer-vector epilogue) */
@@ -208,10 +211,10 @@ static void test_gemm(const char *cfg, int64_t M, int64_t N, int64_t K, int bwd,
     CHECK(bad == 0, "%s: %lld outputs beyond the elementwise bound", what, (long long)bad);
     CHECK(untouched == 0, "%s: %lld elements past N were written", what, (long long)untouched);
     glm_be_free(gpu, xd), glm_be_free(gpu, wd), glm_be_free(gpu, sd), glm_be_free(gpu, md), glm_be_free(gpu, yd);
-    free(x), free(wf), free(ws), free(mul), free(yc), free(y0), free(yg), free(wq), free(xq), free(xv), free(wv);
+    free(x), free(wf), free(ws), free(mul), free(yc), free(y0), free(yg), free(wq), free(xq), free(xv), free(wv), free(sx);
 }
 
-/* expect_outer: the forward GEMMs must have applied the row scales inside cuBLASLt (outer vectors;
+/* expect_outer: every GEMM must have applied its scale vectors inside cuBLASLt (outer vectors;
  * sm_90 with cuBLAS 12.9+), not through the f32 tile: a silent fallback is a 2x slower GEMM */
 static void gemm_suite(const char *cfg, int expect_outer) {
     int64_t counts[3] = {0, 0, 0}, after[3];
@@ -231,13 +234,12 @@ static void gemm_suite(const char *cfg, int expect_outer) {
     test_gemm(cfg, 5, 4096, 27392, 1, 1.0f);
     if (cnt) {
         cnt(gpu, after);
-        printf("%-60s per tensor %lld, row scales in cuBLASLt (outer vectors) %lld, through the f32 tile %lld\n",
-               "FP8 GEMMs run:", (long long)(after[0] - counts[0]), (long long)(after[1] - counts[1]),
-               (long long)(after[2] - counts[2]));
+        printf("%-60s outer vectors: input gradients %lld, forward %lld; through the f32 tile %lld\n", "FP8 GEMMs run:",
+               (long long)(after[0] - counts[0]), (long long)(after[1] - counts[1]), (long long)(after[2] - counts[2]));
         if (expect_outer)
-            CHECK(after[1] > counts[1] && after[2] == counts[2], "%s: the forward GEMMs went through the f32 tile (%lld) "
-                  "instead of cuBLASLt's outer-vector scales (%lld)", cfg, (long long)(after[2] - counts[2]),
-                  (long long)(after[1] - counts[1]));
+            CHECK(after[0] > counts[0] && after[1] > counts[1] && after[2] == counts[2], "%s: %lld GEMMs went through the "
+                  "f32 tile instead of cuBLASLt's outer-vector scales (input gradients %lld, forward %lld there)", cfg,
+                  (long long)(after[2] - counts[2]), (long long)(after[0] - counts[0]), (long long)(after[1] - counts[1]));
     }
 }
 
@@ -354,6 +356,11 @@ int main(int argc, char **argv) {
             }
         for (int kind = 0; kind < 2; kind++) /* dense_h_to_4h's input gradient: the widest column multipliers */
             for (int mul = 0; mul < 2; mul++) test_act(64, 27392, 27392, kind, mul);
+        for (int kind = 0; kind < 2; kind++) {
+            test_act(33, 4608, 4608, kind, 1); /* query_key_value's input gradient: 576 chunks of 8, not a power of two */
+            test_act(5, 40960, 40968, kind, 1); /* wider than the chunks a block keeps in registers: the rest read twice */
+            test_act(7, 13696, 13697, kind, 0); /* a row stride that is not a multiple of 8: the scalar kernel */
+        }
         test_transpose(37, 80);    /* not whole 64 x 64 tiles: the byte tiles */
         test_transpose(128, 192);  /* whole 64 x 64 tiles: the word tiles */
         test_transpose(4096, 13696);

@@ -52,13 +52,13 @@
  *   (GLMTUNE_ATTENTION=glmtune) against the cuDNN one and against the ring: a mask, chunk-order
  *   or merge bug in the ring gives O(1) against the CPU, far above TOL_MODEL_GRAD.
  *
- * The FP8 base (tests/gpu/test_fp8_ops.c). The quantizers (weights per row, activations per tensor,
+ * The FP8 base (tests/gpu/test_fp8_ops.c). The quantizers (weights per row, activations per row,
  * the transposition) are compared bit for bit: both backends compute kernels/formats.h's integer
  * conversion after the same IEEE divisions and multiplies, from the same bf16 inputs. The GEMM
  * (be->fp8_matmul) is compared with the CPU's emulation, which multiplies the same FP8 codes
  * exactly and sums in double: what is left is the GPU's fp32 accumulation and its bf16 store.
  * TOL_FP8_OUT = 2^-8, TOL_FP8_ACC = 2^-11 (elementwise: |cuda - cpu| <= TOL_FP8_OUT |cpu| +
- *   TOL_FP8_ACC S [+ TOL_FP8_OUT |p| where beta != 0], S = s_x s_w sum_k |X W|, the terms'
+ *   TOL_FP8_ACC S [+ TOL_FP8_OUT |p| where beta != 0], S = s_x[m] s_w sum_k |X W|, the terms'
  *   magnitudes, p = cpu - beta y_before, the product term): the store rounds to bf16 (8-bit
  *   significand: at most 2^-8 relative; the scale multiplies and the beta add are fp32 roundings,
  *   2^-24 each). With beta != 0 cuBLASLt's outer-vector epilogue (sm_90) rounds the scaled product

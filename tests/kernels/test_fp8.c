@@ -5,7 +5,7 @@
  *    midpoint, one and two ulp either side, the saturation and underflow edges, NaN, infinities);
  *    then every one of the 2^32 float32 inputs, through per-chunk checksums of their codes.
  * 2. The per-row weight quantization (be->weight_quantize / weight_dequantize of GLM_WF_FP8_E4M3)
- *    and the per-tensor activation quantization (be->fp8_quantize): the scale rule, the largest
+ *    and the per-row activation quantization (be->fp8_quantize): the scale rule, the largest
  *    magnitude on 448 / 57344, the relative error bound of a 3-bit (2-bit) mantissa, zero rows,
  *    non-finite weights, a column multiplier.
  * 3. The emulated FP8 GEMM (be->fp8_matmul, glm_base_matmul of an fp8 weight, forward and input
@@ -202,46 +202,56 @@ static void test_act_quantize(const glm_backend *be, glm_fp8_kind k, int with_mu
     x[4 * ld + 7] = -100; /* the absmax, at a place read */
     x[2 * ld + 50] = 1e6; /* outside the K columns: not read */
     for (int k2 = 0; k2 < K; k2++) mul[k2] = with_mul ? (float)(0.01 + urand()) : 1;
-    float scale = -1;
-    CHECK(glm_be_fp8_quantize(be, q, &scale, x, ld, M, K, with_mul ? mul : NULL, k) == GLM_OK, "%s", glm_errmsg());
-    float amax = 0;
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t c = 0; c < K; c++) amax = fmaxf(amax, fabsf(with_mul ? x[m * ld + c] * mul[c] : x[m * ld + c]));
+    float scale[9];
+    for (int64_t m = 0; m < M; m++) scale[m] = -1;
+    CHECK(glm_be_fp8_quantize(be, q, scale, x, ld, M, K, with_mul ? mul : NULL, k) == GLM_OK, "%s", glm_errmsg());
     const float fmax = glm_fp8_max(k);
-    CHECK(fbits(scale) == fbits(amax / fmax), "%s: scale %g = amax %g / %g", kind_name(k), scale, amax, fmax);
-    int bad = 0, bad_err = 0;
+    int bad = 0, bad_err = 0, bad_scale = 0;
     const double rel = k == GLM_FP8_E5M2 ? 0x1p-3 : 0x1p-4, sub = k == GLM_FP8_E5M2 ? 0x1p-17 : 0x1p-10;
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) { /* a scale per row, from the row's own absolute maximum */
+        float amax = 0;
+        for (int64_t c = 0; c < K; c++) amax = fmaxf(amax, fabsf(with_mul ? x[m * ld + c] * mul[c] : x[m * ld + c]));
+        bad_scale += fbits(scale[m]) != fbits(amax / fmax);
         for (int64_t c = 0; c < K; c++) {
             float v = with_mul ? x[m * ld + c] * mul[c] : x[m * ld + c];
             bad += q[m * K + c] != glm_f32_to_fp8(v * (fmax / amax), k);
-            double back = glm_fp8_to_f32(q[m * K + c], k) * (double)scale;
-            bad_err += !(fabs(back - v) <= fabs(v) * rel * 1.0001 + scale * sub * 1.0001);
+            double back = glm_fp8_to_f32(q[m * K + c], k) * (double)scale[m];
+            bad_err += !(fabs(back - v) <= fabs(v) * rel * 1.0001 + scale[m] * sub * 1.0001);
         }
+    }
+    CHECK(bad_scale == 0, "%s: %d rows whose scale is not the row's amax / %g", kind_name(k), bad_scale, fmax);
     CHECK(bad == 0, "%s%s: %d codes differ from the rule", kind_name(k), with_mul ? " with a column multiplier" : "", bad);
     CHECK(bad_err == 0, "%s: %d values beyond the format's rounding error", kind_name(k), bad_err);
     CHECK((q[4 * K + 7] & 0x7f) == (k == GLM_FP8_E5M2 ? 0x7b : 0x7e) || with_mul, "the absmax element codes the largest value");
-    /* all zero */
-    memset(x, 0, sizeof(float) * M * ld);
-    CHECK(glm_be_fp8_quantize(be, q, &scale, x, ld, M, K, NULL, k) == GLM_OK && scale == 0 && q[0] == 0 && q[M * K - 1] == 0,
-          "an all-zero tensor: scale 0, codes 0");
-    CHECK(glm_be_fp8_quantize(be, q, &scale, x, ld, M, K, NULL, 7) == GLM_ERR_ARG, "an unknown kind is refused");
+    /* every row's largest |v| codes the format's largest value: each row has its own scale */
+    int rows_max = 0;
+    for (int64_t m = 0; m < M; m++) {
+        int hit = 0;
+        for (int64_t c = 0; c < K; c++) hit |= (q[m * K + c] & 0x7f) == (k == GLM_FP8_E5M2 ? 0x7b : 0x7e);
+        rows_max += hit;
+    }
+    CHECK(rows_max == M, "%s: %d of %lld rows reach the format's largest code", kind_name(k), rows_max, (long long)M);
+    /* a row of zeros: scale 0, codes 0, the other rows unaffected */
+    memset(x + 3 * ld, 0, sizeof(float) * ld);
+    CHECK(glm_be_fp8_quantize(be, q, scale, x, ld, M, K, NULL, k) == GLM_OK && scale[3] == 0 && q[3 * K] == 0 &&
+              q[3 * K + K - 1] == 0 && scale[2] > 0 && scale[4] > 0,
+          "an all-zero row: scale 0, codes 0, its neighbours scaled");
+    CHECK(glm_be_fp8_quantize(be, q, scale, x, ld, M, K, NULL, 7) == GLM_ERR_ARG, "an unknown kind is refused");
     free(x), free(q);
 }
 
 /* ------------------------------------------------------------------------- GEMM */
 
-/* y_ref [M, N] = s_x sum_k dec(xq) dec(w) w_scale[n] in double, xq quantized here with the rule */
+/* y_ref [M, N] = s_x[m] sum_k dec(xq) dec(w) w_scale[n] in double, xq quantized here with the rule (per row) */
 static void ref_gemm(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *col_mul, glm_fp8_kind k,
                      const uint8_t *w, const float *w_scale, double *y, double *yabs) {
-    uint32_t am = 0;
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) { /* each row of x its own scale */
+        uint32_t am = 0;
         for (int64_t c = 0; c < K; c++) {
             float v = col_mul ? x[m * ldx + c] * col_mul[c] : x[m * ldx + c];
             if (fbits(fabsf(v)) > am) am = fbits(fabsf(v));
         }
-    float amax = glm_bits_f32(am), inv = glm_fp8_max(k) / amax, sx = amax / glm_fp8_max(k);
-    for (int64_t m = 0; m < M; m++)
+        float amax = glm_bits_f32(am), inv = glm_fp8_max(k) / amax, sx = amax / glm_fp8_max(k);
         for (int64_t n = 0; n < N; n++) {
             double acc = 0, aabs = 0;
             for (int64_t c = 0; c < K; c++) {
@@ -254,6 +264,7 @@ static void ref_gemm(int64_t M, int64_t N, int64_t K, const float *x, int64_t ld
             y[m * N + n] = acc * s;
             yabs[m * N + n] = aabs * s;
         }
+    }
 }
 
 static void test_gemm(const glm_backend *be) {
@@ -308,7 +319,7 @@ static void test_gemm(const glm_backend *be) {
     CHECK(bad_t == 0, "fp8_transpose: %d bytes misplaced", bad_t);
     W.data_t = wt;
     CHECK(glm_base_matmul(be, 1, M, g, N, &W, 0.0f, dx, K) == GLM_OK, "%s", glm_errmsg());
-    /* reference: (g * scale_r) quantized per tensor in the gradient's kind, times the codes */
+    /* reference: (g * scale_r) quantized per row in the gradient's kind, times the codes */
     memcpy(wq_t, wt, N * K);
     ref_gemm(M, K, N, g, N, ws, GLM_FP8_GRAD_KIND, wq_t, NULL, dr, da);
     int bad = 0;
