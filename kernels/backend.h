@@ -45,6 +45,17 @@ size_t glm_dtype_size(glm_dtype dt);
 
 typedef struct glm_backend glm_backend;
 
+/* A rank-r product added to an [N, cols] operand inside the op that reads it (be->swiglu_bwd): the
+ * term scale * u a, u [N, r] act (row stride ldu), a [r, cols] act row-major (row stride cols): a
+ * LoRA adapter's input gradient du A, with du [N, r] and the adapter's A [r, in]. */
+typedef struct glm_rank_term {
+    const void *u;
+    int64_t ldu;
+    const void *a;
+    int r;
+    float scale;
+} glm_rank_term;
+
 #include "kernels/backend_table.h" /* struct glm_backend: the op table backends implement */
 
 /* ---- the entry points ------------------------------------------------------------------
@@ -215,8 +226,8 @@ static inline glm_status glm_be_swiglu_fwd(const glm_backend *be, void *out, con
 }
 
 static inline glm_status glm_be_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h,
-                                           int64_t N, int64_t F) {
-    return be->swiglu_bwd(be, dh, dout, h, N, F);
+                                           int64_t N, int64_t F, const glm_rank_term *t) {
+    return be->swiglu_bwd(be, dh, dout, h, N, F, t);
 }
 
 static inline glm_status glm_be_attention_fwd(const glm_backend *be, void *out, int64_t ldo, float *lse,

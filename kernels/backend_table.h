@@ -36,7 +36,7 @@ typedef struct glm_scratch_shape {
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 8
+#define GLM_BACKEND_ABI_VERSION 9
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -242,10 +242,13 @@ struct glm_backend {
      * out[n, f] = silu(gate) * up, silu(g) = g / (1 + exp(-g)) (computed in double on CPU,
      * rounded to f32 once). Overwrites out [N, F]. */
     glm_status (*swiglu_fwd)(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F);
-    /* SwiGLU backward: dh[:, :F] = dout * up * sig(g) * (1 + g (1 - sig(g))), dh[:, F:] = dout *
-     * silu(g). OVERWRITES dh [N, 2F]. */
+    /* SwiGLU backward: dh[:, :F] = d * up * sig(g) * (1 + g (1 - sig(g))), dh[:, F:] = d *
+     * silu(g), where d = dout [N, F], or d = dout + t->scale * t->u t->a (glm_rank_term: the
+     * input gradient of a LoRA down-projection, du A, added here instead of in a pass of its own
+     * over dout) when t is not NULL. dout is not written. OVERWRITES dh [N, 2F]. CPU: d and dh in
+     * double, rounded to f32 once. Errors: GLM_ERR_ARG (t with r < 1). */
     glm_status (*swiglu_bwd)(const glm_backend *be, void *dh, const void *dout, const void *h,
-                             int64_t N, int64_t F);
+                             int64_t N, int64_t F, const glm_rank_term *t);
 
     /* Causal grouped-query attention over packed rows. q, k, v are act matrices of B*T rows
      * (row strides ldq, ldk, ldv) holding H (q) or Hkv (k, v) heads of Dh channels; token i of

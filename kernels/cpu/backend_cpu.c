@@ -253,12 +253,19 @@ static glm_status cpu_swiglu_fwd(const glm_backend *be, void *out, const void *h
 }
 
 static glm_status cpu_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h,
-                                 int64_t N, int64_t F) {
+                                 int64_t N, int64_t F, const glm_rank_term *t) {
+    if (t && (t->r < 1 || t->ldu < t->r))
+        return glm_err(GLM_ERR_ARG, "swiglu_bwd: a rank term of r %d, ldu %lld", t->r, (long long)t->ldu);
     float *DH = dh;
-    const float *DO = dout, *Hh = h;
+    const float *DO = dout, *Hh = h, *U = t ? t->u : NULL, *A = t ? t->a : NULL;
     for (int64_t n = 0; n < N; n++)
         for (int64_t f = 0; f < F; f++) {
             double g = Hh[n * 2 * F + f], u = Hh[n * 2 * F + F + f], d = DO[n * F + f];
+            if (t) { /* d += scale (du A)[n, f] */
+                double p = 0;
+                for (int j = 0; j < t->r; j++) p += (double)U[n * t->ldu + j] * A[(int64_t)j * F + f];
+                d += (double)t->scale * p;
+            }
             double sg = 1.0 / (1.0 + exp(-g));
             DH[n * 2 * F + f] = (float)(d * u * sg * (1.0 + g * (1.0 - sg)));
             DH[n * 2 * F + F + f] = (float)(d * g * sg);

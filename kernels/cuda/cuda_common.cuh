@@ -247,7 +247,8 @@ glm_status cu_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt, 
 glm_status cu_embedding(const glm_backend *be, void *out, const void *table, const uint32_t *ids, int64_t N, int64_t C,
                         int64_t V);
 glm_status cu_swiglu_fwd(const glm_backend *be, void *out, const void *h, int64_t N, int64_t F);
-glm_status cu_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h, int64_t N, int64_t F);
+glm_status cu_swiglu_bwd(const glm_backend *be, void *dh, const void *dout, const void *h, int64_t N, int64_t F,
+                         const glm_rank_term *t);
 /* norm.cu */
 glm_status cu_rmsnorm_fwd(const glm_backend *be, void *y, float *rstd, const void *x, const void *w, int64_t N, int64_t C,
                           float eps);

@@ -867,13 +867,18 @@ static glm_status linear_fwd(ctx *cx, int layer, glm_linear lin, const void *x, 
  * grads. dy [rows, out] act with row stride ldy; x is the linear's forward input [rows, in].
  * The base GEMM writes dx and the rank-r GEMM du A adds onto it. (The other order, LoRA's input
  * gradient first and the base GEMM accumulating with beta 1, reads dx once less but made the base
- * GEMMs 7-10 ms slower a 9B step at 8k than the pass it saved: docs/bench/2026-12-05-h200.md.) */
+ * GEMMs 7-10 ms slower a 9B step at 8k than the pass it saved: docs/bench/2026-12-05-h200.md.)
+ * defer (may be NULL): when one adapter covers the linear and there is no dropout, du A is not
+ * added here but described in *defer (du in the workspace's w->du, valid until the next
+ * linear_bwd) for the op that reads dx next to add inside (be->swiglu_bwd): a pass over dx
+ * fewer; else defer->u = NULL. */
 static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, int64_t in, int64_t rows, int64_t row0,
-                             const void *dy, int64_t ldy, int64_t out, void *dx) {
+                             const void *dy, int64_t ldy, int64_t out, void *dx, glm_rank_term *defer) {
     const glm_backend *be = cx->m->be;
     struct glm_ws *w = cx->w;
     glm_dtype ad = be->act_dtype;
     (void)out;
+    if (defer) defer->u = NULL;
     PH(GLM_PHASE_GEMM);
     GLM_TRY(glm_base_matmul(be, 1, rows, dy, ldy, base_weight(cx->lw, lin), 0.0f, dx, in));
     glm_lora *L = cx->lora;
@@ -882,6 +887,9 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
     PH(GLM_PHASE_LORA);
     int64_t ldk = 0;
     void *ku = kept_u(cx, layer, lin, &ldk);
+    int nsites = 0;
+    for (int k = 0; k < L->layer_count[layer]; k++) nsites += L->sites[L->layer_first[layer] + k].lin == lin;
+    const int deferred = defer && nsites == 1 && cx->p_drop == 0;
     int j = 0;
     for (int k = 0; k < L->layer_count[layer]; k++) {
         int si = L->layer_first[layer] + k;
@@ -907,6 +915,8 @@ static glm_status linear_bwd(ctx *cx, int layer, glm_linear lin, const void *x, 
             GLM_TRY(glm_be_matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 0.0f, w->drop, ad, in));
             GLM_TRY(drop_rows(cx, w->drop, in, w->drop, in, rows, in, row0, stream));
             GLM_TRY(glm_be_axpy(be, dx, w->drop, 1.0f, rows * in));
+        } else if (deferred) {
+            *defer = (glm_rank_term){w->du, r, w->shA[si], r, 1.0f};
         } else {
             GLM_TRY(glm_be_matmul(be, 0, 0, rows, in, r, 1.0f, w->du, ad, r, w->shA[si], ad, in, 1.0f, dx, ad, in));
         }
@@ -1038,10 +1048,11 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
             GLM_TRY(mlp_in(cx, l, &b, xm, n0, rows, &xn2, &rstd2, &h, &a));
         }
         void *dyc = OFF(dx, n0 * C);
-        GLM_TRY(linear_bwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, dyc, C, C, WB(w, GLM_BUF_DA_C)));
+        glm_rank_term du_a; /* dense_4h_to_h's LoRA input gradient, added inside the SwiGLU backward */
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_4HH, a, F, rows, n0, dyc, C, C, WB(w, GLM_BUF_DA_C), &du_a));
         PH(GLM_PHASE_ELEMENTWISE);
-        GLM_TRY(glm_be_swiglu_bwd(be, WB(w, GLM_BUF_DH_C), WB(w, GLM_BUF_DA_C), h, rows, F));
-        GLM_TRY(linear_bwd(cx, l, GLM_LIN_H4H, xn2, C, rows, n0, WB(w, GLM_BUF_DH_C), 2 * F, 2 * F, dxn));
+        GLM_TRY(glm_be_swiglu_bwd(be, WB(w, GLM_BUF_DH_C), WB(w, GLM_BUF_DA_C), h, rows, F, du_a.u ? &du_a : NULL));
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_H4H, xn2, C, rows, n0, WB(w, GLM_BUF_DH_C), 2 * F, 2 * F, dxn, NULL));
         PH(GLM_PHASE_ELEMENTWISE);
         GLM_TRY(glm_be_rmsnorm_bwd(be, dyc, dxn, OFF(xm, n0 * C), lw->ln2, rstd2, rows, C));
     }
@@ -1054,7 +1065,7 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
         void *dc = WB(w, GLM_BUF_DH_C);
         D = WB(w, GLM_BUF_ATTN_D);
         FOR_CHUNKS(n0, rows, N, mc) {
-            GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, dc));
+            GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, dc, NULL));
             PH(GLM_PHASE_ATTN_BWD);
             GLM_TRY(glm_be_attention_delta(be, D, dc, qd, OFF(b.o, n0 * qd), qd, n0, rows, cx->T, c->H, c->Dh));
             PH(GLM_PHASE_ELEMENTWISE);
@@ -1064,7 +1075,8 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
         o_bwd = NULL;
     } else {
         FOR_CHUNKS(n0, rows, N, mc)
-            GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, OFF(d_o, n0 * qd)));
+            GLM_TRY(linear_bwd(cx, l, GLM_LIN_DENSE, OFF(b.o, n0 * qd), qd, rows, n0, OFF(dx, n0 * C), C, C, OFF(d_o, n0 * qd),
+                               NULL));
     }
     PH(GLM_PHASE_ATTN_BWD);
     if (cx->cpl)
@@ -1083,7 +1095,7 @@ static glm_status layer_bwd(ctx *cx, int l, const void *x_in) {
             PH(GLM_PHASE_ELEMENTWISE);
             GLM_TRY(glm_be_rmsnorm_fwd(be, xn1, rstd1, OFF(x_in, n0 * C), lw->ln1, rows, C, c->eps));
         }
-        GLM_TRY(linear_bwd(cx, l, GLM_LIN_QKV, xn1, C, rows, n0, OFF(dqkv, n0 * Dqkv), Dqkv, Dqkv, dxn));
+        GLM_TRY(linear_bwd(cx, l, GLM_LIN_QKV, xn1, C, rows, n0, OFF(dqkv, n0 * Dqkv), Dqkv, Dqkv, dxn, NULL));
         PH(GLM_PHASE_ELEMENTWISE);
         GLM_TRY(glm_be_rmsnorm_bwd(be, OFF(dx, n0 * C), dxn, OFF(x_in, n0 * C), lw->ln1, rstd1, rows, C));
     }

@@ -271,8 +271,17 @@ static void bench_elementwise(void) {
     double ms;
     TIME(ms, glm_be_swiglu_fwd(g, a, h, N, FF));
     row_bytes("elementwise", "swiglu fwd [8192x13696]", ms, 6.0 * N * FF);
-    TIME(ms, glm_be_swiglu_bwd(g, dh, a, h, N, FF));
+    TIME(ms, glm_be_swiglu_bwd(g, dh, a, h, N, FF, NULL));
     row_bytes("elementwise", "swiglu bwd [8192x13696]", ms, 10.0 * N * FF);
+    { /* with dense_4h_to_h's LoRA input gradient du A (r = 8) added inside, against its own GEMM pass */
+        void *du = rnd(H, (int64_t)N * 8, 1, 47), *A = rnd(H, (int64_t)8 * FF, 0.01f, 48);
+        glm_rank_term t = {du, 8, A, 8, 1.0f};
+        TIME(ms, glm_be_swiglu_bwd(g, dh, a, h, N, FF, &t));
+        row_bytes("elementwise", "swiglu bwd + du A (r 8) inside [8192x13696]", ms, 10.0 * N * FF);
+        TIME(ms, glm_be_matmul(g, 0, 0, N, FF, 8, 1.0f, du, H, 8, A, H, FF, 1.0f, a, H, FF));
+        row_bytes("elementwise", "the GEMM pass it replaces: dout += du A [8192x13696]", ms, 4.0 * N * FF);
+        glm_be_free(g, du), glm_be_free(g, A);
+    }
     void *y = rnd(H, (int64_t)N * DQKV, 1, 43), *b = rnd(H, DQKV, 1, 44);
     TIME(ms, glm_be_add_bias(g, y, DQKV, b, N, DQKV));
     row_bytes("elementwise", "add_bias [8192x5120]", ms, 4.0 * N * DQKV);

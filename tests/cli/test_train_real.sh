@@ -43,7 +43,10 @@ for p in 0 0.5; do
       --learning-rate 1e-30 --per-device-train-batch-size 2 --max-steps 1 --eval-steps 1 2>/dev/null
 done
 e0=$(grep -o '"eval_loss": *[^,}]*' "$T/drop0/metrics.jsonl"); e5=$(grep -o '"eval_loss": *[^,}]*' "$T/drop0.5/metrics.jsonl")
-check "eval loss without LoRA dropout ($e0 vs $e5)" test -n "$e0" -a "$e0" = "$e5"
+# (within 1e-9, not bit for bit: the two processes may multiply with different OpenBLAS thread
+# counts, kernels/cpu/blas_loader.c, and so round differently; dropout left on would move it ~1e-2)
+check "eval loss without LoRA dropout ($e0 vs $e5)" python3 -c '
+import sys; a, b = (float(x.split(":")[1]) for x in sys.argv[1:3]); sys.exit(abs(a - b) > 1e-9 * abs(b))' "$e0" "$e5"
 $G export-adapter --checkpoint "$T/run" --merge --dtype bf16 -o "$T/merged" 2>/dev/null
 check "merged model with config and tokenizer" test -f "$T/merged/model.safetensors" -a -f "$T/merged/config.json" -a -f "$T/merged/tokenizer.model"
 # the merged model is a valid base for another run (loads, trains)

@@ -763,10 +763,12 @@ static const rope_case rope_cpu[] = {
 typedef struct {
     int64_t N, F;
     float scale; /* of the gate and up values */
+    int r;       /* swiglu_bwd: the rank of a term du A added to dout inside the op (0: none) */
 } sw_case;
 
 enum { SW_H, SW_OUT };                  /* forward */
-enum { SB_DOUT, SB_H, SB_DH, SB_OUT };  /* backward; SB_OUT: the CPU run's forward */
+enum { SB_DOUT, SB_H, SB_DH, SB_OUT, SB_DU = 3, SB_A = 4 }; /* backward; SB_OUT: the CPU run's forward (no term);
+                                                             SB_DU, SB_A: the term's du [N, r] and A [r, F] */
 
 static void sw_shape(op_inst *in, const sw_case *c) {
     snprintf(in->shape, sizeof in->shape, "N%lld F%lld", (long long)c->N, (long long)c->F);
@@ -795,16 +797,22 @@ static void swb_make(op_inst *in, const void *cv) {
     op_add(in, "dout", OP_T_ACT, OP_IN, c->N * c->F), op_add(in, "h", OP_T_ACT, OP_IN, c->N * 2 * c->F);
     op_add(in, "dh", OP_T_ACT, OP_OUT, c->N * 2 * c->F);
     op_fill_n(in, SB_DOUT, 1.0f), op_fill_n(in, SB_H, c->scale);
+    if (c->r) {
+        op_add(in, "du", OP_T_ACT, OP_IN, c->N * c->r), op_add(in, "A", OP_T_ACT, OP_IN, (int64_t)c->r * c->F);
+        op_fill_n(in, SB_DU, 1.0f), op_fill_n(in, SB_A, 0.5f);
+    }
     op_check_add(in, "swiglu_bwd", SB_DH, OP_CMP_REL, op_tol(in, SB_DH));
-    if (!in->ref) {
+    if (!in->ref && !c->r) {
         op_add(in, "out", OP_T_ACT, OP_SCRATCH, c->N * c->F);
         fd_whole(in, SB_H, SB_DH, 0, TOL_FD);
     }
-    sw_shape(in, c);
+    snprintf(in->shape, sizeof in->shape, "N%lld F%lld%s", (long long)c->N, (long long)c->F, c->r ? " + du A" : "");
+    if (c->r) snprintf(in->shape + strlen(in->shape), sizeof in->shape - strlen(in->shape), " r%d", c->r);
 }
 static glm_status swb_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const sw_case *c = in->c;
-    return glm_be_swiglu_bwd(be, b->p[SB_DH], b->p[SB_DOUT], b->p[SB_H], c->N, c->F);
+    glm_rank_term t = {c->r ? b->p[SB_DU] : NULL, c->r, c->r ? b->p[SB_A] : NULL, c->r, 0.75f};
+    return glm_be_swiglu_bwd(be, b->p[SB_DH], b->p[SB_DOUT], b->p[SB_H], c->N, c->F, c->r ? &t : NULL);
 }
 static void swb_ref(const op_inst *in, double *const *want) {
     const sw_case *c = in->c;
@@ -812,6 +820,7 @@ static void swb_ref(const op_inst *in, double *const *want) {
         for (int64_t f = 0; f < c->F; f++) {
             double g = HV(in, SB_H)[n * 2 * c->F + f], u = HV(in, SB_H)[n * 2 * c->F + c->F + f];
             double d = HV(in, SB_DOUT)[n * c->F + f], sg = 1.0 / (1.0 + exp(-g));
+            for (int j = 0; j < c->r; j++) d += 0.75 * HV(in, SB_DU)[n * c->r + j] * HV(in, SB_A)[(int64_t)j * c->F + f];
             want[SB_DH][n * 2 * c->F + f] = d * u * sg * (1.0 + g * (1.0 - sg));
             want[SB_DH][n * 2 * c->F + c->F + f] = d * g * sg;
         }
@@ -821,8 +830,13 @@ static double swb_fd(const glm_backend *be, const op_inst *in, op_bufs *b) {
     glm_be_swiglu_fwd(be, b->p[SB_OUT], b->p[SB_H], c->N, c->F);
     return op_dot(b, in, SB_OUT, HV(in, SB_DOUT), c->N * c->F);
 }
-static const sw_case sw_cmp[] = {{256, 13696, 2.0f}, {5, 77, 2.0f}};
-static const sw_case sw_cpu[] = {{4, 7, 1.5f}};
+static const sw_case sw_cmp[] = {{256, 13696, 2.0f, 0}, {5, 77, 2.0f, 0}};
+static const sw_case sw_cpu[] = {{4, 7, 1.5f, 0}};
+/* the backward also with the rank term: r 8 (the model's), 16 and 4 (the kernel's other compiled
+ * ranks), 3 and an F not a multiple of 8 (the element-wise kernel) */
+static const sw_case swb_cmp[] = {{256, 13696, 2.0f, 0}, {5, 77, 2.0f, 0},   {256, 13696, 2.0f, 8},
+                                  {37, 13696, 2.0f, 16}, {9, 136, 2.0f, 4}, {5, 77, 2.0f, 3}};
+static const sw_case swb_cpu[] = {{4, 7, 1.5f, 0}, {4, 7, 1.5f, 2}};
 
 /* ==== attention: shared ======================================================================
  * q, k, v are column blocks of one [B*T, (H + 2 Hkv) Dh] buffer, as the model holds them; the
@@ -1612,7 +1626,7 @@ const op_entry op_table[] = {
     {.name = "rope", CASES(rope_cmp, rope_cpu), .make = rope_make, .run = rope_run, .ref = rope_ref, .fd_f = rope_fd,
      .props = rope_props},
     {.name = "swiglu_fwd", CASES(sw_cmp, sw_cpu), .make = swf_make, .run = swf_run, .ref = swf_ref},
-    {.name = "swiglu_bwd", CASES(sw_cmp, sw_cpu), .make = swb_make, .run = swb_run, .ref = swb_ref, .fd_f = swb_fd},
+    {.name = "swiglu_bwd", CASES(swb_cmp, swb_cpu), .make = swb_make, .run = swb_run, .ref = swb_ref, .fd_f = swb_fd},
     {.name = "attention_fwd", CASES(att_cmp, att_cpu), .make = attf_make, .run = attf_run, .ref = attf_ref,
      .props = attf_props},
     {.name = "attention_bwd", CASES(att_cmp, att_cpu), .make = attb_make, .run = attb_run, .ref = attb_ref, .fd_f = attb_fd},
