@@ -144,8 +144,8 @@ static const glm_opt_def k_opts[] = {
     {"base-dtype", "base_dtype", NULL, GLM_OPT_STRING, "bf16", "",
      "the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h): bf16, or fp8: FP8 E4M3 with a "
      "scale per output channel, quantized while loading (about half the memory), their forward, recomputation and "
-     "input-gradient GEMMs on FP8 tensor cores (activations E4M3, gradients E5M2, each with one scale per tensor from "
-     "its absolute maximum, the weight's row scales applied in the GEMM; cuBLASLt's fast accumulation, "
+     "input-gradient GEMMs on FP8 tensor cores (activations E4M3, gradients E5M2, each with one scale per token from "
+     "its row's absolute maximum, the weight's row scales applied in the GEMM; cuBLASLt's fast accumulation, "
      "GLMTUNE_FP8_ACCUM=fp32 promotes it); LoRA, attention, norms, the loss and every trained parameter's "
      "gradient as with bf16; the adapter exports as any other. sm_89 / sm_90 GPUs (the CPU backend emulates it)",
      OFF(base_dtype), false},
