@@ -65,10 +65,12 @@ PY
     return 0
 }
 
-# glm_build BUILD_DIR: configure (CUDA on when nvcc is found; GLMTUNE_CUDA=OFF/ON overrides) and build.
+# glm_build BUILD_DIR [CMAKE_ARG...]: configure (CUDA on when nvcc is found; GLMTUNE_CUDA=OFF/ON
+# overrides; further arguments go to cmake) and build.
 glm_build() {
     local dir="$1"
-    local cuda_flag=()
+    shift
+    local cuda_flag=("$@")
     if [ -n "${GLMTUNE_CUDA:-}" ]; then cuda_flag=(-DGLMTUNE_CUDA="$GLMTUNE_CUDA"); fi
     if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
     if command -v nvcc >/dev/null && [ "${GLMTUNE_CUDA:-ON}" != OFF ]; then

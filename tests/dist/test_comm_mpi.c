@@ -174,6 +174,9 @@ int main(void) {
     char name[32];
     snprintf(name, sizeof name, "test_comm_mpi rank %d", r);
     int rc = check_summary(name);
+    free(x);
+    free(y);
+    free(all);
     glm_backend_cpu_close(be);
     return rc || tot > 0;
 }
