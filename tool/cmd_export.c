@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "lora/io/checkpoint.h"
 #include "lora/model/config.h"
+#include "lora/model/family.h"
 #include "lora/io/export.h"
 #include "common/safetensors.h"
 #include "tool/cli.h"
@@ -258,10 +259,15 @@ int cmd_export_adapter(int argc, char **argv) {
         if (ac.r < 1) s = glm_err(GLM_ERR_FORMAT, "%s: \"r\" must be a positive integer", cfg_path);
     }
     if (s == GLM_OK && !merge) {
-        for (size_t i = 0; i < ac.n_targets; i++)
-            if (ac.target_modules[i] && !strcmp(ac.target_modules[i], "gate_up_proj"))
-                glm_log_warn("the adapter adapts gate_up_proj (hf layout): PEFT and transformers load it, vLLM does not "
-                             "(see --help); hint: for vLLM, train with --lora-target vllm or export with --merge");
+        for (size_t i = 0; i < ac.n_targets; i++) /* a module the family table says vLLM does not load */
+            for (int r = 0; r < glm_family_count(); r++) {
+                const glm_family *f = glm_family_at(r);
+                for (int k = 0; k < f->n_linears; k++)
+                    if (!f->linear_vllm[k] && ac.target_modules[i] && !strcmp(ac.target_modules[i], f->linear_names[k]))
+                        glm_log_warn("the adapter adapts %s (%s layout): PEFT and transformers load it, vLLM does not "
+                                     "(see --help); hint: for vLLM, train with --lora-target vllm or export with --merge",
+                                     f->linear_names[k], f->layout_name);
+            }
         s = glm_export_adapter(out, NULL, params, n, &ac, dt);
         if (s == GLM_OK) glm_log_info("wrote the PEFT adapter of %s (%zu tensors, %s) to %s", dir, n, dtype_s, out);
     } else if (s == GLM_OK) {

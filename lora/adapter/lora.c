@@ -9,29 +9,20 @@
 
 #include "common/fileio.h"
 #include "common/rng.h"
+#include "lora/model/family.h"
 #include "lora/model/model.h"
 #include "common/safetensors.h"
 
-static const char *const chatglm_modules[] = {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
-static const char *const hf_modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"};
-
 const char *const *glm_lora_module_names(glm_layout layout, int *n) {
-    if (layout == GLM_LAYOUT_HF) {
-        *n = 6;
-        return hf_modules;
-    }
-    *n = 4;
-    return chatglm_modules;
+    const glm_family *f = glm_family_get(layout);
+    *n = f->n_linears;
+    return f->linear_names;
 }
 
 void glm_lora_module_path(glm_layout layout, int layer, int module, char *buf, size_t n) {
-    if (layout == GLM_LAYOUT_HF) {
-        const char *grp = module <= 3 ? "self_attn" : "mlp";
-        snprintf(buf, n, "model.layers.%d.%s.%s", layer, grp, hf_modules[module]);
-    } else {
-        const char *grp = module <= 1 ? "self_attention" : "mlp";
-        snprintf(buf, n, "transformer.encoder.layers.%d.%s.%s", layer, grp, chatglm_modules[module]);
-    }
+    const glm_family *f = glm_family_get(layout);
+    buf[0] = 0;
+    if (module >= 0 && module < f->n_linears) glm_family_module_path(f, f->linears[module], layer, buf, n);
 }
 
 static void valid_list(glm_layout layout, char *buf, size_t n) {
@@ -46,15 +37,16 @@ static void valid_list(glm_layout layout, char *buf, size_t n) {
 }
 
 /* Marks one module name; "all"/"all-linear" marks every module; "vllm" every module whose
- * adapters vLLM loads: all of the chatglm layout (ChatGLMForCausalLM supports LoRA on
- * query_key_value, dense, dense_h_to_4h, dense_4h_to_h), and all but gate_up_proj in the hf layout
- * (vLLM runs GlmForCausalLM as its LlamaForCausalLM, whose LoRA expects gate_proj and up_proj and
+ * adapters vLLM loads (the family row's linear_vllm): all of the chatglm layout
+ * (ChatGLMForCausalLM supports LoRA on all four), and all but gate_up_proj in the hf layout (vLLM
+ * runs GlmForCausalLM as its LlamaForCausalLM, whose LoRA expects gate_proj and up_proj and
  * refuses an adapter module named gate_up_proj). */
 static glm_status mark_target(glm_layout layout, const char *name, bool *on) {
     int nm;
     const char *const *names = glm_lora_module_names(layout, &nm);
     if (!strcmp(name, "all") || !strcmp(name, "all-linear") || !strcmp(name, "vllm")) {
-        for (int i = 0; i < nm; i++) on[i] = on[i] || strcmp(name, "vllm") || strcmp(names[i], "gate_up_proj");
+        const bool *vllm = glm_family_get(layout)->linear_vllm;
+        for (int i = 0; i < nm; i++) on[i] = on[i] || strcmp(name, "vllm") || vllm[i];
         return GLM_OK;
     }
     for (int i = 0; i < nm; i++)
@@ -94,26 +86,19 @@ static glm_status parse_targets(glm_layout layout, const char *targets, bool *on
     return st;
 }
 
-/* Base linear and output rows of a module. */
+/* Base linear and output rows of a module: the family row's tensor it adapts; q, k and v are the
+ * three row blocks of the fused query_key_value. */
 static void module_geometry(const glm_config *c, glm_layout layout, int module, glm_linear *lin, int64_t *row0,
                             int64_t *out, int64_t *in) {
     int64_t qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh;
-    int m = module;
-    if (layout == GLM_LAYOUT_HF) {
-        if (m <= 2) {
-            *lin = GLM_LIN_QKV;
-            *in = c->C;
-            *row0 = m == 0 ? 0 : m == 1 ? qd : qd + kd;
-            *out = m == 0 ? qd : kd;
-            return;
-        }
-        m -= 2; /* o_proj -> 1, gate_up -> 2, down -> 3 */
-    }
     *row0 = 0;
-    switch (m) {
-    case 0: *lin = GLM_LIN_QKV; *in = c->C; *out = qd + 2 * kd; break;
-    case 1: *lin = GLM_LIN_DENSE; *in = qd; *out = c->C; break;
-    case 2: *lin = GLM_LIN_H4H; *in = c->C; *out = 2 * (int64_t)c->F; break;
+    switch (glm_family_get(layout)->linears[module]) {
+    case GLM_FT_Q: *lin = GLM_LIN_QKV; *in = c->C; *out = qd; break;
+    case GLM_FT_K: *lin = GLM_LIN_QKV; *in = c->C; *row0 = qd; *out = kd; break;
+    case GLM_FT_V: *lin = GLM_LIN_QKV; *in = c->C; *row0 = qd + kd; *out = kd; break;
+    case GLM_FT_QKV: *lin = GLM_LIN_QKV; *in = c->C; *out = qd + 2 * kd; break;
+    case GLM_FT_O: *lin = GLM_LIN_DENSE; *in = qd; *out = c->C; break;
+    case GLM_FT_GATE_UP: *lin = GLM_LIN_H4H; *in = c->C; *out = 2 * (int64_t)c->F; break;
     default: *lin = GLM_LIN_4HH; *in = c->F; *out = c->C; break;
     }
 }

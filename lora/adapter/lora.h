@@ -2,7 +2,8 @@
  * For a frozen linear y = x W^T with W [out, in], a target module adds
  *     y += scaling * dropout(x) A^T B^T,   A = lora_A [r, in], B = lora_B [out, r],
  * scaling = alpha / r, or alpha / sqrt(r) with rsLoRA (Kalajdzievski 2023; PEFT use_rslora).
- * Module names are the checkpoint layout's own (DESIGN.md §3):
+ * Module names are the checkpoint layout's own (DESIGN.md §3; the linears of its family row,
+ * lora/model/family.h):
  *   chatglm: query_key_value, dense (self_attention.dense only), dense_h_to_4h, dense_4h_to_h
  *   hf:      q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj
  * In the model the hf q/k/v_proj are the three row blocks of one fused query_key_value, so a
@@ -68,7 +69,8 @@ typedef struct glm_lora {
     int64_t flat_n;
 } glm_lora;
 
-/* The module names of a layout, in the fixed order used for params (n = 4 or 6). */
+/* The module names of a layout (its family row's linear_names), in the fixed order used for params
+ * (n = 4 or 6). */
 const char *const *glm_lora_module_names(glm_layout layout, int *n);
 
 /* Builds an adapter for `model` with PEFT's default init: lora_A ~ kaiming_uniform(a = sqrt(5)),

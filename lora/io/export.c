@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/pyjson.h"
 #include "kernels/backend.h"
+#include "lora/model/family.h"
 
 glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, float *dst) {
     size_t bytes = (size_t)p->numel * sizeof(float);
@@ -405,16 +406,17 @@ static glm_status fix_config_pad(const char *dir) {
     json_error_t je;
     json_t *cfg = p && glm_is_file(p) ? json_load_file(p, JSON_PRESERVE_ORDER, &je) : NULL;
     glm_status st = GLM_OK;
-    if (json_is_object(cfg)) {
-        json_t *vs = json_object_get(cfg, "vocab_size");
-        if (!json_is_integer(vs)) vs = json_object_get(cfg, "padded_vocab_size");
-        json_int_t V = json_integer_value(vs);
-        const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    const glm_family *fam = NULL;
+    if (json_is_object(cfg) && glm_family_for_config(cfg, p, &fam) != GLM_OK) {
+        glm_err_clear(); /* a base the merge took is one glmtune trained on; any other is left as it is */
+        fam = NULL;
+    }
+    if (fam && fam->embedding_padding_idx) { /* GlmForCausalLM: nn.Embedding(vocab_size, C, padding_idx=pad_token_id) */
+        json_int_t V = json_integer_value(json_object_get(cfg, fam->keys[GLM_FK_VOCAB]));
         json_t *pad = json_object_get(cfg, "pad_token_id");
-        bool hf = mt && !strcmp(mt, "glm"); /* GlmForCausalLM: nn.Embedding(vocab_size, C, padding_idx=pad_token_id) */
-        bool bad = hf && V > 0 &&
+        bool bad = V > 0 &&
                    ((json_is_integer(pad) && (json_integer_value(pad) < 0 || json_integer_value(pad) >= V)) ||
-                    (!pad && 151329 >= V));
+                    (!pad && fam->pad_token_id >= V));
         if (bad) {
             json_t *eos = json_object_get(cfg, "eos_token_id"), *fix = json_null();
             for (size_t i = 0; i < (json_is_array(eos) ? json_array_size(eos) : 1); i++) {
@@ -425,7 +427,8 @@ static glm_status fix_config_pad(const char *dir) {
                     break;
                 }
             }
-            char was[64] = "absent (GlmConfig's default 151329)";
+            char was[64];
+            snprintf(was, sizeof was, "absent (%s's default %lld)", fam->config_class, (long long)fam->pad_token_id);
             if (pad) snprintf(was, sizeof was, "%lld", (long long)json_integer_value(pad));
             char now[32] = "null";
             if (!json_is_null(fix)) snprintf(now, sizeof now, "%lld", (long long)json_integer_value(fix));

@@ -1,4 +1,5 @@
-/* lora/model/config.c: config.json of GLM-4 checkpoints in the chatglm and hf layouts. */
+/* lora/model/config.c: config.json of GLM-4 checkpoints, read and written with the keys of their
+ * family's row (lora/model/family.h). */
 #include "lora/model/config.h"
 
 #include <jansson.h>
@@ -10,14 +11,23 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/pyjson.h"
+#include "lora/model/family.h"
 
-const char *glm_layout_name(glm_layout l) { return l == GLM_LAYOUT_HF ? "hf" : "chatglm"; }
+const char *glm_layout_name(glm_layout l) { return glm_family_get(l)->layout_name; }
 
 glm_status glm_layout_parse(const char *s, glm_layout *out) {
-    if (!strcmp(s, "chatglm")) *out = GLM_LAYOUT_CHATGLM;
-    else if (!strcmp(s, "hf") || !strcmp(s, "glm")) *out = GLM_LAYOUT_HF;
-    else return glm_err(GLM_ERR_ARG, "unknown checkpoint layout '%s'; valid: chatglm, hf", s);
-    return GLM_OK;
+    char valid[128] = "";
+    for (int i = 0; i < glm_family_count(); i++) {
+        const glm_family *f = glm_family_at(i);
+        bool match = !strcmp(s, f->layout_name);
+        for (int k = 0; k < 2 && f->model_types[k]; k++) match = match || !strcmp(s, f->model_types[k]);
+        if (match) {
+            *out = f->layout;
+            return GLM_OK;
+        }
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", f->layout_name);
+    }
+    return glm_err(GLM_ERR_ARG, "unknown checkpoint layout '%s'; valid: %s", s, valid);
 }
 
 /* Integer field; *found = false when absent. Errors when present but not a number. */
@@ -79,80 +89,60 @@ glm_status glm_config_load(const char *dir, double rope_theta_override, glm_conf
         return st;
     }
     memset(cfg, 0, sizeof(*cfg));
-    const char *mt = json_string_value(json_object_get(root, "model_type"));
-    if (mt && !strcmp(mt, "chatglm")) cfg->layout = GLM_LAYOUT_CHATGLM;
-    else if (mt && !strcmp(mt, "glm")) cfg->layout = GLM_LAYOUT_HF;
-    else if (json_object_get(root, "multi_query_group_num") || json_object_get(root, "padded_vocab_size")) cfg->layout = GLM_LAYOUT_CHATGLM;
-    else if (json_object_get(root, "num_key_value_heads")) cfg->layout = GLM_LAYOUT_HF;
-    else {
-        st = glm_err(GLM_ERR_FORMAT, "%s: neither a THUDM chatglm nor a transformers glm config (model_type '%s')", path, mt ? mt : "(none)");
+    const glm_family *f;
+    if ((st = glm_family_for_config(root, path, &f))) goto done;
+    if ((st = glm_family_check_block(f))) {
+        st = glm_err_context(st, "%s", path);
         goto done;
     }
+    cfg->layout = f->layout;
+    const char *const *k = f->keys;
     double v;
-    bool f;
-    if (cfg->layout == GLM_LAYOUT_CHATGLM) {
-        if ((st = need_int(root, "hidden_size", path, &cfg->C))) goto done;
-        if ((st = need_int(root, "num_layers", path, &cfg->L))) goto done;
-        if ((st = need_int(root, "num_attention_heads", path, &cfg->H))) goto done;
-        if ((st = need_int(root, "multi_query_group_num", path, &cfg->Hkv))) goto done;
-        if ((st = need_int(root, "kv_channels", path, &cfg->Dh))) goto done;
-        if ((st = need_int(root, "ffn_hidden_size", path, &cfg->F))) goto done;
-        if ((st = need_int(root, "padded_vocab_size", path, &cfg->V))) goto done;
-        if ((st = get_num(root, "layernorm_epsilon", path, &v, &f))) goto done;
-        cfg->eps = f ? (float)v : 1e-5f;
-        if ((st = get_num(root, "rope_ratio", path, &v, &f))) goto done;
-        cfg->rope_base = 10000.0 * (f ? v : 1.0);
-        cfg->rope_dim = cfg->Dh / 2;
-        json_t *b = json_object_get(root, "add_qkv_bias");
-        cfg->qkv_bias = b ? json_is_true(b) : true;
-        if ((st = get_num(root, "seq_length", path, &v, &f))) goto done;
-        cfg->max_positions = f ? (int64_t)v : 0;
-    } else {
-        if ((st = need_int(root, "hidden_size", path, &cfg->C))) goto done;
-        if ((st = need_int(root, "num_hidden_layers", path, &cfg->L))) goto done;
-        if ((st = need_int(root, "num_attention_heads", path, &cfg->H))) goto done;
-        if (json_object_get(root, "num_key_value_heads")) {
-            if ((st = need_int(root, "num_key_value_heads", path, &cfg->Hkv))) goto done;
-        } else cfg->Hkv = cfg->H;
-        if (json_object_get(root, "head_dim") && !json_is_null(json_object_get(root, "head_dim"))) {
-            if ((st = need_int(root, "head_dim", path, &cfg->Dh))) goto done;
-        } else cfg->Dh = cfg->C / cfg->H;
-        if ((st = need_int(root, "intermediate_size", path, &cfg->F))) goto done;
-        if ((st = need_int(root, "vocab_size", path, &cfg->V))) goto done;
-        if ((st = get_num(root, "rms_norm_eps", path, &v, &f))) goto done;
-        cfg->eps = f ? (float)v : 1e-5f;
-        json_t *rp = json_object_get(root, "rope_parameters");
-        bool have_theta = false;
-        double prf = 0.5;
-        bool have_prf = false;
-        if (rp && json_is_object(rp)) {
-            if ((st = get_num(rp, "rope_theta", path, &v, &f))) goto done;
-            if (f) cfg->rope_base = v, have_theta = true;
-            if ((st = get_num(rp, "partial_rotary_factor", path, &v, &f))) goto done;
-            if (f) prf = v, have_prf = true;
+    bool fd;
+    if ((st = need_int(root, k[GLM_FK_HIDDEN], path, &cfg->C))) goto done;
+    if ((st = need_int(root, k[GLM_FK_LAYERS], path, &cfg->L))) goto done;
+    if ((st = need_int(root, k[GLM_FK_HEADS], path, &cfg->H))) goto done;
+    if (!f->kv_groups_optional || json_object_get(root, k[GLM_FK_KV_GROUPS])) {
+        if ((st = need_int(root, k[GLM_FK_KV_GROUPS], path, &cfg->Hkv))) goto done;
+    } else cfg->Hkv = cfg->H;
+    json_t *hd = json_object_get(root, k[GLM_FK_HEAD_DIM]);
+    if (!f->head_dim_optional || (hd && !json_is_null(hd))) {
+        if ((st = need_int(root, k[GLM_FK_HEAD_DIM], path, &cfg->Dh))) goto done;
+    } else cfg->Dh = cfg->C / cfg->H;
+    if ((st = need_int(root, k[GLM_FK_FFN], path, &cfg->F))) goto done;
+    if ((st = need_int(root, k[GLM_FK_VOCAB], path, &cfg->V))) goto done;
+    if ((st = get_num(root, k[GLM_FK_EPS], path, &v, &fd))) goto done;
+    cfg->eps = fd ? (float)v : f->eps_default;
+    /* the RoPE base and the rotated share: from the row's rope object first (transformers 5) */
+    json_t *rp = f->rope_object ? json_object_get(root, f->rope_object) : NULL;
+    bool have_base = false, have_frac = false;
+    double frac = f->rotary_fraction;
+    if (rp && json_is_object(rp)) {
+        if ((st = get_num(rp, k[GLM_FK_ROPE], path, &v, &fd))) goto done;
+        if (fd) cfg->rope_base = v * f->rope_scale, have_base = true;
+        if (k[GLM_FK_ROTARY_FRACTION]) {
+            if ((st = get_num(rp, k[GLM_FK_ROTARY_FRACTION], path, &v, &fd))) goto done;
+            if (fd) frac = v, have_frac = true;
         }
-        if (!have_theta) {
-            if ((st = get_num(root, "rope_theta", path, &v, &f))) goto done;
-            cfg->rope_base = f ? v : 10000.0;
-        }
-        if (!have_prf) {
-            if ((st = get_num(root, "partial_rotary_factor", path, &v, &f))) goto done;
-            if (f) prf = v;
-        }
-        cfg->rope_dim = (int)lround(cfg->Dh * prf);
-        json_t *b = json_object_get(root, "attention_bias");
-        cfg->qkv_bias = b ? json_is_true(b) : true;
-        if ((st = get_num(root, "max_position_embeddings", path, &v, &f))) goto done;
-        cfg->max_positions = f ? (int64_t)v : 0;
-        /* the wrong value ships in the GLM-4-9B -hf configs (C 4096, 40 layers); a small model
-         * with base 10000 (tests, demos) is taken as it says */
-        if (cfg->rope_base == 10000.0 && !(rope_theta_override > 0) && cfg->C == 4096 && cfg->L == 40) {
-            cfg->rope_suspect = true;
-            glm_log_warn("%s: WARNING: rope_theta is 10000. Real GLM-4-9B -hf configs carry this wrong value: the "
-                         "THUDM configs say 10000 x rope_ratio = 5e6 (glm-4-9b-chat) or 1e8 (glm-4-9b-chat-1m). "
-                         "Training with the wrong RoPE base damages the model. hint: pass --rope-theta 1e8 "
-                         "(or 5e6) unless this really is a model trained with base 10000", path);
-        }
+    }
+    if (!have_base) {
+        if ((st = get_num(root, k[GLM_FK_ROPE], path, &v, &fd))) goto done;
+        cfg->rope_base = fd ? v * f->rope_scale : f->rope_default_base;
+    }
+    if (k[GLM_FK_ROTARY_FRACTION] && !have_frac) {
+        if ((st = get_num(root, k[GLM_FK_ROTARY_FRACTION], path, &v, &fd))) goto done;
+        if (fd) frac = v;
+    }
+    /* without a key the share is fixed and truncates (THUDM: kv_channels // 2) */
+    cfg->rope_dim = k[GLM_FK_ROTARY_FRACTION] ? (int)lround(cfg->Dh * frac) : (int)(cfg->Dh * f->rotary_fraction);
+    json_t *b = json_object_get(root, k[GLM_FK_QKV_BIAS]);
+    cfg->qkv_bias = b ? json_is_true(b) : f->qkv_bias_default;
+    if ((st = get_num(root, k[GLM_FK_MAX_POSITIONS], path, &v, &fd))) goto done;
+    cfg->max_positions = fd ? (int64_t)v : 0;
+    if (f->rope_suspect_base > 0 && cfg->rope_base == f->rope_suspect_base && !(rope_theta_override > 0) &&
+        cfg->C == f->rope_suspect_C && cfg->L == f->rope_suspect_L) {
+        cfg->rope_suspect = true;
+        glm_log_warn("%s: WARNING: %s", path, f->rope_suspect_warning);
     }
     if (rope_theta_override > 0) {
         cfg->rope_base = rope_theta_override;
@@ -166,46 +156,41 @@ done:
 }
 
 glm_status glm_config_to_json(const glm_config *c, char **out) {
+    const glm_family *f = glm_family_get(c->layout);
     json_t *o = json_object();
     if (!o) return glm_err(GLM_ERR_NOMEM, "out of memory");
-    if (c->layout == GLM_LAYOUT_CHATGLM) {
-        json_object_set_new(o, "model_type", json_string("chatglm"));
-        json_object_set_new(o, "architectures", json_pack("[s]", "ChatGLMModel"));
-        json_object_set_new(o, "hidden_size", json_integer(c->C));
-        json_object_set_new(o, "num_layers", json_integer(c->L));
-        json_object_set_new(o, "num_attention_heads", json_integer(c->H));
-        json_object_set_new(o, "multi_query_group_num", json_integer(c->Hkv));
-        json_object_set_new(o, "multi_query_attention", json_true());
-        json_object_set_new(o, "kv_channels", json_integer(c->Dh));
-        json_object_set_new(o, "ffn_hidden_size", json_integer(c->F));
-        json_object_set_new(o, "padded_vocab_size", json_integer(c->V));
-        json_object_set_new(o, "layernorm_epsilon", json_real(glm_f32_shortest(c->eps)));
-        json_object_set_new(o, "rope_ratio", json_real(c->rope_base / 10000.0));
-        json_object_set_new(o, "add_qkv_bias", json_boolean(c->qkv_bias));
-        json_object_set_new(o, "add_bias_linear", json_false());
-        json_object_set_new(o, "rmsnorm", json_true());
-        json_object_set_new(o, "post_layer_norm", json_true());
-        json_object_set_new(o, "seq_length", json_integer(c->max_positions > 0 ? c->max_positions : 131072));
-        json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
-    } else {
-        json_object_set_new(o, "model_type", json_string("glm"));
-        json_object_set_new(o, "architectures", json_pack("[s]", "GlmForCausalLM"));
-        json_object_set_new(o, "hidden_size", json_integer(c->C));
-        json_object_set_new(o, "num_hidden_layers", json_integer(c->L));
-        json_object_set_new(o, "num_attention_heads", json_integer(c->H));
-        json_object_set_new(o, "num_key_value_heads", json_integer(c->Hkv));
-        json_object_set_new(o, "head_dim", json_integer(c->Dh));
-        json_object_set_new(o, "intermediate_size", json_integer(c->F));
-        json_object_set_new(o, "vocab_size", json_integer(c->V));
-        json_object_set_new(o, "rms_norm_eps", json_real(glm_f32_shortest(c->eps)));
-        json_object_set_new(o, "rope_theta", json_real(c->rope_base));
-        json_object_set_new(o, "partial_rotary_factor", json_real((double)c->rope_dim / c->Dh));
-        json_object_set_new(o, "attention_bias", json_boolean(c->qkv_bias));
-        json_object_set_new(o, "hidden_act", json_string("silu"));
-        json_object_set_new(o, "max_position_embeddings", json_integer(c->max_positions > 0 ? c->max_positions : 131072));
-        json_object_set_new(o, "dtype", json_string("bfloat16"));
+    json_object_set_new(o, "model_type", json_string(f->model_types[0]));
+    json_object_set_new(o, "architectures", json_pack("[s]", f->architectures[0]));
+    for (size_t i = 0; i < f->n_written; i++) {
+        const glm_family_out *w = &f->written[i];
+        json_t *v = NULL;
+        switch (w->key) {
+        case GLM_FK_HIDDEN: v = json_integer(c->C); break;
+        case GLM_FK_LAYERS: v = json_integer(c->L); break;
+        case GLM_FK_HEADS: v = json_integer(c->H); break;
+        case GLM_FK_KV_GROUPS: v = json_integer(c->Hkv); break;
+        case GLM_FK_HEAD_DIM: v = json_integer(c->Dh); break;
+        case GLM_FK_FFN: v = json_integer(c->F); break;
+        case GLM_FK_VOCAB: v = json_integer(c->V); break;
+        case GLM_FK_EPS: v = json_real(glm_f32_shortest(c->eps)); break;
+        case GLM_FK_ROPE: v = json_real(c->rope_base / f->rope_scale); break;
+        case GLM_FK_ROTARY_FRACTION: v = json_real((double)c->rope_dim / c->Dh); break;
+        case GLM_FK_QKV_BIAS: v = json_boolean(c->qkv_bias); break;
+        case GLM_FK_MAX_POSITIONS:
+            v = json_integer(c->max_positions > 0 ? c->max_positions : f->written_max_positions);
+            break;
+        default: v = json_loads(w->json, JSON_DECODE_ANY, NULL); break;
+        }
+        const char *key = w->key >= 0 ? f->keys[w->key] : w->name;
+        if (!v || !key) {
+            json_decref(v);
+            json_decref(o);
+            return glm_err(GLM_ERR_INTERNAL, "config.json of the %s layout: written key %zu (%s) has no %s in the "
+                           "family table (lora/model/family.c)", f->layout_name, i, key ? key : "?", v ? "name" : "value");
+        }
+        json_object_set_new(o, key, v);
     }
-    json_object_set_new(o, "tie_word_embeddings", json_false());
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(f->tied_embeddings));
     /* special ids inside the vocabulary, or null */
     int64_t pad = -1, eos[4];
     int ne = 0;
@@ -213,11 +198,13 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
         pad = c->pad_token_id < c->V ? c->pad_token_id : -1;
         for (int i = 0; i < c->n_eos_token_ids && i < 4; i++)
             if (c->eos_token_ids[i] >= 0 && c->eos_token_ids[i] < c->V) eos[ne++] = c->eos_token_ids[i];
-    } else if (c->V > 151338) { /* GLM-4's: <|endoftext|>, and the stop ids <|endoftext|> <|user|> <|observation|> */
-        pad = 151329;
-        eos[ne++] = 151329;
-        eos[ne++] = 151336;
-        eos[ne++] = 151338;
+    } else { /* the family's: GLM-4's <|endoftext|>, and its chat stop ids, when all fit the vocabulary */
+        bool fit = f->pad_token_id < c->V;
+        for (int i = 0; i < f->n_stop_ids; i++) fit = fit && f->stop_ids[i] < c->V;
+        if (fit) {
+            pad = f->pad_token_id;
+            for (int i = 0; i < f->n_stop_ids && i < 4; i++) eos[ne++] = f->stop_ids[i];
+        }
     }
     json_object_set_new(o, "pad_token_id", pad >= 0 ? json_integer(pad) : json_null());
     json_t *el = ne ? json_array() : json_null();

@@ -1,5 +1,6 @@
 /* lora/model/config.h: a GLM-4 checkpoint's config.json, in either layout (DESIGN.md §3):
- * THUDM `chatglm` (model_type "chatglm") or transformers `glm` (GlmForCausalLM, "-hf" repos). */
+ * THUDM `chatglm` (model_type "chatglm") or transformers `glm` (GlmForCausalLM, "-hf" repos);
+ * the keys of each are rows of lora/model/family.h. */
 #ifndef GLM_LORA_CONFIG_H
 #define GLM_LORA_CONFIG_H
 
@@ -13,9 +14,10 @@ typedef enum {
     GLM_LAYOUT_HF = 1,      /* model.layers.N.self_attn.{q,k,v,o}_proj, mlp.gate_up_proj ... */
 } glm_layout;
 
-/* "chatglm" / "hf". */
+/* "chatglm" / "hf" (the family row's layout_name). */
 const char *glm_layout_name(glm_layout l);
-/* Parses "chatglm" or "hf" (also "glm" for hf). Errors: GLM_ERR_ARG naming the valid values. */
+/* Parses a row's layout name or model_type: "chatglm", or "hf" (also "glm"). Errors: GLM_ERR_ARG
+ * naming the valid values. */
 glm_status glm_layout_parse(const char *s, glm_layout *out);
 
 typedef struct glm_config {
@@ -44,13 +46,17 @@ typedef struct glm_config {
 } glm_config;
 
 /* Reads `<dir>/config.json` (or `dir` itself when it names a .json file) into *cfg.
- * Layout: model_type "chatglm" -> GLM_LAYOUT_CHATGLM; "glm" -> GLM_LAYOUT_HF; otherwise decided by
- * which keys are present. rope_theta_override > 0 replaces the config's RoPE base (the CLI's
- * --rope-theta). An hf config whose rope_theta is 10000 with no override gets a loud warning
- * (real GLM-4-9B -hf configs carry this wrong value; the true base is 10000 * rope_ratio of the
- * THUDM config: 5e6 for glm-4-9b-chat, 1e8 for glm-4-9b-chat-1m) and cfg->rope_suspect = true.
- * Errors: GLM_ERR_IO (unreadable), GLM_ERR_FORMAT (bad JSON, missing or non-positive field,
- * H not a multiple of Hkv, odd rotary dims), each naming the file and field. */
+ * The layout is the row of lora/model/family.h whose model_type the config has ("chatglm" ->
+ * GLM_LAYOUT_CHATGLM; "glm" -> GLM_LAYOUT_HF), and the fields are read under that row's keys; a
+ * config without model_type is refused (every published GLM-4-9B config has one; no layout is
+ * guessed from the keys). rope_theta_override > 0 replaces the config's RoPE base (the CLI's
+ * --rope-theta). A config of a row with a known wrong RoPE base (GLM-4-9B -hf: rope_theta 10000
+ * for C 4096, 40 layers) and no override gets a loud warning (the true base is 10000 * rope_ratio
+ * of the THUDM config: 5e6 for glm-4-9b-chat, 1e8 for glm-4-9b-chat-1m) and cfg->rope_suspect = true.
+ * Errors: GLM_ERR_IO (unreadable), GLM_ERR_FORMAT (bad JSON, missing or unknown model_type with the
+ * supported ones listed, missing or non-positive field, H not a multiple of Hkv, odd rotary dims),
+ * GLM_ERR_UNSUPPORTED (a GLM relative glmtune does not implement, e.g. GLM-4-0414 "glm4", named
+ * with what it has), each naming the file and field. */
 glm_status glm_config_load(const char *dir, double rope_theta_override, glm_config *cfg);
 
 /* Checks the fields for consistency (positive sizes, H % Hkv == 0, rope_dim even, <= Dh).
@@ -62,10 +68,13 @@ glm_status glm_config_validate(const glm_config *cfg, const char *what);
  * Errors: GLM_ERR_ARG naming the known names. */
 glm_status glm_config_preset(const char *name, glm_config *cfg);
 
-/* Writes cfg as config.json text of its layout (malloc'd, NUL-terminated) into *json, with
- * pad_token_id and eos_token_id always inside the vocabulary (or null): transformers builds the
+/* Writes cfg as config.json text of its layout (malloc'd, NUL-terminated) into *json: the keys,
+ * their order and the constant ones as the layout's family row lists them (lora/model/family.h),
+ * with pad_token_id and eos_token_id always inside the vocabulary (or null; without
+ * cfg->has_token_ids the row's pad id and chat stop ids when all fit): transformers builds the
  * embedding with padding_idx = pad_token_id and fails on one outside it, and GlmConfig's default
- * (151329) is outside any vocabulary smaller than GLM-4's. */
+ * (151329) is outside any vocabulary smaller than GLM-4's. Errors: GLM_ERR_NOMEM,
+ * GLM_ERR_INTERNAL (a row whose written key has no name or value). */
 glm_status glm_config_to_json(const glm_config *cfg, char **json);
 
 /* Rows of query_key_value: (H + 2 Hkv) Dh. */

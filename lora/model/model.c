@@ -1,5 +1,6 @@
-/* lora/model/model.c: GLM-4's weights: loading either checkpoint layout, random weights made on the
- * device for benchmarks, freeing. The forward and backward are in lora/model/model_step.c. */
+/* lora/model/model.c: GLM-4's weights: loading either checkpoint layout (the tensor names of its
+ * family row, lora/model/family.h), random weights made on the device for benchmarks, freeing.
+ * The forward and backward are in lora/model/model_step.c. */
 #include "lora/model/model.h"
 
 #include <math.h>
@@ -9,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/safetensors.h"
+#include "lora/model/family.h"
 
 /* ---------------------------------------------------------------------------- loading */
 
@@ -163,15 +165,31 @@ typedef struct loader {
     glm_wformat fmt; /* the linear matrices' format */
     int dq;
     void *dev;       /* a quantized base (4-bit, fp8): backend scratch for one dense matrix (quantized from there) */
+    bool dry;        /* a dry run: list the tensors the load reads (seen), read and upload nothing */
+    char **seen;
+    size_t n_seen, cap_seen;
 } loader;
 
-/* Reads `name` (shape ndim/shape) into host[off ...] as f32. */
+/* Reads `name` (shape ndim/shape) into host[off ...] as f32; a dry run only notes the name. */
 static glm_status ld_read(loader *ld, const char *name, int ndim, int64_t d0, int64_t d1, int64_t off) {
+    if (ld->dry) {
+        if (ld->n_seen == ld->cap_seen) {
+            size_t cap = ld->cap_seen ? 2 * ld->cap_seen : 64;
+            char **g = realloc(ld->seen, cap * sizeof *g);
+            if (!g) return glm_err(GLM_ERR_NOMEM, "out of memory listing the model's tensors");
+            ld->seen = g;
+            ld->cap_seen = cap;
+        }
+        if (!(ld->seen[ld->n_seen] = strdup(name))) return glm_err(GLM_ERR_NOMEM, "out of memory listing the model's tensors");
+        ld->n_seen++;
+        return GLM_OK;
+    }
     int64_t shape[2] = {d0, d1};
     return glm_st_read_f32(ld->set, name, ndim, shape, ld->host + off);
 }
 
 static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst) {
+    if (ld->dry) return GLM_OK;
     GLM_TRY(glm_be_alloc(ld->be, (size_t)n * glm_dtype_size(ld->be->weight_dtype), what, dst));
     return glm_be_upload_f32(ld->be, *dst, ld->be->weight_dtype, ld->host, n);
 }
@@ -182,6 +200,7 @@ static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst)
 static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int64_t d1, glm_wformat fmt, glm_weight *dst) {
     const glm_backend *be = ld->be;
     const int64_t n = d0 * d1;
+    if (ld->dry) return GLM_OK;
     if (glm_wformat_quantized(fmt)) {
         GLM_TRY(glm_be_upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
         return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, ld->dev, ld->world, ld->rank, what);
@@ -216,45 +235,87 @@ static glm_status ld_big(loader *ld, const char *name, int64_t d0, int64_t d1, g
     return ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), dst);
 }
 
+/* The name of tensor t of layer l for messages: its module path, and for the fused query_key_value
+ * of a layout that stores q, k and v apart, q's path with "(q, k, v)"; " bias" for its bias. */
+static const char *tensor_label(const glm_family *f, glm_family_tensor t, int l, bool bias, char *buf, size_t n) {
+    bool stacked = t == GLM_FT_QKV && !f->qkv_fused;
+    glm_family_module_path(f, stacked ? GLM_FT_Q : t, l, buf, n);
+    if (stacked) strncat(buf, " (q, k, v)", n - strlen(buf) - 1);
+    if (bias) strncat(buf, " bias", n - strlen(buf) - 1);
+    return buf;
+}
+
+/* Reads every tensor of the model's family row (lora/model/family.h) into m, in the row's names:
+ * the fused query_key_value, or q_proj, k_proj and v_proj stacked into it. */
 static glm_status load_weights(glm_model *m, loader *ld) {
     const glm_config *c = &m->cfg;
+    const glm_family *f = glm_family_get(c->layout);
     int64_t C = c->C, F = c->F, V = c->V, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh;
     int64_t Dqkv = qd + 2 * kd;
-    bool hf = c->layout == GLM_LAYOUT_HF;
     char n[256];
-    GLM_TRY(ld_big(ld, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", V, C, &m->embed));
-    GLM_TRY(ld_tensor(ld, hf ? "model.norm.weight" : "transformer.encoder.final_layernorm.weight", 1, C, 0, &m->final_ln));
-    GLM_TRY(ld_big(ld, hf ? "lm_head.weight" : "transformer.output_layer.weight", V, C, &m->out_w));
+#define W(t, l) (glm_family_tensor_name(f, t, l, false, n, sizeof n), n)
+#define BIAS(t, l) (glm_family_tensor_name(f, t, l, true, n, sizeof n), n)
+    GLM_TRY(ld_big(ld, W(GLM_FT_EMBED, 0), V, C, &m->embed));
+    GLM_TRY(ld_tensor(ld, W(GLM_FT_FINAL_NORM, 0), 1, C, 0, &m->final_ln));
+    GLM_TRY(ld_big(ld, W(GLM_FT_OUTPUT, 0), V, C, &m->out_w));
     for (int l = 0; l < c->L; l++) {
         glm_layer_weights *w = &m->layers[l];
-        const char *p = hf ? "model.layers" : "transformer.encoder.layers";
-#define NAME(fmt) (snprintf(n, sizeof n, "%s.%d." fmt, p, l), n)
-        GLM_TRY(ld_tensor(ld, NAME("input_layernorm.weight"), 1, C, 0, &w->ln1));
-        GLM_TRY(ld_tensor(ld, NAME("post_attention_layernorm.weight"), 1, C, 0, &w->ln2));
-        if (hf) {
-            GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.weight"), 2, qd, C, 0));
-            GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.weight"), 2, kd, C, qd * C));
-            GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.weight"), 2, kd, C, (qd + kd) * C));
-            GLM_TRY(ld_upload_weight(ld, NAME("self_attn.qkv"), Dqkv, C, ld->fmt, &w->wqkv));
+        GLM_TRY(ld_tensor(ld, W(GLM_FT_ATTN_NORM, l), 1, C, 0, &w->ln1));
+        GLM_TRY(ld_tensor(ld, W(GLM_FT_FFN_NORM, l), 1, C, 0, &w->ln2));
+        if (!f->qkv_fused) {
+            char what[300];
+            GLM_TRY(ld_read(ld, W(GLM_FT_Q, l), 2, qd, C, 0));
+            GLM_TRY(ld_read(ld, W(GLM_FT_K, l), 2, kd, C, qd * C));
+            GLM_TRY(ld_read(ld, W(GLM_FT_V, l), 2, kd, C, (qd + kd) * C));
+            GLM_TRY(ld_upload_weight(ld, tensor_label(f, GLM_FT_QKV, l, false, what, sizeof what), Dqkv, C, ld->fmt,
+                                     &w->wqkv));
             if (c->qkv_bias) {
-                GLM_TRY(ld_read(ld, NAME("self_attn.q_proj.bias"), 1, qd, 0, 0));
-                GLM_TRY(ld_read(ld, NAME("self_attn.k_proj.bias"), 1, kd, 0, qd));
-                GLM_TRY(ld_read(ld, NAME("self_attn.v_proj.bias"), 1, kd, 0, qd + kd));
-                GLM_TRY(ld_upload(ld, NAME("self_attn.qkv.bias"), Dqkv, &w->bqkv));
+                GLM_TRY(ld_read(ld, BIAS(GLM_FT_Q, l), 1, qd, 0, 0));
+                GLM_TRY(ld_read(ld, BIAS(GLM_FT_K, l), 1, kd, 0, qd));
+                GLM_TRY(ld_read(ld, BIAS(GLM_FT_V, l), 1, kd, 0, qd + kd));
+                GLM_TRY(ld_upload(ld, tensor_label(f, GLM_FT_QKV, l, true, what, sizeof what), Dqkv, &w->bqkv));
             }
-            GLM_TRY(ld_matrix(ld, NAME("self_attn.o_proj.weight"), C, qd, &w->wo));
-            GLM_TRY(ld_matrix(ld, NAME("mlp.gate_up_proj.weight"), 2 * F, C, &w->w1));
-            GLM_TRY(ld_matrix(ld, NAME("mlp.down_proj.weight"), C, F, &w->w2));
         } else {
-            GLM_TRY(ld_matrix(ld, NAME("self_attention.query_key_value.weight"), Dqkv, C, &w->wqkv));
-            if (c->qkv_bias) GLM_TRY(ld_tensor(ld, NAME("self_attention.query_key_value.bias"), 1, Dqkv, 0, &w->bqkv));
-            GLM_TRY(ld_matrix(ld, NAME("self_attention.dense.weight"), C, qd, &w->wo));
-            GLM_TRY(ld_matrix(ld, NAME("mlp.dense_h_to_4h.weight"), 2 * F, C, &w->w1));
-            GLM_TRY(ld_matrix(ld, NAME("mlp.dense_4h_to_h.weight"), C, F, &w->w2));
+            GLM_TRY(ld_matrix(ld, W(GLM_FT_QKV, l), Dqkv, C, &w->wqkv));
+            if (c->qkv_bias) GLM_TRY(ld_tensor(ld, BIAS(GLM_FT_QKV, l), 1, Dqkv, 0, &w->bqkv));
         }
-#undef NAME
+        GLM_TRY(ld_matrix(ld, W(GLM_FT_O, l), C, qd, &w->wo));
+        GLM_TRY(ld_matrix(ld, W(GLM_FT_GATE_UP, l), 2 * F, C, &w->w1));
+        GLM_TRY(ld_matrix(ld, W(GLM_FT_DOWN, l), C, F, &w->w2));
     }
+#undef W
+#undef BIAS
     return GLM_OK;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every tensor of the checkpoint is one the load reads (a dry run of load_weights lists them) or
+ * one its row ignores: a tensor nothing reads belongs to a block glmtune does not run (another
+ * model's norms, a bias the config turns off, layers past the config's count), and training
+ * without it would be training another model. llama.cpp refuses such files the same way. */
+static glm_status check_consumed(glm_model *m, loader *ld) {
+    const glm_family *f = glm_family_get(m->cfg.layout);
+    ld->dry = true;
+    glm_status st = load_weights(m, ld);
+    ld->dry = false;
+    if (st) return st;
+    qsort(ld->seen, ld->n_seen, sizeof *ld->seen, cmp_name);
+    const glm_st_tensor *first = NULL;
+    size_t extra = 0, nt = glm_st_count(ld->set);
+    for (size_t i = 0; i < nt; i++) {
+        const glm_st_tensor *t = glm_st_at(ld->set, i);
+        if (glm_family_ignored(f, t->name) || bsearch(&t->name, ld->seen, ld->n_seen, sizeof *ld->seen, cmp_name)) continue;
+        if (!first) first = t;
+        extra++;
+    }
+    if (!first) return GLM_OK;
+    char more[64] = "";
+    if (extra > 1) snprintf(more, sizeof more, " (and %zu more)", extra - 1);
+    return glm_err(GLM_ERR_MISMATCH, "%s: tensor '%s'%s is not part of the %s model (model_type \"%s\", %d layers) that "
+                   "config.json describes, and glmtune refuses to load a checkpoint in part; hint: check that "
+                   "config.json belongs to these weights (its model_type, %s, %s)", first->file, first->name, more,
+                   f->title, f->model_types[0], m->cfg.L, f->keys[GLM_FK_LAYERS], f->keys[GLM_FK_QKV_BIAS]);
 }
 
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out) {
@@ -286,7 +347,7 @@ glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rop
     if (qkv > biggest) biggest = qkv;
     if (ff > biggest) biggest = ff;
     loader ld = {be, NULL, malloc((size_t)biggest * sizeof(float)), m->shard_world, be->rank, linear_fmt(m),
-                 m->fmt.double_quant, NULL};
+                 m->fmt.double_quant, NULL, false, NULL, 0, 0};
     if (!m->layers || !ld.host) {
         free(ld.host);
         glm_model_free(m);
@@ -303,8 +364,11 @@ glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rop
     if (!st && glm_wformat_quantized(ld.fmt)) /* the dense matrix a 4-bit or fp8 one is quantized from */
         st = glm_be_alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
     if (!st) st = glm_st_open(dir, &ld.set);
+    if (st == GLM_OK) st = check_consumed(m, &ld);
     if (st == GLM_OK) st = load_weights(m, &ld);
     if (ld.set) glm_st_close(ld.set);
+    for (size_t i = 0; i < ld.n_seen; i++) free(ld.seen[i]);
+    free(ld.seen);
     free(ld.host);
     glm_be_free(be, ld.dev);
     if (st) {
@@ -372,16 +436,20 @@ glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend 
     if (!st) st = rnd_matrix(m, "embedding", df, V, C, 0.5f, seed, &sm, NULL, &m->embed);
     if (!st) st = rnd_tensor(m, "final norm", C, 1.0f, 0.1f, seed, &sm, &m->final_ln);
     if (!st) st = rnd_matrix(m, "output layer", df, V, C, sc, seed, &sm, NULL, &m->out_w);
+    const glm_family *fam = glm_family_get(c->layout);
+    char lb[300];
+#define LABEL(t, bias) tensor_label(fam, t, l, bias, lb, sizeof lb)
     for (int l = 0; l < c->L && !st; l++) {
         glm_layer_weights *w = &m->layers[l];
-        if (!st) st = rnd_tensor(m, "input_layernorm", C, 1.0f, 0.1f, seed, &sm, &w->ln1);
-        if (!st) st = rnd_matrix(m, "query_key_value", lf, Dqkv, C, sc, seed, &sm, tmp, &w->wqkv);
-        if (!st && c->qkv_bias) st = rnd_tensor(m, "query_key_value bias", Dqkv, 0.0f, 0.1f, seed, &sm, &w->bqkv);
-        if (!st) st = rnd_matrix(m, "dense", lf, C, qd, sq, seed, &sm, tmp, &w->wo);
-        if (!st) st = rnd_tensor(m, "post_attention_layernorm", C, 1.0f, 0.1f, seed, &sm, &w->ln2);
-        if (!st) st = rnd_matrix(m, "dense_h_to_4h", lf, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
-        if (!st) st = rnd_matrix(m, "dense_4h_to_h", lf, C, F, sf, seed, &sm, tmp, &w->w2);
+        if (!st) st = rnd_tensor(m, LABEL(GLM_FT_ATTN_NORM, false), C, 1.0f, 0.1f, seed, &sm, &w->ln1);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_QKV, false), lf, Dqkv, C, sc, seed, &sm, tmp, &w->wqkv);
+        if (!st && c->qkv_bias) st = rnd_tensor(m, LABEL(GLM_FT_QKV, true), Dqkv, 0.0f, 0.1f, seed, &sm, &w->bqkv);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_O, false), lf, C, qd, sq, seed, &sm, tmp, &w->wo);
+        if (!st) st = rnd_tensor(m, LABEL(GLM_FT_FFN_NORM, false), C, 1.0f, 0.1f, seed, &sm, &w->ln2);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_GATE_UP, false), lf, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_DOWN, false), lf, C, F, sf, seed, &sm, tmp, &w->w2);
     }
+#undef LABEL
     if (!st) st = glm_be_sync(be);
     glm_be_free(be, tmp);
     float invf[512];

@@ -119,10 +119,15 @@ typedef struct glm_model {
 /* Loads config.json (glm_config_load with rope_theta_override, see lora/model/config.h) and the weights
  * from `dir` (model.safetensors, a sharded model.safetensors.index.json, or the one *.safetensors
  * file; F32/F16/BF16/F64 converted to fp32 on the host, then uploaded as be->weight_dtype).
- * transformer.rotary_pos_emb.inv_freq is ignored (RoPE is computed from the config).
+ * The tensor names are those of the config's family row (lora/model/family.h); the row's ignored
+ * tensors (transformer.rotary_pos_emb.inv_freq: RoPE is computed from the config) are skipped, and
+ * any other tensor that the load would not read is refused before anything is read (another
+ * model's block, a bias the config turns off, layers past the config's count).
  * Errors (the message names the tensor, the expected vs found shape, and the file):
- * GLM_ERR_IO, GLM_ERR_FORMAT (missing tensor, truncated or malformed file), GLM_ERR_MISMATCH
- * (wrong shape), GLM_ERR_UNSUPPORTED (dtype), GLM_ERR_NOMEM. */
+ * GLM_ERR_IO, GLM_ERR_FORMAT (missing tensor, truncated or malformed file; a config.json that no
+ * family row describes), GLM_ERR_MISMATCH (wrong shape; a tensor nothing reads, named with its
+ * file), GLM_ERR_UNSUPPORTED (dtype; a GLM relative glmtune does not implement, e.g. GLM-4-0414),
+ * GLM_ERR_NOMEM. */
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out);
 /* Whether config c's frozen matrices take the FP8 base: every dimension (hidden, ffn, heads x head
  * dim, qkv rows) a multiple of 16, as FP8 tensor cores need. Errors: GLM_ERR_UNSUPPORTED naming the
@@ -224,7 +229,8 @@ glm_status glm_model_prefetch(glm_model *m, const glm_batch *batch);
 glm_status glm_model_logits(glm_model *m, glm_lora *lora, const glm_batch *batch, float *logits);
 
 /* Writes a seeded random GLM-4 of shape `cfg` in `layout` (cfg->layout is ignored) to `outdir`
- * (created): config.json + model.safetensors in bf16, tensor names of that layout. Init (as in
+ * (created): config.json + model.safetensors in bf16, tensor names of that layout's family row
+ * (lora/model/family.h). Init (as in
  * ../fixtures/make_fixtures.py): norms 1 + 0.1 N(0,1), embeddings 0.5 N(0,1), biases 0.1 N(0,1),
  * matrices N(0,1)/sqrt(in); element k of tensor t is glm_normal_hash(seed, t, k) (kernels/
  * backend.h), so every CPU core generates and writes its own chunks (glm_st_write_parallel):

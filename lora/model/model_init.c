@@ -9,6 +9,7 @@
 #include "common/fileio.h"
 #include "common/rng.h"
 #include "kernels/backend.h"
+#include "lora/model/family.h"
 #include "lora/model/model.h"
 #include "kernels/formats.h"
 #include "common/safetensors.h"
@@ -53,45 +54,44 @@ static glm_status fill_tensor(void *ctx, size_t t, int64_t first, int64_t count,
 glm_status glm_model_init_random(const glm_config *cfg_in, uint64_t seed, const char *outdir, glm_layout layout) {
     glm_config cfg = *cfg_in;
     cfg.layout = layout;
+    const glm_family *f = glm_family_get(layout);
     GLM_TRY(glm_config_validate(&cfg, "init-model config"));
-    if (layout == GLM_LAYOUT_CHATGLM && cfg.rope_dim != cfg.Dh / 2)
-        return glm_err(GLM_ERR_ARG, "init-model: the chatglm layout rotates Dh/2 = %d channels per head, not %d", cfg.Dh / 2, cfg.rope_dim);
+    if (!f->keys[GLM_FK_ROTARY_FRACTION] && cfg.rope_dim != (int)(cfg.Dh * f->rotary_fraction))
+        return glm_err(GLM_ERR_ARG, "init-model: the %s layout rotates Dh/2 = %d channels per head, not %d", f->layout_name,
+                       (int)(cfg.Dh * f->rotary_fraction), cfg.rope_dim);
     int64_t C = cfg.C, F = cfg.F, V = cfg.V, qd = (int64_t)cfg.H * cfg.Dh, kd = (int64_t)cfg.Hkv * cfg.Dh;
-    bool hf = layout == GLM_LAYOUT_HF;
     int max = 3 + cfg.L * 12, n = 0;
     spec *sp = calloc((size_t)max, sizeof *sp);
     if (!sp) return glm_err(GLM_ERR_NOMEM, "out of memory");
     char nm[160];
-    add(sp, &n, hf ? "model.embed_tokens.weight" : "transformer.embedding.word_embeddings.weight", 2, V, C, INIT_EMBED);
+    /* the family row's names (lora/model/family.h), in the order of the files transformers writes */
+#define W(t, l) (glm_family_tensor_name(f, t, l, false, nm, sizeof nm), nm)
+#define BIAS(t, l) (glm_family_tensor_name(f, t, l, true, nm, sizeof nm), nm)
+    add(sp, &n, W(GLM_FT_EMBED, 0), 2, V, C, INIT_EMBED);
     for (int l = 0; l < cfg.L; l++) {
-        const char *p = hf ? "model.layers" : "transformer.encoder.layers";
-#define N_(fmt) (snprintf(nm, sizeof nm, "%s.%d." fmt, p, l), nm)
-        add(sp, &n, N_("input_layernorm.weight"), 1, C, 0, INIT_NORM);
-        if (hf) {
-            add(sp, &n, N_("self_attn.q_proj.weight"), 2, qd, C, INIT_MATRIX);
-            add(sp, &n, N_("self_attn.k_proj.weight"), 2, kd, C, INIT_MATRIX);
-            add(sp, &n, N_("self_attn.v_proj.weight"), 2, kd, C, INIT_MATRIX);
+        add(sp, &n, W(GLM_FT_ATTN_NORM, l), 1, C, 0, INIT_NORM);
+        if (!f->qkv_fused) {
+            add(sp, &n, W(GLM_FT_Q, l), 2, qd, C, INIT_MATRIX);
+            add(sp, &n, W(GLM_FT_K, l), 2, kd, C, INIT_MATRIX);
+            add(sp, &n, W(GLM_FT_V, l), 2, kd, C, INIT_MATRIX);
             if (cfg.qkv_bias) {
-                add(sp, &n, N_("self_attn.q_proj.bias"), 1, qd, 0, INIT_BIAS);
-                add(sp, &n, N_("self_attn.k_proj.bias"), 1, kd, 0, INIT_BIAS);
-                add(sp, &n, N_("self_attn.v_proj.bias"), 1, kd, 0, INIT_BIAS);
+                add(sp, &n, BIAS(GLM_FT_Q, l), 1, qd, 0, INIT_BIAS);
+                add(sp, &n, BIAS(GLM_FT_K, l), 1, kd, 0, INIT_BIAS);
+                add(sp, &n, BIAS(GLM_FT_V, l), 1, kd, 0, INIT_BIAS);
             }
-            add(sp, &n, N_("self_attn.o_proj.weight"), 2, C, qd, INIT_MATRIX);
-            add(sp, &n, N_("post_attention_layernorm.weight"), 1, C, 0, INIT_NORM);
-            add(sp, &n, N_("mlp.gate_up_proj.weight"), 2, 2 * F, C, INIT_MATRIX);
-            add(sp, &n, N_("mlp.down_proj.weight"), 2, C, F, INIT_MATRIX);
         } else {
-            add(sp, &n, N_("self_attention.query_key_value.weight"), 2, qd + 2 * kd, C, INIT_MATRIX);
-            if (cfg.qkv_bias) add(sp, &n, N_("self_attention.query_key_value.bias"), 1, qd + 2 * kd, 0, INIT_BIAS);
-            add(sp, &n, N_("self_attention.dense.weight"), 2, C, qd, INIT_MATRIX);
-            add(sp, &n, N_("post_attention_layernorm.weight"), 1, C, 0, INIT_NORM);
-            add(sp, &n, N_("mlp.dense_h_to_4h.weight"), 2, 2 * F, C, INIT_MATRIX);
-            add(sp, &n, N_("mlp.dense_4h_to_h.weight"), 2, C, F, INIT_MATRIX);
+            add(sp, &n, W(GLM_FT_QKV, l), 2, qd + 2 * kd, C, INIT_MATRIX);
+            if (cfg.qkv_bias) add(sp, &n, BIAS(GLM_FT_QKV, l), 1, qd + 2 * kd, 0, INIT_BIAS);
         }
-#undef N_
+        add(sp, &n, W(GLM_FT_O, l), 2, C, qd, INIT_MATRIX);
+        add(sp, &n, W(GLM_FT_FFN_NORM, l), 1, C, 0, INIT_NORM);
+        add(sp, &n, W(GLM_FT_GATE_UP, l), 2, 2 * F, C, INIT_MATRIX);
+        add(sp, &n, W(GLM_FT_DOWN, l), 2, C, F, INIT_MATRIX);
     }
-    add(sp, &n, hf ? "model.norm.weight" : "transformer.encoder.final_layernorm.weight", 1, C, 0, INIT_NORM);
-    add(sp, &n, hf ? "lm_head.weight" : "transformer.output_layer.weight", 2, V, C, INIT_MATRIX);
+    add(sp, &n, W(GLM_FT_FINAL_NORM, 0), 1, C, 0, INIT_NORM);
+    add(sp, &n, W(GLM_FT_OUTPUT, 0), 2, V, C, INIT_MATRIX);
+#undef W
+#undef BIAS
 
     glm_st_tensor *ts = calloc((size_t)n, sizeof *ts);
     glm_status st = GLM_OK;
