@@ -20,6 +20,7 @@
 #include "lora/model/config.h"
 #include "lora/model/model.h"
 
+static glm_model *g_model[2]; /* kept (reachable) for the process's life, with its adapter */
 static glm_lora *g_lora[2];
 static char g_dir[2][300];
 
@@ -36,11 +37,9 @@ static void setup(int k) {
     if (glm_config_load(p, 0, &cfg) != GLM_OK) abort();
     unlink(p);
     const glm_backend *be = glm_backend_cpu();
-    glm_model *m = NULL;
-    if (glm_model_create_random(&cfg, be, 7, &m) != GLM_OK) abort();
+    if (glm_model_create_random(&cfg, be, 7, &g_model[k]) != GLM_OK) abort();
     glm_lora_config lc = {4, 8.0f, 0.0f, false, "all"};
-    if (glm_lora_create(m, &lc, 3, &g_lora[k]) != GLM_OK) abort();
-    /* the model stays alive with its adapter for the process's life */
+    if (glm_lora_create(g_model[k], &lc, 3, &g_lora[k]) != GLM_OK) abort();
     snprintf(g_dir[k], sizeof g_dir[k], "%s/%s", fuzz_dir(), k ? "hf" : "chatglm");
     mkdir(g_dir[k], 0700);
     int nm = 0;
