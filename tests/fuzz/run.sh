@@ -5,7 +5,15 @@
 #   fuzz_safetensors  safetensors headers and data (models, adapters, checkpoints)
 #   fuzz_options      train options: YAML config files and command lines
 #   fuzz_template     the chat template interpreter (lexer, parser, evaluator, builtins)
-# Not part of CI's default run (tests/run.sh / ctest never build or run these).
+#   fuzz_config       a model's config.json (both layouts), written back as config.json
+#   fuzz_stindex      model.safetensors.index.json beside two small shards
+#   fuzz_adapter      adapter_config.json as --init-adapter / resume check it, with the adapter's tensors
+#   fuzz_tokenizer    tokenizer folders: tokenizer.model (tiktoken or SentencePiece) + tokenizer_config.json
+#   fuzz_archive      corpus files through libarchive: tar, zip, gz, zst, xz, bz2 (first byte: the suffix)
+#   fuzz_dsinfo       LLaMA-Factory's dataset_info.json, then its entries' records as tokenize reads them
+#   fuzz_tokconfig    glmtune tokenize --config's YAML keys
+# Not part of CI's default run; ctest replays each target's tests/fuzz/regressions/<target>/ through
+# replay_<target> (the harness without libFuzzer) in every build, the sanitizer build included.
 #
 # usage: tests/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 180 s, every target)
 # Installs clang and the libFuzzer runtime from Debian packages when missing, builds with clang
@@ -18,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-180}
 shift || true
-TARGETS=${*:-jsonsplit shard safetensors options template}
+TARGETS=${*:-jsonsplit shard safetensors options template config stindex adapter tokenizer archive dsinfo tokconfig}
 S=${GLM_FIXTURES:-tests/fixtures}
 B=build-fuzz
 
@@ -49,7 +57,7 @@ export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 C="$B/corpus"
 W="$B/seed-work"
 rm -rf "$W"
-mkdir -p "$W" "$C"/{jsonsplit,shard,safetensors,options,template}
+mkdir -p "$W" "$C"/{jsonsplit,shard,safetensors,options,template,config,stindex,adapter,tokenizer,archive,dsinfo,tokconfig}
 n=0
 seed() { # DIR PREFIX-BYTE-OCTAL FILE: one seed, the control byte then the file
     local d=$1 pre=$2 f=$3
@@ -83,8 +91,35 @@ cp samples/tokenizer/chat_template.jinja "$C/template/sample.jinja"
 cp samples/tokenizer/tokenizer_config.json "$C/template/sample-tokenizer_config.json"
 cp "$S/glm4-tokenizer/tokenizer_config.json" "$C/template/glm4-tokenizer_config.json"
 
-# every finding fixed so far stays in its target's corpus (tests/fuzz/regressions/<target>-*)
-for f in tests/fuzz/regressions/*; do t=$(basename "$f"); t=${t%%-*}; if [ -d "$C/$t" ]; then cp "$f" "$C/$t/"; fi; done
+# model configs, indexes, adapter configs
+cp samples/model-config.json "$C/config/samples-model-config.json"
+cp "$W/tiny.json" "$C/config/tiny.json"; cp "$W/model/config.json" "$C/config/init-model.json"
+for l in chatglm hf; do
+    cp "$S/tiny-glm4/$l/config.json" "$C/config/tiny-$l.json"
+    cp "$S/tiny-glm4/$l/model.safetensors.index.json" "$C/stindex/tiny-$l.json"
+    cp "$S/tiny-glm4/$l/adapter_init/adapter_config.json" "$C/adapter/fixture-$l.json"
+    [ -f "$W/run/checkpoint-1/adapter_config.json" ] && cp "$W/run/checkpoint-1/adapter_config.json" "$C/adapter/checkpoint.json"
+done
+cp "$S"/glm4-tokenizer/config.*.json "$C/config/"
+# tokenizers: the first lines of GLM-4's tiktoken file, with and without its tokenizer_config.json;
+# the samples' SentencePiece model (cut at 16 KiB by -max_len)
+for k in 50 300; do
+    head -n $k "$S/glm4-tokenizer/tokenizer.model" > "$C/tokenizer/glm4-$k"
+    { head -n $k "$S/glm4-tokenizer/tokenizer.model"; printf '#tokenizer_config.json\n'; cat "$S/glm4-tokenizer/tokenizer_config.json"; } > "$C/tokenizer/glm4-$k-config"
+done
+{ cat samples/tokenizer/tokenizer.model; printf '\n#tokenizer_config.json\n'; cat samples/tokenizer/tokenizer_config.json; } > "$C/tokenizer/sample-spm"
+# archives of the samples' corpora (first byte: the suffix index in fuzz_archive.c)
+A0="$W/arch"; mkdir -p "$A0"; head -c 3000 samples/data/chat_messages.jsonl > "$A0/a.jsonl"; head -c 3000 samples/data/alpaca.json > "$A0/b.json"
+(cd "$A0" && tar cf t.tar a.jsonl b.json && gzip -k -n a.jsonl && zip -q -X z.zip b.json a.jsonl.gz 2>/dev/null; zstd -q a.jsonl -o a.jsonl.zst; xz -k b.json; bzip2 -k a.jsonl) || true
+arch() { [ -f "$A0/$2" ] && { printf "\\$1"; cat "$A0/$2"; } > "$C/archive/$2" || true; }
+arch 000 t.tar; arch 003 z.zip; arch 004 a.jsonl.gz; arch 006 a.jsonl.zst; arch 007 b.json.xz; arch 010 a.jsonl.bz2; arch 011 a.jsonl
+[ -f "$A0/t.tar" ] && { printf '\001'; gzip -n -c "$A0/t.tar"; } > "$C/archive/t.tar.gz"
+# LLaMA-Factory registries and YAMLs
+cp "$S/corpora/llamafactory/dataset_info.json" "$C/dsinfo/llamafactory.json"
+cp samples/train.yaml "$C/tokconfig/"; cp "$S"/llamafactory-configs/*.yaml "$C/tokconfig/"
+
+# every regression input (seeds and fixed findings: tests/fuzz/regressions/<target>/) joins its corpus
+for d in tests/fuzz/regressions/*/; do t=$(basename "$d"); if [ -d "$C/$t" ]; then cp "$d"* "$C/$t/"; fi; done
 
 # ---- run
 printf '| target | seconds | executions | exec/s | edges covered | corpus files (start -> end) | findings |\n|---|---|---|---|---|---|---|\n' > "$B/results.md"
