@@ -29,9 +29,13 @@ glm_status glm_layer_drop_rows(const glm_layer_ctx *cx, void *y, int64_t ldy, co
         int64_t t = cpl ? glm_cp_global(cpl, j) : j; /* in the whole row */
         int64_t run = cpl ? cpl->S - j % cpl->S : cx->T - j; /* consecutive in the whole row */
         if (run > rows - n) run = rows - n;
+        /* a run stops at the row's end: context parallel's padding tokens (t in [T_row, Tp), last
+         * in the row) have no key in drop_key; they take their place g as key (their outputs are
+         * read by nothing: no labels, and only they attend to themselves) */
+        if (t < cx->T_row && t + run > cx->T_row) run = cx->T_row - t;
         const int64_t g = b * cx->T_row + t;
         uint64_t key = (uint64_t)g;
-        if (cx->drop_key) {
+        if (cx->drop_key && t < cx->T_row) {
             const uint64_t *k = cx->drop_key + g;
             int64_t r = 1;
             while (r < run && k[r] == k[0] + (uint64_t)r) r++;
