@@ -1261,7 +1261,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
         }
         double ls = 0;
         int64_t nt = 0;
-        GLM_TRY(glm_be_cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, nc, V, loss_scale, &ls, &nt));
+        GLM_TRY(glm_be_cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, NULL, NULL, nc, V, loss_scale, &ls, &nt));
         total += ls;
         ntot += nt;
         if (backward) {
