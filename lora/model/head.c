@@ -35,7 +35,8 @@ glm_status glm_head_sft(glm_model *m, struct glm_ws *w, const glm_weight *out_w,
         }
         double ls = 0;
         int64_t nt = 0;
-        GLM_TRY(glm_be_cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, nc, V, loss_scale, &ls, &nt));
+        GLM_TRY(glm_be_cross_entropy(be, backward ? logits : NULL, logits, w->labels + n0, NULL, NULL, nc, V, loss_scale, &ls,
+                                     &nt));
         total += ls;
         ntot += nt;
         if (backward) {
