@@ -45,8 +45,11 @@ static void layer_ctx(glm_model *m, glm_lora *lora, struct glm_ws *w, const glm_
 /* Where layer l's activations go in workspace w: a training workspace's plan, else the working buffers. */
 static const glm_layer_acts *acts_of(const struct glm_ws *w, int l) { return w->backward ? &w->acts[l] : &w->work; }
 
+/* One call: the forward, a loss head (head NULL and logp_out NULL: SFT's fused one, or logits_out;
+ * else the general head of lora/model/head.h, which with head NULL gives logp_out) and the backward. */
 static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float loss_scale, int backward, glm_ckpt_mode mode,
-                      uint64_t seed, float p_drop, double *loss_sum, int64_t *n_targets, float *logits_out) {
+                      uint64_t seed, float p_drop, double *loss_sum, int64_t *n_targets, float *logits_out,
+                      const glm_loss_head *head, float *logp_out) {
     const glm_config *c = &m->cfg;
     const glm_backend *be = m->be;
     if (!b || b->B <= 0 || b->T <= 0 || !b->ids || !b->pos || !b->doc)
@@ -59,6 +62,9 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (cp && logits_out)
         return glm_err(GLM_ERR_UNSUPPORTED, "model logits with context parallel: each rank holds only its chunks of a row; "
                        "hint: compute logits without --context-parallel");
+    if (cp && (head || logp_out))
+        return glm_err(GLM_ERR_UNSUPPORTED, "a loss head over log-probabilities with context parallel: its per-sequence "
+                       "statistics need whole rows, which the group splits; hint: train it without --context-parallel");
     GLM_TRY(glm_ws_ensure(m, lora, b->B, b->T, backward, mode, lora && p_drop > 0));
     struct glm_ws *w = m->ws;
     /* cuDNN's attention workspace: what the plan holds for it and the room the plan leaves (a batch of
@@ -96,7 +102,10 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     }
     GLM_TRY(glm_wslots_big(m, w, 2, &out_w)); /* every rank, whether its chunks have targets or not */
     if (backward) GLM_TRY(glm_be_zero(be, w->bwd.dx, (size_t)(N * C) * w->esz));
-    GLM_TRY(glm_head_sft(m, w, out_w, w->xs[L], N, loss_scale, backward, logits_out, loss_sum, n_targets));
+    if (head || logp_out)
+        GLM_TRY(glm_head_general(m, w, out_w, w->xs[L], b, head, loss_scale, backward, logp_out, loss_sum, n_targets));
+    else
+        GLM_TRY(glm_head_sft(m, w, out_w, w->xs[L], N, loss_scale, backward, logits_out, loss_sum, n_targets));
     if (n_targets && logits_out) *n_targets = nlab;
     if (backward) {
         uint64_t up[2] = {0, 0}; /* offload: the last upload into each slot */
@@ -127,9 +136,23 @@ glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, 
                           int grad_checkpointing, uint64_t dropout_seed, double *loss_sum, int64_t *n_targets) {
     float p = lora ? lora->dropout : 0.0f;
     glm_ckpt_mode mode = grad_checkpointing >= 0 && grad_checkpointing <= 3 ? (glm_ckpt_mode)grad_checkpointing : GLM_CKPT_FULL;
-    return run(m, lora, batch, loss_scale, backward, mode, dropout_seed, p, loss_sum, n_targets, NULL);
+    return run(m, lora, batch, loss_scale, backward, mode, dropout_seed, p, loss_sum, n_targets, NULL, NULL, NULL);
 }
 
 glm_status glm_model_logits(glm_model *m, glm_lora *lora, const glm_batch *batch, float *logits) {
-    return run(m, lora, batch, 1.0f, 0, GLM_CKPT_FULL, 0, 0.0f, NULL, NULL, logits);
+    return run(m, lora, batch, 1.0f, 0, GLM_CKPT_FULL, 0, 0.0f, NULL, NULL, logits, NULL, NULL);
+}
+
+glm_status glm_model_step_head(glm_model *m, glm_lora *lora, const glm_batch *batch, const glm_loss_head *head,
+                               float loss_scale, int backward, int grad_checkpointing, uint64_t dropout_seed, double *loss,
+                               int64_t *n_targets) {
+    if (!head || !head->weights) return glm_err(GLM_ERR_ARG, "model step: a loss head without its weights function");
+    float p = lora ? lora->dropout : 0.0f;
+    glm_ckpt_mode mode = grad_checkpointing >= 0 && grad_checkpointing <= 3 ? (glm_ckpt_mode)grad_checkpointing : GLM_CKPT_FULL;
+    return run(m, lora, batch, loss_scale, backward, mode, dropout_seed, p, loss, n_targets, NULL, head, NULL);
+}
+
+glm_status glm_model_logp(glm_model *m, glm_lora *lora, const glm_batch *batch, float *logp, int64_t *n_targets) {
+    if (!logp) return glm_err(GLM_ERR_ARG, "model logp: no output array");
+    return run(m, lora, batch, 1.0f, 0, GLM_CKPT_FULL, 0, 0.0f, NULL, n_targets, NULL, NULL, logp);
 }

@@ -16,6 +16,7 @@
 #ifndef GLM_LORA_STEP_INTERNAL_H
 #define GLM_LORA_STEP_INTERNAL_H
 
+#include "lora/model/head.h"
 #include "lora/model/model.h"
 #include "lora/model/ring_attention.h"
 
@@ -253,6 +254,7 @@ struct glm_ws {
     glm_ring ring;
     int32_t *gdoc, *gdoc_host, *loc_host;
     glm_wslots W;
+    float *head_logp, *head_w; /* a general loss head's [N] fp32 log-probabilities and weights (glm_ws_head_bufs) */
     void **allocs;
     int n_allocs, cap_allocs;
 };
@@ -270,6 +272,11 @@ glm_status glm_ws_check_cp(const glm_model *m);
  * adapter, dropout buffer when dropout != 0, the model's plan settings), else a new one from a
  * new plan (the old one freed). Errors: GLM_ERR_NOMEM with the plan and hints, backend errors. */
 glm_status glm_ws_ensure(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout);
+
+/* The general loss head's device buffers, fp32 [plan.N] each: the targets' log-probabilities and
+ * the per-token weights, allocated at the first call (outside the plan's table: 8 bytes a token).
+ * Errors: GLM_ERR_NOMEM. */
+glm_status glm_ws_head_bufs(struct glm_ws *w, float **logp, float **weights);
 
 /* The act-dtype copies of lora's weights from its fp32 weights (once per step; none on a
  * backend whose act dtype is f32). Errors: the backend's. */
@@ -322,5 +329,16 @@ glm_status glm_ws_upload_batch(glm_model *m, struct glm_ws *w, const glm_batch *
  * Errors: the backend's. */
 glm_status glm_head_sft(glm_model *m, struct glm_ws *w, const glm_weight *out_w, const void *x_final, int64_t N,
                         float loss_scale, int backward, float *logits_out, double *loss_sum, int64_t *n_targets);
+
+/* The general loss head (lora/model/head.h) over x_final [N, C] of batch b (non-context-parallel:
+ * N = B T, w->labels / w->lab_host its labels): phase 1, the labels' log-probabilities (chunks as
+ * glm_head_sft's, no gradient) downloaded into logp_out (host fp32 [N], OVERWRITTEN; NULL: a
+ * scratch); *n_targets (may be NULL) OVERWRITTEN with the target positions. head NULL: *loss =
+ * -sum of logp (glm_model_logp), nothing else. Else phase 2, head->weights (*loss its loss), and
+ * with backward phase 3: per chunk cross-entropy with the weights as dlogits, d(loss_scale Loss) /
+ * d x_final into w->bwd.dx (zeroed by the caller). Errors: GLM_ERR_NOMEM, the backend's, the head's. */
+glm_status glm_head_general(glm_model *m, struct glm_ws *w, const glm_weight *out_w, const void *x_final, const glm_batch *b,
+                            const glm_loss_head *head, float loss_scale, int backward, float *logp_out, double *loss,
+                            int64_t *n_targets);
 
 #endif

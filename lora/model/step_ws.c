@@ -280,6 +280,17 @@ glm_status glm_model_prepare(glm_model *m, glm_lora *lora, int B, int T, int bac
     return GLM_OK;
 }
 
+glm_status glm_ws_head_bufs(struct glm_ws *w, float **logp, float **weights) {
+    if (!w->head_logp) {
+        const double b = (double)w->plan.N * sizeof(float);
+        GLM_TRY(ws_alloc(w, b, "the loss head's log-probabilities", (void **)&w->head_logp));
+        GLM_TRY(ws_alloc(w, b, "the loss head's weights", (void **)&w->head_w));
+    }
+    *logp = w->head_logp;
+    *weights = w->head_w;
+    return GLM_OK;
+}
+
 glm_status glm_ws_refresh_lora(struct glm_ws *w, glm_lora *L) {
     const glm_backend *be = w->be;
     if (!L || !w->shadows) return GLM_OK;
