@@ -289,10 +289,12 @@ static inline glm_status glm_be_attention_block_bwd(const glm_backend *be, void 
                                    q_doc, k_doc, q0, k0, Tq, Tk, H, Hkv, Dh);
 }
 
+/* be->cross_entropy (kernels/backend_table.h): *loss_sum = sum over target rows of w_i * loss_i,
+ * optional dlogits = loss_scale * w_i * (softmax - onehot), optional logp[i] = -loss_i. */
 static inline glm_status glm_be_cross_entropy(const glm_backend *be, void *dlogits, const void *logits,
-                                              const int32_t *labels, int64_t n, int64_t V, float loss_scale,
-                                              double *loss_sum, int64_t *n_targets) {
-    return be->cross_entropy(be, dlogits, logits, labels, n, V, loss_scale, loss_sum, n_targets);
+                                              const int32_t *labels, const float *weights, float *logp, int64_t n,
+                                              int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets) {
+    return be->cross_entropy(be, dlogits, logits, labels, weights, logp, n, V, loss_scale, loss_sum, n_targets);
 }
 
 static inline glm_status glm_be_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n,

@@ -36,7 +36,7 @@ typedef struct glm_scratch_shape {
  * arguments) or to those entry points. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 9
+#define GLM_BACKEND_ABI_VERSION 10
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -336,17 +336,28 @@ struct glm_backend {
                                       const int32_t *k_doc, int64_t q0, int64_t k0, int Tq, int Tk, int H, int Hkv,
                                       int Dh);
 
-    /* Fused cross-entropy over a chunk of n rows of logits [n, V] (act): for each row with
-     * labels[i] >= 0 (int32, backend memory), lse = log sum_v exp(logits[i,v]) (double on CPU),
-     * loss_i = lse - logits[i, labels[i]]; *loss_sum (host) receives sum_i loss_i (double,
-     * OVERWRITTEN) and *n_targets the count. When dlogits != NULL it is OVERWRITTEN with
-     * d(loss_scale * sum_i loss_i)/dlogits = loss_scale * (softmax - onehot) on target rows and 0
-     * on rows with labels[i] < 0; dlogits may equal logits (in place).
+    /* Fused cross-entropy over a chunk of n rows of logits [n, V] (act), with optional per-row
+     * weights and log-probabilities. For each target row (labels[i] >= 0; labels int32, backend
+     * memory): lse_i = log sum_v exp(logits[i,v]) (double on CPU, fp32 on CUDA),
+     * loss_i = lse_i - logits[i, labels[i]], w_i = weights[i] (fp32 [n], backend memory, read on
+     * target rows only, any sign, zero allowed) or 1 when weights == NULL.
+     * - *loss_sum (host, double, OVERWRITTEN) = sum over target rows of w_i * loss_i (CPU: in
+     *   double; CUDA: each loss_i rounded to fp32, the products and the sum in double on the host);
+     *   *n_targets (host, may be NULL) = the number of target rows, whatever their weights.
+     * - dlogits != NULL: OVERWRITTEN (act [n, V]) with d(loss_scale * sum_i w_i loss_i)/dlogits =
+     *   loss_scale * w_i * (softmax_i - onehot(labels[i])) on target rows, 0 on rows with
+     *   labels[i] < 0 (CPU: the factor loss_scale * w_i in double; CUDA: in fp32); dlogits may
+     *   equal logits (in place).
+     * - logp != NULL: OVERWRITTEN (fp32 [n], backend memory) with logp[i] = logits[i, labels[i]] -
+     *   lse_i = -loss_i (the label's log-probability, unweighted) on target rows, 0 on rows with
+     *   labels[i] < 0. It must not overlap logits or dlogits.
+     * With weights == NULL and logp == NULL the arithmetic is that of the unweighted op (the
+     * results are bit for bit those of interface version 9).
      * A non-finite loss is returned as it is (the trainer counts and skips such steps).
-     * Errors: GLM_ERR_ARG when a label is >= V. */
+     * Errors: GLM_ERR_ARG when a label is >= V (dlogits and logp are then unspecified). */
     glm_status (*cross_entropy)(const glm_backend *be, void *dlogits, const void *logits,
-                                const int32_t *labels, int64_t n, int64_t V, float loss_scale,
-                                double *loss_sum, int64_t *n_targets);
+                                const int32_t *labels, const float *weights, float *logp, int64_t n,
+                                int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets);
 
     /* ---- optimizer and communication --------------------------------------------------- */
 

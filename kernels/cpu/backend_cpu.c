@@ -345,8 +345,8 @@ static glm_status cpu_attention_bwd(const glm_backend *be, void *dq, void *dk, v
 }
 
 static glm_status cpu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits,
-                                    const int32_t *labels, int64_t n, int64_t V, float loss_scale,
-                                    double *loss_sum, int64_t *n_targets) {
+                                    const int32_t *labels, const float *weights, float *logp, int64_t n, int64_t V,
+                                    float loss_scale, double *loss_sum, int64_t *n_targets) {
     const float *L = logits;
     float *DL = dlogits;
     double tot = 0;
@@ -356,6 +356,7 @@ static glm_status cpu_cross_entropy(const glm_backend *be, void *dlogits, const 
         int32_t y = labels[i];
         if (y < 0) {
             if (DL) memset(DL + i * V, 0, (size_t)V * sizeof(float));
+            if (logp) logp[i] = 0.0f;
             continue;
         }
         if ((int64_t)y >= V)
@@ -367,13 +368,17 @@ static glm_status cpu_cross_entropy(const glm_backend *be, void *dlogits, const 
         double s = 0;
         for (int64_t v = 0; v < V; v++) s += exp((double)li[v] - mx);
         double lse = mx + log(s);
-        tot += lse - (double)li[y];
+        double loss = lse - (double)li[y];
+        /* without weights: the unweighted sums and factors, bit for bit */
+        tot += weights ? (double)weights[i] * loss : loss;
         cnt++;
+        if (logp) logp[i] = (float)-loss; /* before dlogits: in place, the row is overwritten below */
         if (DL) {
+            const double sc = weights ? (double)loss_scale * (double)weights[i] : (double)loss_scale;
             float *di = DL + i * V;
             for (int64_t v = 0; v < V; v++) {
                 double p = exp((double)li[v] - lse);
-                di[v] = (float)(loss_scale * (p - (v == y ? 1.0 : 0.0)));
+                di[v] = (float)(sc * (p - (v == y ? 1.0 : 0.0)));
             }
         }
     }

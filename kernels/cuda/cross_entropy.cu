@@ -4,7 +4,9 @@
  * pass writes dlogits = loss_scale (softmax - onehot) in bf16, in place allowed. Rows of V a
  * multiple of 8 with 16-byte aligned rows read 16 bytes per access. Memory traffic per row:
  * 2 V bytes read for the loss, plus 2 V read and 2 V written for the gradient. The loss of each
- * row (fp32) and a target flag go to a scratch array that the host sums in double. */
+ * row (fp32) and a target flag go to a scratch array that the host sums in double (with weights,
+ * each loss times its weight, downloaded too, in double). With weights the gradient's factor is
+ * loss_scale * w_i (fp32); logp (optional, fp32) receives logit[label] - lse. */
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -23,9 +25,11 @@ __device__ __forceinline__ void online_add(float &m, float &s, float x) {
 }
 
 /* loss[i] = lse - logit[label] (fp32), cnt[i] = 1 for a target row, 0 for label < 0, -1 for
- * label >= V; dl = bf16(scale (softmax - onehot)), rows with label < 0 zeroed */
-__global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(bf16 *dl, const bf16 *l, const int32_t *labels, int64_t V,
-                                                              float scale, float *loss, int *cnt, int vec) {
+ * label >= V; dl = bf16(scale w_i (softmax - onehot)) (w_i = 1 without weights), rows with
+ * label < 0 zeroed; logp (optional) = logit[label] - lse, 0 on rows with label < 0 */
+__global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(bf16 *dl, const bf16 *l, const int32_t *labels,
+                                                              const float *weights, float *logp, int64_t V, float scale,
+                                                              float *loss, int *cnt, int vec) {
     __shared__ float rm[32], rs[32];
     __shared__ float ly, lse_s;
     const int64_t i = blockIdx.x;
@@ -35,6 +39,7 @@ __global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(bf16 *dl, const bf
         if (threadIdx.x == 0) {
             loss[i] = 0.0f;
             cnt[i] = y < 0 ? 0 : -1;
+            if (logp) logp[i] = 0.0f;
         }
         if (dl && y < 0)
             for (int64_t c = threadIdx.x; c < V; c += blockDim.x) dl[i * V + c] = __float2bfloat16(0.0f);
@@ -81,11 +86,13 @@ __global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(bf16 *dl, const bf
             lse_s = m + logf(s);
             loss[i] = lse_s - ly;
             cnt[i] = 1;
+            if (logp) logp[i] = ly - lse_s;
         }
     }
     __syncthreads();
     if (!dl) return;
     const float lse = lse_s;
+    if (weights) scale *= weights[i];
     if (vec) {
         for (int64_t c = threadIdx.x * 8; c < V; c += (int64_t)blockDim.x * 8) {
             bf16x8 v = *(const bf16x8 *)(li + c), o;
@@ -106,8 +113,9 @@ __global__ void __launch_bounds__(CE_THREADS) k_cross_entropy(bf16 *dl, const bf
     }
 }
 
-glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels, int64_t n,
-                            int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets) {
+glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels,
+                            const float *weights, float *logp, int64_t n, int64_t V, float loss_scale, double *loss_sum,
+                            int64_t *n_targets) {
     cuda_impl *I = IMPL(be);
     *loss_sum = 0;
     if (n_targets) *n_targets = 0;
@@ -118,13 +126,15 @@ glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *lo
     int *cnt = (int *)(loss + n);
     auto al = [](const void *q) { return ((uintptr_t)q & 15) == 0; };
     int vec = V % 8 == 0 && al(logits) && (!dlogits || al(dlogits));
-    k_cross_entropy<<<(unsigned)n, CE_THREADS, 0, I->s>>>((bf16 *)dlogits, (const bf16 *)logits, labels, V, loss_scale, loss,
-                                                          cnt, vec);
+    k_cross_entropy<<<(unsigned)n, CE_THREADS, 0, I->s>>>((bf16 *)dlogits, (const bf16 *)logits, labels, weights, logp, V,
+                                                          loss_scale, loss, cnt, vec);
     LAUNCHED("cross_entropy");
     std::vector<float> hl((size_t)n);
     std::vector<int> hc((size_t)n);
     GLM_TRY(cu_download(be, hl.data(), loss, (size_t)n * 4));
     GLM_TRY(cu_download(be, hc.data(), cnt, (size_t)n * 4));
+    std::vector<float> hw(weights ? (size_t)n : 0);
+    if (weights) GLM_TRY(cu_download(be, hw.data(), weights, (size_t)n * 4));
     double tot = 0;
     int64_t c = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -135,7 +145,7 @@ glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *lo
                            (long long)i, (long long)V);
         }
         if (hc[i]) {
-            tot += hl[i];
+            tot += weights ? (double)hw[i] * (double)hl[i] : (double)hl[i];
             c++;
         }
     }

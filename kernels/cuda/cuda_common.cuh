@@ -292,8 +292,9 @@ void attn_ragged_destroy(cuda_impl *I);
  * kernels" (static storage). */
 const char *attn_impl_name(cuda_impl *I);
 /* cross_entropy.cu */
-glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels, int64_t n,
-                            int64_t V, float loss_scale, double *loss_sum, int64_t *n_targets);
+glm_status cu_cross_entropy(const glm_backend *be, void *dlogits, const void *logits, const int32_t *labels,
+                            const float *weights, float *logp, int64_t n, int64_t V, float loss_scale, double *loss_sum,
+                            int64_t *n_targets);
 /* optim.cu */
 glm_status cu_adamw(const glm_backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, float grad_scale, int64_t step);

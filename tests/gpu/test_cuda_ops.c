@@ -299,7 +299,7 @@ static void test_memcap(void) {
                         T, H, Hkv, Dh));
     double ls = 0;
     int64_t nt = 0;
-    OK(glm_be_cross_entropy(g, gl, gl, glab, lrows, V, 1.0f, &ls, &nt));
+    OK(glm_be_cross_entropy(g, gl, gl, glab, NULL, NULL, lrows, V, 1.0f, &ls, &nt));
     (void)glm_be_sumsq(g, glse, N * H);
     OK(glm_be_sync(g));
     glm_be_mem_info(g, &fr, &tot, &use, &peak);

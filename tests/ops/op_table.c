@@ -1406,42 +1406,67 @@ static const ring_case ring_cpu[] = {
     {2, 5, 4, 2, 8, 100000, NULL},   /* one document */
 };
 
-/* ==== cross_entropy =========================================================================== */
+/* ==== cross_entropy ===========================================================================
+ * The loss (sum of w_i loss_i), the target count, dlogits (out of place, in place or none) and
+ * logp (optional) against float64; weights (optional) positive, zero and negative on target rows,
+ * NaN on the others (the op must not read them). */
 typedef struct {
     int64_t n, V;
     float scale;
     int inplace;           /* dlogits = logits */
     const int32_t *labels; /* NULL: every fifth row (from the third) no target, the rest random */
+    int weights;           /* per-row weights: rows i % 4 == 0, 1 positive, 2 zero, 3 negative; NaN where label < 0 */
+    int logp;              /* the log-probabilities out */
+    int nograd;            /* dlogits = NULL (the loss and logp alone) */
 } ce_case;
 
 enum { CE_L, CE_LAB, CE_LOSS, CE_NT, CE_D };
+
+/* the tensors after the fixed ones: dlogits (out of place only), weights, logp; -1 where absent */
+static int ce_t_w(const ce_case *c) { return c->weights ? (c->inplace || c->nograd ? CE_D : CE_D + 1) : -1; }
+static int ce_t_lp(const ce_case *c) {
+    return c->logp ? (c->inplace || c->nograd ? CE_D : CE_D + 1) + !!c->weights : -1;
+}
+static void *ce_ptr(const op_bufs *b, int t) { return t < 0 ? NULL : b->p[t]; }
 
 static void ce_make(op_inst *in, const void *cv) {
     const ce_case *c = cv;
     op_add(in, "logits", OP_T_ACT, c->inplace ? OP_INOUT : OP_IN, c->n * c->V), op_add(in, "labels", OP_T_I32, OP_IN, c->n);
     op_add(in, "loss", OP_T_HOST, OP_OUT, 1), op_add(in, "targets", OP_T_HOST, OP_OUT, 1);
-    if (!c->inplace) op_add(in, "dlogits", OP_T_ACT, OP_OUT, c->n * c->V);
+    if (!c->inplace && !c->nograd) op_add(in, "dlogits", OP_T_ACT, OP_OUT, c->n * c->V);
     op_fill_n(in, CE_L, 3.0f);
     for (int64_t i = 0; i < c->n; i++)
         in->t[CE_LAB].i[i] = c->labels ? c->labels[i] : i % 5 == 2 ? -1 : (int32_t)(op_rand(in) % (uint64_t)c->V);
+    if (c->weights) {
+        int t = op_add(in, "weights", OP_T_F32, OP_IN, c->n);
+        op_fill_u(in, t, 2.0f);
+        for (int64_t i = 0; i < c->n; i++) {
+            float *w = &HV(in, t)[i];
+            *w = in->t[CE_LAB].i[i] < 0 ? NAN : i % 4 == 2 ? 0.0f : i % 4 == 3 ? -fabsf(*w) : fabsf(*w);
+        }
+    }
+    if (c->logp) op_add(in, "logp", OP_T_F32, OP_OUT, c->n);
     op_check_add(in, "cross_entropy loss", CE_LOSS, OP_CMP_REL, TOL_F32);
     op_check_add(in, "cross_entropy targets", CE_NT, OP_CMP_EXACT, 0.0);
     if (c->inplace) op_check_add(in, "cross_entropy in place", CE_L, OP_CMP_REL, op_tol(in, CE_L));
-    else op_check_add(in, "cross_entropy dlogits", CE_D, OP_CMP_REL, op_tol(in, CE_D));
-    if (!in->ref && !c->inplace) fd_whole(in, CE_L, CE_D, 0, TOL_FD_CE);
-    snprintf(in->shape, sizeof in->shape, "n%lld V%lld", (long long)c->n, (long long)c->V);
+    else if (!c->nograd) op_check_add(in, "cross_entropy dlogits", CE_D, OP_CMP_REL, op_tol(in, CE_D));
+    if (c->logp) op_check_add(in, "cross_entropy logp", ce_t_lp(c), OP_CMP_REL, TOL_F32);
+    if (!in->ref && !c->inplace && !c->nograd) fd_whole(in, CE_L, CE_D, 0, TOL_FD_CE);
+    snprintf(in->shape, sizeof in->shape, "n%lld V%lld%s%s%s", (long long)c->n, (long long)c->V, c->weights ? " w" : "",
+             c->logp ? " logp" : "", c->nograd ? " no dlogits" : "");
 }
 static glm_status ce_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const ce_case *c = in->c;
     int64_t nt = -1;
-    glm_status st = glm_be_cross_entropy(be, b->p[c->inplace ? CE_L : CE_D], b->p[CE_L], b->p[CE_LAB], c->n, c->V, c->scale,
-                                      &b->host[CE_LOSS][0], &nt);
+    void *dl = c->nograd ? NULL : b->p[c->inplace ? CE_L : CE_D];
+    glm_status st = glm_be_cross_entropy(be, dl, b->p[CE_L], b->p[CE_LAB], ce_ptr(b, ce_t_w(c)), ce_ptr(b, ce_t_lp(c)),
+                                         c->n, c->V, c->scale, &b->host[CE_LOSS][0], &nt);
     b->host[CE_NT][0] = (double)nt;
     return st;
 }
 static void ce_ref(const op_inst *in, double *const *want) {
     const ce_case *c = in->c;
-    const int d = c->inplace ? CE_L : CE_D;
+    const int d = c->nograd ? -1 : c->inplace ? CE_L : CE_D, tw = ce_t_w(c), tlp = ce_t_lp(c);
     double tot = 0;
     int64_t cnt = 0;
     for (int64_t i = 0; i < c->n; i++) {
@@ -1450,61 +1475,115 @@ static void ce_ref(const op_inst *in, double *const *want) {
         double mx = -INFINITY, s = 0;
         for (int64_t v = 0; v < c->V; v++) mx = l[v] > mx ? l[v] : mx;
         for (int64_t v = 0; v < c->V; v++) s += exp(l[v] - mx);
-        const double lse = mx + log(s);
-        if (y >= 0) tot += lse - l[y], cnt++;
-        for (int64_t v = 0; v < c->V; v++)
-            want[d][i * c->V + v] = y < 0 ? 0.0 : c->scale * (exp(l[v] - lse) - (v == y ? 1.0 : 0.0));
+        const double lse = mx + log(s), w = y >= 0 && tw >= 0 ? HV(in, tw)[i] : 1.0;
+        if (y >= 0) tot += w * (lse - l[y]), cnt++;
+        if (tlp >= 0) want[tlp][i] = y < 0 ? 0.0 : l[y] - lse;
+        for (int64_t v = 0; d >= 0 && v < c->V; v++)
+            want[d][i * c->V + v] = y < 0 ? 0.0 : c->scale * w * (exp(l[v] - lse) - (v == y ? 1.0 : 0.0));
     }
     want[CE_LOSS][0] = tot, want[CE_NT][0] = (double)cnt;
 }
 static double ce_fd(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const ce_case *c = in->c;
     double loss = NAN;
-    glm_be_cross_entropy(be, NULL, b->p[CE_L], b->p[CE_LAB], c->n, c->V, 1.0f, &loss, NULL);
+    glm_be_cross_entropy(be, NULL, b->p[CE_L], b->p[CE_LAB], ce_ptr(b, ce_t_w(c)), NULL, c->n, c->V, 1.0f, &loss, NULL);
     return loss * c->scale;
 }
-/* the loss without a gradient is the loss with one, bit for bit; in place gives the out-of-place
- * gradient bit for bit; a label >= V is an error */
+/* the number of elements of tensor t's buffers a and b (n elements each) that differ (bit for bit,
+   as doubles; NaN differs); -1 when one could not be fetched */
+static int64_t ce_diff(const op_inst *in, const op_bufs *a, const op_bufs *b, int t, int64_t n) {
+    double *x = op_fetch(a, in, t, 0, n), *y = op_fetch(b, in, t, 0, n);
+    int64_t diff = x && y ? 0 : -1;
+    for (int64_t i = 0; x && y && i < n; i++) diff += !(x[i] == y[i]);
+    free(x), free(y);
+    return diff;
+}
+/* out of place, dlogits: the loss without a gradient is the loss with one, bit for bit, and so is
+ * logp with and without a gradient, and in place; in place gives the out-of-place gradient bit for
+ * bit; with weights, weights of 1 give what no weights give, bit for bit; a label >= V is an error */
 static void ce_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
     const ce_case *c = in->c;
-    if (c->inplace) return;
+    if (c->inplace || c->nograd) return;
     const int64_t n = c->n * c->V;
-    void *s = NULL, *lab = NULL;
+    const int tw = ce_t_w(c), tlp = ce_t_lp(c);
+    void *s = NULL, *lab = NULL, *lp2 = NULL, *lp3 = NULL;
     glm_status st = glm_be_alloc(be, (size_t)n * b->esize[CE_L], "cross_entropy props", &s);
     if (!st) st = glm_be_alloc(be, sizeof(int32_t) * (size_t)c->n, "labels", &lab);
+    if (!st && c->logp) st = glm_be_alloc(be, sizeof(float) * (size_t)c->n, "logp", &lp2);
+    if (!st && c->logp) st = glm_be_alloc(be, sizeof(float) * (size_t)c->n, "logp", &lp3);
     OP_EXPECT(st == GLM_OK, "cross_entropy: %s", glm_errmsg());
+    const float *W = ce_ptr(b, tw);
     double l1 = NAN, l2 = NAN, l3 = NAN;
-    if (!st) st = glm_be_cross_entropy(be, NULL, b->p[CE_L], b->p[CE_LAB], c->n, c->V, c->scale, &l1, NULL);
-    if (!st) st = glm_be_cross_entropy(be, b->p[CE_D], b->p[CE_L], b->p[CE_LAB], c->n, c->V, c->scale, &l2, NULL);
+    if (!st) st = glm_be_cross_entropy(be, NULL, b->p[CE_L], b->p[CE_LAB], W, ce_ptr(b, tlp), c->n, c->V, c->scale, &l1, NULL);
+    if (!st) st = glm_be_cross_entropy(be, b->p[CE_D], b->p[CE_L], b->p[CE_LAB], W, lp2, c->n, c->V, c->scale, &l2, NULL);
     if (!st) st = glm_be_copy(be, s, b->p[CE_L], (size_t)n * b->esize[CE_L]);
-    if (!st) st = glm_be_cross_entropy(be, s, s, b->p[CE_LAB], c->n, c->V, c->scale, &l3, NULL);
+    if (!st) st = glm_be_cross_entropy(be, s, s, b->p[CE_LAB], W, lp3, c->n, c->V, c->scale, &l3, NULL);
     OP_EXPECT(st == GLM_OK && l1 == l2 && l2 == l3, "cross_entropy on %s: the loss without a gradient %.17g, with one "
               "%.17g, in place %.17g: %s", be->name, l1, l2, l3, st ? glm_errmsg() : "must be equal");
     op_bufs sb = *b;
     sb.p[CE_D] = s;
-    double *x = st ? NULL : op_fetch(b, in, CE_D, 0, n), *y = st ? NULL : op_fetch(&sb, in, CE_D, 0, n);
-    int64_t diff = 0;
-    for (int64_t i = 0; x && y && i < n; i++) diff += !(x[i] == y[i]);
-    OP_EXPECT(x && y && diff == 0, "cross_entropy on %s: in place differs from out of place in %lld elements", be->name,
+    int64_t diff = st ? -1 : ce_diff(in, b, &sb, CE_D, n);
+    OP_EXPECT(diff == 0, "cross_entropy on %s: in place differs from out of place in %lld elements", be->name,
               (long long)diff);
-    free(x), free(y);
+    if (c->logp) {
+        op_bufs b2 = *b, b3 = *b;
+        b2.p[tlp] = lp2, b3.p[tlp] = lp3;
+        int64_t d2 = st ? -1 : ce_diff(in, b, &b2, tlp, c->n), d3 = st ? -1 : ce_diff(in, b, &b3, tlp, c->n);
+        OP_EXPECT(d2 == 0 && d3 == 0, "cross_entropy on %s: logp without a gradient differs from logp with one in %lld "
+                  "rows, from logp in place in %lld", be->name, (long long)d2, (long long)d3);
+    }
+    if (c->weights) {
+        /* weights of 1 (every row, NaN nowhere) against no weights: the loss and dlogits bit for bit */
+        float *ones = malloc(sizeof(float) * (size_t)c->n);
+        for (int64_t i = 0; i < c->n; i++) ones[i] = 1.0f;
+        void *w1 = NULL;
+        if (!st) st = glm_be_alloc(be, sizeof(float) * (size_t)c->n, "ones", &w1);
+        if (!st) st = glm_be_upload(be, w1, ones, sizeof(float) * (size_t)c->n);
+        if (!st) st = glm_be_cross_entropy(be, b->p[CE_D], b->p[CE_L], b->p[CE_LAB], NULL, NULL, c->n, c->V, c->scale, &l1, NULL);
+        if (!st) st = glm_be_cross_entropy(be, s, b->p[CE_L], b->p[CE_LAB], w1, NULL, c->n, c->V, c->scale, &l2, NULL);
+        diff = st ? -1 : ce_diff(in, b, &sb, CE_D, n);
+        OP_EXPECT(!st && l1 == l2 && diff == 0, "cross_entropy on %s: weights of 1 against none: loss %.17g against "
+                  "%.17g, dlogits differ in %lld elements%s%s", be->name, l2, l1, (long long)diff, st ? ": " : "",
+                  st ? glm_errmsg() : "");
+        free(ones);
+        glm_be_free(be, w1);
+    }
     int32_t *bad = malloc(sizeof(int32_t) * (size_t)c->n);
     memcpy(bad, in->t[CE_LAB].i, sizeof(int32_t) * (size_t)c->n);
     bad[c->n - 1] = (int32_t)c->V;
     if (!st) st = glm_be_upload(be, lab, bad, sizeof(int32_t) * (size_t)c->n);
-    OP_EXPECT(!st && glm_be_cross_entropy(be, NULL, b->p[CE_L], lab, c->n, c->V, c->scale, &l1, NULL) == GLM_ERR_ARG,
+    OP_EXPECT(!st && glm_be_cross_entropy(be, NULL, b->p[CE_L], lab, W, ce_ptr(b, tlp), c->n, c->V, c->scale, &l1, NULL) ==
+                         GLM_ERR_ARG,
               "cross_entropy on %s: a label >= V is an error", be->name);
     free(bad);
-    glm_be_free(be, s), glm_be_free(be, lab);
+    glm_be_free(be, s), glm_be_free(be, lab), glm_be_free(be, lp2), glm_be_free(be, lp3);
 }
 static const int32_t ce_labels5[] = {3, -1, 10, 0, -1};
+/* 9 rows: targets with positive (0, 1, 4), zero (2, 6) and negative (3, 7) weights, two without */
+static const int32_t ce_labels9[] = {3, 1, 10, 0, 7, -1, 2, 9, -1};
 static const ce_case ce_cmp[] = {
-    {17, 151552, 1.0f / 50, 0, NULL}, /* GLM-4's vocabulary */
-    {17, 151552, 1.0f / 50, 1, NULL}, /* in place, as the model calls it */
-    {9, 1001, 1.0f / 50, 0, NULL},
-    {9, 1001, 1.0f / 50, 1, NULL},
+    {17, 151552, 1.0f / 50, 0, NULL, 0, 0, 0}, /* GLM-4's vocabulary */
+    {17, 151552, 1.0f / 50, 1, NULL, 0, 0, 0}, /* in place, as the model calls it */
+    {9, 1001, 1.0f / 50, 0, NULL, 0, 0, 0},
+    {9, 1001, 1.0f / 50, 1, NULL, 0, 0, 0},
+    /* weights and log-probabilities */
+    {17, 151552, 1.0f / 50, 1, NULL, 1, 1, 0}, /* in place, weighted, logp: a weighted objective's step */
+    {17, 151552, 1.0f / 50, 0, NULL, 1, 1, 0},
+    {17, 151552, 1.0f / 50, 0, NULL, 0, 1, 1}, /* logp alone (scoring) */
+    {9, 1001, 1.0f / 50, 0, NULL, 1, 0, 0},
+    {9, 1001, 1.0f / 50, 0, NULL, 0, 1, 0},
+    {9, 1001, 1.0f / 50, 1, NULL, 1, 1, 0},
+    {9, 1001, 1.0f / 50, 0, NULL, 1, 1, 1},
 };
-static const ce_case ce_cpu[] = {{5, 11, 0.25f, 0, ce_labels5}, {5, 11, 0.25f, 1, ce_labels5}};
+static const ce_case ce_cpu[] = {
+    {5, 11, 0.25f, 0, ce_labels5, 0, 0, 0},
+    {5, 11, 0.25f, 1, ce_labels5, 0, 0, 0},
+    {9, 11, 0.25f, 0, ce_labels9, 1, 0, 0}, /* weighted */
+    {9, 11, 0.25f, 0, ce_labels9, 1, 1, 0}, /* weighted, logp */
+    {9, 11, 0.25f, 1, ce_labels9, 1, 1, 0}, /* in place */
+    {9, 11, 0.25f, 0, ce_labels9, 0, 1, 0}, /* logp, no weights */
+    {9, 11, 0.25f, 0, ce_labels9, 1, 1, 1}, /* logp and the loss alone */
+};
 
 /* ==== adamw ================================================================================== */
 typedef struct {
