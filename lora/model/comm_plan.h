@@ -5,7 +5,7 @@
  *
  * Bytes (per rank, per optimizer step of `accum` micro-batches; the rule of be->comm_bytes,
  * kernels/backend.h: ring all-reduce 2 (n-1)/n x the buffer, all-gather (n-1) x the shard,
- * sendrecv its bytes), following what tool/train/train.c and lora/model/model_step.c issue:
+ * sendrecv its bytes), following what tool/train/train.c and lora/model/step.c issue:
  *   gradient all-reduce   every LoRA gradient (fp32, li->params elements) once per step, over all
  *                         `world` ranks;
  *   --shard-base gathers  per micro-batch the embedding and the output layer ([V, C] each, dense)

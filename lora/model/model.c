@@ -1,6 +1,6 @@
 /* lora/model/model.c: GLM-4's weights: loading either checkpoint layout (the tensor names of its
  * family row, lora/model/family.h), random weights made on the device for benchmarks, freeing.
- * The forward and backward are in lora/model/model_step.c. */
+ * The step (forward, loss heads, backward) is in lora/model/step*.c, layer*.c and head.c (step_internal.h). */
 #include "lora/model/model.h"
 
 #include <math.h>
@@ -14,7 +14,7 @@
 
 /* ---------------------------------------------------------------------------- loading */
 
-void glm_ws_free(struct glm_ws *w);          /* lora/model/model_step.c */
+void glm_ws_free(struct glm_ws *w);          /* lora/model/step_ws.c */
 
 static void weight_free(const glm_backend *be, glm_weight *w) {
     glm_be_free(be, w->data);

@@ -53,7 +53,7 @@ typedef struct glm_base_format {
                           GEMMs on FP8 tensor cores (glm_base_matmul); needs GLM_FEATURE_FP8 */
 } glm_base_format;
 
-struct glm_ws; /* lora/model/model.c: the step's buffers, allocated once per batch shape */
+struct glm_ws; /* lora/model/step_ws.c: the step's buffers, allocated once per batch shape */
 
 typedef struct glm_model {
     glm_config cfg;

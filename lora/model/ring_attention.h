@@ -63,7 +63,7 @@ static inline int64_t glm_cp_global(const glm_cp_layout *L, int64_t j) {
     return j < L->S ? glm_cp_chunk_start(L, L->rank, 0) + j : glm_cp_chunk_start(L, L->rank, 1) + (j - L->S);
 }
 
-/* One rank's ring: the buffers the model's workspace owns (lora/model/model_step.c) and where the rows'
+/* One rank's ring: the buffers the model's workspace owns (lora/model/step_ws.c) and where the rows'
  * document ids are. */
 typedef struct glm_ring {
     const glm_backend *be;     /* computes (the blocks, the packing) */
