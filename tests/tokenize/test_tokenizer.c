@@ -474,6 +474,41 @@ int main(int argc, char **argv) {
         glm_write_file_atomic(p, dup, strlen(dup));
         CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT, "duplicate token accepted");
         printf("duplicate: %s\n", glm_errmsg());
+        /* a 15-byte file with rank 10^9: refused at once, naming the line (before: 3.9 GB of
+         * rank tables allocated, then "no token for the single byte 0x00") */
+        const char *huge = "IQ== 1000000000";
+        glm_write_file_atomic(p, huge, strlen(huge));
+        CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "tokenizer.model:1:") &&
+              strstr(glm_errmsg(), "rank 1000000000") && strstr(glm_errmsg(), "hint"), "huge rank: %s", glm_errmsg());
+        printf("huge rank: %s\n", glm_errmsg());
+        /* every single byte, then one far rank on line 258: the line named; a small gap is accepted */
+        glm_charvec v = {0};
+        static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for (int c = 0; c < 256; c++) {
+            char line[32];
+            int n = snprintf(line, sizeof line, "%c%c== %d\n", b64[c >> 2], b64[(c & 3) << 4], c);
+            CHECK(glm_vec_reserve(v, (size_t)n) == GLM_OK, "mem");
+            memcpy(v.v + v.n, line, (size_t)n), v.n += (size_t)n;
+        }
+        const char *tail_ok = "YWI= 300\n", *tail_far = "YWI= 300\nYWJj 999999\n";
+        glm_charvec w = {0};
+        CHECK(glm_vec_reserve(w, v.n + 64) == GLM_OK, "mem");
+        memcpy(w.v, v.v, v.n), memcpy(w.v + v.n, tail_ok, strlen(tail_ok));
+        glm_write_file_atomic(p, w.v, v.n + strlen(tail_ok));
+        glm_bpe *ok = NULL;
+        char *pdata = NULL;
+        size_t plen = 0;
+        CHECK(glm_read_file(p, &pdata, &plen) == GLM_OK, "read back");
+        CHECK(pdata && glm_bpe_load(p, pdata, plen, &ok) == GLM_OK, "256 bytes and a gap to rank 300: %s",
+              glm_errmsg());
+        glm_bpe_free(ok);
+        free(pdata);
+        memcpy(w.v + v.n, tail_far, strlen(tail_far));
+        glm_write_file_atomic(p, w.v, v.n + strlen(tail_far));
+        CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT && strstr(glm_errmsg(), ":258:") &&
+              strstr(glm_errmsg(), "rank 999999"), "far rank after the bytes: %s", glm_errmsg());
+        glm_vec_free(v);
+        glm_vec_free(w);
         glm_rmtree(tmpl);
     }
 
