@@ -351,7 +351,7 @@ glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out) {
                                   t->base_vocab + (uint32_t)i, 0)) != GLM_OK)
                 goto fail;
     }
-    qsort(sp.v, sp.n, sizeof *sp.v, cmp_special);
+    if (sp.n) qsort(sp.v, sp.n, sizeof *sp.v, cmp_special); /* no special tokens: sp.v is NULL */
     t->special = sp.v;
     t->n_special = sp.n;
     sp.v = NULL;
