@@ -15,7 +15,10 @@
 #     report_to: wandb is said to be unsupported;
 #  4. keys a YAML leaves out take transformers' TrainingArguments defaults (learning_rate 5e-5,
 #     per_device_train_batch_size 8, logging_steps 500), said in the settings dump; the command
-#     line keeps glmtune's; logging_steps below 1 is ceil(ratio x max_steps).
+#     line keeps glmtune's; logging_steps below 1 is ceil(ratio x max_steps);
+#  5. val_size as a fraction is an exact count, as HF datasets' train_test_split (which
+#     LLaMA-Factory's split_dataset calls) makes it: n_test = ceil(test_size x n_samples),
+#     n_train = n_samples - n_test (arrow_dataset.py, train_test_split).
 set -uo pipefail
 G=${GLMTUNE:?}
 SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -191,6 +194,17 @@ check "streaming and tool_format answered in one line each" test "$(grep -c 'is 
 sed 's/^max_samples: 40/max_samples: 40\nval_size: 0.1/' "$T/ev.yaml" > "$T/ev2.yaml"
 "$G" tokenize --quiet --config "$T/ev2.yaml" --model_name_or_path "$TOK" --dataset_dir "$L" -o "$T/ev2" 2>"$T/ev2.log"
 check "eval_dataset with val_size: refused, as in LLaMA-Factory" grep -q "eval_dataset .* and val_size .* are both set" "$T/ev2.log"
+
+# ---- 5. val_size 0.1 of 1,090 samples: 981 / 109 (before: drawn per sample, 970 / 120); of 1,001: 900 / 101
+splits() { tr -d ' \n' < "$1/manifest.json" | grep -o '"\(val\|train\)":{"rows":[0-9]*,"samples":[0-9]*' | sed 's/"rows":[0-9]*,//' | sort | tr '\n' ' '; }
+for n in 1090 1001; do
+  awk -v n=$n 'BEGIN { for (i = 0; i < n; i++) print "{\"input_ids\": [1, 2, " (i % 500 + 3) ", 4], \"labels\": [-100, 2, " (i % 500 + 3) ", 4]}" }' > "$T/vs$n.jsonl"
+  nt=$(awk -v n=$n 'BEGIN { x = 0.1 * n; c = (x == int(x)) ? x : int(x) + 1; print c }')
+  for seed in 1 42; do
+    "$G" tokenize --quiet --seq-len 64 --val-size 0.1 --seed $seed -o "$T/vs$n-$seed" "$T/vs$n.jsonl" 2>/dev/null
+    check "val_size 0.1 of $n samples (seed $seed): $((n - nt)) train, $nt val" test "$(splits "$T/vs$n-$seed")" = "\"train\":{\"samples\":$((n - nt)) \"val\":{\"samples\":$nt "
+  done
+done
 
 echo "test_lf_semantics: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"
