@@ -54,6 +54,7 @@ static const char *ABOUT =
 typedef struct {
     const char *tokenizer_path, *out, *format_name, *dataset, *template_path, *report_path;
     const char *text_column, *config_path, *dataset_dir;
+    bool chat_only;        /* a YAML of stage sft (or another chat stage): pretraining entries dropped */
     const char *default_system; /* system message of the samples that have none (LLaMA-Factory's default_system) */
     const char *eval_dataset;   /* entries that go to the val split (LLaMA-Factory's eval_dataset) */
     char *reader_filter;        /* dataset + eval_dataset names for the reader (owned) */
@@ -726,6 +727,8 @@ static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dat
         if (c->train_on_prompt == 1) o->train_on |= GLM_TRAIN_PROMPT;
     }
     if (!o->set_format && c->stage && !strcmp(c->stage, "pt")) o->format_name = "text";
+    /* LLaMA-Factory's stage defaults to sft: pretraining entries are dropped there (glm_convert_opts.chat_only) */
+    o->chat_only = !(c->stage && !strcmp(c->stage, "pt"));
     o->lf_truncate = true; /* a LLaMA-Factory YAML: a chat longer than cutoff_len is cut as it cuts it */
     return GLM_OK;
 }
@@ -835,6 +838,11 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (asprintf(&o->reader_filter, "%s,%s", o->dataset, o->eval_dataset) < 0)
             s = glm_err(GLM_ERR_NOMEM, "out of memory");
     }
+    if (s == GLM_OK && o->config_path && o->n_inputs == 0 && !o->dataset && !o->encode && !o->decode)
+        s = glm_err(GLM_ERR_ARG, "%s names no dataset: LLaMA-Factory requires dataset for training, and tokenize would "
+                    "otherwise read every entry of dataset_info.json (pretraining text among the chats); hint: "
+                    "dataset: NAMES in the config (or --dataset NAMES), or give the corpus files as inputs",
+                    o->config_path);
     if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir)) {
         struct stat sb;
         if (!o->dataset_dir && stat("data", &sb) != 0) { /* LLaMA-Factory's default folder is not here */
@@ -1384,7 +1392,8 @@ static int tokenize_main(tok_opts *op) {
         glm_tokenizer_free(tok);
         return cli_fail(s);
     }
-    tok_run r = {.o = &o, .tok = tok, .copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns}, .out_lock = -1};
+    tok_run r = {.o = &o, .tok = tok, .copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns, o.chat_only},
+                 .out_lock = -1};
     if (tok && (s = load_template(&o, tok, &r.tpl)) != GLM_OK) {
         glm_tokenizer_free(tok);
         return cli_fail(s);
