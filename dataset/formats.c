@@ -879,6 +879,11 @@ glm_status glm_record_convert_ex(const glm_record *rec, const glm_convert_opts *
                          : m && opt->format == GLM_FMT_TEXT && m->prompt ? m->prompt : "text";
     const char *msg_key = NULL;
     glm_format f = opt->format;
+    if (f == GLM_FMT_AUTO && m && m->text_column && opt->chat_only)
+        return fail(&c, "pretraining_entry", "dataset \"%s\" of %s is a pretraining entry (columns {\"prompt\": \"%s\"}, "
+                    "no response): supervised fine-tuning (stage sft) drops its records, as LLaMA-Factory does; hint: "
+                    "leave it out of dataset, or tokenize it on its own with stage: pt (--format text)",
+                    m->name ? m->name : "?", m->registry ? m->registry : "dataset_info.json", m->text_column);
     if (f == GLM_FMT_AUTO) {
         if (m && m->text_column) f = GLM_FMT_TEXT;
         else if (map_turns) f = GLM_FMT_SHAREGPT;

@@ -71,6 +71,11 @@ typedef struct glm_convert_opts {
                                      entry's); given, a record with this field is text in auto */
     bool keep_reasoning;          /* keep reasoning in the content instead of dropping it */
     bool merge_consecutive_turns; /* join neighbouring turns of one role before the order check */
+    bool chat_only;               /* supervised fine-tuning (a LLaMA-Factory YAML whose stage is not pt):
+                                     the records of a pretraining dataset_info entry (columns {"prompt":
+                                     "text"}, no response) are dropped, reason "pretraining_entry", as
+                                     LLaMA-Factory drops them under stage sft, instead of becoming
+                                     all-target text among the chats */
 } glm_convert_opts;
 
 /* Converts one record (rec->value must be set) to *out. opt->format GLM_FMT_AUTO detects per

@@ -296,8 +296,64 @@ static int cmp_names(const struct dirent **a, const struct dirent **b) {
     return strcmp((*a)->d_name, (*b)->d_name);
 }
 
+/* The folders one walk has entered, by (device, inode): a folder reached again is not walked
+ * again, so symbolic links back to a folder above them (x -> ., y -> .) are not followed round
+ * (2^depth paths before any depth limit), nor is one folder read twice through two links. */
+typedef struct rd_dirid {
+    dev_t dev;
+    ino_t ino;
+    bool open;                         /* being walked: reaching it again is a loop */
+} rd_dirid;
+typedef struct rd_walk {
+    GLM_VEC(rd_dirid) seen;
+    size_t n_loops;                    /* links that led back into a folder being walked */
+    char *first_loop;                  /* the first such path (malloc'd) */
+} rd_walk;
+
+/* Enters folder `dir` (stat st) in walk w: false when it was entered before (a loop, counted, when
+ * it is being walked now), or on out of memory (*st set). *slot gets its index. */
+static bool walk_enter(rd_walk *w, const char *dir, const struct stat *sb, size_t *slot, glm_status *st) {
+    for (size_t i = 0; i < w->seen.n; i++)
+        if (w->seen.v[i].dev == sb->st_dev && w->seen.v[i].ino == sb->st_ino) {
+            if (w->seen.v[i].open) {
+                if (w->n_loops++ == 0) w->first_loop = strdup(dir);
+            } else {
+                glm_log_debug("%s: a folder reached again through a link: read once", dir);
+            }
+            return false;
+        }
+    rd_dirid d = {.dev = sb->st_dev, .ino = sb->st_ino, .open = true};
+    if (glm_vec_push(w->seen, d) != GLM_OK) {
+        *st = glm_err(GLM_ERR_NOMEM, "out of memory");
+        return false;
+    }
+    *slot = w->seen.n - 1;
+    return true;
+}
+
+/* Says once what walk w left out as loops, and frees it. `top` is the folder walked. */
+static void walk_done(rd_walk *w, const char *top) {
+    if (w->n_loops)
+        glm_log_warn("%s: %zu symbolic link%s lead%s back to a folder being read (a loop) and %s not "
+                     "followed, %s%s; hint: remove the link, or name the folders to read as inputs",
+                     top, w->n_loops, w->n_loops > 1 ? "s" : "", w->n_loops > 1 ? "" : "s",
+                     w->n_loops > 1 ? "were" : "was", w->n_loops > 1 ? "the first " : "",
+                     w->first_loop ? w->first_loop : "?");
+    free(w->first_loop);
+    glm_vec_free(w->seen);
+    memset(w, 0, sizeof *w);
+}
+
 static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
-                           size_t depth);
+                           size_t depth, rd_walk *w);
+
+/* Walks folder `dir` as a whole (walk_dir with a walk of its own). */
+static glm_status walk_top(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced) {
+    rd_walk w = {0};
+    glm_status st = walk_dir(r, dir, forced, 0, &w);
+    walk_done(&w, dir);
+    return st;
+}
 
 static glm_status add_registry(glm_reader *r, glm_dsinfo *info) {
     if (glm_vec_push(r->infos, info) != GLM_OK) {
@@ -321,7 +377,7 @@ static glm_status expand_registry(glm_reader *r, glm_dsinfo *info) {
         if (!e->local) continue; /* an error if the entry is selected, else a warning (apply_filter) */
         struct stat st;
         if (stat(e->path, &st) != 0) continue;
-        if (S_ISDIR(st.st_mode)) GLM_TRY(walk_dir(r, e->path, e, 0));
+        if (S_ISDIR(st.st_mode)) GLM_TRY(walk_top(r, e->path, e));
         else GLM_TRY(add_source(r, e->path, st.st_size, e, false));
     }
     return GLM_OK;
@@ -349,9 +405,13 @@ static bool is_source(const glm_reader *r, const char *real) {
  * skips them) that are not sources: the files a registry of the folder does not name. *first
  * gets the first one's path (malloc'd, when still NULL). */
 static void count_unregistered(const glm_reader *r, const char *dir, const char *reg_real, size_t depth, size_t *n,
-                               char **first) {
+                               char **first, rd_walk *w) {
     struct dirent **names = NULL;
-    int nn = depth > 64 ? -1 : scandir(dir, &names, NULL, cmp_names);
+    struct stat ds;
+    size_t slot = 0;
+    glm_status wst = GLM_OK;
+    if (depth > 64 || stat(dir, &ds) != 0 || !walk_enter(w, dir, &ds, &slot, &wst)) return;
+    int nn = scandir(dir, &names, NULL, cmp_names);
     for (int i = 0; i < nn; i++) {
         const char *nm = names[i]->d_name;
         char *p = nm[0] == '.' ? NULL : glm_path_join(dir, nm);
@@ -359,7 +419,7 @@ static void count_unregistered(const glm_reader *r, const char *dir, const char 
         char rp[PATH_MAX];
         bool there = p && stat(p, &sb) == 0;
         if (there && S_ISDIR(sb.st_mode) && !glm_reader_is_shards_dir(p)) {
-            count_unregistered(r, p, reg_real, depth + 1, n, first);
+            count_unregistered(r, p, reg_real, depth + 1, n, first, w);
         } else if (there && S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
             const char *real = realpath(p, rp) ? rp : p;
             if (strcmp(real, reg_real) && !is_source(r, real) && (*n)++ == 0 && !*first) *first = strdup(p);
@@ -368,6 +428,7 @@ static void count_unregistered(const glm_reader *r, const char *dir, const char 
         free(names[i]);
     }
     free(names);
+    w->seen.v[slot].open = false;
 }
 
 /* A folder that holds a dataset_info.json is read as LLaMA-Factory reads its dataset_dir: the
@@ -382,7 +443,12 @@ static glm_status expand_registry_dir(glm_reader *r, const char *dir, glm_dsinfo
     glm_status st = expand_registry(r, info);
     size_t n = 0;
     char *first = NULL;
-    if (st == GLM_OK) count_unregistered(r, dir, reg_real, 0, &n, &first);
+    if (st == GLM_OK) {
+        rd_walk w = {0}; /* its loops are the walk's own, said by it */
+        count_unregistered(r, dir, reg_real, 0, &n, &first, &w);
+        free(w.first_loop);
+        glm_vec_free(w.seen);
+    }
     if (n > 0)
         glm_log_info("%s: %zu file%s in the folder %s not named by its dataset_info.json and %s not read (as "
                      "LLaMA-Factory reads only registered datasets), %s%s; hint: add an entry for a file to read it, "
@@ -394,16 +460,22 @@ static glm_status expand_registry_dir(glm_reader *r, const char *dir, glm_dsinfo
 }
 
 static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entry *forced,
-                           size_t depth) {
+                           size_t depth, rd_walk *w) {
     if (depth > 64)
-        return glm_err(GLM_ERR_ARG, "%s: folders nested more than 64 deep (a symlink loop?); "
+        return glm_err(GLM_ERR_ARG, "%s: folders nested more than 64 deep; "
                        "hint: name the folder that holds the data", dir);
+    struct stat ds;
+    if (stat(dir, &ds) != 0)
+        return glm_err(GLM_ERR_IO, "%s: cannot open the folder: %s; hint: check the path and its permissions",
+                       dir, strerror(errno));
+    size_t slot = 0;
+    glm_status st = GLM_OK;
+    if (!walk_enter(w, dir, &ds, &slot, &st)) return st;
     struct dirent **names = NULL;
     int nn = scandir(dir, &names, NULL, cmp_names);
     if (nn < 0)
         return glm_err(GLM_ERR_IO, "%s: cannot list the folder: %s; hint: check its permissions",
                        dir, strerror(errno));
-    glm_status st = GLM_OK;
     /* A dataset_info.json in this folder: its datasets are what the folder holds. */
     char *reg_path = glm_path_join(dir, "dataset_info.json");
     struct stat sb;
@@ -431,7 +503,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
                 glm_log_warn("%s: a glmtune tokenize output (shards) inside an input folder: skipped, it is "
                              "not a corpus", p);
             else
-                st = walk_dir(r, p, forced, depth + 1);
+                st = walk_dir(r, p, forced, depth + 1, w);
         } else if (S_ISREG(sb.st_mode) && (is_json_name(nm) || is_archive_name(nm))) {
             st = forced ? add_source(r, p, sb.st_size, forced, false) : add_mapped(r, p, sb.st_size, false);
         } else {
@@ -442,6 +514,7 @@ static glm_status walk_dir(glm_reader *r, const char *dir, const glm_dsinfo_entr
     for (int i = 0; i < nn; i++) free(names[i]);
     free(names);
     free(reg_path);
+    w->seen.v[slot].open = false;
     return st;
 }
 
@@ -451,7 +524,7 @@ static glm_status add_input(glm_reader *r, const char *path) {
     if (stat(path, &sb) != 0)
         return glm_err(GLM_ERR_IO, "%s: cannot open: %s; hint: check the path and spelling",
                        path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) return walk_dir(r, path, NULL, 0);
+    if (S_ISDIR(sb.st_mode)) return walk_top(r, path, NULL);
     if (access(path, R_OK) != 0)
         return glm_err(GLM_ERR_IO, "%s: cannot read: %s; hint: check the file's permissions",
                        path, strerror(errno));

@@ -45,6 +45,7 @@ void glm_shard_close(glm_shard *sh) {
         free(sh->sources);
     }
     glm_mmap_close(&sh->map);
+    free(sh->aligned_meta);
     free(sh->path);
     memset(sh, 0, sizeof *sh);
 }
@@ -179,9 +180,23 @@ glm_status glm_shard_open(const char *path, glm_shard *sh) {
         const uint8_t *p = sh->map.data;
         sh->ids = (const uint32_t *)(p + L.ids);
         sh->targets = p + L.targets;
-        sh->rowdocs = (const uint64_t *)(p + L.rowdocs);
-        sh->docs = (const glm_shard_doc *)(p + L.docs);
-        s = read_sources(path, sh, &L);
+        if ((uintptr_t)(p + L.rowdocs) % 8 == 0) {
+            sh->rowdocs = (const uint64_t *)(p + L.rowdocs);
+            sh->docs = (const glm_shard_doc *)(p + L.docs);
+        } else { /* R*T odd: the 64-bit sections sit 4 bytes off; read them through an aligned copy */
+            size_t nr = 8 * ((size_t)sh->n_rows + 1), nd = 16 * (size_t)sh->n_docs;
+            uint8_t *m = malloc(nr + nd);
+            if (!m) s = glm_err(GLM_ERR_NOMEM, "%s: out of memory opening the shard (%zu bytes of row and document "
+                                "tables)", path, nr + nd);
+            else {
+                memcpy(m, p + L.rowdocs, nr);
+                memcpy(m + nr, p + L.docs, nd);
+                sh->aligned_meta = m;
+                sh->rowdocs = (const uint64_t *)m;
+                sh->docs = (const glm_shard_doc *)(m + nr);
+            }
+        }
+        if (s == GLM_OK) s = read_sources(path, sh, &L);
     }
     if (s == GLM_OK) s = check_rows(path, sh, &L);
     if (s != GLM_OK) {

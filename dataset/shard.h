@@ -67,8 +67,11 @@ typedef struct glm_shard {
     uint32_t payload_crc;       /* the header's payload CRC-32, checked against the data at open */
     const uint32_t *ids;        /* [R*T] */
     const uint8_t *targets;     /* bitmask over R*T */
-    const uint64_t *rowdocs;    /* [R+1] */
-    const glm_shard_doc *docs;  /* [D] */
+    const uint64_t *rowdocs;    /* [R+1] (in the mapping, or in aligned_meta) */
+    const glm_shard_doc *docs;  /* [D] (in the mapping, or in aligned_meta) */
+    void *aligned_meta;         /* rowdocs and docs copied to 8-aligned memory when the file has them at an
+                                   offset that is 4 mod 8 (R*T odd), so that no 64-bit read is misaligned;
+                                   NULL when they are read from the mapping */
     uint32_t n_sources;
     char **sources;             /* [S] names */
 } glm_shard;

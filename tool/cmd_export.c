@@ -1,11 +1,16 @@
 /* glmtune export-adapter: a training checkpoint -> a PEFT adapter directory, or with --merge the
  * full model W + scaling * B A in the base checkpoint's layout and sharding. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/args.h"
 #include "common/fileio.h"
@@ -148,6 +153,113 @@ static glm_status check_outdir(const char *out, bool merge, const char *base, co
     return s;
 }
 
+/* What one export writes: the adapter, or with merge the merged model. */
+typedef struct export_job {
+    bool merge;
+    bool out_made;                     /* -o was made by this export (removed again when it fails) */
+    const char *out, *dir, *base, *dtype_s;
+    const glm_param *params;
+    size_t n;
+    const glm_adapter_cfg *ac;
+    glm_st_dtype dt;
+    double scaling;
+    int merge_dtype;
+} export_job;
+
+static glm_status export_write(const export_job *j) {
+    glm_status s;
+    if (!j->merge) {
+        s = glm_export_adapter(j->out, NULL, j->params, j->n, j->ac, j->dt);
+        if (s == GLM_OK)
+            glm_log_info("wrote the PEFT adapter of %s (%zu tensors, %s) to %s", j->dir, j->n, j->dtype_s, j->out);
+    } else {
+        s = glm_export_merged(j->base, j->out, NULL, j->params, j->n, j->scaling, j->merge_dtype);
+        if (s == GLM_OK)
+            glm_log_info("wrote %s merged with the adapter of %s (scaling %g) to %s", j->base, j->dir, j->scaling, j->out);
+    }
+    return s;
+}
+
+/* Ctrl-C (SIGINT) or SIGTERM during an export: the export is written by a child process (the
+ * export library has no stop points: a merged model is written tensor after tensor for minutes),
+ * which the signal ends (the parent forwards what it is sent); the parent then removes the
+ * child's temporary directory "<out>.tmp.<child pid>" (the size of the model) with
+ * glm_cleanup_leftovers, which also puts back an -o that a kill inside the final swap left
+ * missing, and dies of the same signal. A child killed otherwise (out of memory, a crash) is
+ * cleaned up the same way and reported. */
+static volatile sig_atomic_t g_export_sig;
+static volatile pid_t g_export_child;
+static void on_export_signal(int sig) {
+    g_export_sig = sig;
+    if (g_export_child > 0) kill(g_export_child, sig);
+}
+
+/* Catches (on) or restores (!on) SIGINT and SIGTERM; a signal the caller ignores stays ignored. */
+static void export_signals(bool on) {
+    static bool caught[2];
+    const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction sa = {0}, old;
+        sigemptyset(&sa.sa_mask);
+        if (on) {
+            if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+            sa.sa_handler = on_export_signal;
+            sa.sa_flags = SA_RESTART;
+        } else if (!caught[i]) {
+            continue;
+        } else {
+            sa.sa_handler = SIG_DFL;
+        }
+        if (sigaction(sigs[i], &sa, NULL) == 0) caught[i] = on;
+    }
+}
+
+/* Runs export_write(j) in a child process and returns the exit status; see on_export_signal. */
+static int export_guarded(const export_job *j) {
+    g_export_sig = 0;
+    export_signals(true);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* the parent killed outright: stop too (the next run cleans up) */
+        export_signals(false);
+        if (g_export_sig) raise(g_export_sig); /* sent between the fork and here */
+        glm_status s = export_write(j);
+        int rc = s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+        fflush(NULL);
+        _exit(rc);
+    }
+    if (pid < 0) { /* no process to spare: export here, without the clean-up on a signal */
+        glm_log_debug("export-adapter: fork failed (%s): exporting in this process", strerror(errno));
+        export_signals(false);
+        glm_status s = export_write(j);
+        return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+    }
+    g_export_child = pid;
+    if (g_export_sig) kill(pid, g_export_sig); /* arrived before the child's pid was known */
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    g_export_child = 0;
+    export_signals(false);
+    if (!WIFSIGNALED(ws)) return WIFEXITED(ws) ? WEXITSTATUS(ws) : GLM_EXIT_FAIL;
+    const int csig = WTERMSIG(ws), sig = g_export_sig ? g_export_sig : csig;
+    char *real = NULL;
+    if (glm_output_target_dir(j->out, &real) != GLM_OK) real = NULL;
+    glm_cleanup_leftovers(real ? real : j->out); /* the child is gone: its temporary directory goes */
+    free(real);
+    if (sig == SIGINT || sig == SIGTERM) {
+        glm_err(GLM_ERR_IO, "interrupted (%s): the export stopped and its temporary directory was removed; %s was not "
+                "half-written", strsignal(sig), j->out);
+        cli_show_error();
+        if (j->out_made) rmdir(j->out); /* made by this export, still empty: absent again */
+        raise(sig); /* the default action now: the process ends as killed by the signal */
+    }
+    return cli_fail(glm_err(GLM_ERR_IO, "the export process was killed by signal %d (%s); its temporary directory "
+                            "was removed and %s was not half-written; hint: if it ran out of memory, free some or "
+                            "export on a larger machine", csig, strsignal(csig), j->out));
+}
+
 int cmd_export_adapter(int argc, char **argv) {
     const char *ckpt = NULL, *out = NULL, *dtype_s = "fp32", *base = NULL;
     bool merge = false, dtype_given = false, help = false;
@@ -212,6 +324,22 @@ int cmd_export_adapter(int argc, char **argv) {
         json_decref(c);
         free(cp);
     }
+    /* -o made when new (removed again when the export fails) and locked for the export: a second
+     * export into it stops at once instead of both reporting success */
+    bool out_made = false;
+    int out_lock = -1;
+    if (s == GLM_OK) {
+        out_made = !glm_is_dir(out);
+        s = glm_mkdir_p(out);
+        if (s != GLM_OK && s != GLM_ERR_NOMEM) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", glm_errmsg());
+            s = glm_err(s, "-o %s: cannot create the output (%s); hint: an output path in a directory you can write to",
+                        out, why);
+        }
+        if (s == GLM_OK) s = glm_lock_dir(out, "glmtune export-adapter", "-o", &out_lock);
+        if (s == GLM_ERR_ARG) out_made = false; /* in use: made at the same moment by the export that holds it */
+    }
     if (s == GLM_OK) {
         cfg_path = glm_path_join(dir, "adapter_config.json");
         st_path = glm_path_join(dir, "adapter_model.safetensors");
@@ -245,6 +373,7 @@ int cmd_export_adapter(int argc, char **argv) {
         }
     }
     glm_adapter_cfg ac = {0};
+    export_job job = {0};
     if (s == GLM_OK) {
         json_t *tm = json_object_get(cfg, "target_modules");
         ac.n_targets = json_array_size(tm);
@@ -268,8 +397,6 @@ int cmd_export_adapter(int argc, char **argv) {
                                      "(see --help); hint: for vLLM, train with --lora-target vllm or export with --merge",
                                      f->linear_names[k], f->layout_name);
             }
-        s = glm_export_adapter(out, NULL, params, n, &ac, dt);
-        if (s == GLM_OK) glm_log_info("wrote the PEFT adapter of %s (%zu tensors, %s) to %s", dir, n, dtype_s, out);
     } else if (s == GLM_OK) {
         const char *b = base ? base : ac.base_model_name_or_path;
         if (!b) s = glm_err(GLM_ERR_ARG, "--merge: the checkpoint does not name its base model; hint: --base MODEL_DIR");
@@ -287,9 +414,21 @@ int cmd_export_adapter(int argc, char **argv) {
             json_decref(gs);
             free(gp);
         }
-        if (s == GLM_OK) s = glm_export_merged(b, out, NULL, params, n, scaling, dtype_given ? (int)dt : GLM_EXPORT_SAME_DTYPE);
-        if (s == GLM_OK) glm_log_info("wrote %s merged with the adapter of %s (scaling %g) to %s", b, dir, scaling, out);
+        job.base = b;
+        job.scaling = scaling;
     }
+    int rc = GLM_EXIT_OK;
+    if (s == GLM_OK) {
+        job.out = out, job.dir = dir, job.dtype_s = dtype_s, job.merge = merge;
+        job.params = params, job.n = n, job.ac = &ac, job.dt = dt;
+        job.merge_dtype = dtype_given ? (int)dt : GLM_EXPORT_SAME_DTYPE;
+        job.out_made = out_made;
+        rc = export_guarded(&job);
+    } else {
+        rc = cli_fail(s);
+    }
+    if (rc != GLM_EXIT_OK && out_made) rmdir(out); /* made by this export, still empty: absent again */
+    if (out_lock >= 0) close(out_lock);
     for (size_t i = 0; i < n; i++) free(params[i].w);
     free(params);
     free(targets);
@@ -299,5 +438,5 @@ int cmd_export_adapter(int argc, char **argv) {
     free(cfg_path);
     free(st_path);
     free(dir);
-    return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
+    return rc;
 }

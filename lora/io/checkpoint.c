@@ -268,15 +268,38 @@ static char *ckpt_path(const char *output_dir, int64_t step) {
     return p;
 }
 
+/* Removes checkpoint directory p: first renamed aside to the hidden "<output_dir>/.checkpoint-N.del",
+ * then deleted, so that a kill during the deletion leaves a hidden leftover (removed by the next
+ * prune), never a half-deleted checkpoint-N that a resume or an export would look at. */
+static void remove_ckpt(const char *output_dir, int64_t step, const char *p) {
+    char *aside = NULL;
+    if (asprintf(&aside, "%s/.checkpoint-%" PRId64 ".del", output_dir, step) < 0) aside = NULL;
+    if (!aside) return;
+    if (glm_is_dir(aside)) glm_rmtree(aside); /* a leftover of the same name */
+    if (rename(p, aside) != 0) {
+        glm_log_warn("%s: cannot move the old checkpoint aside to remove it (%s): kept", p, strerror(errno));
+    } else {
+        glm_fsync_dir(output_dir); /* the rename is durable before any file of it goes */
+        if (glm_rmtree(aside) == GLM_OK) glm_log_debug("removed old checkpoint %s", p);
+    }
+    free(aside);
+}
+
+/* Whether `name` is a hidden leftover of a killed save (".checkpoint-N.tmp") or removal
+ * (".checkpoint-N.del"). */
+static bool is_leftover_name(const char *name) {
+    size_t l = strlen(name);
+    return strncmp(name, ".checkpoint-", 12) == 0 && l > 16 &&
+           (strcmp(name + l - 4, ".tmp") == 0 || strcmp(name + l - 4, ".del") == 0);
+}
+
 static void prune(const char *output_dir, int64_t keep_step, int limit) {
-    /* stale temp dirs from killed saves */
+    /* stale temp dirs from killed saves, and checkpoints a killed prune was removing */
     DIR *d = opendir(output_dir);
     if (d) {
         struct dirent *de;
         while ((de = readdir(d))) {
-            size_t l = strlen(de->d_name);
-            if (strncmp(de->d_name, ".checkpoint-", 12) == 0 && l > 4 &&
-                strcmp(de->d_name + l - 4, ".tmp") == 0) {
+            if (is_leftover_name(de->d_name)) {
                 char *p = glm_path_join(output_dir, de->d_name);
                 if (p) glm_rmtree(p);
                 free(p);
@@ -292,7 +315,7 @@ static void prune(const char *output_dir, int64_t keep_step, int limit) {
     for (size_t i = 0; i < n && excess; i++) {
         if (steps[i] == keep_step) continue;
         char *p = ckpt_path(output_dir, steps[i]);
-        if (p && glm_rmtree(p) == GLM_OK) glm_log_debug("removed old checkpoint %s", p);
+        if (p) remove_ckpt(output_dir, steps[i], p);
         free(p);
         excess--;
     }

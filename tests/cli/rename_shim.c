@@ -4,7 +4,10 @@
  * with SIGKILL at the GLM_SHIM_KILL_AT-th one (1-based), before it happens
  * (GLM_SHIM_WHEN=before) or right after it (GLM_SHIM_WHEN=after). GLM_SHIM_NO_EXCHANGE=1 makes
  * renameat2(RENAME_EXCHANGE) fail with EINVAL, as on a filesystem without it, so that the
- * two-rename fallback runs. Nothing else changes. */
+ * two-rename fallback runs. GLM_SHIM_WHEN=pause instead waits (up to 30 s, or until a signal
+ * ends the process) before the chosen rename, after creating the file GLM_SHIM_MARK when set: a
+ * test then knows the process is about to swap its output in, its temporary directory full.
+ * Nothing else changes. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_count;
 
@@ -27,6 +31,14 @@ static int named(const char *p) {
 static void maybe_kill(int after) {
     const char *at = getenv("GLM_SHIM_KILL_AT"), *when = getenv("GLM_SHIM_WHEN");
     if (!at || atoi(at) != g_count) return;
+    if (when && !strcmp(when, "pause")) {
+        if (after) return;
+        const char *mark = getenv("GLM_SHIM_MARK");
+        int fd = mark ? open(mark, O_WRONLY | O_CREAT, 0644) : -1;
+        if (fd >= 0) close(fd);
+        for (int i = 0; i < 300; i++) usleep(100000);
+        return;
+    }
     int want_after = when && !strcmp(when, "after");
     if (want_after == after) raise(SIGKILL);
 }

@@ -15,7 +15,14 @@
 #     report_to: wandb is said to be unsupported;
 #  4. keys a YAML leaves out take transformers' TrainingArguments defaults (learning_rate 5e-5,
 #     per_device_train_batch_size 8, logging_steps 500), said in the settings dump; the command
-#     line keeps glmtune's; logging_steps below 1 is ceil(ratio x max_steps).
+#     line keeps glmtune's; logging_steps below 1 is ceil(ratio x max_steps);
+#  5. val_size as a fraction is an exact count, as HF datasets' train_test_split (which
+#     LLaMA-Factory's split_dataset calls) makes it: n_test = ceil(test_size x n_samples),
+#     n_train = n_samples - n_test (arrow_dataset.py, train_test_split);
+#  6. stage sft: a pretraining dataset_info entry (columns {"prompt": "text"}, as c4_demo) is
+#     dropped, counted by reason (LLaMA-Factory's supervised preprocessing drops an example
+#     without a response), not trained as all-target text among the chats; a YAML without
+#     dataset is refused (LLaMA-Factory requires it for training), not every entry read.
 set -uo pipefail
 G=${GLMTUNE:?}
 SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -191,6 +198,35 @@ check "streaming and tool_format answered in one line each" test "$(grep -c 'is 
 sed 's/^max_samples: 40/max_samples: 40\nval_size: 0.1/' "$T/ev.yaml" > "$T/ev2.yaml"
 "$G" tokenize --quiet --config "$T/ev2.yaml" --model_name_or_path "$TOK" --dataset_dir "$L" -o "$T/ev2" 2>"$T/ev2.log"
 check "eval_dataset with val_size: refused, as in LLaMA-Factory" grep -q "eval_dataset .* and val_size .* are both set" "$T/ev2.log"
+
+# ---- 5. val_size 0.1 of 1,090 samples: 981 / 109 (before: drawn per sample, 970 / 120); of 1,001: 900 / 101
+splits() { tr -d ' \n' < "$1/manifest.json" | grep -o '"\(val\|train\)":{"rows":[0-9]*,"samples":[0-9]*' | sed 's/"rows":[0-9]*,//' | sort | tr '\n' ' '; }
+for n in 1090 1001; do
+  awk -v n=$n 'BEGIN { for (i = 0; i < n; i++) print "{\"input_ids\": [1, 2, " (i % 500 + 3) ", 4], \"labels\": [-100, 2, " (i % 500 + 3) ", 4]}" }' > "$T/vs$n.jsonl"
+  nt=$(awk -v n=$n 'BEGIN { x = 0.1 * n; c = (x == int(x)) ? x : int(x) + 1; print c }')
+  for seed in 1 42; do
+    "$G" tokenize --quiet --seq-len 64 --val-size 0.1 --seed $seed -o "$T/vs$n-$seed" "$T/vs$n.jsonl" 2>/dev/null
+    check "val_size 0.1 of $n samples (seed $seed): $((n - nt)) train, $nt val" test "$(splits "$T/vs$n-$seed")" = "\"train\":{\"samples\":$((n - nt)) \"val\":{\"samples\":$nt "
+  done
+done
+
+# ---- 6. stage sft and a pretraining entry; a YAML without dataset
+mkdir -p "$T/pt"
+cp "$F/corpora/llamafactory/identity.json" "$T/pt/"
+head -n 20 "$F/pretrain/c4_demo.jsonl" > "$T/pt/c4_demo.jsonl"
+printf '{"identity": {"file_name": "identity.json"}, "c4_demo": {"file_name": "c4_demo.jsonl", "columns": {"prompt": "text"}}}\n' > "$T/pt/dataset_info.json"
+printf 'stage: sft\ndataset: identity,c4_demo\nmax_samples: 10\ncutoff_len: 1024\n' > "$T/pt.yaml"
+"$G" tokenize --quiet --config "$T/pt.yaml" --model_name_or_path "$TOK" --dataset_dir "$T/pt" -o "$T/pt-out" 2>"$T/pt.log"
+check "stage sft: identity's 10 samples kept, c4_demo's none" test "$(splits "$T/pt-out")" = '"train":{"samples":10 "val":{"samples":0 '
+check "... its 10 records dropped as pretraining_entry" grep -q '"pretraining_entry": *10' "$T/pt-out/report.json"
+check "... said with a hint" grep -q 'is a pretraining entry.*hint' "$T/pt.log"
+printf 'stage: pt\ndataset: c4_demo\nmax_samples: 10\ncutoff_len: 1024\n' > "$T/pt-pt.yaml"
+"$G" tokenize --quiet --config "$T/pt-pt.yaml" --model_name_or_path "$TOK" --dataset_dir "$T/pt" -o "$T/pt-pt" 2>/dev/null
+check "stage pt: c4_demo's records are the text" grep -q '"records_kept": *10' "$T/pt-pt/report.json"
+printf 'stage: sft\ncutoff_len: 1024\n' > "$T/nods.yaml"
+"$G" tokenize --quiet --config "$T/nods.yaml" --model_name_or_path "$TOK" --dataset_dir "$T/pt" -o "$T/nods" 2>"$T/nods.log"; rc=$?
+check "a YAML without dataset: refused (exit $rc), nothing written" test $rc != 0 -a ! -e "$T/nods"
+check "... saying LLaMA-Factory requires it, with a hint" grep -q 'names no dataset: LLaMA-Factory requires dataset.*hint' "$T/nods.log"
 
 echo "test_lf_semantics: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"

@@ -7,7 +7,10 @@
 #  2. --report written through /dev/stdout (a pipe and a redirected file), a FIFO, /dev/null, a
 #     device that fails writes; resolved through a symbolic link (the link stays a link);
 #  3. -o through a symbolic link (tokenize and export-adapter): the target is replaced;
-#  4. SIGINT / SIGTERM during tokenize: temporary directory removed, -o as it was.
+#  4. SIGINT / SIGTERM during tokenize: temporary directory removed, -o as it was;
+#  5. export-adapter (adapter and --merge): SIGINT / SIGTERM just before the output swap removes
+#     the temporary directory (the size of a merged model) and leaves -o as it was; -o is locked:
+#     a second export into it meanwhile stops at once.
 set -uo pipefail
 G=${GLMTUNE:?}
 SHIM=${GLM_RENAME_SHIM:-}
@@ -151,6 +154,47 @@ for sig in INT TERM; do
     check "... and keeps the previous output" test "$(samples "$T/int/out")" = 30
   fi
 done
+
+# ---- 5. export-adapter: a signal while the export is written, and a second export into its -o.
+# The rename shim pauses the export just before it swaps its output in (its temporary directory
+# full); the marker file says when.
+if [ -n "$SHIM" ] && [ -f "$SHIM" ]; then
+  SRC=${GLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+  mkdir -p "$T/ex"
+  "$G" init-model --config "$SRC/samples/model-config.json" -o "$T/ex/base" 2>/dev/null
+  "$G" tokenize --quiet --seq-len 64 -o "$T/ex/shards" "$T/a.jsonl" 2>/dev/null
+  "$G" train --quiet --device cpu --model "$T/ex/base" --data "$T/ex/shards" --output-dir "$T/ex/run" --max-steps 1 \
+      --lora-rank 2 2>/dev/null
+  check "export test: a checkpoint to export" test -d "$T/ex/run/checkpoint-1"
+  for kind in adapter merge; do
+    for sig in INT TERM; do
+      rm -rf "$T/ex/w"; mkdir -p "$T/ex/w"
+      m=; [ $kind = merge ] && m=--merge
+      [ $sig = TERM ] && "$G" export-adapter --checkpoint "$T/ex/run" $m -o "$T/ex/w/out" 2>/dev/null
+      before=$(ls "$T/ex/w/out" 2>/dev/null | tr '\n' ' ')
+      env --default-signal=INT,TERM LD_PRELOAD="$SHIM" GLM_SHIM_NAME=out GLM_SHIM_KILL_AT=1 GLM_SHIM_WHEN=pause \
+          GLM_SHIM_MARK="$T/ex/w/mark" "$G" export-adapter --checkpoint "$T/ex/run" $m -o "$T/ex/w/out" 2>"$T/ex/w/log" &
+      epid=$!
+      for i in $(seq 1 200); do [ -e "$T/ex/w/mark" ] && break; sleep 0.1; done
+      check "$kind: the export paused before its swap" test -e "$T/ex/w/mark"
+      check "... its temporary directory there" test "$(ls -d "$T/ex/w/out".tmp.* 2>/dev/null | wc -l)" = 1
+      # a second export into the same -o meanwhile: refused at once (before: both said they wrote it)
+      "$G" export-adapter --checkpoint "$T/ex/run" $m -o "$T/ex/w/out" 2>"$T/ex/w/second.log"; rc2=$?
+      check "$kind: a second export into the locked -o fails (exit $rc2)" test $rc2 != 0
+      check "... saying it is in use" has "$T/ex/w/second.log" "in use by another glmtune export-adapter"
+      kill -$sig $epid
+      wait $epid; rc=$?
+      want=$((128 + $(kill -l $sig)))
+      check "$kind: SIG$sig during the export: dies of it (exit $rc, want $want)" test $rc = $want
+      check "... says so" has "$T/ex/w/log" "interrupted"
+      check "... leaves no temporary directory" test "$(ls -d "$T/ex/w/out".* 2>/dev/null | wc -l)" = 0
+      check "... and -o as it was ($before)" test "$(ls "$T/ex/w/out" 2>/dev/null | tr '\n' ' ')" = "$before"
+      [ $sig = INT ] && check "... (absent: it was new)" test ! -e "$T/ex/w/out"
+    done
+  done
+else
+  echo "SKIPPED part 5: the rename shim library was not built (GLM_RENAME_SHIM=$SHIM)"
+fi
 
 echo "test_outputs: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"

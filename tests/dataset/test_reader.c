@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/fileio.h"
 #include "common/rng.h"
@@ -627,6 +629,58 @@ int main(void) {
         const char *linked[1] = {tpath("reglink")};
         read_all(&r, linked, 1, "mine", 0);
         CHECK(r.st == GLM_OK && r.n == 2, "symlinked registry reads the link's folder: %d %s", r.n, r.err);
+        result_free(&r);
+    }
+
+    /* --- a folder with two symbolic links to itself (x -> ., y -> .): read once, the loops not
+     * followed (before: 2^64 paths walked before the depth limit, a hang), said in one line. A
+     * chain of folders each linking twice to the next (no loop) is read once too. */
+    {
+        glm_mkdir_p(tpath("loop"));
+        write_str("loop/a.jsonl", "{\"i\": 0}\n{\"i\": 1}\n");
+        CHECK(symlink(".", tpath("loop/x")) == 0 && symlink(".", tpath("loop/y")) == 0, "symlinks");
+        glm_mkdir_p(tpath("loop/sub"));
+        CHECK(symlink("..", tpath("loop/sub/up")) == 0, "symlink up");
+        char *errf = tpath("loop.stderr");
+        fflush(stderr);
+        int saved = dup(2), fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        close(fd);
+        alarm(20); /* a walk that follows the loops would take centuries: fail instead of hanging */
+        const char *in[1] = {tpath("loop")};
+        read_all(&r, in, 1, NULL, 0);
+        alarm(0);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        CHECK(r.st == GLM_OK && r.n == 2 && r.n_sources == 1, "self-links: %d records, %zu sources %s", r.n,
+              r.n_sources, r.err);
+        result_free(&r);
+        size_t n = 0;
+        char *said = slurp("loop.stderr", &n);
+        const char *hit = said ? strstr(said, "symbolic links lead back") : NULL;
+        CHECK(hit && strstr(said, "3 symbolic links") && strstr(said, tpath("loop")) && strstr(said, "hint") &&
+              !strstr(hit + 1, "symbolic links lead back"), "said once: %s", said ? said : "(nothing)");
+        free(said);
+        /* chain: c0/{p,q} -> c1, c1/{p,q} -> c2 ... c39 holds the data */
+        glm_mkdir_p(tpath("chain"));
+        for (int i = 0; i < 40; i++) {
+            char d[64], t[64], l[64];
+            snprintf(d, sizeof d, "chain/c%d", i);
+            glm_mkdir_p(tpath(d));
+            if (i == 39) break;
+            snprintf(t, sizeof t, "../c%d", i + 1);
+            snprintf(l, sizeof l, "chain/c%d/p", i);
+            CHECK(symlink(t, tpath(l)) == 0, "chain link");
+            snprintf(l, sizeof l, "chain/c%d/q", i);
+            CHECK(symlink(t, tpath(l)) == 0, "chain link");
+        }
+        write_str("chain/c39/d.jsonl", "{\"i\": 0}\n");
+        alarm(20);
+        const char *cin[1] = {tpath("chain/c0")};
+        read_all(&r, cin, 1, NULL, 0);
+        alarm(0);
+        CHECK(r.st == GLM_OK && r.n == 1, "2^39 paths to one folder: %d records %s", r.n, r.err);
         result_free(&r);
     }
 

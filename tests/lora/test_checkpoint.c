@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 /* tests/lora/test_checkpoint.c: save / prune / latest / load round trip, and interrupted or
  * damaged checkpoints (partial .tmp dir, missing checksums, corrupt, truncated, missing file). */
+#include <dlfcn.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,22 @@
 #include "tests/check.h"
 
 static char g_tmp[256];
+
+/* unlink() seen by the library (this program's definition comes first): when g_watch is set, the
+ * first removal of a file of a checkpoint whose path holds g_watch_name notes whether the
+ * directory g_watch still exists under its name, i.e. whether a kill at that moment would leave a
+ * half-deleted checkpoint-N. */
+static const char *g_watch, *g_watch_name;
+static int g_watch_seen, g_watch_in_place;
+int unlink(const char *path) {
+    static int (*real)(const char *);
+    if (!real) real = (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
+    if (g_watch && !g_watch_seen && strstr(path, g_watch_name)) {
+        g_watch_seen = 1;
+        g_watch_in_place = glm_is_dir(g_watch);
+    }
+    return real(path);
+}
 
 static void make_params(glm_param *p, glm_rng *r) {
     const char *names[2] = {"transformer.encoder.layers.0.self_attention.query_key_value.lora_A.weight",
@@ -64,7 +81,12 @@ int main(void) {
     glm_rng_seed(&rngs[0], 7, 1);
     glm_rng_seed(&rngs[1], 7, 2);
     rngs[1].s[3] = 0xffffffffffffffffULL; /* a word above 2^63 survives as a string */
+    char *c10w = glm_path_join(out, "checkpoint-10"), *stale = glm_path_join(out, ".checkpoint-7.del");
     for (int step = 10; step <= 30; step += 10) {
+        if (step == 30) { /* its save prunes checkpoint-10: watch how; and a killed prune's leftover */
+            g_watch = c10w, g_watch_name = "checkpoint-10";
+            glm_mkdir_p(stale);
+        }
         glm_optim_step(&o, p, 2, glm_lr_at(&sched, step), NULL);
         json_array_append_new(hist, json_pack("{s:i, s:f}", "step", step, "loss", 3.0 - step * 0.01));
         glm_ckpt_save_args a = {.output_dir = out, .step = step, .epoch = step / 20.0, .params = p, .n_params = 2,
@@ -79,6 +101,16 @@ int main(void) {
     char *c10 = glm_path_join(out, "checkpoint-10"), *c20 = glm_path_join(out, "checkpoint-20"),
          *c30 = glm_path_join(out, "checkpoint-30");
     CHECK(!glm_is_dir(c10) && glm_is_dir(c20) && glm_is_dir(c30), "save_total_limit 2 pruned checkpoint-10");
+    /* rotation renames a checkpoint aside before deleting a file of it (before: deleted in place,
+     * so a kill could leave a half-deleted checkpoint-10) */
+    CHECK(g_watch_seen && !g_watch_in_place, "pruned checkpoint-10 moved aside before its files were removed "
+          "(seen %d, in place %d)", g_watch_seen, g_watch_in_place);
+    g_watch = NULL;
+    char *del10 = glm_path_join(out, ".checkpoint-10.del");
+    CHECK(!glm_is_dir(del10) && !glm_is_dir(stale), "nothing left aside; a killed prune's .checkpoint-7.del removed");
+    free(del10);
+    free(stale);
+    free(c10w);
     char *latest = NULL;
     int64_t ls;
     CHECK(glm_ckpt_latest(out, &latest, &ls) == GLM_OK && ls == 30 && latest && strcmp(latest, c30) == 0,

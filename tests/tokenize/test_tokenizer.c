@@ -457,7 +457,8 @@ int main(int argc, char **argv) {
         CHECK(bad == 0, "%d mismatches when encoding from %d threads", bad, NT);
     }
 
-    /* --- load errors */
+    /* --- load errors (no table cache: a file is checked, never taken from tables saved before) */
+    setenv("GLMTUNE_CACHE_DIR", "off", 1);
     glm_tokenizer *x = NULL;
     CHECK(glm_tokenizer_load("/nonexistent/dir", &x) == GLM_ERR_IO && !x, "missing path");
     char tmpl[] = "/tmp/glm_tok_XXXXXX";
@@ -474,6 +475,42 @@ int main(int argc, char **argv) {
         glm_write_file_atomic(p, dup, strlen(dup));
         CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT, "duplicate token accepted");
         printf("duplicate: %s\n", glm_errmsg());
+        /* a 15-byte file with rank 10^9: refused at once, naming the line (before: 3.9 GB of
+         * rank tables allocated, then "no token for the single byte 0x00") */
+        const char *huge = "IQ== 1000000000";
+        glm_write_file_atomic(p, huge, strlen(huge));
+        CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT && strstr(glm_errmsg(), "tokenizer.model:1:") &&
+              strstr(glm_errmsg(), "rank 1000000000") && strstr(glm_errmsg(), "hint"), "huge rank: %s", glm_errmsg());
+        printf("huge rank: %s\n", glm_errmsg());
+        /* every single byte, then one far rank on line 258: the line named; a small gap is accepted */
+        glm_charvec v = {0};
+        static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for (int c = 0; c < 256; c++) {
+            char line[32];
+            int n = snprintf(line, sizeof line, "%c%c== %d\n", b64[c >> 2], b64[(c & 3) << 4], c);
+            CHECK(glm_vec_reserve(v, (size_t)n) == GLM_OK, "mem");
+            memcpy(v.v + v.n, line, (size_t)n), v.n += (size_t)n;
+        }
+        const char *tail_ok = "YWI= 300\n", *tail_far = "YWI= 300\nYWJj 999999\n";
+        glm_charvec w = {0};
+        CHECK(glm_vec_reserve(w, v.n + 64) == GLM_OK, "mem");
+        memcpy(w.v, v.v, v.n), memcpy(w.v + v.n, tail_ok, strlen(tail_ok));
+        glm_write_file_atomic(p, w.v, v.n + strlen(tail_ok));
+        /* (a tokenizer.model alone: no special tokens, an empty table to sort, which was
+         * qsort(NULL, 0, ...), undefined behaviour that -fsanitize=undefined stops at) */
+        CHECK(glm_tokenizer_load(p, &x) == GLM_OK, "256 bytes and a gap to rank 300, no specials: %s", glm_errmsg());
+        glm_u32vec enc = {0};
+        CHECK(x && glm_tokenizer_encode(x, "ab", 2, &enc) == GLM_OK && enc.n == 1 && enc.v[0] == 300,
+              "\"ab\" is rank 300: %zu ids", enc.n);
+        glm_vec_free(enc);
+        glm_tokenizer_free(x);
+        x = NULL;
+        memcpy(w.v + v.n, tail_far, strlen(tail_far));
+        glm_write_file_atomic(p, w.v, v.n + strlen(tail_far));
+        CHECK(glm_tokenizer_load(p, &x) == GLM_ERR_FORMAT && strstr(glm_errmsg(), ":258:") &&
+              strstr(glm_errmsg(), "rank 999999"), "far rank after the bytes: %s", glm_errmsg());
+        glm_vec_free(v);
+        glm_vec_free(w);
         glm_rmtree(tmpl);
     }
 

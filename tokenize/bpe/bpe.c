@@ -140,6 +140,9 @@ static glm_status insert_token(glm_bpe *b, uint32_t rank, const char *path, uint
     return GLM_OK;
 }
 
+/* How far ranks may run past twice the number of tokens before a file is refused (see below). */
+#define MAX_RANK_SLACK 65536
+
 glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe **out) {
     glm_status st = GLM_OK;
     GLM_VEC(load_ent) ents = {0};
@@ -154,7 +157,7 @@ glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe 
         return GLM_OK;
     }
     uint8_t tmp[4096];
-    uint32_t max_rank = 0;
+    uint32_t max_rank = 0, max_rank_line = 0;
     size_t pos = 0;
     uint32_t line = 0;
     while (pos < len) {
@@ -211,11 +214,32 @@ glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe 
         }
         memcpy(blob.v + blob.n, tmp, (size_t)nb);
         blob.n += (size_t)nb;
-        if (rank > max_rank) max_rank = (uint32_t)rank;
+        if (rank > max_rank) max_rank = (uint32_t)rank, max_rank_line = line;
     }
     if (ents.n == 0) {
         st = glm_err(GLM_ERR_FORMAT, "%s: no tokens found; hint: expected lines \"base64(token) rank\"", path);
         goto fail;
+    }
+    /* The tables below are indexed by rank: a rank far beyond the number of tokens (ranks run
+     * 0..n-1 in tiktoken files, gaps are rare and small) would cost gigabytes before any other
+     * check, so it is refused first, and so is a vocabulary without every single byte. */
+    if ((uint64_t)max_rank >= 2 * (uint64_t)ents.n + MAX_RANK_SLACK) {
+        st = glm_err(GLM_ERR_FORMAT, "%s:%u: rank %u is far beyond the %zu token%s of the file (ranks run from 0 "
+                     "to the number of tokens, with few gaps); hint: is this a whole tiktoken BPE file "
+                     "(\"base64(token) rank\" per line)?", path, max_rank_line, max_rank, ents.n,
+                     ents.n > 1 ? "s" : "");
+        goto fail;
+    }
+    {
+        bool byte_seen[256] = {false};
+        for (size_t i = 0; i < ents.n; i++)
+            if (ents.v[i].len == 1) byte_seen[(uint8_t)blob.v[ents.v[i].off]] = true;
+        for (int c = 0; c < 256; c++)
+            if (!byte_seen[c]) {
+                st = glm_err(GLM_ERR_FORMAT, "%s: no token for the single byte 0x%02x (%zu tokens read); hint: a "
+                             "byte-level BPE vocabulary must contain all 256 bytes", path, c, ents.n);
+                goto fail;
+            }
     }
     b->n_ranks = max_rank + 1;
     b->off = malloc((size_t)b->n_ranks * sizeof *b->off);

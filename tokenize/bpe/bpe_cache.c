@@ -25,7 +25,7 @@
 #include "tokenize/bpe/bpe_internal.h"
 
 #define CACHE_MAGIC "GLMBPETC"
-#define CACHE_VERSION 1
+#define CACHE_VERSION 2 /* 2: glm_bpe_load refuses far ranks (3d33e7a); tables an older build saved for such a file are not used */
 #define N_SECTS (8 + GLM_BPE_BT_SECTS)
 
 typedef struct {

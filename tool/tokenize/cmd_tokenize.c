@@ -54,6 +54,7 @@ static const char *ABOUT =
 typedef struct {
     const char *tokenizer_path, *out, *format_name, *dataset, *template_path, *report_path;
     const char *text_column, *config_path, *dataset_dir;
+    bool chat_only;        /* a YAML of stage sft (or another chat stage): pretraining entries dropped */
     const char *default_system; /* system message of the samples that have none (LLaMA-Factory's default_system) */
     const char *eval_dataset;   /* entries that go to the val split (LLaMA-Factory's eval_dataset) */
     char *reader_filter;        /* dataset + eval_dataset names for the reader (owned) */
@@ -553,7 +554,9 @@ typedef struct {
 typedef struct {
     double size;            /* count (>= 1) or fraction */
     uint64_t seed;
-    GLM_VEC(val_item) heap; /* count mode: max-heap on key of the `size` smallest keys */
+    GLM_VEC(val_item) heap; /* count mode: max-heap on key of the `size` smallest keys; fraction mode: the
+                               candidates (records whose key fell below the running threshold), unordered */
+    uint64_t n;             /* fraction mode: records routed so far */
 } val_split;
 
 static uint64_t val_key(uint64_t seed, uint64_t seq) {
@@ -579,16 +582,26 @@ static void heap_sift_down(val_item *h, size_t n, size_t i) {
 }
 
 /* Routes the documents of one kept record (all of them to the same split, so that the windows
- * of a text never straddle train and val). With a fraction the record's key decides: *to_val
- * gets d or nothing. With a count, the record may enter the heap of the `size` smallest keys
- * and the one it evicts (or itself) comes back in *to_train; the heap goes to val at the end. */
+ * of a text never straddle train and val). With a count, the record may enter the heap of the
+ * `size` smallest keys and the one it evicts (or itself) comes back in *to_train; the heap goes to
+ * val at the end. A fraction f is an exact count too, as in HF datasets' train_test_split, which
+ * LLaMA-Factory's val_size calls: ceil(f * n) of the n records (val_fraction_done). n is known only
+ * at the end, so a record whose key is below a threshold that shrinks towards f as records come
+ * (f + 8 sigma of the running count + 8/i) is held as a candidate and the rest go to train at once;
+ * the candidates outnumber ceil(f * n) unless the keys are 8 sigma off (never, in practice: then
+ * the val split is short and says so), and hold about f * n + 16 sqrt(f * n) records. */
 static glm_status val_route(val_split *v, doc_set d, uint64_t seq, doc_set *to_train, doc_set *to_val) {
     *to_train = d;
     *to_val = (doc_set){0};
     if (v->size <= 0) return GLM_OK;
     uint64_t key = val_key(v->seed, seq);
-    if (v->size < 1) { /* a fraction: decided per record */
-        if ((double)key < v->size * 18446744073709551616.0) *to_val = d, *to_train = (doc_set){0};
+    if (v->size < 1) {
+        double f = v->size, i = (double)++v->n;
+        double t = f + 8.0 * sqrt(f * (1.0 - f) / i) + 8.0 / i;
+        if (t >= 1.0 || (double)key < t * 18446744073709551616.0) {
+            GLM_TRY(glm_vec_push(v->heap, ((val_item){key, d, seq})));
+            *to_train = (doc_set){0};
+        }
         return GLM_OK;
     }
     size_t cap = (size_t)v->size;
@@ -611,6 +624,36 @@ static glm_status val_route(val_split *v, doc_set d, uint64_t seq, doc_set *to_t
 static int by_seq(const void *a, const void *b) {
     const val_item *x = a, *y = b;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int by_key(const void *a, const void *b) {
+    const val_item *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key ? 1 : by_seq(a, b);
+}
+
+/* Fraction mode, at the end: the ceil(f * n) candidates of smallest key stay (the val split, in
+ * input order); the others (in input order) are returned for train: *rest, malloc'd, *n_rest. */
+static glm_status val_fraction_done(val_split *v, val_item **rest, size_t *n_rest) {
+    *rest = NULL;
+    *n_rest = 0;
+    if (!(v->size > 0 && v->size < 1) || v->heap.n == 0) return GLM_OK;
+    size_t want = (size_t)ceil(v->size * (double)v->n); /* datasets: n_test = ceil(test_size * n_samples) */
+    if (want > v->heap.n) {
+        glm_log_warn("--val-size %g: %zu of the %llu samples went to the validation split instead of ceil(%g x %llu) = "
+                     "%zu (the draw's keys were far off); hint: give a count, e.g. --val-size %zu", v->size, v->heap.n,
+                     (unsigned long long)v->n, v->size, (unsigned long long)v->n, want, want);
+        want = v->heap.n;
+    }
+    qsort(v->heap.v, v->heap.n, sizeof *v->heap.v, by_key);
+    size_t nr = v->heap.n - want;
+    if (nr) {
+        if (!(*rest = malloc(nr * sizeof **rest))) return glm_err(GLM_ERR_NOMEM, "out of memory");
+        memcpy(*rest, v->heap.v + want, nr * sizeof **rest);
+        qsort(*rest, nr, sizeof **rest, by_seq);
+    }
+    *n_rest = nr;
+    v->heap.n = want;
+    return GLM_OK;
 }
 
 /* ------------------------------------------------------------------ options */
@@ -684,6 +727,8 @@ static glm_status apply_config(tok_opts *o, bool tok_set, bool out_set, bool dat
         if (c->train_on_prompt == 1) o->train_on |= GLM_TRAIN_PROMPT;
     }
     if (!o->set_format && c->stage && !strcmp(c->stage, "pt")) o->format_name = "text";
+    /* LLaMA-Factory's stage defaults to sft: pretraining entries are dropped there (glm_convert_opts.chat_only) */
+    o->chat_only = !(c->stage && !strcmp(c->stage, "pt"));
     o->lf_truncate = true; /* a LLaMA-Factory YAML: a chat longer than cutoff_len is cut as it cuts it */
     return GLM_OK;
 }
@@ -752,7 +797,8 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
          .help = "cut samples longer than T to their first T-1 tokens and the end token (default: drop chats; split "
                  "texts into windows of T tokens)"},
         {.name = "val-size", .type = GLM_ARG_DOUBLE, .dest = &o->val_size, .metavar = "N", .given = &o->set_val_size,
-         .hook = val_size_given, .help = "set N records (or a fraction like 0.05) aside as the val split"},
+         .hook = val_size_given, .help = "set N records (or a fraction like 0.05: ceil(0.05 x the samples), as LLaMA-Factory's val_size) aside "
+                 "as the val split"},
         {.name = "seed", .type = GLM_ARG_U64, .dest = &o->seed, .def = "42", .given = &o->set_seed,
          .help = "seed of the validation selection and num_samples draws"},
         {.name = "strict", .type = GLM_ARG_FLAG, .dest = &o->strict,
@@ -792,6 +838,11 @@ static int parse_opts(int argc, char **argv, tok_opts *o) {
         else if (asprintf(&o->reader_filter, "%s,%s", o->dataset, o->eval_dataset) < 0)
             s = glm_err(GLM_ERR_NOMEM, "out of memory");
     }
+    if (s == GLM_OK && o->config_path && o->n_inputs == 0 && !o->dataset && !o->encode && !o->decode)
+        s = glm_err(GLM_ERR_ARG, "%s names no dataset: LLaMA-Factory requires dataset for training, and tokenize would "
+                    "otherwise read every entry of dataset_info.json (pretraining text among the chats); hint: "
+                    "dataset: NAMES in the config (or --dataset NAMES), or give the corpus files as inputs",
+                    o->config_path);
     if (s == GLM_OK && o->n_inputs == 0 && (o->dataset || o->dataset_dir)) {
         struct stat sb;
         if (!o->dataset_dir && stat("data", &sb) != 0) { /* LLaMA-Factory's default folder is not here */
@@ -1265,8 +1316,15 @@ static glm_status tokenize_records(tok_run *r) {
 /* The validation draw's records into the val packer in input order, then both packers' last
  * rows written. */
 static glm_status flush_splits(tok_run *r) {
-    glm_status s = GLM_OK;
-    if (r->vs.heap.n) {
+    val_item *rest = NULL;
+    size_t n_rest = 0;
+    glm_status s = val_fraction_done(&r->vs, &rest, &n_rest);
+    for (size_t i = 0; i < n_rest; i++) { /* drawn as candidates, not among the ceil(f * n): train */
+        if (s == GLM_OK) s = add_docs(&r->ptrain, &rest[i].set);
+        else doc_set_free(&rest[i].set);
+    }
+    free(rest);
+    if (s == GLM_OK && r->vs.heap.n) {
         qsort(r->vs.heap.v, r->vs.heap.n, sizeof *r->vs.heap.v, by_seq);
         for (size_t i = 0; i < r->vs.heap.n && s == GLM_OK; i++) s = add_docs(&r->pval, &r->vs.heap.v[i].set);
     }
@@ -1275,10 +1333,9 @@ static glm_status flush_splits(tok_run *r) {
     return s;
 }
 
-/* The run's result checked (a train split that is not empty), warnings for an empty val draw and
- * for inputs without records, and each dataset's selection into the report. */
+/* The run's result checked (a train split that is not empty), a warning for inputs without
+ * records, and each dataset's selection into the report. */
 static glm_status check_splits(tok_run *r) {
-    const tok_opts *o = r->o;
     if (r->ptrain.rows == 0 && r->rep.records_kept > 0)
         return glm_err(GLM_ERR_ARG, "all %lld kept samples went to the validation split, none is left for training; "
                        "nothing was written. hint: a smaller --val-size", (long long)r->rep.records_kept);
@@ -1286,9 +1343,6 @@ static glm_status check_splits(tok_run *r) {
         return glm_err(GLM_ERR_FORMAT, "no usable sample in the input (%lld records read, all dropped); nothing was "
                        "written. See the reasons above; hint: check --format, --seq-len, --tokenizer",
                        (long long)r->rep.records_read);
-    if (o->val_size > 0 && o->val_size < 1 && r->pval.rows == 0)
-        glm_log_warn("--val-size %g selected no sample out of %lld (a fraction is drawn per sample); hint: give a "
-                     "count, e.g. --val-size 1", o->val_size, (long long)r->rep.records_kept);
     if (glm_reader_n_empty(r->rd) > 20)
         glm_log_warn("%zu input files or archive members held no record (empty); the first 20 are "
                      "named above", glm_reader_n_empty(r->rd));
@@ -1338,7 +1392,8 @@ static int tokenize_main(tok_opts *op) {
         glm_tokenizer_free(tok);
         return cli_fail(s);
     }
-    tok_run r = {.o = &o, .tok = tok, .copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns}, .out_lock = -1};
+    tok_run r = {.o = &o, .tok = tok, .copt = {fmt, o.text_column, o.keep_reasoning, o.merge_turns, o.chat_only},
+                 .out_lock = -1};
     if (tok && (s = load_template(&o, tok, &r.tpl)) != GLM_OK) {
         glm_tokenizer_free(tok);
         return cli_fail(s);
