@@ -53,6 +53,8 @@ const char *glm_status_name(glm_status s);
     } while (0)
 glm_status glm_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* glm_assert_fail with the message's arguments as a va_list. */
+glm_status glm_vassert_fail(const char *file, int line, const char *cond, const char *fmt, va_list ap);
 
 /* Propagate a failure: GLM_TRY(expr) returns expr's status from the enclosing function. */
 #define GLM_TRY(expr)                                                                          \

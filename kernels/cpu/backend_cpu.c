@@ -45,8 +45,6 @@ glm_status glm_cpu_attention_block_bwd_d(const glm_backend *be, void *dq, int64_
 glm_status glm_cpu_attention_delta(const glm_backend *be, void *D, const void *dout, int64_t ldd, const void *out,
                                    int64_t ldo, int64_t n0, int64_t rows, int T, int H, int Dh);
 
-size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : dt == GLM_DT_F64 ? 8 : 4; }
-
 void glm_rope_inv_freq(double base, int rot, float *inv_freq) {
     for (int i = 0; i < rot / 2; i++) inv_freq[i] = (float)(1.0 / pow(base, (double)(2 * i) / (double)rot));
 }

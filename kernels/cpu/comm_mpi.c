@@ -448,17 +448,6 @@ const char *glm_comm_kind_name(int kind) {
     return kind >= 0 && kind < GLM_COMM_KINDS ? names[kind] : "?";
 }
 
-double glm_comm_all_reduce_bytes(double bytes, int world) { return world > 1 ? 2.0 * (world - 1) / world * bytes : 0; }
-double glm_comm_all_gather_bytes(double shard_bytes, int world) { return world > 1 ? (double)(world - 1) * shard_bytes : 0; }
-
-double glm_comm_delay_ms(void) {
-    const char *s = getenv("GLMTUNE_COMM_DELAY_MS");
-    if (!s || !*s) return 0;
-    char *end;
-    double v = strtod(s, &end);
-    return *end || !(v > 0) || v > 1e6 ? 0 : v;
-}
-
 /* Fills the communication ops of a CPU backend table (backend_cpu.c calls it for its static
  * world-1 table; glm_backend_cpu_dist for the MPI one). */
 void glm_cpu_comm_ops(glm_backend *b) {
