@@ -489,8 +489,9 @@ struct glm_backend {
     void (*set_attention_ws_cap)(const glm_backend *be, double bytes);
 
     /* Memory of the device the backend computes on, in bytes: *total and *free as the device
-     * reports them (CPU: physical and available RAM), *in_use and *peak the bytes held through
-     * be->alloc now and at most since the last mem_reset_peak (CPU: 0, not tracked). */
+     * reports them (CPU: physical RAM and MemAvailable, common/meminfo.h), *in_use and *peak the
+     * bytes held through be->alloc now and at most since the last mem_reset_peak (CPU: 0, not
+     * tracked). */
     void (*mem_info)(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak);
     void (*mem_reset_peak)(const glm_backend *be);
 
