@@ -75,6 +75,7 @@ const char *glm_status_name(glm_status s) {
     case GLM_ERR_INTERNAL: return "internal error";
     case GLM_ERR_DEVICE: return "device error";
     case GLM_ERR_COMM: return "communication error";
+    case GLM_ERR_LIBRARY: return "library error";
     }
     return "unknown error";
 }

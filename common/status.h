@@ -22,6 +22,7 @@ typedef enum {
     GLM_ERR_INTERNAL = 17, /* a bug in glmtune: an invariant of its own code does not hold (GLM_ASSERT) */
     GLM_ERR_DEVICE = 18,   /* a CUDA runtime, cuBLAS or cuDNN call failed: the device or its libraries */
     GLM_ERR_COMM = 19,     /* an NCCL or MPI collective or point-to-point call failed or timed out */
+    GLM_ERR_LIBRARY = 20,  /* a library glmtune calls failed where its input was valid (PCRE2, sentencepiece) */
 } glm_status;
 
 /* Records the message (printf format) for this thread and returns `code`, so call sites

@@ -241,8 +241,7 @@ static glm_status cpu_all_gather_start(const glm_backend *be, void *dst, const v
 static glm_status cpu_comm_wait(const glm_backend *be, int req) {
     if (be->world <= 1) return GLM_OK;
     if (req < 0) return wait_all();
-    if (req >= MAX_REQ || !g_req[req].used)
-        return glm_err(GLM_ERR_INTERNAL, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
+    GLM_ASSERT(req < MAX_REQ && g_req[req].used, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
     return wait_req(req);
 }
 
