@@ -35,6 +35,14 @@ glm_status glm_err_context(glm_status code, const char *fmt, ...) {
 }
 
 glm_status glm_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    glm_status st = glm_vassert_fail(file, line, cond, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+glm_status glm_vassert_fail(const char *file, int line, const char *cond, const char *fmt, va_list ap) {
     /* the file as the source tree names it (lora/adapter/optim.c), not the build's absolute path */
     const char *f = file, *last = NULL;
     for (const char *p = file; *p; p++)
@@ -44,10 +52,7 @@ glm_status glm_assert_fail(const char *file, int line, const char *cond, const c
         }
     if (!last) f = file;
     char msg[sizeof g_msg / 2];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     return glm_err(GLM_ERR_INTERNAL, "internal error at %s:%d: %s (`%s` is false; a bug in glmtune: please report it)", f,
                    line, msg, cond);
 }
@@ -70,6 +75,7 @@ const char *glm_status_name(glm_status s) {
     case GLM_ERR_INTERNAL: return "internal error";
     case GLM_ERR_DEVICE: return "device error";
     case GLM_ERR_COMM: return "communication error";
+    case GLM_ERR_LIBRARY: return "library error";
     }
     return "unknown error";
 }

@@ -22,6 +22,7 @@ typedef enum {
     GLM_ERR_INTERNAL = 17, /* a bug in glmtune: an invariant of its own code does not hold (GLM_ASSERT) */
     GLM_ERR_DEVICE = 18,   /* a CUDA runtime, cuBLAS or cuDNN call failed: the device or its libraries */
     GLM_ERR_COMM = 19,     /* an NCCL or MPI collective or point-to-point call failed or timed out */
+    GLM_ERR_LIBRARY = 20,  /* a library glmtune calls failed where its input was valid (PCRE2, sentencepiece) */
 } glm_status;
 
 /* Records the message (printf format) for this thread and returns `code`, so call sites
@@ -53,6 +54,8 @@ const char *glm_status_name(glm_status s);
     } while (0)
 glm_status glm_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* glm_assert_fail with the message's arguments as a va_list. */
+glm_status glm_vassert_fail(const char *file, int line, const char *cond, const char *fmt, va_list ap);
 
 /* Propagate a failure: GLM_TRY(expr) returns expr's status from the enclosing function. */
 #define GLM_TRY(expr)                                                                          \

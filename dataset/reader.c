@@ -1153,8 +1153,7 @@ static glm_status dup_record(const glm_record *rec, glm_record *copy) {
 }
 
 glm_status glm_reader_next(glm_reader *r, glm_record *rec) {
-    if (r->failed)
-        return glm_err(GLM_ERR_INTERNAL, "glm_reader_next called after a fatal error");
+    GLM_ASSERT(!r->failed, "glm_reader_next called after a fatal error");
     if (r->pending_n) { /* a record that num_samples draws more than once */
         rd_group *g = &r->groups.v[r->cur->group];
         if (--r->pending_n) {

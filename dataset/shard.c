@@ -354,8 +354,7 @@ glm_status glm_shard_writer_add_row(glm_shard_writer *w, size_t n, const uint32_
                                     const char *const *srcs, const uint64_t *recs) {
     uint64_t used = 0;
     for (size_t k = 0; k < n; k++) used += lens[k];
-    if (used > w->seq_len) return glm_err(GLM_ERR_INTERNAL, "packer produced a row of %llu tokens (> %u)",
-                                          (unsigned long long)used, w->seq_len);
+    GLM_ASSERT(used <= w->seq_len, "packer produced a row of %llu tokens (> %u)", (unsigned long long)used, w->seq_len);
     GLM_TRY(glm_vec_reserve(w->ids, w->seq_len));
     GLM_TRY(glm_vec_reserve(w->targets, w->seq_len));
     for (size_t k = 0; k < n; k++) {

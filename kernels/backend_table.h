@@ -31,12 +31,13 @@ typedef struct glm_scratch_shape {
 } glm_scratch_shape;
 
 /* The version of the interface between the program and the CUDA module libglm_cuda.so: the layout
- * and meaning of struct glm_backend below, and the module's entry points (glm_backend_cuda*,
- * glm_cuda_*). BUMP IT WITH EVERY CHANGE TO THE STRUCT (an op added, removed, moved or given other
- * arguments) or to those entry points. The module reports the number it was built with
+ * and meaning of struct glm_backend below, the module's entry points (glm_backend_cuda*,
+ * glm_cuda_*) and the host-services table glm_cuda_init takes (kernels/cuda_host.h). BUMP IT
+ * WITH EVERY CHANGE TO THE STRUCT (an op added, removed, moved or given other arguments) or to
+ * those entry points and that table. The module reports the number it was built with
  * (glm_cuda_abi_version) and kernels/cuda_loader.c refuses one built with another: a stale module
  * would otherwise be called through a shifted table. */
-#define GLM_BACKEND_ABI_VERSION 10
+#define GLM_BACKEND_ABI_VERSION 11
 
 /* What a backend may or may not do, asked with be->supports (never by calling an op with zero sizes). */
 typedef enum {
@@ -488,8 +489,9 @@ struct glm_backend {
     void (*set_attention_ws_cap)(const glm_backend *be, double bytes);
 
     /* Memory of the device the backend computes on, in bytes: *total and *free as the device
-     * reports them (CPU: physical and available RAM), *in_use and *peak the bytes held through
-     * be->alloc now and at most since the last mem_reset_peak (CPU: 0, not tracked). */
+     * reports them (CPU: physical RAM and MemAvailable, common/meminfo.h), *in_use and *peak the
+     * bytes held through be->alloc now and at most since the last mem_reset_peak (CPU: 0, not
+     * tracked). */
     void (*mem_info)(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak);
     void (*mem_reset_peak)(const glm_backend *be);
 

@@ -10,12 +10,14 @@
  *
  * The module (the .cu files of kernels/cuda) is looked up next to the running program
  * (<dir of /proc/self/exe>/libglm_cuda.so, then <that dir>/../lib/glmtune/libglm_cuda.so, where
- * `cmake --install` puts it), then at its place in the build tree. It takes the few functions it
- * needs from the program (glm_err, glm_errmsg, glm_assert_fail, glm_dtype_size, glm_mpi_abort, and the communication
- * accounting's glm_comm_all_gather_bytes, glm_comm_all_reduce_bytes, glm_comm_delay_ms: one state for
- * both), which every program that links glm_kernels exports (kernels/CMakeLists.txt).
- * A module whose glm_cuda_abi_version() is not this program's GLM_BACKEND_ABI_VERSION (kernels/backend.h),
- * or that lacks it, is refused: it was built from other sources, and its op table would not match.
+ * `cmake --install` puts it), then at its place in the build tree. The module resolves no symbol
+ * of the program: what it needs of the program's state (this thread's error message, MPI's abort)
+ * it gets through the host-services table (kernels/cuda_host.h) that glm_cuda_init receives here,
+ * before any other entry point is called; the pure helpers both use are compiled into both
+ * (kernels/backend_shared.c). tests/kernels/module_symbols.sh checks it with nm.
+ * A module whose glm_cuda_abi_version() is not this program's GLM_BACKEND_ABI_VERSION
+ * (kernels/backend_table.h), or that lacks it, is refused: it was built from other sources, and its
+ * op table would not match.
  * When it cannot be loaded, glm_cuda_device_count() is 0 with a warning that names the reason,
  * and glm_backend_cuda* fail with that reason. */
 #define _GNU_SOURCE
@@ -30,17 +32,15 @@
 #include "common/status.h"
 #include "kernels/backend.h"
 #include "kernels/comm.h"
+#include "kernels/cuda_host.h"
 
 #ifndef GLM_CUDA_MODULE
 #define GLM_CUDA_MODULE "libglm_cuda.so"
 #endif
 
-/* The module's use of the program's functions: referenced here so that every program with the
- * loader links them (and kernels/CMakeLists.txt exports them). */
-__attribute__((used)) static void *const needed_by_module[] = {(void *)glm_err, (void *)glm_errmsg, (void *)glm_dtype_size,
-                                                                 (void *)glm_mpi_abort, (void *)glm_comm_all_gather_bytes,
-                                                                 (void *)glm_comm_all_reduce_bytes, (void *)glm_comm_delay_ms,
-                                                                 (void *)glm_assert_fail};
+/* The program's services the module uses (kernels/cuda_host.h). */
+static const glm_cuda_host host = {
+    .verr = glm_verr, .errmsg = glm_errmsg, .vassert_fail = glm_vassert_fail, .mpi_abort = glm_mpi_abort};
 
 static struct {
     const glm_backend *(*backend)(int, glm_status *);
@@ -96,19 +96,33 @@ static void load(void) {
             dlclose(h);
             return;
         }
-        *(void **)&fn.backend = dlsym(h, "glm_backend_cuda");
-        *(void **)&fn.backend_dist = dlsym(h, "glm_backend_cuda_dist");
-        *(void **)&fn.close = dlsym(h, "glm_backend_cuda_close");
-        *(void **)&fn.device_count = dlsym(h, "glm_cuda_device_count");
-        *(void **)&fn.device_name = dlsym(h, "glm_cuda_device_name");
-        *(void **)&fn.nccl_id = dlsym(h, "glm_cuda_nccl_id");
-        *(void **)&fn.attention_impl = dlsym(h, "glm_cuda_attention_impl");
-        if (fn.backend && fn.backend_dist && fn.close && fn.device_count && fn.device_name && fn.nccl_id &&
-            fn.attention_impl) {
-            module = h;
-            return;
+        glm_cuda_init_fn init = NULL;
+        struct {
+            const char *name;
+            void **p;
+        } need[] = {{"glm_cuda_init", (void **)&init},
+                    {"glm_backend_cuda", (void **)&fn.backend},
+                    {"glm_backend_cuda_dist", (void **)&fn.backend_dist},
+                    {"glm_backend_cuda_close", (void **)&fn.close},
+                    {"glm_cuda_device_count", (void **)&fn.device_count},
+                    {"glm_cuda_device_name", (void **)&fn.device_name},
+                    {"glm_cuda_nccl_id", (void **)&fn.nccl_id},
+                    {"glm_cuda_attention_impl", (void **)&fn.attention_impl}};
+        const char *missing = NULL;
+        for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+            if (!(*need[i].p = dlsym(h, need[i].name)) && !missing) missing = need[i].name;
+        if (!missing) {
+            int v2 = init(&host); /* the program's services, before any other entry point */
+            if (v2 == GLM_BACKEND_ABI_VERSION) {
+                module = h;
+                return;
+            }
+            snprintf(errs, sizeof errs, "%.600s: glm_cuda_init answered interface version %d after glm_cuda_abi_version "
+                     "said %d (a broken module)", opened, v2, v);
+        } else {
+            snprintf(errs, sizeof errs, "%.600s lacks the entry point %s (a module of another glmtune version?)", opened,
+                     missing);
         }
-        snprintf(errs, sizeof errs, "libglm_cuda.so lacks an entry point (a module of another glmtune version?)");
         memset(&fn, 0, sizeof fn);
     }
     snprintf(why, sizeof why, "the CUDA backend (libglm_cuda.so) could not be loaded: %s; hint: keep "

@@ -276,7 +276,7 @@ static glm_status load_spm(glm_tokenizer *t, const char *path, char *data, size_
     if (glm_spm_size(t->spm) != pr.type.n) {
         glm_vec_free(pr.type);
         glm_vec_free(pr.type_at);
-        return glm_err(GLM_ERR_INTERNAL, "%s: sentencepiece reports %u pieces, the proto has %zu",
+        return glm_err(GLM_ERR_LIBRARY, "%s: sentencepiece reports %u pieces, the proto has %zu",
                        path, glm_spm_size(t->spm), pr.type.n);
     }
     t->spm_type = pr.type.v;
@@ -414,7 +414,7 @@ glm_status glm_tokenizer_encode_valid(const glm_tokenizer *t, const char *text, 
         size_t n = 0;
         char err[512] = "";
         if (glm_spm_encode(t->spm, text, len, &ids, &n, err, sizeof err) != 0) {
-            st = glm_err(GLM_ERR_INTERNAL, "sentencepiece failed to encode a %zu-byte text: %s", len, err);
+            st = glm_err(GLM_ERR_LIBRARY, "sentencepiece failed to encode a %zu-byte text: %s", len, err);
         } else {
             st = glm_vec_reserve(*out, n);
             if (st == GLM_OK) {

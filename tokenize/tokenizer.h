@@ -27,7 +27,8 @@ typedef struct glm_tokenizer glm_tokenizer;
  * <|assistant|> <|observation|> take ids vocab_size, vocab_size+1, ... in that order.
  * *out: a new tokenizer (free with glm_tokenizer_free); untouched on failure.
  * Errors: GLM_ERR_IO (missing/unreadable file), GLM_ERR_FORMAT (malformed model or config;
- * the message names the file and line/offset), GLM_ERR_NOMEM. */
+ * the message names the file and line/offset), GLM_ERR_NOMEM, GLM_ERR_LIBRARY (PCRE2 cannot
+ * compile the split regex; sentencepiece disagrees with the model's own piece count). */
 glm_status glm_tokenizer_load(const char *path, glm_tokenizer **out);
 
 /* Frees a tokenizer (NULL is fine). */
@@ -38,7 +39,7 @@ void glm_tokenizer_free(glm_tokenizer *t);
  * tiktoken: pre-split by the GLM-4 regex, then byte-pair merge by rank (as tiktoken does).
  * SentencePiece: the model's own segmentation, with user-defined pieces not matched in text.
  * Thread-safe. Errors: GLM_ERR_FORMAT for invalid UTF-8 (message gives the byte offset),
- * GLM_ERR_NOMEM. On error *out keeps its previous ids (anything appended is removed). */
+ * GLM_ERR_NOMEM, GLM_ERR_LIBRARY (a PCRE2 match error, a sentencepiece encode failure). On error *out keeps its previous ids (anything appended is removed). */
 glm_status glm_tokenizer_encode(const glm_tokenizer *t, const char *text, size_t len, glm_u32vec *out);
 
 /* glm_tokenizer_encode for text the caller knows to be valid UTF-8 (made of strings that a JSON

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/meminfo.h"
 #include "kernels/backend.h"
 
 static void cpu_set_attention_ws_cap(const glm_backend *be, double bytes) { (void)be, (void)bytes; }
@@ -44,8 +45,6 @@ glm_status glm_cpu_attention_block_bwd_d(const glm_backend *be, void *dq, int64_
                                          int Dh);
 glm_status glm_cpu_attention_delta(const glm_backend *be, void *D, const void *dout, int64_t ldd, const void *out,
                                    int64_t ldo, int64_t n0, int64_t rows, int T, int H, int Dh);
-
-size_t glm_dtype_size(glm_dtype dt) { return dt == GLM_DT_BF16 ? 2 : dt == GLM_DT_F64 ? 8 : 4; }
 
 void glm_rope_inv_freq(double base, int rot, float *inv_freq) {
     for (int i = 0; i < rot / 2; i++) inv_freq[i] = (float)(1.0 / pow(base, (double)(2 * i) / (double)rot));
@@ -457,10 +456,13 @@ static glm_status cpu_fill_normal(const glm_backend *be, void *dst, glm_dtype dt
     return GLM_OK;
 }
 
+/* free: the machine's available memory (MemAvailable, common/meminfo.h: the host-offload planner's
+   rule), not MemFree, which the page cache of large file reads shrinks to a fraction of it */
 static void cpu_mem_info(const glm_backend *be, size_t *free_b, size_t *total_b, size_t *in_use, size_t *peak) {
-    long pg = sysconf(_SC_PAGESIZE), tot = sysconf(_SC_PHYS_PAGES), av = sysconf(_SC_AVPHYS_PAGES);
-    if (total_b) *total_b = pg > 0 && tot > 0 ? (size_t)pg * (size_t)tot : 0;
-    if (free_b) *free_b = pg > 0 && av > 0 ? (size_t)pg * (size_t)av : 0;
+    long pg = sysconf(_SC_PAGESIZE), tot = sysconf(_SC_PHYS_PAGES);
+    const double total = pg > 0 && tot > 0 ? (double)pg * (double)tot : 0;
+    if (total_b) *total_b = (size_t)total;
+    if (free_b) *free_b = (size_t)glm_mem_available(total);
     if (in_use) *in_use = 0;
     if (peak) *peak = 0;
 }

@@ -241,8 +241,7 @@ static glm_status cpu_all_gather_start(const glm_backend *be, void *dst, const v
 static glm_status cpu_comm_wait(const glm_backend *be, int req) {
     if (be->world <= 1) return GLM_OK;
     if (req < 0) return wait_all();
-    if (req >= MAX_REQ || !g_req[req].used)
-        return glm_err(GLM_ERR_INTERNAL, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
+    GLM_ASSERT(req < MAX_REQ && g_req[req].used, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
     return wait_req(req);
 }
 
@@ -446,17 +445,6 @@ static void cpu_comm_bytes(const glm_backend *be, double *bytes, int reset) {
 const char *glm_comm_kind_name(int kind) {
     static const char *names[GLM_COMM_KINDS] = {"all_reduce", "all_gather", "sendrecv", "host"};
     return kind >= 0 && kind < GLM_COMM_KINDS ? names[kind] : "?";
-}
-
-double glm_comm_all_reduce_bytes(double bytes, int world) { return world > 1 ? 2.0 * (world - 1) / world * bytes : 0; }
-double glm_comm_all_gather_bytes(double shard_bytes, int world) { return world > 1 ? (double)(world - 1) * shard_bytes : 0; }
-
-double glm_comm_delay_ms(void) {
-    const char *s = getenv("GLMTUNE_COMM_DELAY_MS");
-    if (!s || !*s) return 0;
-    char *end;
-    double v = strtod(s, &end);
-    return *end || !(v > 0) || v > 1e6 ? 0 : v;
 }
 
 /* Fills the communication ops of a CPU backend table (backend_cpu.c calls it for its static

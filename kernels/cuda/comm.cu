@@ -166,8 +166,8 @@ static glm_status begin(const glm_backend *be, const char *what, int *id) {
             break;
         }
     if (k < 0) {
-        if (C->req.size() >= 4096)
-            return glm_err(GLM_ERR_INTERNAL, "rank %d: more than 4096 communication requests outstanding", be->rank);
+        GLM_ASSERT(C->req.size() < 4096, "rank %d: more than 4096 communication requests outstanding (a missing comm_wait)",
+                   be->rank);
         C->req.emplace_back();
         k = (int)C->req.size() - 1;
         CU(cudaEventCreateWithFlags(&C->req[k].done, cudaEventDisableTiming), "communication event");
@@ -260,8 +260,8 @@ static glm_status cu_comm_wait(const glm_backend *be, int req) {
     cuda_impl *I = IMPL(be);
     if (be->world <= 1) return GLM_OK;
     comm_state *C = I->cstate;
-    if (req >= (int)C->req.size() || (req >= 0 && !C->req[req].used))
-        return glm_err(GLM_ERR_INTERNAL, "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
+    GLM_ASSERT(req < (int)C->req.size() && (req < 0 || C->req[req].used),
+               "rank %d: comm_wait on request %d, which is not outstanding", be->rank, req);
     int on;
     std::pair<cudaEvent_t, cudaEvent_t> pr;
     GLM_TRY(stall_open(I, req, &on, &pr));

@@ -4,6 +4,7 @@
 #include "lora/model/plan.h"
 
 #include "common/log.h"
+#include "common/meminfo.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -491,15 +492,7 @@ int glm_local_ranks(void) {
     return 1;
 }
 
-double glm_host_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    double kb = -1;
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb >= 0 ? kb * 1024.0 : 0.75 * glm_host_memory();
-}
+double glm_host_available(void) { return glm_mem_available(glm_host_memory()); }
 
 double glm_host_margin(void) { return fmax(4.0 * 1073741824.0, 0.05 * glm_host_memory()); }
 

@@ -212,7 +212,8 @@ int glm_local_ranks(void);
  * glm_host_margin(); planning for another machine (GLMTUNE_HOST_MEMORY_GIB), its memory less the
  * margin (the same rule on a machine with all of its memory free). */
 double glm_host_budget(int ranks_here);
-/* The machine's available memory (MemAvailable) in bytes, and the margin kept free beside the
+/* The machine's available memory (MemAvailable: common/meminfo.h's glm_mem_available, the CPU
+ * backend's rule too) in bytes, and the margin kept free beside the
  * offloaded layer inputs: 4 GiB or 5% of the memory, whichever is more. */
 double glm_host_available(void);
 double glm_host_margin(void);

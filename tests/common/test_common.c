@@ -258,12 +258,15 @@ static glm_status assert_index(size_t i, size_t n) {
 }
 
 static void test_status(void) {
-    /* the three kinds of failure that are not about input are told apart, by code and by name */
+    /* the four kinds of failure that are not about input are told apart, by code and by name */
     CHECK(GLM_ERR_DEVICE != GLM_ERR_INTERNAL && GLM_ERR_COMM != GLM_ERR_INTERNAL && GLM_ERR_COMM != GLM_ERR_DEVICE,
           "distinct codes");
     CHECK(!strcmp(glm_status_name(GLM_ERR_DEVICE), "device error"), "%s", glm_status_name(GLM_ERR_DEVICE));
     CHECK(!strcmp(glm_status_name(GLM_ERR_COMM), "communication error"), "%s", glm_status_name(GLM_ERR_COMM));
     CHECK(!strcmp(glm_status_name(GLM_ERR_INTERNAL), "internal error"), "%s", glm_status_name(GLM_ERR_INTERNAL));
+    CHECK(!strcmp(glm_status_name(GLM_ERR_LIBRARY), "library error"), "%s", glm_status_name(GLM_ERR_LIBRARY));
+    CHECK(GLM_ERR_LIBRARY != GLM_ERR_INTERNAL && GLM_ERR_LIBRARY != GLM_ERR_DEVICE && GLM_ERR_LIBRARY != GLM_ERR_COMM,
+          "a library failure is its own kind");
     glm_err(GLM_ERR_IO, "earlier");
     CHECK(assert_index(2, 3) == GLM_OK && !strcmp(glm_errmsg(), "earlier"), "a true assertion leaves the message: %s",
           glm_errmsg());

@@ -6,12 +6,14 @@
  *
  * Not entries: the memory ops (alloc ... copy_wait), the communication ops, memory accounting,
  * profiling and supports; tests/gpu/test_cuda_ops.c (test_memory, test_memcap) and
- * tests/kernels/test_cpu_ops.c check those on their backend. */
+ * tests/kernels/test_cpu_ops.c check those on their backend. tests/ops/op_coverage.sh (ctest
+ * op_coverage) fails when an op of the struct has no entry here and is not on its allow-list. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/formats.h"
 #include "kernels/quant4.h"
 #include "tests/gpu/tol.h"
 #include "tests/ops/op_table.h"
@@ -561,6 +563,174 @@ static void fill_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
 }
 static const fill_case fill_cmp[] = {{OP_T_F32, 1000003, 0.25f, 0.5f, 11, 5}, {OP_T_BF16, 1000003, 0.25f, 0.5f, 11, 5}};
 static const fill_case fill_cpu[] = {{OP_T_F32, 200000, 0.5f, 2.0f, 7, 1}};
+
+/* ==== fp8_quantize / fp8_matmul / fp8_transpose: the FP8 base (GLM_FEATURE_FP8) ===============
+ * Quantize and transpose bit for bit against kernels/formats.h's conversions, the GEMM against the
+ * float64 product of the decoded codes (tests/gpu/test_fp8_ops.c holds them elementwise too, and
+ * tests/kernels/test_fp8.c the conversions to ml_dtypes). Quantize and transpose run on every
+ * backend; the GEMM needs FP8 tensor cores on CUDA (sm_89 and later): a backend without
+ * GLM_FEATURE_FP8 declares no checks for fp8_matmul's cases and must refuse it with
+ * GLM_ERR_UNSUPPORTED (props). */
+static int fp8_on(const op_inst *in) {
+    return glm_be_supports(in->test, GLM_FEATURE_FP8) && (!in->ref || glm_be_supports(in->ref, GLM_FEATURE_FP8));
+}
+static const char *fp8_kind_name(int k) { return k == GLM_FP8_E5M2 ? "e5m2" : "e4m3"; }
+/* row m of x (K values, times mul when not NULL) quantized as fp8_quantize does: codes q[K], the scale */
+static float fp8_ref_row(const float *x, const float *mul, int64_t K, int kind, uint8_t *q) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        float v = mul ? glm_fmul_rn(x[k], mul[k]) : x[k];
+        amax = fabsf(v) > amax ? fabsf(v) : amax;
+    }
+    const float inv = glm_fp8_inv_scale(amax, (glm_fp8_kind)kind);
+    for (int64_t k = 0; k < K; k++) q[k] = glm_fp8_encode(mul ? glm_fmul_rn(x[k], mul[k]) : x[k], inv, (glm_fp8_kind)kind);
+    return glm_fp8_scale(amax, (glm_fp8_kind)kind);
+}
+
+typedef struct {
+    int64_t M, K, pad; /* x [M, K], row stride K + pad */
+    int kind, mul;     /* glm_fp8_kind; 1: a column multiplier */
+} f8q_case;
+enum { F8Q_X, F8Q_Q, F8Q_S, F8Q_MUL };
+
+static void f8q_make(op_inst *in, const void *cv) {
+    const f8q_case *c = cv;
+    op_add(in, "x", OP_T_ACT, OP_IN, c->M * (c->K + c->pad)), op_add(in, "q", OP_T_BYTES, OP_OUT, c->M * c->K);
+    op_add(in, "scale", OP_T_F32, OP_OUT, c->M);
+    op_fill_n(in, F8Q_X, 2.0f);
+    if (c->mul) op_add(in, "col_mul", OP_T_F32, OP_IN, c->K), op_fill_u(in, F8Q_MUL, 1.5f);
+    op_check_add(in, "fp8_quantize q", F8Q_Q, OP_CMP_EXACT, 0.0);
+    op_check_add(in, "fp8_quantize scale", F8Q_S, OP_CMP_EXACT, 0.0);
+    snprintf(in->shape, sizeof in->shape, "%lldx%lld ld+%lld %s%s", (long long)c->M, (long long)c->K, (long long)c->pad,
+             fp8_kind_name(c->kind), c->mul ? " mul" : "");
+}
+static glm_status f8q_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const f8q_case *c = in->c;
+    return glm_be_fp8_quantize(be, b->p[F8Q_Q], b->p[F8Q_S], b->p[F8Q_X], c->K + c->pad, c->M, c->K,
+                               c->mul ? b->p[F8Q_MUL] : NULL, c->kind);
+}
+static void f8q_ref(const op_inst *in, double *const *want) {
+    const f8q_case *c = in->c;
+    uint8_t *q = malloc((size_t)c->K);
+    for (int64_t m = 0; q && m < c->M; m++) {
+        want[F8Q_S][m] = fp8_ref_row(HV(in, F8Q_X) + m * (c->K + c->pad), c->mul ? HV(in, F8Q_MUL) : NULL, c->K, c->kind, q);
+        for (int64_t k = 0; k < c->K; k++) want[F8Q_Q][m * c->K + k] = q[k];
+    }
+    free(q);
+}
+static void f8q_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const f8q_case *c = in->c;
+    OP_EXPECT(glm_be_fp8_quantize(be, b->p[F8Q_Q], b->p[F8Q_S], b->p[F8Q_X], c->K + c->pad, c->M, c->K, NULL, 7) ==
+                  GLM_ERR_ARG,
+              "fp8_quantize on %s: an unknown kind is an error", be->name);
+}
+static const f8q_case f8q_cmp[] = {
+    {256, 4096, 0, GLM_FP8_E4M3, 0},  /* the forward's activations (C) */
+    {256, 13696, 0, GLM_FP8_E5M2, 1}, /* an input gradient: dy times the weight's row scales (F) */
+    {37, 1000, 24, GLM_FP8_E4M3, 1},  /* odd, strided */
+};
+static const f8q_case f8q_cpu[] = {{5, 32, 3, GLM_FP8_E4M3, 0}, {4, 48, 0, GLM_FP8_E5M2, 1}};
+
+typedef struct {
+    int64_t M, N, K, pad_x, pad_y;
+    int kind, mul, wscale; /* x's glm_fp8_kind; a column multiplier; per-row weight scales (else NULL: 1) */
+    float beta;
+} f8m_case;
+enum { F8M_X, F8M_W, F8M_Y, F8M_WS, F8M_MUL };
+
+static int f8m_t(const f8m_case *c, int t) { return t == F8M_MUL && !c->wscale ? F8M_WS : t; }
+static void f8m_make(op_inst *in, const void *cv) {
+    const f8m_case *c = cv;
+    const int64_t ldx = c->K + c->pad_x, ldy = c->N + c->pad_y;
+    op_add(in, "x", OP_T_ACT, OP_IN, c->M * ldx), op_add(in, "w", OP_T_BYTES, OP_IN, c->N * c->K);
+    op_add(in, "y", OP_T_ACT, OP_INOUT, c->M * ldy);
+    op_fill_n(in, F8M_X, 1.0f), op_fill_n(in, F8M_Y, 1.0f);
+    /* E4M3 codes of magnitude below 16 (no NaN code 0x7f / 0xff) */
+    for (int64_t i = 0; i < c->N * c->K; i++) {
+        uint64_t r = op_rand(in);
+        in->t[F8M_W].b[i] = (uint8_t)((r & 0x80) | ((r >> 8) % 0x58));
+    }
+    if (c->beta == 0.0f)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = 0; n < c->N; n++) HV(in, F8M_Y)[m * ldy + n] = NAN; /* beta 0 must not read y */
+    if (c->wscale) {
+        int t = op_add(in, "w_scale", OP_T_F32, OP_IN, c->N);
+        op_fill_u(in, t, 0.01f);
+        for (int64_t n = 0; n < c->N; n++) HV(in, t)[n] = fabsf(HV(in, t)[n]);
+    }
+    if (c->mul) op_fill_u(in, op_add(in, "col_mul", OP_T_F32, OP_IN, c->K), 0.5f);
+    if (fp8_on(in)) op_check_add(in, "fp8_matmul y", F8M_Y, OP_CMP_REL, in->ref ? TOL_FP8_GEMM : TOL_CPU_REF);
+    snprintf(in->shape, sizeof in->shape, "%lldx%lldx%lld %s%s%s b%g", (long long)c->M, (long long)c->N, (long long)c->K,
+             fp8_kind_name(c->kind), c->mul ? " mul" : "", c->wscale ? " ws" : "", c->beta);
+}
+static glm_status f8m_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const f8m_case *c = in->c;
+    if (!fp8_on(in)) return GLM_OK;
+    return glm_be_fp8_matmul(be, c->M, c->N, c->K, b->p[F8M_X], c->K + c->pad_x, c->mul ? b->p[f8m_t(c, F8M_MUL)] : NULL,
+                             c->kind, b->p[F8M_W], c->wscale ? b->p[F8M_WS] : NULL, c->beta, b->p[F8M_Y], c->N + c->pad_y);
+}
+static void f8m_ref(const op_inst *in, double *const *want) {
+    const f8m_case *c = in->c;
+    const int64_t ldx = c->K + c->pad_x, ldy = c->N + c->pad_y;
+    uint8_t *q = malloc((size_t)c->K);
+    for (int64_t m = 0; q && m < c->M; m++) {
+        const float sx = fp8_ref_row(HV(in, F8M_X) + m * ldx, c->mul ? HV(in, f8m_t(c, F8M_MUL)) : NULL, c->K, c->kind, q);
+        for (int64_t n = 0; n < ldy; n++) {
+            const double y = HV(in, F8M_Y)[m * ldy + n];
+            if (n >= c->N) {
+                want[F8M_Y][m * ldy + n] = y; /* the padding keeps its value */
+                continue;
+            }
+            double s = 0;
+            for (int64_t k = 0; k < c->K; k++)
+                s += (double)glm_fp8_to_f32(q[k], (glm_fp8_kind)c->kind) *
+                     glm_fp8_to_f32(in->t[F8M_W].b[n * c->K + k], GLM_FP8_E4M3);
+            s *= (double)sx * (c->wscale ? HV(in, F8M_WS)[n] : 1.0);
+            want[F8M_Y][m * ldy + n] = s + (c->beta == 0.0f ? 0.0 : c->beta * y);
+        }
+    }
+    free(q);
+}
+static void f8m_props(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const f8m_case *c = in->c;
+    const int fp8 = glm_be_supports(be, GLM_FEATURE_FP8);
+    /* K not a multiple of 16 is refused on every backend (CUDA's layout rule); without FP8, every call */
+    OP_EXPECT(glm_be_fp8_matmul(be, c->M, c->N, fp8 ? c->K - 8 : c->K, b->p[F8M_X], c->K + c->pad_x, NULL, c->kind,
+                                b->p[F8M_W], NULL, 0.0f, b->p[F8M_Y], c->N + c->pad_y) == GLM_ERR_UNSUPPORTED,
+              "fp8_matmul on %s: %s is GLM_ERR_UNSUPPORTED", be->name, fp8 ? "K not a multiple of 16" : "a backend without FP8");
+}
+static const f8m_case f8m_cmp[] = {
+    {64, 5120, 4096, 0, 0, GLM_FP8_E4M3, 0, 1, 0.0f},  /* query_key_value's forward (per-row weight scales) */
+    {64, 4096, 1024, 0, 0, GLM_FP8_E4M3, 0, 1, 1.0f},  /* into the residual (beta 1) */
+    {64, 1024, 2048, 0, 0, GLM_FP8_E5M2, 1, 0, 1.0f},  /* an input gradient: E5M2 dy times the row scales, beta 1 */
+    {33, 48, 64, 16, 5, GLM_FP8_E4M3, 1, 1, 0.0f},     /* odd M, strided x and y */
+};
+static const f8m_case f8m_cpu[] = {
+    {5, 16, 32, 3, 2, GLM_FP8_E4M3, 0, 1, 0.0f},
+    {3, 32, 48, 0, 1, GLM_FP8_E5M2, 1, 0, 1.0f},
+};
+
+typedef struct {
+    int64_t rows, cols;
+} f8t_case;
+static void f8t_make(op_inst *in, const void *cv) {
+    const f8t_case *c = cv;
+    op_add(in, "src", OP_T_BYTES, OP_IN, c->rows * c->cols), op_add(in, "dst", OP_T_BYTES, OP_OUT, c->rows * c->cols);
+    for (int64_t i = 0; i < c->rows * c->cols; i++) in->t[0].b[i] = (uint8_t)op_rand(in);
+    op_check_add(in, "fp8_transpose", 1, OP_CMP_EXACT, 0.0);
+    snprintf(in->shape, sizeof in->shape, "%lldx%lld", (long long)c->rows, (long long)c->cols);
+}
+static glm_status f8t_run(const glm_backend *be, const op_inst *in, op_bufs *b) {
+    const f8t_case *c = in->c;
+    return glm_be_fp8_transpose(be, b->p[1], b->p[0], c->rows, c->cols);
+}
+static void f8t_ref(const op_inst *in, double *const *want) {
+    const f8t_case *c = in->c;
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t k = 0; k < c->cols; k++) want[1][k * c->rows + r] = in->t[0].b[r * c->cols + k];
+}
+static const f8t_case f8t_cmp[] = {{4096, 13696}, {5120, 4096}, {37, 53}, {1, 77}};
+static const f8t_case f8t_cpu[] = {{7, 13}, {16, 32}};
 
 /* ==== embedding =============================================================================== */
 typedef struct {
@@ -1699,6 +1869,10 @@ const op_entry op_table[] = {
     {.name = "cast", CASES(cast_cmp, cast_cpu), .make = cast_make, .run = cast_run, .ref = cast_ref},
     {.name = "cast_2d", CASES(cast2_cmp, cast2_cpu), .make = cast2_make, .run = cast2_run, .ref = cast2_ref},
     {.name = "fill_normal", CASES(fill_cmp, fill_cpu), .make = fill_make, .run = fill_run, .props = fill_props},
+    {.name = "fp8_quantize", CASES(f8q_cmp, f8q_cpu), .make = f8q_make, .run = f8q_run, .ref = f8q_ref,
+     .props = f8q_props},
+    {.name = "fp8_matmul", CASES(f8m_cmp, f8m_cpu), .make = f8m_make, .run = f8m_run, .ref = f8m_ref, .props = f8m_props},
+    {.name = "fp8_transpose", CASES(f8t_cmp, f8t_cpu), .make = f8t_make, .run = f8t_run, .ref = f8t_ref},
     {.name = "embedding", CASES(emb_cmp, emb_cpu), .make = emb_make, .run = emb_run, .ref = emb_ref, .props = emb_props},
     {.name = "rmsnorm_fwd", CASES(rms_cmp, rms_cpu), .make = rmsf_make, .run = rmsf_run, .ref = rmsf_ref},
     {.name = "rmsnorm_bwd", CASES(rms_cmp, rms_cpu), .make = rmsb_make, .run = rmsb_run, .ref = rmsb_ref, .fd_f = rmsb_fd},

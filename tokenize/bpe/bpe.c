@@ -336,7 +336,7 @@ static glm_status merge_small(const glm_bpe *b, const uint8_t *s, size_t n, glm_
     GLM_TRY(glm_vec_reserve(*out, m - 1));
     for (size_t i = 0; i + 1 < m; i++) {
         uint32_t r = lookup(b, s + start[i], start[i + 1] - start[i]);
-        if (r == NONE_RANK) return glm_err(GLM_ERR_INTERNAL, "BPE produced a part that is not a token");
+        GLM_ASSERT(r != NONE_RANK, "BPE produced a part that is not a token");
         out->v[out->n++] = r;
     }
     return GLM_OK;

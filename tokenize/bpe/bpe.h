@@ -32,7 +32,7 @@ bool glm_bpe_detect(const char *data, size_t len);
  * a best-effort basis (a cache that cannot be written is no error).
  * `path` only names the file in messages. Errors: GLM_ERR_FORMAT (bad base64, bad rank,
  * duplicate token or rank; the message gives the line number), GLM_ERR_NOMEM,
- * GLM_ERR_INTERNAL (the regex fails to compile). */
+ * GLM_ERR_LIBRARY (PCRE2 cannot compile the split regex). */
 glm_status glm_bpe_load(const char *path, const char *data, size_t len, glm_bpe **out);
 void glm_bpe_free(glm_bpe *b);
 
@@ -53,13 +53,14 @@ bool glm_bpe_token(const glm_bpe *b, uint32_t id, const char **bytes, size_t *n)
 int64_t glm_bpe_rank(const glm_bpe *b, const void *s, size_t n);
 
 /* Ordinary text -> ids appended to *out; text must already be valid UTF-8 (the caller checks:
- * glm_utf8_check in common/utf8.h). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (regex engine error). */
+ * glm_utf8_check in common/utf8.h). Thread-safe. Errors: GLM_ERR_NOMEM, GLM_ERR_LIBRARY (a PCRE2 match
+ * error), GLM_ERR_INTERNAL (an invariant of the split or merge fails: a bug). */
 glm_status glm_bpe_encode(const glm_bpe *b, const char *text, size_t len, glm_u32vec *out);
 
 /* Byte-pair merge of s[0..n) alone (no regex split, no whole-piece lookup), APPENDING the ids:
  * method 0 = tiktoken's merge loop (bpe.c: the O(n^2) loop up to 16 bytes, a heap above),
  * method 1 = the backtracking encoder (bpe_backtrack.c). Both give tiktoken's result; for tests
- * that compare them. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL, GLM_ERR_ARG (unknown method). */
+ * that compare them. Errors: GLM_ERR_NOMEM, GLM_ERR_INTERNAL (a bug), GLM_ERR_ARG (unknown method). */
 glm_status glm_bpe_merge(const glm_bpe *b, const void *s, size_t n, int method, glm_u32vec *out);
 
 /* Length in bytes of the split-regex piece that starts at text[pos] (text valid UTF-8, whole

@@ -600,8 +600,7 @@ glm_status glm_bpe_bt_encode(const glm_bpe *b, const uint8_t *s, size_t n, glm_u
             }
             uint32_t next = !from_walk || dropped ? bt->t[t.rank].next_prefix : NONE_RANK;
             while (next == NONE_RANK) { /* none left: pos is dead, back up one token */
-                if (ns == 0)
-                    return glm_err(GLM_ERR_INTERNAL, "BPE found no encoding for a %zu-byte piece", n);
+                GLM_ASSERT(ns > 0, "BPE found no encoding for a %zu-byte piece", n);
                 dead[pos] = 1;
                 uint32_t last = stk[--ns];
                 pos -= bt->t[last].len;

@@ -116,7 +116,7 @@ typedef struct {
 } glm_bpe_splitter;
 
 /* Compiles the split regex into b->re (bpe_split.c) and, once per process, the class tables of
- * the hand-written split paths. Errors: GLM_ERR_INTERNAL (the regex does not compile). */
+ * the hand-written split paths. Errors: GLM_ERR_LIBRARY (PCRE2 cannot compile the regex). */
 glm_status glm_bpe_split_init(glm_bpe *b);
 
 /* Length in bytes of the piece that starts at text[p] (p < len; text valid UTF-8, whole text
@@ -190,7 +190,7 @@ void glm_bpe_bt_free(glm_bpe_bt *bt);
 
 /* Encodes one regex piece s[0..n) (1 <= n <= BT_MAX_PIECE) with the backtracking encoder, APPENDING its ids to
  * *out: the same ids as the merge loop (see bpe_backtrack.c). Errors: GLM_ERR_NOMEM,
- * GLM_ERR_ARG (n too long), GLM_ERR_INTERNAL. */
+ * GLM_ERR_ARG (n too long), GLM_ERR_INTERNAL (no encoding found: a bug). */
 glm_status glm_bpe_bt_encode(const glm_bpe *b, const uint8_t *s, size_t n, glm_u32vec *out);
 
 #endif

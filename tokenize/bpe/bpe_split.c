@@ -344,7 +344,7 @@ glm_status glm_bpe_split_init(glm_bpe *b) {
     if (!b->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errc, msg, sizeof msg);
-        return glm_err(GLM_ERR_INTERNAL, "cannot compile the GLM-4 split regex at offset %zu: %s",
+        return glm_err(GLM_ERR_LIBRARY, "PCRE2 cannot compile the GLM-4 split regex at offset %zu: %s",
                        (size_t)erroff, (const char *)msg);
     }
     b->jit = pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE) == 0;
@@ -381,7 +381,7 @@ static size_t regex_piece(const glm_bpe *b, const char *text, size_t len, size_t
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            *st = glm_err(GLM_ERR_INTERNAL, "split regex failed at byte offset %zu: %s", p,
+            *st = glm_err(GLM_ERR_LIBRARY, "PCRE2: the split regex failed at byte offset %zu: %s", p,
                           (const char *)msg);
             return 0;
         }
