@@ -448,32 +448,22 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
                           ts->lora_target};
     glm_lora_info li;
     GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
-    glm_scratch_shape sh;
-    size_t need = 0, ws = 0;
-    glm_scratch_shape_for(&cfg, rs->cp, be->world, B, T, 1, 0, &sh);
-    sh.fp8 = ts->fp8;
-    if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate, as glm_model_plan */
-    size_t fr = 0, tot = 0, use = 0, peak = 0;
-    glm_be_mem_info(be, &fr, &tot, &use, &peak);
-    double budget = (double)fr + (double)use - G; /* as glm_model_budget */
-    if (ts->max_gpu_gib > 0) {
-        double capped = ts->max_gpu_gib * G - (double)glm_be_mem_overhead(be);
-        if (budget <= 0 || capped < budget) budget = capped;
-    }
-    const int W = be->world;
-    glm_plan_opts o = train_plan_opts(ts, cpu, W, rs->cp, glm_local_ranks(), budget, need, ws);
+    /* as the model will plan its step (glm_model_prepare below): the same request */
+    glm_plan_request rq = train_plan_request(ts, &cfg, &li, B, T, be->world, rs->cp, be, 0);
     glm_plan p;
-    glm_plan_make(&cfg, &li, B, T, 1, &o, &p);
+    glm_plan_basis basis;
+    GLM_TRY(glm_plan_request_make(&rq, &p, &basis));
     if (p.fits) return GLM_OK;
+    const double budget = basis.opts.budget;
     char hints[512];
     int n = snprintf(hints, sizeof hints, "%s", ts->quant_bits == 4 ? "" : "--quantization-bit 4 (a 4-bit base, QLoRA), ");
-    glm_plan_opts oo = o;
-    oo.offload = 1;
+    glm_plan_request ro = rq;
+    ro.opts.offload = 1;
     glm_plan po;
-    glm_plan_make(&cfg, &li, B, T, 1, &oo, &po);
+    GLM_TRY(glm_plan_request_make(&ro, &po, NULL));
     if (!cpu && po.fits)
         n += snprintf(hints + n, sizeof hints - (size_t)n, "a machine with %.1f GiB of host memory free for the layer inputs "
-                      "(offloaded, they would fit; %.1f GiB is available here), ", po.host / G, o.host_budget / G);
+                      "(offloaded, they would fit; %.1f GiB is available here), ", po.host / G, basis.opts.host_budget / G);
     if (rs->cp <= 1) n += snprintf(hints + n, sizeof hints - (size_t)n, "--context-parallel N with --gpus N, ");
     snprintf(hints + n, sizeof hints - (size_t)n, "a shorter --seq-len (rows of %d tokens now)%s", T,
              ts->max_gpu_gib > 0 ? ", or a larger --max-gpu-memory" : "");
@@ -488,16 +478,13 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
  * and the RoPE table rounded to bf16 when asked (transformers' table after .to(torch.bfloat16)). */
 static glm_status load_model(run_state *rs, const train_settings *ts) {
     const glm_backend *be = rs->be;
-    glm_base_format bf = {0, GLM_WF_NF4, 0, ts->fp8};
+    const glm_base_format bf = train_base_format(ts);
     if (ts->fp8)
         glm_log_info("--base-dtype fp8: the frozen linear layers quantized to FP8 E4M3 (a scale per output channel) while "
                      "loading, their GEMMs %s", strcmp(be->name, "cpu") ? "on FP8 tensor cores"
                      : "emulated on the CPU (the same quantization, products summed in double: the reference the GPU's "
                        "FP8 tensor cores are tested against, not fast)");
     if (ts->quant_bits == 4) {
-        bf.quant_bits = 4;
-        bf.q4 = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
-        bf.double_quant = ts->double_quant;
         glm_log_info("QLoRA: the frozen linear layers quantized to %s%s while loading (bitsandbytes' 4-bit format)",
                      glm_wformat_name(bf.q4), bf.double_quant ? " with double quantization" : "");
     }
@@ -705,16 +692,14 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     if (rs->cp > 1) {
         glm_cp_layout L;
         glm_cp_layout_make(rs->bb.T, rs->cp, rs->cp_comm->rank, &L);
-        rs->model->cp = rs->cp;
-        rs->model->cp_comm = rs->cp_comm;
         glm_log_info("context parallel: each row of %u tokens over %d ranks (%d data-parallel group%s of %d): chunks of %d "
                      "tokens, rank c of a group holding chunks c and %d-c%s", (unsigned)rs->bb.T, rs->cp, rs->dp,
                      rs->dp > 1 ? "s" : "", rs->cp, L.S, 2 * rs->cp - 1,
                      L.Tp > L.T ? "; rows padded with untargeted tokens to a multiple of 2 x the ranks" : "");
     }
     /* the step's buffers now, by the memory plan: an out-of-memory shows here, with the plan */
-    rs->model->max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0;
-    rs->model->optimizer = 1;
+    glm_model_options mo = train_model_options(ts, rs->cp, rs->cp_comm);
+    GLM_TRY(glm_model_set_options(rs->model, &mo));
     glm_plan plan;
     GLM_TRY(glm_model_prepare(rs->model, rs->lora, rs->bb.B, rs->bb.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
@@ -900,16 +885,12 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
          * keys (their places in the data, batch_fill) */
         uint64_t dseed = mix64((uint64_t)ts->seed, (uint64_t)rs->step);
         bool last = micro + 1 == n_micro;
-        if (W > 1 && last) {
-            rs->model->grad_ready = bucket_ready;
-            rs->model->grad_ready_user = rs;
-        }
+        if (W > 1 && last) glm_model_set_grad_ready(rs->model, bucket_ready, rs);
         rs->pf_micro = micro;
-        rs->model->next_batch = prefetch_next;
-        rs->model->next_batch_user = rs;
+        glm_model_set_next_batch(rs->model, prefetch_next, rs);
         s = glm_model_step(rs->model, rs->lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
-        rs->model->grad_ready = NULL;
-        rs->model->next_batch = NULL;
+        glm_model_set_grad_ready(rs->model, NULL, NULL);
+        glm_model_set_next_batch(rs->model, NULL, NULL);
         rs->n_micro_run++;
         *loss_sum += ls;
         if (n) *tokens += (rs->data.by_doc ? (double)rs->bb.T : (double)n * rs->data.T) / rs->cp;

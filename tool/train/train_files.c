@@ -24,11 +24,6 @@
 #include "lora/model/model.h"
 #include "lora/model/plan.h"
 
-/* The CUDA context and library workspaces (cuBLAS, cuDNN) a run holds beside its plan, in GiB, as
- * measured on an H200 with CUDA 13.0 (0.94 to 0.97 GiB, bench --max-seq-len): what a dry run
- * without a GPU takes off --max-gpu-memory, as a run takes off the overhead it measures. */
-#define GLM_DRY_CUDA_OVERHEAD_GIB 0.97
-
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
  * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
  * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
@@ -40,18 +35,27 @@ glm_status train_check_seq_len(const glm_loader *l, const char *what, int64_t wa
     return GLM_OK;
 }
 
-glm_plan_opts train_plan_opts(const train_settings *ts, int cpu, int world, int cp, int local_ranks, double budget,
-                              size_t need, size_t ws) {
-    const int eb = cpu ? 4 : 2; /* the CPU backend holds f32, CUDA bf16 (weights and activations alike) */
-    glm_wformat base = eb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
-    if (ts->fp8) base = GLM_WF_FP8_E4M3;
-    else if (ts->quant_bits == 4) base = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
-    return (glm_plan_opts){.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
-                           .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && world > 1 ? world : 0,
-                           .cp = cp, .acc_bytes = cpu ? 8 : 4, /* the ring's accumulators: CPU f64, CUDA f32 */
-                           .host_budget = cpu ? 0 : glm_host_budget(local_ranks), .base_format = base,
-                           .double_quant = ts->quant_bits == 4 && ts->double_quant,
-                           .scratch = need > 0 ? (double)need : 0, .attn_ws = (double)ws};
+glm_base_format train_base_format(const train_settings *ts) {
+    glm_base_format bf = {0, GLM_WF_NF4, 0, ts->fp8};
+    if (ts->quant_bits == 4) {
+        bf.quant_bits = 4;
+        bf.q4 = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
+        bf.double_quant = ts->double_quant;
+    }
+    return bf;
+}
+
+glm_plan_request train_plan_request(const train_settings *ts, const glm_config *cfg, const glm_lora_info *li, int B,
+                                    int T, int world, int cp, const glm_backend *be, int local_ranks) {
+    return (glm_plan_request){.cfg = cfg, .lora = li, .B = B, .T = T, .backward = 1, .mode = (glm_ckpt_mode)ts->ckpt_mode,
+                              .fmt = train_base_format(ts), .opts = train_model_options(ts, cp, NULL), .world = world,
+                              .shard_world = glm_shard_world(ts->shard_base, world), .local_ranks = local_ranks,
+                              .be = be, .describe_cuda = !be};
+}
+
+glm_model_options train_model_options(const train_settings *ts, int cp, const glm_backend *cp_comm) {
+    return (glm_model_options){.max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0, .optimizer = 1,
+                               .cp = cp > 1 ? cp : 0, .cp_comm = cp > 1 ? cp_comm : NULL};
 }
 
 glm_status train_check_output_dir(const train_settings *ts) {
@@ -248,12 +252,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (!strcmp(ts->device, "auto") && !have_gpu && !(ts->max_gpu_gib > 0)) cpu = 1;
     const glm_backend *be = NULL;
     char devname[320] = "";
-    double budget = 0, fr_gib = 0, tot_gib = 0;
+    double fr_gib = 0, tot_gib = 0;
     if (cpu || have_gpu) {
         GLM_TRY(pick_backend(ts, &be));
         size_t fr = 0, tot = 0, use = 0, peak = 0;
         glm_be_mem_info(be, &fr, &tot, &use, &peak);
-        budget = (double)fr + (double)use - 1073741824.0;
         fr_gib = fr / 1073741824.0;
         tot_gib = tot / 1073741824.0;
 #ifdef GLMTUNE_HAVE_CUDA
@@ -266,37 +269,23 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     } else {
         snprintf(devname, sizeof devname, "a CUDA GPU (none here: planned from --max-gpu-memory)");
     }
-    /* with a GPU here: the scratch its backend says the step needs (cuDNN asked for its workspace), and
-     * under a cap the CUDA context and library workspaces the process holds come off it, as a run plans */
-    size_t need = 0, ws = 0, overhead = 0;
-    if (be) {
-        glm_scratch_shape sh;
-        glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
-        sh.fp8 = ts->fp8;
-        if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
-        overhead = glm_be_mem_overhead(be);
-    }
-    /* no GPU here: the CUDA context and library workspaces a run will hold as measured on an H200
-       (CUDA 13.0, cuBLAS, cuDNN 9: 0.94 to 0.97 GiB in bench --max-seq-len), and the attention
-       GLMTUNE_ATTENTION asks for (as the CUDA backend reads it) */
-    int no_attn_lib = 0;
-    if (!be && !cpu) {
-        overhead = (size_t)(GLM_DRY_CUDA_OVERHEAD_GIB * 1073741824.0);
-        const char *attn_env;
-        const int mode = glm_attention_env(&attn_env);
-        if (mode < 0) return glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: " GLM_ATTENTION_ENV_HINT, attn_env);
-        no_attn_lib = mode == GLM_ATTN_OWN;
-    }
-    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
-        budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
-    const int cap_below_overhead = ts->max_gpu_gib > 0 && budget <= 0;
-    if (cap_below_overhead) budget = 1; /* nothing left (0 would mean "no budget" to the planner) */
-    int eb = cpu ? 4 : 2;
-    /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
-    glm_plan_opts o = train_plan_opts(ts, cpu, W, cp, W, budget, need, ws);
-    o.no_attn_lib = no_attn_lib;
+    /* the run's own request (lora/model/model_plan.h): with a device here, its free memory, the scratch
+     * its backend says the step needs (cuDNN asked for its workspace) and under a cap the CUDA context
+     * and library workspaces the process holds; without a GPU here, the CUDA backend described (the
+     * overhead as measured on an H200, the planner's scratch estimate, the attention GLMTUNE_ATTENTION
+     * asks for); on a GPU the layer inputs go to host memory when that is what makes the step fit */
+    glm_plan_request rq = train_plan_request(ts, &cfg, &li, B_plan, (int)T, W, cp, be, W);
     glm_plan p;
-    glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
+    glm_plan_basis basis;
+    glm_status ps = glm_plan_request_make(&rq, &p, &basis);
+#ifdef GLMTUNE_HAVE_CUDA
+    if (ps && be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+    GLM_TRY(ps);
+    const glm_plan_opts o = basis.opts;
+    const double budget = o.budget, overhead = basis.overhead;
+    const int cap_below_overhead = basis.cap_below_overhead, no_attn_lib = !be && o.no_attn_lib;
+    int eb = o.act_bytes;
     if (schedule[0]) printf("%s", schedule);
     printf("device: %s", devname);
     if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
@@ -347,11 +336,13 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         int B = (int)ts->per_device_train_batch_size;
         int64_t step = 2048 * (int64_t)cp, cap = (int64_t)1 << 28;
         glm_plan best, best_off;
-        glm_plan_opts og = o, oo = o;
-        og.host_budget = 0; /* on the GPUs only */
-        oo.offload = 1;
-        int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &og, step, cap, &best);
-        int64_t tmax_off = glm_plan_longest(&cfg, &li, B, 1, &oo, step, cap, &best_off);
+        glm_plan_request rg = rq, ro = rq;
+        rg.B = ro.B = B;
+        rg.opts.offload = -1; /* on the GPUs only */
+        ro.opts.offload = 1;
+        int64_t tmax = 0, tmax_off = 0;
+        GLM_TRY(glm_plan_request_longest(&rg, step, cap, &tmax, &best));
+        GLM_TRY(glm_plan_request_longest(&ro, step, cap, &tmax_off, &best_off));
         printf("longest row that fits %d rank%s of %.0f GiB with --context-parallel %d (micro-batch %d, gradient "
                "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "",
                ts->max_gpu_gib > 0 ? ts->max_gpu_gib : budget / G, cp, B,
@@ -370,9 +361,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                                                    "that much)" : "");
         if (!p.fits) { /* the requested row with the fewest layer inputs offloaded that make it fit (host memory unbounded) */
             glm_plan po;
-            glm_plan_opts of = o;
-            of.host_budget = 1e18;
-            glm_plan_make(&cfg, &li, B, (int)T, 1, &of, &po);
+            glm_plan_request rf = rq;
+            rf.B = B;
+            rf.host_budget = 1e18;
+            GLM_TRY(glm_plan_request_make(&rf, &po, NULL));
             printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
                    "rank%s)\n", (long long)T, po.fits ? "fits" : "does not fit either",
                    po.total / G, po.host / G,
@@ -382,7 +374,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (W > 1) { /* the step's communication (lora/model/comm_plan.h) */
         glm_comm_plan_in ci = {.cfg = &cfg, .lora_params = li.params, .plan = &p, .world = W, .cp = cp,
                                .shard_base = ts->shard_base, .accum = (int)ts->gradient_accumulation_steps,
-                               .act_bytes = eb, .acc_bytes = cpu ? 8 : 4, .weight_bytes = eb, .base_format = o.base_format,
+                               .act_bytes = eb, .acc_bytes = o.acc_bytes, .weight_bytes = o.weight_bytes,
+                               .base_format = o.base_format,
                                .double_quant = o.double_quant, .tflops = ts->gpu_tflops};
         glm_comm_plan cpn;
         glm_comm_plan_make(&ci, &cpn);
