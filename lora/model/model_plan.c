@@ -82,7 +82,8 @@ glm_status glm_plan_request_make(const glm_plan_request *r, glm_plan *out, glm_p
         }
     }
     double overhead = 0;
-    o.budget = budget_of(be, cuda ? GLM_PLAN_CUDA_OVERHEAD_GIB * 1073741824.0 : 0, r->opts.max_bytes, &overhead);
+    const double described = cuda ? (double)(size_t)(GLM_PLAN_CUDA_OVERHEAD_GIB * 1073741824.0) : 0; /* whole bytes */
+    o.budget = budget_of(be, described, r->opts.max_bytes, &overhead);
     const int below = r->opts.max_bytes > 0 && o.budget <= 0;
     if (below) o.budget = 1; /* nothing left (and nothing fits) */
     o.mode = r->mode;
