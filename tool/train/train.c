@@ -420,8 +420,8 @@ static void check_stage(const train_settings *ts) {
     json_decref(r);
 }
 
-/* The memory plan of this run from config.json and the shards' manifest alone, before any weight is
- * read; sets --max-gpu-memory as the backend's hard cap on everything the process holds on the
+/* The memory plan of this run from config.json and the training shards (rs->data, opened) alone,
+ * before any weight is read; sets --max-gpu-memory as the backend's hard cap on everything the process holds on the
  * device. A plan that does not fit the budget (the cap less the CUDA context and library workspaces
  * the process already holds, or without a cap what the device has free) is an error that names its
  * total, the budget and what to change: a run that went on would stop out of memory mid-step. */
@@ -437,11 +437,9 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
     }
     glm_config cfg;
     GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
-    glm_loader l;
-    GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
-    const int T = (int)l.T;
-    const uint64_t group_rows = (l.n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
-    glm_loader_close(&l);
+    const glm_loader *l = &rs->data; /* opened (and every shard checked) once, before this */
+    const int T = (int)l->T;
+    const uint64_t group_rows = (l->n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
     int B = (int)ts->per_device_train_batch_size;
     if ((uint64_t)B > group_rows) B = (int)group_rows; /* as setup() sizes the step */
     glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
@@ -508,11 +506,11 @@ static glm_status load_model(run_state *rs, const train_settings *ts) {
     return GLM_OK;
 }
 
-/* The training shards (checked against the model and --seq-len) and the evaluation rows: the val
+/* The training shards (opened before check_plan; checked here against the model and --seq-len) and
+ * the evaluation rows: the val
  * split of --eval-data (else all its rows), or of the training shards when evaluation is asked for
  * without eval data. */
 static glm_status open_data(run_state *rs, const train_settings *ts) {
-    GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
     GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
     if (ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->data));
     if (ts->eval_from_val) {
@@ -676,6 +674,8 @@ static void log_run(const run_state *rs, const train_settings *ts, uint64_t glob
 static glm_status setup(run_state *rs, const train_settings *ts) {
     if (rs->be->rank == 0) check_stage(ts);
     const glm_backend *be = rs->be;
+    /* the training shards, read and checked once: their row length and count size the plan */
+    GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
     GLM_TRY(check_plan(rs, ts));
     if (ts->shard_base && be->world > 1)
         glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
