@@ -92,24 +92,24 @@ int main(void) {
             cuda_like.acc_dtype = GLM_DT_F32;
             train_settings ts;
             memset(&ts, 0, sizeof ts);
-            ts.model = dir;
-            ts.lora_rank = 4;
-            ts.lora_alpha = 8;
-            ts.lora_dropout = fi % 2 ? 0.1 : 0; /* the dropped-out input buffer in half the cases */
+            ts.opt.model = dir;
+            ts.opt.lora_rank = 4;
+            ts.opt.lora_alpha = 8;
+            ts.opt.lora_dropout = fi % 2 ? 0.1 : 0; /* the dropped-out input buffer in half the cases */
             ts.lora_target = "all";
             ts.quant_bits = f->quant_bits;
             ts.quant_type = f->quant_type;
             ts.double_quant = f->double_quant;
             ts.fp8 = f->fp8;
-            ts.shard_base = W > 1;
+            ts.opt.shard_base = W > 1;
             glm_base_format bf = train_base_format(&ts);
             glm_model *m = NULL;
-            glm_status st = glm_model_load_fmt(dir, &cpu_like, 0, ts.shard_base, &bf, &m);
+            glm_status st = glm_model_load_fmt(dir, &cpu_like, 0, ts.opt.shard_base, &bf, &m);
             CHECK(st == GLM_OK, "%s, world %d: load: %s", f->name, W, glm_errmsg());
             if (st) continue;
-            CHECK(m->shard_world == glm_shard_world(ts.shard_base, W), "%s, world %d: shard world %d", f->name, W,
+            CHECK(m->shard_world == glm_shard_world(ts.opt.shard_base, W), "%s, world %d: shard world %d", f->name, W,
                   m->shard_world);
-            glm_lora_config lc = {(int)ts.lora_rank, (float)ts.lora_alpha, (float)ts.lora_dropout, false, ts.lora_target};
+            glm_lora_config lc = {(int)ts.opt.lora_rank, (float)ts.opt.lora_alpha, (float)ts.opt.lora_dropout, false, ts.lora_target};
             glm_lora *lora = NULL;
             CHECK(glm_lora_create(m, &lc, 3, &lora) == GLM_OK, "lora: %s", glm_errmsg());
             glm_config cfg;

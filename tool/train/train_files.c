@@ -49,7 +49,7 @@ glm_plan_request train_plan_request(const train_settings *ts, const glm_config *
                                     int T, int world, int cp, const glm_backend *be, int local_ranks) {
     return (glm_plan_request){.cfg = cfg, .lora = li, .B = B, .T = T, .backward = 1, .mode = (glm_ckpt_mode)ts->ckpt_mode,
                               .fmt = train_base_format(ts), .opts = train_model_options(ts, cp, NULL), .world = world,
-                              .shard_world = glm_shard_world(ts->shard_base, world), .local_ranks = local_ranks,
+                              .shard_world = glm_shard_world(ts->opt.shard_base, world), .local_ranks = local_ranks,
                               .be = be, .describe_cuda = !be};
 }
 
@@ -65,30 +65,30 @@ glm_status train_check_output_dir(const train_settings *ts) {
         free(path);
         return s;
     }
-    char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
+    char *ckpt = NULL, *metrics = glm_path_join(ts->opt.output_dir, "metrics.jsonl");
     int64_t step = -1;
-    glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
-    char *tstate = glm_path_join(ts->output_dir, "trainer_state.json");
+    glm_status s = glm_is_dir(ts->opt.output_dir) ? glm_ckpt_latest(ts->opt.output_dir, &ckpt, &step) : GLM_OK;
+    char *tstate = glm_path_join(ts->opt.output_dir, "trainer_state.json");
     bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics) || glm_is_file(tstate));
     free(tstate);
-    if (earlier && !ts->overwrite_output_dir) {
+    if (earlier && !ts->opt.overwrite_output_dir) {
         s = glm_err(GLM_ERR_ARG, "%s holds an earlier run (%s); hint: --resume-from-checkpoint to continue it, "
-                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->output_dir,
+                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->opt.output_dir,
                     ckpt ? ckpt : "metrics.jsonl");
     } else if (earlier) {
-        DIR *d = opendir(ts->output_dir);
+        DIR *d = opendir(ts->opt.output_dir);
         struct dirent *e;
         while (d && (e = readdir(d))) {
             if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
                 strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
                 strcmp(e->d_name, "trainer_state.json"))
                 continue;
-            char *p = glm_path_join(ts->output_dir, e->d_name);
+            char *p = glm_path_join(ts->opt.output_dir, e->d_name);
             glm_rmtree(p);
             free(p);
         }
         if (d) closedir(d);
-        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->output_dir);
+        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->opt.output_dir);
     }
     free(ckpt);
     free(metrics);
@@ -102,7 +102,7 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
     int64_t step;
     const char *dir = r;
     if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) {
-        dir = ts->output_dir;
+        dir = ts->opt.output_dir;
     } else {
         if (glm_ckpt_is_dir(r)) {
             *path = strdup(r);
@@ -120,7 +120,7 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
     if (!glm_is_dir(dir))
         return glm_err(GLM_ERR_IO, "--resume-from-checkpoint: %s does not exist%s; hint: give a checkpoint-N directory "
                        "or the output directory of the run to continue, or start afresh without "
-                       "--resume-from-checkpoint", dir, dir == ts->output_dir ? " (the output directory)" : "");
+                       "--resume-from-checkpoint", dir, dir == ts->opt.output_dir ? " (the output directory)" : "");
     GLM_TRY(glm_ckpt_latest(dir, path, &step));
     if (!*path)
         return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
@@ -195,26 +195,26 @@ static glm_status pick_backend(const train_settings *ts, const glm_backend **out
 
 glm_status train_dry_run(const train_settings *ts, int *fits) {
     glm_config cfg;
-    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    GLM_TRY(glm_config_load(ts->opt.model, ts->opt.rope_theta, &cfg));
     if (ts->fp8) GLM_TRY(glm_fp8_dims_check(&cfg)); /* as the run refuses it */
-    int64_t T = ts->seq_len;
+    int64_t T = ts->opt.seq_len;
     int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
     if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
-    int B_plan = (int)ts->per_device_train_batch_size;
+    int B_plan = (int)ts->opt.per_device_train_batch_size;
     char schedule[512] = "";
-    if (ts->data && *ts->data) {
+    if (ts->opt.data && *ts->opt.data) {
         glm_loader l;
-        GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
+        GLM_TRY(glm_loader_open(&l, ts->opt.data, "train", (uint64_t)ts->opt.seed, false));
         T = l.T;
-        glm_status s = train_check_seq_len(&l, ts->data, ts->seq_len); /* as the run refuses it */
+        glm_status s = train_check_seq_len(&l, ts->opt.data, ts->opt.seq_len); /* as the run refuses it */
         if (s == GLM_OK && ts->by_sample) s = glm_loader_by_document(&l);
         if (s == GLM_OK) {
             /* the run's step arithmetic (train.c setup): units per optimizer step = batch x accumulation x
              * data-parallel groups; steps per epoch = ceil(units / that), as transformers counts them */
             int dp = W % cp ? 1 : W / cp;
-            uint64_t per_step = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * dp);
+            uint64_t per_step = (uint64_t)(ts->opt.per_device_train_batch_size * ts->opt.gradient_accumulation_steps * dp);
             uint64_t spe = (l.n_units + per_step - 1) / per_step;
-            int64_t total = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)spe);
+            int64_t total = ts->opt.max_steps > 0 ? ts->opt.max_steps : (int64_t)ceil(ts->opt.num_train_epochs * (double)spe);
             snprintf(schedule, sizeof schedule, "schedule: %llu %s, %llu per optimizer step, %llu steps per epoch, %lld "
                      "optimizer steps\n", (unsigned long long)l.n_units, ts->by_sample ? "samples" : "rows",
                      (unsigned long long)per_step, (unsigned long long)spe, (long long)total);
@@ -227,8 +227,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         glm_loader_close(&l);
         GLM_TRY(s);
         if (ts->eval_data && *ts->eval_data && !ts->eval_from_val) { /* the run opens it: its val split, else all rows */
-            glm_status ev = glm_loader_open(&l, ts->eval_data, "val", (uint64_t)ts->seed, false);
-            if (ev == GLM_ERR_ARG) ev = glm_loader_open(&l, ts->eval_data, "train", (uint64_t)ts->seed, false);
+            glm_status ev = glm_loader_open(&l, ts->eval_data, "val", (uint64_t)ts->opt.seed, false);
+            if (ev == GLM_ERR_ARG) ev = glm_loader_open(&l, ts->eval_data, "train", (uint64_t)ts->opt.seed, false);
             GLM_TRY(ev);
             glm_loader_close(&l);
         }
@@ -237,7 +237,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (W % cp)
         return glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d ranks of --gpus / --nproc; hint: --gpus %d "
                        "(or a multiple), or a --context-parallel that divides %d", cp, W, cp, W);
-    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+    glm_lora_config lc = {(int)ts->opt.lora_rank, (float)ts->opt.lora_alpha, (float)ts->opt.lora_dropout, ts->opt.use_rslora,
                           ts->lora_target};
     glm_lora_info li;
     GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
@@ -302,18 +302,18 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         printf("(no GPU here, so the plan is the CPU backend's; --max-gpu-memory G plans for a GPU of G GiB: 22 for a 24 "
                "GB card)\n");
     if (no_attn_lib) printf("attention: glmtune's kernels (GLMTUNE_ATTENTION=glmtune): no library workspace planned\n");
-    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
+    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->opt.model, cfg.L, cfg.C,
            cfg.F, cfg.V, li.r, (long long)li.params);
-    const long long mb = (long long)ts->per_device_train_batch_size, ga = (long long)ts->gradient_accumulation_steps;
+    const long long mb = (long long)ts->opt.per_device_train_batch_size, ga = (long long)ts->opt.gradient_accumulation_steps;
     if (cp > 1)
         printf("context parallel: %d ranks per row, %d data-parallel group%s (%d ranks), each rank planned as below "
                "(micro-batch %lld row%s per group; global batch %lld x %lld accumulation x %d group%s = %lld row%s)%s\n",
                cp, W / cp, W / cp > 1 ? "s" : "", W, mb, mb == 1 ? "" : "s", mb, ga, W / cp, W / cp > 1 ? "s" : "",
-               mb * ga * (W / cp), mb * ga * (W / cp) == 1 ? "" : "s", ts->shard_base ? "; --shard-base" : "");
+               mb * ga * (W / cp), mb * ga * (W / cp) == 1 ? "" : "s", ts->opt.shard_base ? "; --shard-base" : "");
     else if (W > 1)
         printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank; global batch %lld x %lld "
-               "accumulation x %d ranks = %lld rows)%s\n", W, mb, mb, ga, W, mb * ga * W, ts->shard_base ? "; --shard-base" : "");
-    else if (ts->shard_base)
+               "accumulation x %d ranks = %lld rows)%s\n", W, mb, mb, ga, W, mb * ga * W, ts->opt.shard_base ? "; --shard-base" : "");
+    else if (ts->opt.shard_base)
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
     if (overhead)
@@ -333,7 +333,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                p.offload ? "; this plan uses it" : "");
     if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
         const double G = 1073741824.0;
-        int B = (int)ts->per_device_train_batch_size;
+        int B = (int)ts->opt.per_device_train_batch_size;
         int64_t step = 2048 * (int64_t)cp, cap = (int64_t)1 << 28;
         glm_plan best, best_off;
         glm_plan_request rg = rq, ro = rq;
@@ -373,10 +373,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     }
     if (W > 1) { /* the step's communication (lora/model/comm_plan.h) */
         glm_comm_plan_in ci = {.cfg = &cfg, .lora_params = li.params, .plan = &p, .world = W, .cp = cp,
-                               .shard_base = ts->shard_base, .accum = (int)ts->gradient_accumulation_steps,
+                               .shard_base = ts->opt.shard_base, .accum = (int)ts->opt.gradient_accumulation_steps,
                                .act_bytes = eb, .acc_bytes = o.acc_bytes, .weight_bytes = o.weight_bytes,
                                .base_format = o.base_format,
-                               .double_quant = o.double_quant, .tflops = ts->gpu_tflops};
+                               .double_quant = o.double_quant, .tflops = ts->opt.gpu_tflops};
         glm_comm_plan cpn;
         glm_comm_plan_make(&ci, &cpn);
         glm_link links[3] = {{"NVLink 4 (450 GB/s)", GLM_LINK_NVLINK_GBPS},
@@ -384,14 +384,14 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                              {"PCIe 4.0 x16 (32 GB/s)", GLM_LINK_PCIE4_GBPS}};
         char lname[64];
         int nl = 3;
-        if (ts->interconnect_gbps > 0) {
-            snprintf(lname, sizeof lname, "--interconnect-gbps %g", ts->interconnect_gbps);
-            links[0] = (glm_link){lname, ts->interconnect_gbps};
+        if (ts->opt.interconnect_gbps > 0) {
+            snprintf(lname, sizeof lname, "--interconnect-gbps %g", ts->opt.interconnect_gbps);
+            links[0] = (glm_link){lname, ts->opt.interconnect_gbps};
             nl = 1;
         }
         if (cpu) printf("(--device cpu: the ranks talk over MPI; the times below are for GPUs at these links)\n");
         glm_comm_plan_print(&ci, &cpn, links, nl, stdout);
-    } else if (ts->interconnect_gbps > 0 || ts->gpu_tflops > 0) {
+    } else if (ts->opt.interconnect_gbps > 0 || ts->opt.gpu_tflops > 0) {
         printf("--interconnect-gbps / --gpu-tflops: not used with one rank (no communication to time)\n");
     }
 #ifdef GLMTUNE_HAVE_CUDA
