@@ -210,9 +210,11 @@ double glm_model_budget(const glm_model *m);
 void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T, int backward, int64_t loss_chunk,
                            glm_scratch_shape *s);
 
-/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL): its
- * backend scratch is what be->scratch_need answers for the step (on CUDA, cuDNN asked for its
- * workspace), and glm_model_prepare grows that scratch with the buffers (be->scratch_reserve). */
+/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL), made by
+ * the one planning entry (lora/model/model_plan.h: glm_model_plan_request -> glm_plan_request_make,
+ * as `train --dry-run` plans): its backend scratch is what be->scratch_need answers for the step (on
+ * CUDA, cuDNN asked for its workspace), and glm_model_prepare grows that scratch with the buffers
+ * (be->scratch_reserve). B or T < 1: a zeroed plan (the step refuses such a batch). */
 void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
 
 /* Allocates the step's workspace for B rows of T tokens under `mode` now (so that the first step
