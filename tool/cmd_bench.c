@@ -21,6 +21,7 @@
 #include "lora/model/config.h"
 #include "lora/adapter/lora.h"
 #include "lora/model/model.h"
+#include "lora/model/model_plan.h"
 #include "lora/model/model_prove.h"
 #include "lora/adapter/optim.h"
 #include "lora/model/plan.h"
@@ -303,8 +304,7 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
     if (!st) glm_be_mem_reset_peak(be);
     memset(res->phase_ms, 0, sizeof res->phase_ms);
     const int W = o->warmup;
-    m->next_batch = prefetch_other;
-    m->next_batch_user = &alt;
+    glm_model_set_next_batch(m, prefetch_other, &alt);
     for (int s = 0; s < W + o->steps && !st; s++) {
         if (s == W) {
             glm_be_prof_enable(be, 1);
@@ -327,7 +327,7 @@ static glm_status run_one(glm_model *m, glm_lora *lora, glm_optim *opt, const be
         res->loss = nt ? ls / (double)nt : NAN;
     }
     glm_be_prof_enable(be, 0);
-    m->next_batch = NULL;
+    glm_model_set_next_batch(m, NULL, NULL);
     res->proc_peak_gib = sampler_stop(&smp) / 1073741824.0;
     res->prefetched += m->batches_prefetched;
     if (!st) {
@@ -361,24 +361,6 @@ typedef struct longest_row {
 
 /* The longest row length, a multiple of step up to max_T, whose plan (the model's: the backend's scratch
  * for that length, its overhead off the cap) fits; 0 when step tokens do not fit. */
-static int64_t longest_T(glm_model *m, glm_lora *lora, int B, glm_ckpt_mode mode, int64_t step, int64_t max_T, glm_plan *best) {
-    glm_plan p;
-    glm_model_plan(m, lora, B, (int)step, 1, mode, &p);
-    if (!p.fits) {
-        *best = p; /* what even the shortest row would take */
-        return 0;
-    }
-    int64_t lo = 1, hi = max_T / step;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo + 1) / 2;
-        glm_model_plan(m, lora, B, (int)(mid * step), 1, mode, &p);
-        if (p.fits) lo = mid;
-        else hi = mid - 1;
-    }
-    glm_model_plan(m, lora, B, (int)(lo * step), 1, mode, best);
-    return lo * step;
-}
-
 /* The work of a step for the time estimate, in FLOP weighted by speed: the useful work, attention once
  * more (it runs at about half the GEMMs' rate), and the plan's recomputation. */
 static double step_cost(const glm_config *c, int B, int64_t T, const glm_plan *p) {
@@ -422,6 +404,13 @@ static glm_status proof_step(glm_model *m, glm_lora *lora, const bench_opts *o, 
     return st;
 }
 
+/* The model's cap (bytes; 0: none), its other options as they are. */
+static void set_max_bytes(glm_model *m, double bytes) {
+    glm_model_options mo = glm_model_get_options(m);
+    mo.max_bytes = bytes > 0 ? bytes : 0;
+    glm_model_set_options(m, &mo); /* valid: the options were, and the cap is not negative */
+}
+
 /* glmtune bench --max-seq-len: plans every budget, calibrates the speed at a short row, then proves
  * each budget's longest row (a real step, or the memory proof) under that budget as a hard cap.
  * Returns the exit status. */
@@ -440,9 +429,9 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
     int64_t shortest = 0;
     for (int k = 0; k < nb; k++) {
         longest_row *r = &rows[k];
-        m->max_bytes = r->budget_gib * G;
+        set_max_bytes(m, r->budget_gib * G);
         glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL); /* the last budget's buffers freed */
-        r->T = longest_T(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
+        r->T = glm_model_plan_longest(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
         if (r->T > 0 && (!shortest || r->T < shortest)) shortest = r->T;
     }
     /* 2. the speed at a short row (4096 tokens, or the shortest longest row), for the estimates: planned
@@ -455,7 +444,7 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
         oc.warmup = 1;
         result cr;
         memset(&cr, 0, sizeof cr);
-        m->max_bytes = rows[0].budget_gib * G;
+        set_max_bytes(m, rows[0].budget_gib * G);
         glm_status st = glm_be_set_mem_cap(be, (size_t)(rows[0].budget_gib * G));
         if (!st) st = run_one(m, lora, opt, &oc, mode, T0, &cr);
         glm_be_set_mem_cap(be, 0);
@@ -481,13 +470,13 @@ static int longest_mode(glm_model *m, glm_lora *lora, glm_optim *opt, const benc
     for (int k = 0; k < nb; k++) {
         longest_row *r = &rows[k];
         const size_t cap = (size_t)(r->budget_gib * G);
-        m->max_bytes = r->budget_gib * G;
+        set_max_bytes(m, r->budget_gib * G);
         glm_model_prepare(m, lora, 1, 2, 1, GLM_CKPT_FULL, NULL);
         glm_status st = glm_be_set_mem_cap(be, cap);
         /* planned again now: the calibration and the budgets before leave the process (its measured
          * overhead, the host memory it can pin) otherwise than when step 1 planned, and a row found
          * at the edge of the budget must be the row this state can hold */
-        if (!st && r->T > 0) r->T = longest_T(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
+        if (!st && r->T > 0) r->T = glm_model_plan_longest(m, lora, o->B, mode, o->seq_step, o->seqs[0], &r->plan);
         if (!st && r->T > 0) {
             r->est_s = cost0 > 0 ? t0_s * step_cost(c, o->B, r->T, &r->plan) / cost0 : 0;
             if (!o->prove && r->est_s <= o->max_step_s) {
@@ -620,23 +609,14 @@ int cmd_bench(int argc, char **argv) {
         /* the weights must fit before anything is allocated (the 9B shape on a small machine) */
         size_t fr = 0, tot = 0, use = 0, peak = 0;
         glm_be_mem_info(be, &fr, &tot, &use, &peak);
-        glm_plan_opts po;
-        memset(&po, 0, sizeof po);
-        po.mode = GLM_CKPT_FULL;
-        po.budget = 1e30;
-        po.act_bytes = (int)glm_dtype_size(be->act_dtype);
-        po.weight_bytes = (int)glm_dtype_size(be->weight_dtype);
-        if (o.fmt.quant_bits == 4) {
-            po.base_format = o.fmt.q4;
-            po.double_quant = o.fmt.double_quant;
-        }
-        if (o.fmt.fp8) po.base_format = GLM_WF_FP8_E4M3;
+        glm_plan_request rq = {.cfg = &cfg, .B = 1, .T = 2, .mode = GLM_CKPT_FULL, .fmt = o.fmt, .world = 1,
+                               .describe_cuda = strcmp(be->name, "cpu") != 0}; /* described: the weights only */
         glm_plan wp;
-        glm_plan_make(&cfg, NULL, 1, 2, 0, &po, &wp);
+        st = glm_plan_request_make(&rq, &wp, NULL);
         double most = o.max_gib; /* --max-seq-len: the weights must fit the largest budget */
         for (int k = 0; o.max_seq_len && k < o.nbud; k++) most = o.budgets[k] <= 0 || most <= 0 ? 0 : fmax(most, o.budgets[k]);
         double have = most > 0 ? most * 1073741824.0 : (double)fr;
-        if (have > 0 && wp.weights > have)
+        if (!st && have > 0 && wp.weights > have)
             st = glm_err(GLM_ERR_NOMEM, "the %s weights take %.2f GiB (%s) and this %s has %.2f GiB %s; hint: %s", shape_name,
                          wp.weights / 1073741824.0, glm_dtype_size(be->weight_dtype) == 2 ? "bf16" : "fp32",
                          strcmp(be->name, "cpu") ? "GPU" : "machine", have / 1073741824.0,
@@ -655,8 +635,8 @@ int cmd_bench(int argc, char **argv) {
     glm_adamw_cfg ac = {0.9, 0.999, 1e-8, 0.0, 1.0, 1.0};
     if (!st && !(st = glm_optim_init(&opt, be, params, (size_t)n_params, &ac))) have_opt = 1;
     if (!st) {
-        m->optimizer = 1;
-        m->max_bytes = o.max_gib > 0 ? o.max_gib * 1073741824.0 : 0;
+        glm_model_options mo = {.optimizer = 1, .max_bytes = o.max_gib > 0 ? o.max_gib * 1073741824.0 : 0};
+        st = glm_model_set_options(m, &mo);
     }
     double t_init = now_s() - t0;
     int64_t np = 0;

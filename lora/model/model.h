@@ -55,6 +55,23 @@ typedef struct glm_base_format {
 
 struct glm_ws; /* lora/model/step_ws.c: the step's buffers, allocated once per batch shape */
 
+/* How a model plans and runs its steps, set by glm_model_set_options (all zero: the defaults). The
+ * model keeps them in its fields of the same names (glm_model.loss_chunk, ...), which the step reads;
+ * callers set them only through glm_model_set_options. */
+typedef struct glm_model_options {
+    int64_t loss_chunk;        /* tokens per loss-head chunk; 0: the planner's choice */
+    int64_t mlp_chunk;         /* tokens per MLP chunk; 0: the planner's choice */
+    double max_bytes;          /* bytes: a cap on everything the process holds on the device (as be->set_mem_cap
+                                  enforces it); the plans' budget is the cap less be->mem_overhead; 0: what the
+                                  device has free */
+    int offload;               /* layer inputs in host memory (lora/model/plan.h): 0 when a step does not fit the
+                                  GPU without it, 1 always, -1 never */
+    int offload_layers;        /* with offload 1: how many layer inputs (the first ones) go to host memory; 0: all */
+    int optimizer;             /* 1: plans count AdamW's two moments per LoRA parameter (training) */
+    int cp;                    /* context parallel over cp ranks of cp_comm (see glm_model.cp); 0 or 1: off */
+    const glm_backend *cp_comm;/* with cp > 1: the group's communicator (cp_comm->world == cp) */
+} glm_model_options;
+
 typedef struct glm_model {
     glm_config cfg;
     const glm_backend *be;
@@ -64,24 +81,24 @@ typedef struct glm_model {
     glm_weight out_w;          /* output_layer / lm_head [V, C], dense */
     glm_layer_weights *layers; /* [L] */
     float *inv_freq;           /* RoPE frequencies [rope_dim/2] f32, backend memory (glm_rope_inv_freq) */
-    int64_t loss_chunk;        /* tokens per loss-head chunk; 0 (default): the planner's choice */
-    int64_t mlp_chunk;         /* tokens per MLP chunk; 0 (default): the planner's choice */
-    double max_bytes;          /* memory budget of the whole training state; 0: what the device has */
-    int offload;               /* layer inputs in host memory (lora/model/plan.h): 0 (default) when a step does not
-                                  fit the GPU without it, 1 always, -1 never */
-    int offload_layers;        /* with offload 1: how many layer inputs (the first ones) go to host memory; 0: all */
-    int optimizer;             /* count AdamW moments in plans (set by the trainer) */
+    /* set by glm_model_set_options (glm_model_options says what each means) */
+    int64_t loss_chunk;
+    int64_t mlp_chunk;
+    double max_bytes;
+    int offload;
+    int offload_layers;
+    int optimizer;
     int run_layers;            /* > 0: a step runs only layers [0, run_layers) in its forward and backward, with
                                   the whole model's plan and workspace (the memory proof, lora/model/model_prove.h);
                                   0 (default): every layer */
-    /* Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
+    /* Set by glm_model_set_grad_ready. Data parallel: when set, glm_model_step's backward calls grad_ready(grad_ready_user, l) right
      * after layer l's LoRA gradients are final for the micro-batch (l = L-1 down to 0; on CUDA the
      * layer's backward is queued, not necessarily done: the callee orders its communication after
      * it, e.g. be->all_reduce_start), so the trainer can all-reduce that layer's bucket while the
      * earlier layers compute. An error it returns stops the step. */
     glm_status (*grad_ready)(void *user, int layer);
     void *grad_ready_user;
-    /* When set, a training glm_model_step calls next_batch(next_batch_user) once its backward is
+    /* Set by glm_model_set_next_batch. When set, a training glm_model_step calls next_batch(next_batch_user) once its backward is
      * queued and before it waits for it (on CUDA the GPU is still busy then): the trainer reads
      * its next micro-batch and hands it to glm_model_prefetch, so that the host's work and the
      * upload overlap the backward. An error it returns stops the step. */
@@ -111,7 +128,7 @@ typedef struct glm_model {
      * tokens), and returns this rank's share of the loss sum and target count and ACCUMULATES its
      * share of the LoRA gradients: summed over the group (the trainer all-reduces over the world),
      * they are those of the unsplit rows. Every rank of the group must run the same steps.
-     * glm_model_logits refuses it. 0 or 1: off. */
+     * glm_model_logits refuses it. 0 or 1: off. Set by glm_model_set_options. */
     int cp;
     const glm_backend *cp_comm;
 } glm_model;
@@ -164,6 +181,24 @@ glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be,
  * drawn dense into a scratch buffer and quantized where it lives. Errors: as above, GLM_ERR_ARG. */
 glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend *be, uint64_t seed,
                                        const glm_base_format *fmt, glm_model **out);
+/* Sets the model's options (copied; the next step or glm_model_prepare re-plans its workspace when
+ * one that decides it changed). Errors: GLM_ERR_ARG (a negative chunk, max_bytes or offload_layers,
+ * offload outside -1..1, cp < 0, cp > 1 without a cp_comm of cp ranks), naming the option; the model is then
+ * unchanged. */
+glm_status glm_model_set_options(glm_model *m, const glm_model_options *o);
+/* The model's current options (all zero on a new model). */
+glm_model_options glm_model_get_options(const glm_model *m);
+/* Sets (fn NULL: clears) the hook glm_model_step's backward calls as each layer's LoRA gradients
+ * become final (see glm_model.grad_ready), with user as its first argument. */
+void glm_model_set_grad_ready(glm_model *m, glm_status (*fn)(void *user, int layer), void *user);
+/* Sets (fn NULL: clears) the hook a training glm_model_step calls once its backward is queued (see
+ * glm_model.next_batch), with user as its argument. */
+void glm_model_set_next_batch(glm_model *m, glm_status (*fn)(void *user), void *user);
+/* The shard world of a base loaded with --shard-base (shard_base != 0) over `world` ranks: world
+ * when shard_base and world > 1, else 0 (every rank holds the whole base), as glm_model_load_dist
+ * sets glm_model.shard_world. */
+static inline int glm_shard_world(int shard_base, int world) { return shard_base && world > 1 ? world : 0; }
+
 /* "bf16" / "f32" (dense, the backend's dtype), "nf4", "nf4 + double quantization", "fp4", "fp8 (E4M3)", ... */
 const char *glm_base_format_name(const glm_model *m);
 
@@ -180,9 +215,11 @@ double glm_model_budget(const glm_model *m);
 void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T, int backward, int64_t loss_chunk,
                            glm_scratch_shape *s);
 
-/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL): its
- * backend scratch is what be->scratch_need answers for the step (on CUDA, cuDNN asked for its
- * workspace), and glm_model_prepare grows that scratch with the buffers (be->scratch_reserve). */
+/* The plan glm_model_step would use for B rows of T tokens with `mode` (lora may be NULL), made by
+ * the one planning entry (lora/model/model_plan.h: glm_model_plan_request -> glm_plan_request_make,
+ * as `train --dry-run` plans): its backend scratch is what be->scratch_need answers for the step (on
+ * CUDA, cuDNN asked for its workspace), and glm_model_prepare grows that scratch with the buffers
+ * (be->scratch_reserve). B or T < 1: a zeroed plan (the step refuses such a batch). */
 void glm_model_plan(const glm_model *m, const glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, glm_plan *out);
 
 /* Allocates the step's workspace for B rows of T tokens under `mode` now (so that the first step

@@ -218,9 +218,16 @@ double glm_host_budget(int ranks_here);
 double glm_host_available(void);
 double glm_host_margin(void);
 
-/* The longest row length T, a multiple of `step`, at most max_T, whose plan (rows B, backward)
- * under `opts` fits the budget; 0 when even `step` tokens do not fit. *best (may be NULL) receives
- * that plan. The plans' totals grow with T, so a bisection over at most ~50 plans. */
+/* Makes the plan for rows of T tokens into *p (the caller's planner, with its own options). */
+typedef void (*glm_plan_at_fn)(void *ctx, int T, glm_plan *p);
+/* The longest row length T, a multiple of `step` (>= 1), at most max_T (and INT32_MAX), whose plan
+ * at(ctx, T) fits (glm_plan.fits); 0 when even `step` tokens do not fit. *best (may be NULL)
+ * receives the longest fitting plan, or with 0 the plan of `step` tokens (what even it takes). The
+ * plans' totals grow with T, so a bisection over at most ~50 plans. The one longest-row search:
+ * glm_plan_longest and lora/model/model_plan.h glm_plan_request_longest are it over their planners. */
+int64_t glm_plan_bisect(glm_plan_at_fn at, void *ctx, int64_t step, int64_t max_T, glm_plan *best);
+
+/* glm_plan_bisect over glm_plan_make with fixed options `opts` (rows B, backward). */
 int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, int backward, const glm_plan_opts *opts,
                          int64_t step, int64_t max_T, glm_plan *best);
 

@@ -45,6 +45,7 @@
 #include "lora/adapter/lora.h"
 #include "lora/model/model.h"
 #include "tests/check.h"
+#include "tests/model_opt.h"
 
 static const double TOL = 1e-6, TOL_FLOOR = 2e-7, TOL_SGEMM = 3e-6;
 static int g_sgemm; /* GLM_TEST_SGEMM: the backend's cblas_sgemm instead of the double-accumulating GEMM */
@@ -93,7 +94,7 @@ static void make_net(const glm_backend *be, net *n) {
     n->p = glm_lora_params(n->lora, &n->np);
     for (int i = 0; i < n->np; i++) /* the same non-zero weights in both nets (lora_B too) */
         for (int64_t k = 0; k < n->p[i].numel; k++) n->p[i].w[k] = 0.2f * glm_normal_hash(99, (uint64_t)i, (uint64_t)k);
-    n->m->max_bytes = 1e9;
+    MODEL_OPT(n->m, max_bytes, 1e9);
 }
 
 /* A batch of rows of T tokens with documents of the given lengths (a row's lengths end at 0;
@@ -228,10 +229,14 @@ int main(int argc, char **argv) {
     make_net(g_sgemm ? be : &be64, &cp);
     make_net(g_sgemm ? glm_backend_cpu() : &one64, &ref);
     make_net(g_sgemm ? glm_backend_cpu() : &one64, &ref2);
-    ref2.m->mlp_chunk = 7;
-    ref2.m->loss_chunk = 5;
-    cp.m->cp = cpn;
-    cp.m->cp_comm = grp;
+    MODEL_OPT(ref2.m, mlp_chunk, 7);
+    MODEL_OPT(ref2.m, loss_chunk, 5);
+    {
+        glm_model_options mo = glm_model_get_options(cp.m);
+        mo.cp = cpn;
+        mo.cp_comm = grp;
+        CHECK(glm_model_set_options(cp.m, &mo) == GLM_OK, "context parallel options: %s", glm_errmsg());
+    }
 
     /* T = 14 CP - 2: never a multiple of 2 CP (2 padding tokens); S = Tp / 2 CP = 7 */
     const int T = 14 * cpn - 2, Tp = (T + 2 * cpn - 1) / (2 * cpn) * (2 * cpn), S = Tp / (2 * cpn);
@@ -317,17 +322,17 @@ int main(int argc, char **argv) {
         }
         free_rows(&r);
     }
-    /* errors: a model step with a group of the wrong size */
-    cp.m->cp = cpn + 1;
+    /* errors: a group of the wrong size (refused by the options, which stay as they were) */
+    {
+        glm_model_options mo = glm_model_get_options(cp.m);
+        mo.cp = cpn + 1;
+        CHECK(glm_model_set_options(cp.m, &mo) == GLM_ERR_ARG && strstr(glm_errmsg(), "group") && cp.m->cp == cpn,
+              "a group communicator of the wrong size is refused: %s", glm_errmsg());
+    }
     {
         rows r = make_rows(1, T, one, 1);
         glm_batch b = {1, T, r.ids, r.tg, r.pos, r.doc, NULL};
-        double ls;
-        int64_t nt;
-        CHECK(glm_model_step(cp.m, cp.lora, &b, 1.0f, 1, 0, 0, &ls, &nt) == GLM_ERR_ARG && strstr(glm_errmsg(), "group"),
-              "a group communicator of the wrong size is refused: %s", glm_errmsg());
         float lg[1];
-        cp.m->cp = cpn;
         CHECK(glm_model_logits(cp.m, cp.lora, &b, lg) == GLM_ERR_UNSUPPORTED, "logits with context parallel: %s", glm_errmsg());
         free_rows(&r);
     }

@@ -17,6 +17,7 @@
 #include "lora/model/model.h"
 #include "common/safetensors.h"
 #include "tests/check.h"
+#include "tests/model_opt.h"
 #include "tests/golden_batch.h"
 #include "tests/gpu/tol.h"
 
@@ -50,7 +51,7 @@ static int open_side(const glm_backend *be, const char *layout, side *s) {
     glm_status st = glm_model_load(dir, be, 0, &s->m);
     CHECK(st == GLM_OK, "%s %s: load: %s", be->name, layout, glm_errmsg());
     if (st) return 0;
-    s->m->loss_chunk = 7; /* several loss-head chunks */
+    MODEL_OPT(s->m, loss_chunk, 7); /* several loss-head chunks */
     glm_lora_config lc = {.r = 4, .alpha = 8, .dropout = 0, .use_rslora = false, .targets = "all"};
     st = glm_lora_create(s->m, &lc, 1, &s->l);
     if (!st) st = glm_lora_load_peft(s->l, adir);
@@ -124,7 +125,7 @@ static void test_layout(const char *layout) {
 
     /* the layer inputs offloaded to page-locked host memory (copied out and back on the copy
      * stream): the same loss and grads as checkpointed, bit for bit */
-    d.m->offload = 1;
+    MODEL_OPT(d.m, offload, 1);
     glm_lora_zero_grads(d.l);
     double lso = 0;
     CHECK(glm_model_step(d.m, d.l, &b, scale, 1, 1, 0, &lso, &ntg) == GLM_OK, "cuda offload step: %s", glm_errmsg());
@@ -134,7 +135,7 @@ static void test_layout(const char *layout) {
     report(what, check_rel_l2(go, gk, n), 1e-6);
     CHECK(lso == ls2, "%s: offloaded loss %.17g vs %.17g", layout, lso, ls2);
     free(go);
-    d.m->offload = 0;
+    MODEL_OPT(d.m, offload, 0);
 
     /* LoRA dropout: the same masks on both backends */
     c.l->dropout = d.l->dropout = 0.3f;
@@ -245,7 +246,7 @@ static void test_9b_shape(int quant) {
         report(what0, worst, TOL_MODEL_GRAD);
         glm_ckpt_mode modes[] = {GLM_CKPT_SELECTIVE, GLM_CKPT_FULL};
         for (int k = 0; k < 2; k++) {
-            gm->mlp_chunk = 100;
+            MODEL_OPT(gm, mlp_chunk, 100);
             glm_lora_zero_grads(gl);
             double l2 = 0;
             CHECK(glm_model_step(gm, gl, &b, scale, 1, modes[k], 0, &l2, &nt) == GLM_OK, "cuda %s: %s", glm_ckpt_name(modes[k]),
@@ -256,7 +257,7 @@ static void test_9b_shape(int quant) {
             report(what, fmax(check_rel_l2(g2, g0, n), fabs(l2 - lsg) / fabs(lsg)), 1e-2);
             free(g2);
         }
-        gm->mlp_chunk = 0;
+        MODEL_OPT(gm, mlp_chunk, 0);
         free(gc), free(g0);
     }
 out:
@@ -319,11 +320,11 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
     for (int i = 0; i < l->n_params; i++) n += l->params[i].numel;
     double ref_loss[3];
     float *ref[3];
-    m->offload = -1;
+    MODEL_OPT(m, offload, -1);
     for (int k = 0; k < 3; k++) ref[k] = step_grads(m, l, &b[k], scale, GLM_CKPT_FULL, &ref_loss[k]);
     CHECK(ref[0] && ref[1] && ref[2], "overlap reference steps: %s", glm_errmsg());
     if (!ref[0] || !ref[1] || !ref[2]) goto out;
-    m->offload = 1;
+    MODEL_OPT(m, offload, 1);
     for (int rep = 0; rep < 3; rep++) {
         double lo;
         float *g = step_grads(m, l, &b[rep], scale, GLM_CKPT_FULL, &lo);
@@ -336,8 +337,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
     }
     {
         rot r = {m, NULL};
-        m->next_batch = prefetch_hook;
-        m->next_batch_user = &r;
+        glm_model_set_next_batch(m, prefetch_hook, &r);
         int64_t hits = m->batches_prefetched;
         int same = 1;
         double worst = 0;
@@ -350,7 +350,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
             worst = fmax(worst, g ? fmax(check_rel_l2(g, ref[s % 3], n), fabs(lo - ref_loss[s % 3]) / fabs(ref_loss[s % 3])) : 1.0);
             free(g);
         }
-        m->next_batch = NULL;
+        glm_model_set_next_batch(m, NULL, NULL);
         char what[200];
         snprintf(what, sizeof what, "%s: 6 steps, each batch uploaded during the step before (and offloaded) vs uploaded by the "
                  "step (%s)", attn, same ? "bitwise" : "not bitwise");
@@ -359,7 +359,7 @@ static void test_overlap(const glm_backend *be, const char *attn, double tol) {
               (long long)(m->batches_prefetched - hits));
     }
 out:
-    m->offload = 0;
+    MODEL_OPT(m, offload, 0);
     for (int k = 0; k < 3; k++) free(ref[k]);
     glm_lora_free(l);
     glm_model_free(m);

@@ -14,6 +14,7 @@
 #include "lora/model/model.h"
 #include "lora/model/model_prove.h"
 #include "tests/check.h"
+#include "tests/model_opt.h"
 
 static glm_backend fake;
 static size_t f_overhead_b, f_need_b, f_ws_b;
@@ -62,11 +63,11 @@ int main(void) {
     glm_lora *l = NULL;
     CHECK(glm_lora_create(m, &lc, 3, &l) == GLM_OK, "lora: %s", glm_errmsg());
     if (!m || !l) return check_summary("test_memcap");
-    m->optimizer = 1;
+    MODEL_OPT(m, optimizer, 1);
     const int B = 1, T = 64;
 
     /* the budget under a cap: the cap less the overhead */
-    m->max_bytes = 64.0 * 1048576;
+    MODEL_OPT(m, max_bytes, 64.0 * 1048576);
     f_overhead_b = 5u << 20;
     CHECK(glm_model_budget(m) == 64.0 * 1048576 - 5.0 * 1048576, "budget %.0f: the cap less the overhead",
           glm_model_budget(m));
@@ -93,11 +94,11 @@ int main(void) {
           p.attn_lean);
 
     /* a cap that the plan fits exactly without the overhead: with 4 MiB of overhead it does not */
-    m->max_bytes = p.total + 1024;
+    MODEL_OPT(m, max_bytes, p.total + 1024);
     glm_model_plan(m, l, B, T, 1, GLM_CKPT_FULL, &p);
     CHECK(p.fits, "fits the cap without overhead (%.0f of %.0f)", p.total, p.budget);
     const double total0 = p.total;
-    m->max_bytes = total0 + 1024;
+    MODEL_OPT(m, max_bytes, total0 + 1024);
     f_overhead_b = 4u << 20;
     glm_model_plan(m, l, B, T, 1, GLM_CKPT_FULL, &p);
     CHECK(!p.fits && p.budget == total0 + 1024 - 4.0 * 1048576, "with 4 MiB of overhead it does not fit: %.0f of %.0f",
@@ -105,7 +106,7 @@ int main(void) {
     f_overhead_b = 0;
 
     /* prepare grows the scratch the plan holds, for the plan's shape */
-    m->max_bytes = 0;
+    MODEL_OPT(m, max_bytes, 0);
     f_n_res = 0;
     CHECK(glm_model_prepare(m, l, B, T, 1, GLM_CKPT_FULL, &p) == GLM_OK, "prepare: %s", glm_errmsg());
     CHECK(f_n_res == 1 && f_res_shape.T == T && f_res_shape.B == B && f_res_shape.loss_rows == p.loss_chunk &&

@@ -20,6 +20,7 @@
 #include "lora/model/model.h"
 #include "common/safetensors.h"
 #include "tests/check.h"
+#include "tests/model_opt.h"
 #include "tests/golden_batch.h"
 
 static const double TOL_NORM = 1e-4, TOL_ELEM = 1e-3;
@@ -118,7 +119,7 @@ static void test_layout(const char *layout) {
     CHECK(st == GLM_OK, "%s: load: %s", layout, glm_errmsg());
     if (st) return;
     CHECK(m->cfg.layout == (strcmp(layout, "hf") ? GLM_LAYOUT_CHATGLM : GLM_LAYOUT_HF), "%s: layout detected", layout);
-    m->loss_chunk = 7; /* exercise the chunked loss head (96 tokens in 14 chunks) */
+    MODEL_OPT(m, loss_chunk, 7); /* exercise the chunked loss head (96 tokens in 14 chunks) */
     if (m->cfg.layout == GLM_LAYOUT_HF) {
         /* make_fixtures.py saved the hf model with model.to(torch.bfloat16) and went back to
          * float64, which also rounded transformers' RoPE inv_freq buffer to bf16 (its goldens sit
@@ -212,14 +213,14 @@ static void test_layout(const char *layout) {
             {GLM_CKPT_FULL, 0, 5, "full, MLP chunks of 5"},
         };
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-            m->max_bytes = v[i].budget;
-            m->mlp_chunk = v[i].mlp;
+            MODEL_OPT(m, max_bytes, v[i].budget > 0 ? v[i].budget : 0); /* < 0: found below */
+            MODEL_OPT(m, mlp_chunk, v[i].mlp);
             if (v[i].budget < 0) { /* the largest budget that forces at least one full layer */
                 double bud = pn.total;
                 glm_plan q;
                 do {
                     bud -= sel1 / 8;
-                    m->max_bytes = bud;
+                    MODEL_OPT(m, max_bytes, bud);
                     glm_model_plan(m, l, g.B, g.T, 1, GLM_CKPT_AUTO, &q);
                 } while (q.n_full == 0 && bud > 0);
                 CHECK(q.n_full > 0 && q.fits, "%s: a budget with a full layer (%.0f bytes)", what, bud);
@@ -238,8 +239,8 @@ static void test_layout(const char *layout) {
                   "grads rel %.3e", what, v[i].name, pa.n_keep, pa.n_selective, pa.n_full, lv, ls, rel);
             free_grads(l, gv);
         }
-        m->max_bytes = 0;
-        m->mlp_chunk = 0;
+        MODEL_OPT(m, max_bytes, 0);
+        MODEL_OPT(m, mlp_chunk, 0);
     }
 
     /* the layer inputs offloaded to host memory (be->host_alloc, copied out in the forward and
@@ -248,8 +249,8 @@ static void test_layout(const char *layout) {
     for (int k = 0; k < 4; k++) { /* full and none; every layer input offloaded, then only the first */
         glm_ckpt_mode mode = k % 2 ? GLM_CKPT_NONE : GLM_CKPT_FULL;
         const int n_host = k < 2 ? m->cfg.L : 1;
-        m->offload = 1;
-        m->offload_layers = k < 2 ? 0 : 1;
+        MODEL_OPT(m, offload, 1);
+        MODEL_OPT(m, offload_layers, k < 2 ? 0 : 1);
         glm_lora_zero_grads(l);
         double lo;
         CHECK(glm_model_step(m, l, &b, scale, 1, mode, 0, &lo, &nt) == GLM_OK, "%s offload %s: %s", what,
@@ -265,8 +266,8 @@ static void test_layout(const char *layout) {
         free_grads(l, go);
         CHECK(glm_model_step(m, l, &b, scale, 0, mode, 0, &lo, &nt) == GLM_OK && lo == ls, "%s offload %s: forward only",
               what, glm_ckpt_name(mode));
-        m->offload = 0;
-        m->offload_layers = 0;
+        MODEL_OPT(m, offload, 0);
+        MODEL_OPT(m, offload_layers, 0);
     }
 
     /* micro-batch 2 == 1 + 1 accumulated */
@@ -295,11 +296,10 @@ static void test_layout(const char *layout) {
         glm_lora_zero_grads(l); /* the two batch sets now hold b and b1: b1 is prefetched into b's */
         int64_t hits = m->batches_prefetched, kept = m->batches_kept;
         struct pf { glm_model *m; const glm_batch *b; } ctx = {m, &b1};
-        m->next_batch = prefetch_hook;
-        m->next_batch_user = &ctx;
+        glm_model_set_next_batch(m, prefetch_hook, &ctx);
         CHECK(glm_model_step(m, l, &b0, scale, 1, 0, 0, &lp, &np_) == GLM_OK && lp == l0, "%s prefetch: row 0 %s", what,
               glm_errmsg());
-        m->next_batch = NULL;
+        glm_model_set_next_batch(m, NULL, NULL);
         CHECK(glm_model_step(m, l, &b1, scale, 1, 0, 0, &lp, &np_) == GLM_OK && lp == l1 && np_ == nb, "%s prefetch: row 1 "
               "loss %.17g vs %.17g", what, lp, l1);
         CHECK(m->batches_prefetched == hits + 1 && m->batches_kept == kept, "%s prefetch: the step used the prefetched "
@@ -344,7 +344,7 @@ static void test_layout(const char *layout) {
     float **d0 = grab_grads(l);
     CHECK(grads_equal(l, d0, d1) && ls == ls2, "%s: dropout + checkpointing reproduces the grads", what);
     /* ... and so do selective recomputation and the MLP in chunks (row-offset masks) */
-    m->mlp_chunk = 5;
+    MODEL_OPT(m, mlp_chunk, 5);
     glm_lora_zero_grads(l);
     CHECK(glm_model_step(m, l, &b, 1.0f, 1, GLM_CKPT_SELECTIVE, 42, &ls2, &nt) == GLM_OK, "%s dropout selective: %s", what,
           glm_errmsg());
@@ -354,7 +354,7 @@ static void test_layout(const char *layout) {
               grads_rel(l, d2, d0));
         free_grads(l, d2);
     }
-    m->mlp_chunk = 0;
+    MODEL_OPT(m, mlp_chunk, 0);
     double lo;
     glm_model_step(m, l, &b, 1.0f, 0, 0, 43, &lo, &nt);
     CHECK(lo != ls, "%s: another dropout seed gives another loss", what);

@@ -1,5 +1,5 @@
 /* tool/tokenize/tokenize_config.c: the data keys of a LLaMA-Factory YAML for `glmtune tokenize --config`
- * (see tokenize_config.h). Read by glm_yaml_config_each (tool/train/options.h), the reader of the training config. */
+ * (see tokenize_config.h). Read by glm_yaml_config_each (common/yaml.h), the reader the training config shares. */
 #include "tool/tokenize/tokenize_config.h"
 
 #include <errno.h>
@@ -11,7 +11,8 @@
 
 #include "common/log.h"
 #include "common/strdist.h"
-#include "tool/train/options.h"
+#include "common/yaml.h"
+#include "tool/train/options.h" /* glm_opts_known_key: the training keys of the same file */
 
 /* The keys read here, for "did you mean". */
 static const char *const k_keys[] = {"model_name_or_path", "dataset", "dataset_dir", "cutoff_len",

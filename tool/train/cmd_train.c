@@ -145,73 +145,29 @@ int cmd_train(int argc, char **argv) {
     glm_ckpt_mode ckpt = GLM_CKPT_AUTO;
     glm_ckpt_parse(o.gradient_checkpointing, &ckpt); /* checked by glm_opts_validate */
     train_settings ts = {
-        .model = o.model,
-        .data = o.data,
-        .output_dir = o.output_dir,
+        .opt = o,
         .eval_data = o.eval_data && *o.eval_data ? o.eval_data : eval_from_val ? o.data : NULL,
-        .init_adapter = o.init_adapter,
         .resume = o.resume_from_checkpoint,
-        .dump_grads = o.dump_grads,
         .device = o.device ? o.device : "auto", /* setup() in train.c resolves auto */
-        .lr_scheduler_type = o.lr_scheduler_type,
         .lora_target = o.lora_target.n ? targets : "all",
-        .per_device_train_batch_size = o.per_device_train_batch_size,
-        .gradient_accumulation_steps = o.gradient_accumulation_steps,
-        .max_steps = o.max_steps,
-        .save_steps = o.save_steps,
-        .save_total_limit = o.save_total_limit,
-        .logging_steps = o.logging_steps,
         .eval_steps = o.eval_steps > 0 || o.eval_ratio > 0 ? o.eval_steps : o.save_steps,
         .eval_ratio = o.eval_steps > 0 || o.eval_ratio > 0 ? o.eval_ratio : o.save_ratio,
-        .logging_ratio = o.logging_ratio,
-        .save_ratio = o.save_ratio,
         .by_sample = !o.packing,
-        .save_strategy = o.save_strategy,
-        .eval_strategy = o.eval_strategy,
-        .logging_strategy = o.logging_strategy,
         .eval_from_val = eval_from_val,
-        .stage = o.stage,
-        .seed = o.seed,
-        .lora_rank = o.lora_rank,
-        .seq_len = o.seq_len,
-        .max_nonfinite = o.max_nonfinite,
-        .learning_rate = o.learning_rate,
-        .warmup_ratio = o.warmup_ratio,
-        .min_lr = o.min_lr,
-        .min_lr_rate = o.min_lr_rate,
-        .loraplus_lr_ratio = o.loraplus_lr_ratio,
-        .logging_first_step = o.logging_first_step,
-        .weight_decay = o.weight_decay,
-        .adam_beta1 = o.adam_beta1,
-        .adam_beta2 = o.adam_beta2,
-        .adam_epsilon = o.adam_epsilon,
-        .max_grad_norm = o.max_grad_norm,
-        .num_train_epochs = o.num_train_epochs,
-        .lora_alpha = o.lora_alpha,
-        .lora_dropout = o.lora_dropout,
-        .rope_theta = o.rope_theta,
         .rope_inv_freq_bf16 = o.rope_inv_freq_dtype && !strcmp(o.rope_inv_freq_dtype, "bfloat16"),
-        .warmup_steps = o.warmup_steps,
         .ckpt_mode = (int)ckpt,
         .max_gpu_gib = o.max_gpu_memory,
-        .dry_run = o.dry_run,
-        .use_rslora = o.use_rslora,
-        .overwrite_output_dir = o.overwrite_output_dir,
         .quiet = quiet,
-        .shard_base = o.shard_base,
         .quant_bits = (int)o.quantization_bit,
         .quant_type = o.quantization_type,
         .double_quant = o.double_quantization,
         .fp8 = !strcmp(o.base_dtype, "fp8"),
-        .comm_timeout = o.comm_timeout,
         .context_parallel = (int)o.context_parallel,
         .dry_run_world = 1,
-        .interconnect_gbps = o.interconnect_gbps,
-        .gpu_tflops = o.gpu_tflops,
         .settings_json = sj ? json_dumps(sj, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL,
     };
     json_decref(sj);
-    if (ts.dry_run) {
+    if (ts.opt.dry_run) {
         int fits = 0;
         if (o.nproc > 0) ts.dry_run_world = (int)o.nproc;
         if (o.gpus) {
@@ -229,7 +185,7 @@ int cmd_train(int argc, char **argv) {
         if (s) return cli_fail(s);
         return fits ? GLM_EXIT_OK : GLM_EXIT_FAIL;
     }
-    if (dist_detect(&di) == GLM_OK && di.world <= 1) catch_interrupt(ts.output_dir);
+    if (dist_detect(&di) == GLM_OK && di.world <= 1) catch_interrupt(ts.opt.output_dir);
     s = train_run(&ts);
     free(ts.settings_json);
     glm_opts_free(&o);

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
-/* tool/train/options.c: the train options table, command line and YAML parsing (see options.h). */
+/* tool/train/options.c: parsing the train options (see options.h): the command line, YAML configs
+ * (common/yaml.h), defaults, validation, help and JSON, over the tables of tool/train/option_table.c. */
 #include "tool/train/options.h"
 
 #include <ctype.h>
@@ -8,15 +9,22 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #include "common/args.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/strdist.h"
-#include "lora/model/plan.h"
+#include "common/yaml.h"
+#include "tool/train/option_table.h"
 
-#define OFF(f) offsetof(glm_train_opts, f)
+/* the tables (tool/train/option_table.c) under the parser's short names */
+#define k_opts glm_train_opt_defs
+#define N_OPTS glm_train_opt_count
+#define k_keys glm_lf_keys
+#define N_KEYS glm_lf_key_count
+#define k_special glm_lf_special_keys
+#define N_SPECIAL glm_lf_special_count
+#include "lora/model/plan.h"
 
 /* 1 when s is a value of --gradient-checkpointing (so it is taken as the flag's value): the values
  * glm_ckpt_parse takes, without its error */
@@ -26,558 +34,6 @@ static int glm_ckpt_parse_quiet(const char *s) {
     glm_err_clear();
     return 0;
 }
-
-static const glm_opt_def k_opts[] = {
-    {"model", "model", "model_name_or_path", GLM_OPT_STRING, NULL, "path",
-     "base checkpoint directory (safetensors + config.json; THUDM chatglm or -hf layout)", OFF(model), false},
-    {"data", "data", "dataset", GLM_OPT_STRING, NULL, "path",
-     "tokenized training shards from `glmtune tokenize` (directory or manifest.json)", OFF(data), false},
-    {"output-dir", "output_dir", NULL, GLM_OPT_STRING, NULL, "path",
-     "where checkpoints, metrics.jsonl, loss_curve.svg and TensorBoard events go", OFF(output_dir), false},
-    {"per-device-train-batch-size", "per_device_train_batch_size", NULL, GLM_OPT_INT, "1", "rows",
-     "micro-batch: packed rows per GPU per forward/backward", OFF(per_device_train_batch_size), false},
-    {"gradient-accumulation-steps", "gradient_accumulation_steps", NULL, GLM_OPT_INT, "1", "micro-batches",
-     "micro-batches per optimizer step (global batch = this x micro-batch x GPUs)",
-     OFF(gradient_accumulation_steps), false},
-    {"learning-rate", "learning_rate", NULL, GLM_OPT_FLOAT, "1e-4", "", "peak AdamW learning rate",
-     OFF(learning_rate), false},
-    {"lr-scheduler-type", "lr_scheduler_type", NULL, GLM_OPT_STRING, "linear", "",
-     "constant | constant_with_warmup | linear | cosine | cosine_with_min_lr (as transformers)",
-     OFF(lr_scheduler_type), false},
-    {"warmup-steps", "warmup_steps", NULL, GLM_OPT_INT, "0", "steps",
-     "linear warmup length; overrides warmup-ratio when > 0", OFF(warmup_steps), false},
-    {"warmup-ratio", "warmup_ratio", NULL, GLM_OPT_FLOAT, "0", "fraction",
-     "warmup as a fraction of all optimizer steps (ceil(ratio x steps))", OFF(warmup_ratio), false},
-    {"min-lr", "min_lr", NULL, GLM_OPT_FLOAT, "0", "", "floor of the cosine schedules (0: decay to 0)",
-     OFF(min_lr), false},
-    {"min-lr-rate", "min_lr_rate", NULL, GLM_OPT_FLOAT, "0", "fraction",
-     "floor of the cosine schedules as a fraction of learning-rate (transformers' lr_scheduler_kwargs "
-     "min_lr_rate; give min-lr or min-lr-rate, not both)", OFF(min_lr_rate), false},
-    {"weight-decay", "weight_decay", NULL, GLM_OPT_FLOAT, "0", "", "AdamW decoupled weight decay",
-     OFF(weight_decay), false},
-    {"optim", "optim", NULL, GLM_OPT_STRING, "adamw_torch", "",
-     "adamw_torch | adamw_torch_fused | adamw_hf: each is the update of torch.optim.AdamW, which glmtune runs; "
-     "other optimizers are refused", OFF(optim), false},
-    {"adam-beta1", "adam_beta1", NULL, GLM_OPT_FLOAT, "0.9", "", "AdamW beta1", OFF(adam_beta1), false},
-    {"adam-beta2", "adam_beta2", NULL, GLM_OPT_FLOAT, "0.999", "", "AdamW beta2", OFF(adam_beta2), false},
-    {"adam-epsilon", "adam_epsilon", NULL, GLM_OPT_FLOAT, "1e-8", "", "AdamW epsilon", OFF(adam_epsilon), false},
-    {"max-grad-norm", "max_grad_norm", NULL, GLM_OPT_FLOAT, "1.0", "",
-     "clip the global gradient L2 norm to this (0: no clipping)", OFF(max_grad_norm), false},
-    {"num-train-epochs", "num_train_epochs", NULL, GLM_OPT_FLOAT, "3.0", "epochs",
-     "passes over the training data (fractional allowed); ignored when max-steps > 0",
-     OFF(num_train_epochs), false},
-    {"max-steps", "max_steps", NULL, GLM_OPT_INT, "-1", "steps",
-     "total optimizer steps; -1 or 0: from num-train-epochs (as transformers)", OFF(max_steps), false},
-    {"save-steps", "save_steps", NULL, GLM_OPT_INT, "500", "steps", "save a checkpoint every N optimizer steps",
-     OFF(save_steps), false},
-    {"save-total-limit", "save_total_limit", NULL, GLM_OPT_INT, "0", "checkpoints",
-     "keep only the newest N checkpoints (0: keep all)", OFF(save_total_limit), false},
-    {"logging-steps", "logging_steps", NULL, GLM_OPT_INT, "10", "steps",
-     "log every N optimizer steps: loss is the mean over those N steps, grad norm the last step's, tokens/s over "
-     "their time (as transformers' Trainer logs them)", OFF(logging_steps), false},
-    {"logging-first-step", "logging_first_step", NULL, GLM_OPT_BOOL, "false", "",
-     "also log the first optimizer step on its own (transformers' logging_first_step)", OFF(logging_first_step),
-     false},
-    {"eval-data", "eval_data", "eval_dataset", GLM_OPT_STRING, NULL, "path",
-     "tokenized evaluation shards (optional)", OFF(eval_data), false},
-    {"eval-steps", "eval_steps", NULL, GLM_OPT_INT, "0", "steps",
-     "evaluate every N optimizer steps (0: with each checkpoint save)", OFF(eval_steps), false},
-    {"seed", "seed", NULL, GLM_OPT_INT, "42", "", "seed of the data order, LoRA init and dropout", OFF(seed), false},
-    {"gradient-checkpointing", "gradient_checkpointing", NULL, GLM_OPT_STRING, "auto", "",
-     "auto | none | selective | full: what each layer keeps for the backward (auto: the fastest mix that fits "
-     "the memory, see --dry-run); true = full, false = none as in transformers; without a value: full",
-     OFF(gradient_checkpointing), false},
-    {"max-gpu-memory", "max_gpu_memory", NULL, GLM_OPT_FLOAT, "0", "GiB",
-     "a hard cap on the GPU memory the process holds, as nvidia-smi counts it (CUDA context and library workspaces "
-     "included; the plan is made for it, layer inputs offloaded to host memory where that makes the step fit; 0: what "
-     "the GPU has free), e.g. 22 for a 24 GB card",
-     OFF(max_gpu_memory), false},
-    {"dry-run", "dry_run", NULL, GLM_OPT_BOOL, "false", "",
-     "print the memory plan and the predicted peak for these settings, then exit (loads no weights)",
-     OFF(dry_run), false},
-    {"resume-from-checkpoint", "resume_from_checkpoint", NULL, GLM_OPT_STRING, NULL, "path",
-     "resume from a checkpoint directory; without a value (or \"latest\"): the newest in output-dir",
-     OFF(resume_from_checkpoint), true},
-    {"lora-rank", "lora_rank", NULL, GLM_OPT_INT, "8", "", "LoRA rank r", OFF(lora_rank), false},
-    {"lora-alpha", "lora_alpha", NULL, GLM_OPT_FLOAT, NULL, "",
-     "LoRA alpha; scaling = alpha / r", OFF(lora_alpha), false},
-    {"lora-dropout", "lora_dropout", NULL, GLM_OPT_FLOAT, "0", "probability", "dropout on the LoRA input",
-     OFF(lora_dropout), false},
-    {"lora-target", "lora_target", NULL, GLM_OPT_LIST, "all", "",
-     "modules to adapt, comma-separated: all; vllm (every module vLLM loads adapters for: all of the chatglm "
-     "layout, q_proj,k_proj,v_proj,o_proj,down_proj of the hf layout, whose gate_up_proj adapters vLLM "
-     "refuses; see export-adapter --help); or names (query_key_value, dense, dense_h_to_4h, dense_4h_to_h | "
-     "q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj)",
-     OFF(lora_target), false},
-    {"use-rslora", "use_rslora", NULL, GLM_OPT_BOOL, "false", "", "rank-stabilised scaling alpha / sqrt(r)",
-     OFF(use_rslora), false},
-    {"loraplus-lr-ratio", "loraplus_lr_ratio", NULL, GLM_OPT_FLOAT, "0", "",
-     "LoRA+: the lora_B weights learn at this x learning-rate, lora_A at learning-rate (PEFT's "
-     "create_loraplus_optimizer; the paper suggests 16; 0: off)", OFF(loraplus_lr_ratio), false},
-    {"overwrite-output-dir", "overwrite_output_dir", NULL, GLM_OPT_BOOL, "false", "",
-     "start afresh in an output-dir that holds an earlier run (its checkpoints, metrics and events are "
-     "removed); without it such a directory is refused unless resuming", OFF(overwrite_output_dir), false},
-    {"init-adapter", "init_adapter", "adapter_name_or_path", GLM_OPT_STRING, NULL, "path",
-     "start from this PEFT adapter instead of a fresh LoRA", OFF(init_adapter), false},
-    {"device", "device", NULL, GLM_OPT_STRING, "auto", "", "auto | cpu | cuda", OFF(device), false},
-    {"gpus", "gpus", NULL, GLM_OPT_STRING, NULL, "",
-     "data parallel on this machine: N (GPUs 0..N-1) or a list of device ids (0,2,3); glmtune starts one worker per "
-     "GPU and stops them all when one fails (several machines: see the README's multi-GPU section)", OFF(gpus), false},
-    {"nproc", "nproc", NULL, GLM_OPT_INT, "0", "ranks",
-     "data parallel on the CPU backend: start this many ranks under mpirun (the CPU ranks talk over MPI); 0: this "
-     "process only", OFF(nproc), false},
-    {"shard-base", "shard_base", NULL, GLM_OPT_BOOL, "false", "",
-     "hold 1/N of every frozen base weight on each of the N ranks and all-gather a layer's weights just before it "
-     "runs (the next layer prefetched): the 9B model on 24 GB cards (ZeRO-3 for the frozen base)", OFF(shard_base), false},
-    {"quantization-bit", "quantization_bit", NULL, GLM_OPT_INT, "0", "bits",
-     "4: QLoRA: the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h) quantized to 4 bits "
-     "while loading, in bitsandbytes' format (blocks of 64, bit-exact to its quantize_4bit), dequantized to bf16 "
-     "just before each layer runs; the embedding and the output layer stay bf16; the adapter exports as any other "
-     "(applied to the bf16 base); 0: the bf16 base", OFF(quantization_bit), false},
-    {"quantization-type", "quantization_type", NULL, GLM_OPT_STRING, "nf4", "", "4-bit code book: nf4 | fp4",
-     OFF(quantization_type), false},
-    {"double-quantization", "double_quantization", NULL, GLM_OPT_BOOL, "true", "",
-     "4-bit: quantize the blocks' absmax too (8-bit, blocks of 256; about 0.37 bits per weight saved), as "
-     "LLaMA-Factory does by default", OFF(double_quantization), false},
-    {"quantization-method", "quantization_method", NULL, GLM_OPT_STRING, "bnb", "",
-     "bnb (bitsandbytes' 4-bit format, the only one glmtune has)", OFF(quantization_method), false},
-    {"base-dtype", "base_dtype", NULL, GLM_OPT_STRING, "bf16", "",
-     "the frozen linear layers (query_key_value, dense, dense_h_to_4h, dense_4h_to_h): bf16, or fp8: FP8 E4M3 with a "
-     "scale per output channel, quantized while loading (about half the memory), their forward, recomputation and "
-     "input-gradient GEMMs on FP8 tensor cores (activations E4M3, gradients E5M2, each with one scale per token from "
-     "its row's absolute maximum, the weight's row scales applied in the GEMM; cuBLASLt's fast accumulation, "
-     "GLMTUNE_FP8_ACCUM=fp32 promotes it); LoRA, attention, norms, the loss and every trained parameter's "
-     "gradient as with bf16; the adapter exports as any other. sm_89 / sm_90 GPUs (the CPU backend emulates it)",
-     OFF(base_dtype), false},
-    {"context-parallel", "context_parallel", NULL, GLM_OPT_INT, "1", "ranks",
-     "split every row's tokens over this many ranks (ring attention, for rows too long for one GPU): each holds 2 "
-     "of the row's 2N chunks; must divide the number of ranks (--gpus / --nproc); the rest is data parallel "
-     "(--gpus 8 --context-parallel 4: 2 groups of 4). Checked on the CPU backend (--device cpu --nproc N); "
-     "on CUDA the ring's kernels are tested in one process, the NCCL ring has not run on several GPUs yet", OFF(context_parallel), false},
-    {"comm-timeout", "comm_timeout", "ddp_timeout", GLM_OPT_FLOAT, "1800", "seconds",
-     "how long a collective (all-reduce, all-gather) may wait for the other ranks before the run stops with an "
-     "error naming the rank and the call (transformers' ddp_timeout)", OFF(comm_timeout), false},
-    {"interconnect-gbps", "interconnect_gbps", NULL, GLM_OPT_FLOAT, "0", "GB/s",
-     "--dry-run of several ranks: the link speed (GB/s per direction) to time the step's communication at (0: "
-     "NVLink 4 at 450, PCIe 5.0 x16 at 64 and PCIe 4.0 x16 at 32, side by side)", OFF(interconnect_gbps), false},
-    {"gpu-tflops", "gpu_tflops", NULL, GLM_OPT_FLOAT, "0", "TFLOP/s",
-     "--dry-run of several ranks: the useful TFLOP/s per GPU to time the step's compute at (0: 521, glmtune's measured "
-     "11,986 tokens/s at 8k on one H200)", OFF(gpu_tflops), false},
-    {"seq-len", "seq_len", "cutoff_len", GLM_OPT_INT, "0", "tokens",
-     "expected packed row length T (0: take it from the shards; else must match them)", OFF(seq_len), false},
-    {"dump-grads", "dump_grads", NULL, GLM_OPT_STRING, NULL, "path",
-     "write the first step's LoRA gradients to this safetensors file (debugging)", OFF(dump_grads), false},
-    {"max-nonfinite", "max_nonfinite", NULL, GLM_OPT_INT, "5", "steps",
-     "stop after this many optimizer steps in a row with a NaN/inf loss or gradient (each is skipped)",
-     OFF(max_nonfinite), false},
-    {"rope-theta", "rope_theta", NULL, GLM_OPT_FLOAT, "0", "",
-     "RoPE base override (0: from config.json). Real GLM-4 -hf configs carry a wrong rope_theta of 10000: "
-     "use 1e8 for glm-4-9b-chat-1m, 5e6 for glm-4-9b-chat", OFF(rope_theta), false},
-    {"rope-inv-freq-dtype", "rope_inv_freq_dtype", NULL, GLM_OPT_STRING, "float32", "",
-     "float32 (the table transformers builds on load) | bfloat16 (the table after model.to(torch.bfloat16), "
-     "as a model cast to bf16 in transformers uses it)", OFF(rope_inv_freq_dtype), false},
-    {"config", "config", NULL, GLM_OPT_STRING, NULL, "path",
-     "YAML file of snake_case settings (LLaMA-Factory style); command-line flags override it; options it "
-     "leaves out take LLaMA-Factory's / transformers' defaults (what the file means there)",
-     OFF(config), false},
-    {"packing", "packing", NULL, GLM_OPT_BOOL, "true", "",
-     "true: a micro-batch is per-device-train-batch-size packed rows of the shards; false: it is that many "
-     "samples (LLaMA-Factory's packing: false), concatenated into one row with document-masked attention, and "
-     "the steps per epoch count samples as transformers does (ceil(ceil(samples / (batch x GPUs)) / "
-     "accumulation)); either way no token attends across documents. Under a YAML without it: "
-     "LLaMA-Factory's default, false for stage sft, true for pt",
-     OFF(packing), false},
-    {"save-strategy", "save_strategy", NULL, GLM_OPT_STRING, "steps", "",
-     "steps: a checkpoint every save-steps and at the end; epoch: at each epoch's end; no: no checkpoint, the "
-     "final adapter (PEFT files) is written to output-dir (transformers' save_strategy)", OFF(save_strategy), false},
-    {"eval-strategy", "eval_strategy", "evaluation_strategy", GLM_OPT_STRING, "steps", "",
-     "steps: evaluate every eval-steps; epoch: at each epoch's end; no: never (transformers' eval_strategy; its "
-     "default under a YAML is no). Set to steps or epoch without eval-data: the val split of --data",
-     OFF(eval_strategy), false},
-    {"logging-strategy", "logging_strategy", NULL, GLM_OPT_STRING, "steps", "",
-     "steps: log every logging-steps; epoch: at each epoch's end; no: never (transformers' logging_strategy)",
-     OFF(logging_strategy), false},
-};
-#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
-_Static_assert(N_OPTS <= 64, "glm_train_opts.src is too small");
-
-/* Every other key of LLaMA-Factory's YAML / llamafactory-cli line (its model, data, finetuning,
- * training and generating arguments, and transformers' Seq2SeqTrainingArguments) and what glmtune
- * answers, in one line each:
- *   KEY_INFO      accepted, not needed by glmtune (why);
- *   KEY_TOKENIZE  read by `glmtune tokenize --config` from the same YAML (the data side);
- *   KEY_REFUSE    a feature glmtune does not have: accepted when off (false, null, 0, empty),
- *                 refused with the reason otherwise. */
-typedef enum { KEY_INFO, KEY_TOKENIZE, KEY_REFUSE } key_kind;
-
-static const char R_NCCL[] = "multi-GPU runs use NCCL directly, without torch.distributed";
-static const char R_LOADER[] = "the loader reads the packed shards by memory map, in this process";
-static const char R_EVAL[] = "evaluation is the eval loss and perplexity on eval_data every eval_steps";
-static const char R_GEN[] = "a generation setting; training does not generate";
-static const char R_HUB[] = "glmtune writes local directories only (export-adapter makes one to upload)";
-static const char R_TRACK[] = "metrics.jsonl, TensorBoard events (output_dir/runs) and loss_curve.svg are always written";
-static const char R_TORCH[] = "no PyTorch here: glmtune's kernels are compiled C/CUDA";
-static const char R_MM[] = "glmtune trains text models";
-static const char R_PREF[] = "a preference/RL training setting (stage rm, ppo, dpo, kto), not used by sft or pt";
-static const char R_FT[] = "a setting of another finetuning_type; glmtune trains LoRA";
-static const char R_OPT[] = "glmtune runs AdamW (optim adamw_torch)";
-static const char R_VOCAB[] = "the vocabulary and embeddings stay as the base model has them";
-static const char R_INFER[] = "an inference setting; not used in training";
-static const char R_EXPORT[] = "use glmtune export-adapter (PEFT adapter, or --merge)";
-static const char R_BACKEND[] = "another training backend; glmtune is its own";
-static const char R_LOSS[] = "glmtune trains with the token-level cross-entropy";
-static const char R_PROF[] = "profiling settings of torch; glmtune bench times its own phases";
-static const char R_RAY[] = "glmtune runs as one process per machine, without Ray";
-
-static const struct {
-    const char *key;
-    key_kind kind;
-    const char *why;
-} k_keys[] = {
-    /* speed and precision switches glmtune does not need */
-    {"flash_attn", KEY_INFO, "glmtune's attention kernels are its own, fused and tiled"},
-    {"enable_liger_kernel", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
-    {"use_liger_kernel", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
-    {"liger_kernel_config", KEY_INFO, "the linear + cross-entropy is already chunked and fused, as Liger's"},
-    {"use_unsloth", KEY_INFO, "glmtune's kernels and recomputation are its own"},
-    {"use_unsloth_gc", KEY_INFO, "glmtune's kernels and recomputation are its own"},
-    {"use_v1_kernels", KEY_INFO, "glmtune's kernels are its own"},
-    {"use_reentrant_gc", KEY_INFO, "glmtune recomputes whole layers itself; there is no reentrant variant"},
-    {"gradient_checkpointing_kwargs", KEY_INFO, "glmtune recomputes whole layers itself"},
-    {"activation_checkpointing", KEY_INFO, "use gradient_checkpointing"},
-    {"activation_checkpointing_kwargs", KEY_INFO, "use gradient_checkpointing"},
-    {"include_num_input_tokens_seen", KEY_INFO, "trainer_state.json always counts num_input_tokens_seen"},
-    {"include_tokens_per_second", KEY_INFO, "tokens_per_second is always logged"},
-    {"include_effective_tokens_per_second", KEY_INFO, "tokens_per_second is always logged"},
-    {"average_tokens_across_devices", KEY_INFO,
-     "the loss is always divided by the target tokens of the whole global batch, all GPUs"},
-    {"torch_compile", KEY_INFO, R_TORCH},
-    {"torch_compile_backend", KEY_INFO, R_TORCH},
-    {"torch_compile_mode", KEY_INFO, R_TORCH},
-    {"torch_empty_cache_steps", KEY_INFO, R_TORCH},
-    {"torchdynamo", KEY_INFO, R_TORCH},
-    {"jit_mode_eval", KEY_INFO, R_TORCH},
-    {"tf32", KEY_INFO, "the GEMMs are bf16 with fp32 accumulation; tf32 does not apply"},
-    {"bf16", KEY_INFO, "the backend decides: CUDA computes in bf16 with fp32 LoRA weights, the CPU in fp32"},
-    {"pure_bf16", KEY_INFO, "the backend decides: CUDA computes in bf16 with fp32 LoRA weights, the CPU in fp32"},
-    {"bf16_full_eval", KEY_INFO, "evaluation computes like training, in bf16"},
-    {"fp16_full_eval", KEY_INFO, "evaluation computes like training, in bf16"},
-    {"half_precision_backend", KEY_INFO, R_TORCH},
-    {"fp16_opt_level", KEY_INFO, R_TORCH},
-    {"upcast_layernorm", KEY_INFO, "RMSNorm statistics are always computed in fp32"},
-    {"upcast_lmhead_output", KEY_INFO, "the logits' softmax and cross-entropy are always computed in fp32"},
-    {"low_cpu_mem_usage", KEY_INFO, "the base weights are memory-mapped"},
-    {"use_cache", KEY_INFO, "training keeps no KV cache"},
-    {"use_kv_cache", KEY_INFO, "training keeps no KV cache"},
-    {"auto_find_batch_size", KEY_INFO, "set per_device_train_batch_size"},
-    {"skip_memory_metrics", KEY_INFO, "not used"},
-    {"ddp_backend", KEY_INFO, R_NCCL},
-    {"ddp_find_unused_parameters", KEY_INFO, R_NCCL},
-    {"ddp_bucket_cap_mb", KEY_INFO, R_NCCL},
-    {"ddp_broadcast_buffers", KEY_INFO, R_NCCL},
-    {"ddp_static_graph", KEY_INFO, R_NCCL},
-    {"local_rank", KEY_INFO, R_NCCL},
-    {"deepspeed", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
-    {"fsdp", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
-    {"fsdp_config", KEY_INFO, "glmtune replicates the frozen base and all-reduces the LoRA gradients with NCCL"},
-    {"accelerator_config", KEY_INFO, R_NCCL},
-    {"parallelism_config", KEY_INFO, R_NCCL},
-    {"master_addr", KEY_INFO, R_RAY},
-    {"master_port", KEY_INFO, R_RAY},
-    {"ray_num_workers", KEY_INFO, R_RAY},
-    {"ray_num_cpus_per_worker", KEY_INFO, R_RAY},
-    {"ray_init_kwargs", KEY_INFO, R_RAY},
-    {"ray_run_name", KEY_INFO, R_RAY},
-    {"ray_storage_path", KEY_INFO, R_RAY},
-    {"ray_storage_filesystem", KEY_INFO, R_RAY},
-    {"resources_per_worker", KEY_INFO, R_RAY},
-    {"placement_strategy", KEY_INFO, R_RAY},
-    {"dataloader_num_workers", KEY_INFO, R_LOADER},
-    {"dataloader_pin_memory", KEY_INFO, R_LOADER},
-    {"dataloader_persistent_workers", KEY_INFO, R_LOADER},
-    {"dataloader_prefetch_factor", KEY_INFO, R_LOADER},
-    {"dataloader_drop_last", KEY_INFO, R_LOADER},
-    {"dataloader_multiprocessing_context", KEY_INFO, R_LOADER},
-    {"dataloader_in_order", KEY_INFO, R_LOADER},
-    {"remove_unused_columns", KEY_INFO, R_LOADER},
-    {"label_names", KEY_INFO, R_LOADER},
-    {"length_column_name", KEY_INFO, R_LOADER},
-    {"group_by_length", KEY_INFO, "rows are packed to the same length already"},
-    {"train_sampling_strategy", KEY_INFO, "the loader shuffles the packed rows by seed every epoch"},
-    {"sortish_sampler", KEY_INFO, "the loader shuffles the packed rows by seed every epoch"},
-    {"ignore_data_skip", KEY_INFO, "resuming continues the data where the checkpoint stopped"},
-    {"restore_callback_states_from_checkpoint", KEY_INFO, "a checkpoint restores the whole training state"},
-    {"data_seed", KEY_INFO, "the data order follows seed"},
-    {"full_determinism", KEY_INFO, "runs are seeded by seed"},
-    /* logging, saving, tracking */
-    {"plot_loss", KEY_INFO, "loss_curve.svg is always written"},
-    {"logging_dir", KEY_INFO, "TensorBoard events go to output_dir/runs"},
-    {"logging_nan_inf_filter", KEY_INFO, "a step with a NaN/inf loss is skipped and counted, never averaged into a logged loss"},
-    {"log_level", KEY_INFO, "use --quiet for less output"},
-    {"log_level_replica", KEY_INFO, "use --quiet for less output"},
-    {"log_on_each_node", KEY_INFO, "rank 0 logs"},
-    {"disable_tqdm", KEY_INFO, "progress is shown only on a terminal"},
-    {"run_name", KEY_INFO, R_TRACK},
-    {"project", KEY_INFO, R_TRACK},
-    {"trackio_space_id", KEY_INFO, R_TRACK},
-    {"trackio_bucket_id", KEY_INFO, R_TRACK},
-    {"trackio_static_space_id", KEY_INFO, R_TRACK},
-    {"use_swanlab", KEY_INFO, R_TRACK},
-    {"swanlab_project", KEY_INFO, R_TRACK},
-    {"swanlab_workspace", KEY_INFO, R_TRACK},
-    {"swanlab_run_name", KEY_INFO, R_TRACK},
-    {"swanlab_mode", KEY_INFO, R_TRACK},
-    {"swanlab_api_key", KEY_INFO, R_TRACK},
-    {"swanlab_logdir", KEY_INFO, R_TRACK},
-    {"swanlab_lark_webhook_url", KEY_INFO, R_TRACK},
-    {"swanlab_lark_secret", KEY_INFO, R_TRACK},
-    {"save_only_model", KEY_INFO, "checkpoints always hold the optimizer state (small for LoRA)"},
-    {"save_safetensors", KEY_INFO, "checkpoints are always safetensors"},
-    {"save_on_each_node", KEY_INFO, "rank 0 saves"},
-    {"enable_jit_checkpoint", KEY_INFO, "checkpoints are saved every save_steps"},
-    {"hub_model_id", KEY_INFO, R_HUB},
-    {"hub_strategy", KEY_INFO, R_HUB},
-    {"hub_token", KEY_INFO, R_HUB},
-    {"hub_private_repo", KEY_INFO, R_HUB},
-    {"hub_always_push", KEY_INFO, R_HUB},
-    {"hub_revision", KEY_INFO, R_HUB},
-    {"hf_hub_token", KEY_INFO, "models are read from a local directory"},
-    {"ms_hub_token", KEY_INFO, "models are read from a local directory"},
-    {"om_hub_token", KEY_INFO, "models are read from a local directory"},
-    {"cache_dir", KEY_INFO, "models are read from a local directory"},
-    {"model_revision", KEY_INFO, "models are read from a local directory"},
-    {"trust_remote_code", KEY_INFO, "no Python code is run"},
-    {"debug", KEY_INFO, "not used"},
-    {"print_param_status", KEY_INFO, "the log lists the adapted modules and the trainable parameter count"},
-    /* evaluation */
-    {"do_eval", KEY_INFO, "evaluation runs when eval_data is given"},
-    {"eval_delay", KEY_INFO, R_EVAL},
-    {"eval_on_start", KEY_INFO, R_EVAL},
-    {"eval_accumulation_steps", KEY_INFO, R_EVAL},
-    {"eval_do_concat_batches", KEY_INFO, R_EVAL},
-    {"eval_use_gather_object", KEY_INFO, R_EVAL},
-    {"include_for_metrics", KEY_INFO, R_EVAL},
-    {"include_inputs_for_metrics", KEY_INFO, R_EVAL},
-    {"batch_eval_metrics", KEY_INFO, R_EVAL},
-    {"prediction_loss_only", KEY_INFO, R_EVAL},
-    {"per_device_eval_batch_size", KEY_INFO, "evaluation uses the training micro-batch size"},
-    {"compute_accuracy", KEY_INFO, R_EVAL},
-    {"eval_on_each_dataset", KEY_INFO, R_EVAL},
-    {"load_best_model_at_end", KEY_INFO,
-     "trainer_state.json names the best checkpoint by eval loss (best_model_checkpoint); export that one"},
-    {"metric_for_best_model", KEY_INFO, "trainer_state.json's best_metric is the lowest eval loss"},
-    {"greater_is_better", KEY_INFO, "trainer_state.json's best_metric is the lowest eval loss"},
-    {"predict_with_generate", KEY_INFO, R_GEN},
-    {"generation_max_length", KEY_INFO, R_GEN},
-    {"generation_num_beams", KEY_INFO, R_GEN},
-    {"generation_config", KEY_INFO, R_GEN},
-    {"do_sample", KEY_INFO, R_GEN},
-    {"temperature", KEY_INFO, R_GEN},
-    {"top_p", KEY_INFO, R_GEN},
-    {"top_k", KEY_INFO, R_GEN},
-    {"num_beams", KEY_INFO, R_GEN},
-    {"max_length", KEY_INFO, R_GEN},
-    {"max_new_tokens", KEY_INFO, R_GEN},
-    {"repetition_penalty", KEY_INFO, R_GEN},
-    {"length_penalty", KEY_INFO, R_GEN},
-    {"skip_special_tokens", KEY_INFO, R_GEN},
-    {"infer_backend", KEY_INFO, R_INFER},
-    {"infer_dtype", KEY_INFO, R_INFER},
-    {"offload_folder", KEY_INFO, R_INFER},
-    {"vllm_maxlen", KEY_INFO, R_INFER},
-    {"vllm_gpu_util", KEY_INFO, R_INFER},
-    {"vllm_enforce_eager", KEY_INFO, R_INFER},
-    {"vllm_max_lora_rank", KEY_INFO, R_INFER},
-    {"vllm_config", KEY_INFO, R_INFER},
-    {"sglang_maxlen", KEY_INFO, R_INFER},
-    {"sglang_mem_fraction", KEY_INFO, R_INFER},
-    {"sglang_tp_size", KEY_INFO, R_INFER},
-    {"sglang_config", KEY_INFO, R_INFER},
-    {"sglang_lora_backend", KEY_INFO, R_INFER},
-    {"task", KEY_INFO, "a llamafactory-cli eval setting"},
-    {"task_dir", KEY_INFO, "a llamafactory-cli eval setting"},
-    {"lang", KEY_INFO, "a llamafactory-cli eval setting"},
-    {"n_shot", KEY_INFO, "a llamafactory-cli eval setting"},
-    {"save_dir", KEY_INFO, "a llamafactory-cli eval setting"},
-    {"download_mode", KEY_INFO, "a llamafactory-cli eval setting"},
-    {"export_dir", KEY_INFO, R_EXPORT},
-    {"export_size", KEY_INFO, R_EXPORT},
-    {"export_device", KEY_INFO, R_EXPORT},
-    {"export_quantization_bit", KEY_INFO, R_EXPORT},
-    {"export_quantization_dataset", KEY_INFO, R_EXPORT},
-    {"export_quantization_nsamples", KEY_INFO, R_EXPORT},
-    {"export_quantization_maxlen", KEY_INFO, R_EXPORT},
-    {"export_legacy_format", KEY_INFO, R_EXPORT},
-    {"export_hub_model_id", KEY_INFO, R_EXPORT},
-    {"enable_torch_profiler", KEY_INFO, R_PROF},
-    {"profiler_output_dir", KEY_INFO, R_PROF},
-    {"profiler_wait_steps", KEY_INFO, R_PROF},
-    {"profiler_warmup_steps", KEY_INFO, R_PROF},
-    {"profiler_active_steps", KEY_INFO, R_PROF},
-    {"profiler_repeat", KEY_INFO, R_PROF},
-    {"profiler_record_shapes", KEY_INFO, R_PROF},
-    {"profiler_profile_memory", KEY_INFO, R_PROF},
-    {"profiler_with_stack", KEY_INFO, R_PROF},
-    {"profile_modules", KEY_INFO, R_PROF},
-    /* settings of other methods, stages and modalities: harmless at their defaults */
-    {"quantization_device_map", KEY_INFO, "quantization_bit is what would quantize"},
-    {"moe_aux_loss_coef", KEY_INFO, "GLM-4-9B is a dense model"},
-    {"pissa_iter", KEY_INFO, "pissa_init is what would use it"},
-    {"pissa_convert", KEY_INFO, "pissa_init is what would use it"},
-    {"loraplus_lr_embedding", KEY_INFO, "glmtune adapts no embedding layer (loraplus_lr_ratio applies to lora_B)"},
-    {"freeze_trainable_layers", KEY_INFO, R_FT},
-    {"freeze_trainable_modules", KEY_INFO, R_FT},
-    {"freeze_extra_modules", KEY_INFO, R_FT},
-    {"module_dropout", KEY_INFO, R_FT},
-    {"oft_rank", KEY_INFO, R_FT},
-    {"oft_block_size", KEY_INFO, R_FT},
-    {"oft_target", KEY_INFO, R_FT},
-    {"pref_beta", KEY_INFO, R_PREF},
-    {"pref_ftx", KEY_INFO, R_PREF},
-    {"pref_bco_weight", KEY_INFO, R_PREF},
-    {"pref_loss", KEY_INFO, R_PREF},
-    {"dpo_label_smoothing", KEY_INFO, R_PREF},
-    {"kto_chosen_weight", KEY_INFO, R_PREF},
-    {"kto_rejected_weight", KEY_INFO, R_PREF},
-    {"simpo_gamma", KEY_INFO, R_PREF},
-    {"ppo_buffer_size", KEY_INFO, R_PREF},
-    {"ppo_epochs", KEY_INFO, R_PREF},
-    {"ppo_score_norm", KEY_INFO, R_PREF},
-    {"ppo_target", KEY_INFO, R_PREF},
-    {"ppo_whiten_rewards", KEY_INFO, R_PREF},
-    {"ref_model", KEY_INFO, R_PREF},
-    {"ref_model_adapters", KEY_INFO, R_PREF},
-    {"ref_model_quantization_bit", KEY_INFO, R_PREF},
-    {"reward_model", KEY_INFO, R_PREF},
-    {"reward_model_adapters", KEY_INFO, R_PREF},
-    {"reward_model_quantization_bit", KEY_INFO, R_PREF},
-    {"reward_model_type", KEY_INFO, R_PREF},
-    {"ld_alpha", KEY_INFO, R_PREF},
-    {"galore_target", KEY_INFO, R_OPT},
-    {"galore_rank", KEY_INFO, R_OPT},
-    {"galore_update_interval", KEY_INFO, R_OPT},
-    {"galore_scale", KEY_INFO, R_OPT},
-    {"galore_proj_type", KEY_INFO, R_OPT},
-    {"galore_layerwise", KEY_INFO, R_OPT},
-    {"apollo_target", KEY_INFO, R_OPT},
-    {"apollo_rank", KEY_INFO, R_OPT},
-    {"apollo_update_interval", KEY_INFO, R_OPT},
-    {"apollo_scale", KEY_INFO, R_OPT},
-    {"apollo_proj", KEY_INFO, R_OPT},
-    {"apollo_proj_type", KEY_INFO, R_OPT},
-    {"apollo_scale_type", KEY_INFO, R_OPT},
-    {"apollo_layerwise", KEY_INFO, R_OPT},
-    {"apollo_scale_front", KEY_INFO, R_OPT},
-    {"badam_mode", KEY_INFO, R_OPT},
-    {"badam_start_block", KEY_INFO, R_OPT},
-    {"badam_switch_mode", KEY_INFO, R_OPT},
-    {"badam_switch_interval", KEY_INFO, R_OPT},
-    {"badam_update_ratio", KEY_INFO, R_OPT},
-    {"badam_mask_mode", KEY_INFO, R_OPT},
-    {"badam_verbose", KEY_INFO, R_OPT},
-    {"hyper_parallel_args", KEY_INFO, R_BACKEND},
-    {"hyper_parallel_cp_size", KEY_INFO, R_BACKEND},
-    {"asft_alpha", KEY_INFO, R_LOSS},
-    {"eaft_alpha", KEY_INFO, R_LOSS},
-    {"mtp_loss_weight", KEY_INFO, R_LOSS},
-    {"freeze_vision_tower", KEY_INFO, R_MM},
-    {"freeze_multi_modal_projector", KEY_INFO, R_MM},
-    {"freeze_language_model", KEY_INFO, R_MM},
-    {"image_max_pixels", KEY_INFO, R_MM},
-    {"image_min_pixels", KEY_INFO, R_MM},
-    {"image_do_pan_and_scan", KEY_INFO, R_MM},
-    {"crop_to_patches", KEY_INFO, R_MM},
-    {"video_max_pixels", KEY_INFO, R_MM},
-    {"video_min_pixels", KEY_INFO, R_MM},
-    {"video_fps", KEY_INFO, R_MM},
-    {"video_maxlen", KEY_INFO, R_MM},
-    {"use_audio_in_video", KEY_INFO, R_MM},
-    {"audio_sampling_rate", KEY_INFO, R_MM},
-    {"init_special_tokens", KEY_INFO, R_VOCAB},
-    {"kt_cpu_activation", KEY_INFO, R_BACKEND},
-    {"kt_weight_path", KEY_INFO, R_BACKEND},
-    {"kt_non_expert_weight_path", KEY_INFO, R_BACKEND},
-    {"kt_expert_checkpoint_path", KEY_INFO, R_BACKEND},
-    {"kt_use_lora_experts", KEY_INFO, R_BACKEND},
-    {"kt_lora_expert_num", KEY_INFO, R_BACKEND},
-    {"kt_lora_expert_intermediate_size", KEY_INFO, R_BACKEND},
-    {"fp8_backend", KEY_INFO, "fp8 is what would use it"},
-    {"fp8_enable_fsdp_float8_all_gather", KEY_INFO, "fp8 is what would use it"},
-    {"optim_args", KEY_INFO, R_OPT},
-    /* the data side: `glmtune tokenize --config FILE.yaml` reads these from the same file */
-    {"template", KEY_TOKENIZE, NULL},
-    {"dataset_dir", KEY_TOKENIZE, NULL},
-    {"media_dir", KEY_TOKENIZE, NULL},
-    {"train_on_prompt", KEY_TOKENIZE, NULL},
-    {"mask_history", KEY_TOKENIZE, NULL},
-    {"streaming", KEY_TOKENIZE, NULL},
-    {"buffer_size", KEY_TOKENIZE, NULL},
-    {"mix_strategy", KEY_TOKENIZE, NULL},
-    {"interleave_probs", KEY_TOKENIZE, NULL},
-    {"overwrite_cache", KEY_TOKENIZE, NULL},
-    {"preprocessing_batch_size", KEY_TOKENIZE, NULL},
-    {"preprocessing_num_workers", KEY_TOKENIZE, NULL},
-    {"max_samples", KEY_TOKENIZE, NULL},
-    {"eval_num_beams", KEY_TOKENIZE, NULL},
-    {"ignore_pad_token_for_loss", KEY_TOKENIZE, NULL},
-    {"val_size", KEY_TOKENIZE, NULL},
-    {"packing_strategy", KEY_TOKENIZE, NULL},
-    {"packing_similarity_threshold", KEY_TOKENIZE, NULL},
-    {"packing_embedding_model", KEY_TOKENIZE, NULL},
-    {"tool_format", KEY_TOKENIZE, NULL},
-    {"default_system", KEY_TOKENIZE, NULL},
-    {"enable_thinking", KEY_TOKENIZE, NULL},
-    {"reasoning_effort", KEY_TOKENIZE, NULL},
-    {"preserve_thinking", KEY_TOKENIZE, NULL},
-    {"tokenized_path", KEY_TOKENIZE, NULL},
-    {"data_shared_file_system", KEY_TOKENIZE, NULL},
-    {"use_fast_tokenizer", KEY_TOKENIZE, NULL},
-    {"split_special_tokens", KEY_TOKENIZE, NULL},
-    /* features glmtune does not have: fine when off, refused when on */
-    {"use_dora", KEY_REFUSE, "glmtune trains plain LoRA (no DoRA)"},
-    {"pissa_init", KEY_REFUSE, "glmtune initialises LoRA as PEFT does (A random, B zero), not by PiSSA"},
-    {"additional_target", KEY_REFUSE, "glmtune trains only the LoRA weights (no modules_to_save)"},
-    {"create_new_adapter", KEY_REFUSE, "init_adapter continues the given adapter; a second adapter is not supported"},
-    {"adapter_folder", KEY_REFUSE, "give the adapter directory itself as adapter_name_or_path"},
-    {"use_llama_pro", KEY_REFUSE, "block expansion (LLaMA Pro) is not supported"},
-    {"use_galore", KEY_REFUSE, R_OPT},
-    {"use_apollo", KEY_REFUSE, R_OPT},
-    {"use_badam", KEY_REFUSE, R_OPT},
-    {"use_adam_mini", KEY_REFUSE, R_OPT},
-    {"use_muon", KEY_REFUSE, R_OPT},
-    {"optim_target_modules", KEY_REFUSE, R_OPT},
-    {"use_mca", KEY_REFUSE, R_BACKEND},
-    {"use_megatron_bridge", KEY_REFUSE, R_BACKEND},
-    {"use_hyper_parallel", KEY_REFUSE, R_BACKEND},
-    {"use_kt", KEY_REFUSE, R_BACKEND},
-    {"fp8", KEY_REFUSE, "glmtune computes in bf16 with fp32 accumulation"},
-    {"use_dft_loss", KEY_REFUSE, R_LOSS},
-    {"use_asft_loss", KEY_REFUSE, R_LOSS},
-    {"use_eaft_loss", KEY_REFUSE, R_LOSS},
-    {"num_mtp_layers", KEY_REFUSE, "GLM-4-9B has no multi-token-prediction layers"},
-    {"label_smoothing_factor", KEY_REFUSE, R_LOSS},
-    {"neftune_noise_alpha", KEY_REFUSE, "NEFTune (noise on the input embeddings) is not implemented"},
-    {"resize_vocab", KEY_REFUSE, R_VOCAB},
-    {"add_tokens", KEY_REFUSE, R_VOCAB},
-    {"add_special_tokens", KEY_REFUSE, R_VOCAB},
-    {"new_special_tokens_config", KEY_REFUSE, R_VOCAB},
-    {"freeze_original_embeddings", KEY_REFUSE, R_VOCAB},
-    {"rope_scaling", KEY_REFUSE, "the model's RoPE is used as it is (hint: rope_theta sets its base)"},
-    {"shift_attn", KEY_REFUSE, "shift short attention (LongLoRA) is not implemented"},
-    {"mixture_of_depths", KEY_REFUSE, "mixture-of-depths is not implemented"},
-    {"train_from_scratch", KEY_REFUSE, "glmtune fine-tunes a trained base model"},
-    {"disable_shuffling", KEY_REFUSE, "the loader always shuffles the packed rows by seed every epoch"},
-    {"early_stopping_steps", KEY_REFUSE, "training runs max_steps / num_train_epochs"},
-    {"push_to_hub", KEY_REFUSE, R_HUB},
-    {"do_predict", KEY_REFUSE, "glmtune train trains (and evaluates on eval_data); it does not predict"},
-};
-#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
-
-/* Keys handled in key_special() (listed for "did you mean"). */
-static const char *const k_special[] = {"fp16", "stage", "do_train", "finetuning_type", "disable_gradient_checkpointing",
-                                        "lr_scheduler_kwargs", "use_cpu", "lora_target_modules", "neat_packing",
-                                        "report_to"};
-#define N_SPECIAL (sizeof k_special / sizeof k_special[0])
 
 const glm_opt_def *glm_opts_table(size_t *n) {
     *n = N_OPTS;
@@ -602,7 +58,7 @@ static const char *closest(const char *s, bool kebab) {
     static char out[128];
     const char *best = NULL;
     size_t bd = (size_t)-1, ls = strlen(s);
-    const char *cands[N_OPTS * 2 + N_KEYS + N_SPECIAL];
+    const char *cands[N_OPTS * 2 + N_KEYS + N_SPECIAL]; /* a VLA: the tables live in option_table.c */
     size_t nc = 0;
     for (size_t i = 0; i < N_OPTS; i++) {
         cands[nc++] = kebab ? k_opts[i].name : k_opts[i].key;
@@ -853,7 +309,7 @@ static glm_status key_special(glm_train_opts *o, const char *key, const char *va
                 return GLM_OK;
             }
         }
-        glm_log_info("%s: report_to: %s: %s", where, val, R_TRACK);
+        glm_log_info("%s: report_to: %s: %s", where, val, glm_lf_why_track);
         return GLM_OK;
     }
     if (!strcmp(key, "do_train")) {
@@ -991,25 +447,6 @@ static glm_status apply_key(glm_train_opts *o, const char *key, const char *val,
 
 /* ------------------------------------------------------------------ YAML */
 
-/* A YAML mapping value (lr_scheduler_kwargs) as JSON text: numbers stay numbers. */
-static char *mapping_json(yaml_document_t *doc, yaml_node_t *m) {
-    json_t *o = json_object();
-    for (yaml_node_pair_t *pr = m->data.mapping.pairs.start; o && pr < m->data.mapping.pairs.top; pr++) {
-        yaml_node_t *k = yaml_document_get_node(doc, pr->key), *v = yaml_document_get_node(doc, pr->value);
-        if (k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE) {
-            json_decref(o);
-            return NULL;
-        }
-        const char *vs = (const char *)v->data.scalar.value;
-        char *end;
-        double x = strtod(vs, &end);
-        json_object_set_new(o, (const char *)k->data.scalar.value, *vs && !*end ? json_real(x) : json_string(vs));
-    }
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return t;
-}
-
 glm_status glm_stage_check(const char *stage, const char *where) {
     static const struct {
         const char *stage, *what;
@@ -1036,81 +473,6 @@ bool glm_opts_known_key(const char *key) {
     for (size_t i = 0; i < N_SPECIAL; i++)
         if (!strcmp(key, k_special[i])) return true;
     return false;
-}
-
-glm_status glm_yaml_config_each(const char *path, bool one_document, glm_yaml_key_fn fn, void *ctx) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return glm_err(GLM_ERR_IO, "%s: cannot open the config: %s; hint: check the path", path, strerror(errno));
-    yaml_parser_t p;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&p)) {
-        fclose(f);
-        return glm_err(GLM_ERR_NOMEM, "out of memory (YAML parser)");
-    }
-    yaml_parser_set_input_file(&p, f);
-    glm_status st = GLM_OK;
-    if (!yaml_parser_load(&p, &doc)) {
-        st = glm_err(GLM_ERR_FORMAT, "%s:%zu:%zu: bad YAML: %s; hint: a training YAML is one mapping of `key: value` "
-                     "lines (LLaMA-Factory's form; samples/train.yaml is one)", path, p.problem_mark.line + 1,
-                     p.problem_mark.column + 1, p.problem ? p.problem : "parse error");
-        yaml_parser_delete(&p);
-        fclose(f);
-        return st;
-    }
-    yaml_node_t *root = yaml_document_get_root_node(&doc); /* NULL: an empty file sets nothing */
-    if (root && root->type != YAML_MAPPING_NODE)
-        st = glm_err(GLM_ERR_FORMAT, "%s: the config must be a mapping of key: value lines", path);
-    for (yaml_node_pair_t *pr = root && st == GLM_OK ? root->data.mapping.pairs.start : NULL;
-         pr && st == GLM_OK && pr < root->data.mapping.pairs.top; pr++) {
-        yaml_node_t *k = yaml_document_get_node(&doc, pr->key), *v = yaml_document_get_node(&doc, pr->value);
-        int line = (int)k->start_mark.line + 1;
-        if (k->type != YAML_SCALAR_NODE) {
-            st = glm_err(GLM_ERR_FORMAT, "%s:%d: keys must be plain names", path, line);
-            break;
-        }
-        const char *key = (const char *)k->data.scalar.value;
-        char *val = NULL;
-        bool mapping = false;
-        if (v->type == YAML_SCALAR_NODE) {
-            val = strdup((const char *)v->data.scalar.value);
-        } else if (v->type == YAML_SEQUENCE_NODE) { /* a list (dataset: [a, b]): joined with commas */
-            size_t cap = 1;
-            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
-                yaml_node_t *e = yaml_document_get_node(&doc, *it);
-                if (e->type != YAML_SCALAR_NODE) {
-                    st = glm_err(GLM_ERR_FORMAT, "%s:%d: %s: list items must be plain values", path, line, key);
-                    break;
-                }
-                cap += e->data.scalar.length + 1;
-            }
-            if (st != GLM_OK) break;
-            val = calloc(cap, 1);
-            for (yaml_node_item_t *it = v->data.sequence.items.start; val && it < v->data.sequence.items.top; it++) {
-                if (*val) strcat(val, ",");
-                strcat(val, (const char *)yaml_document_get_node(&doc, *it)->data.scalar.value);
-            }
-            if (!val) st = glm_err(GLM_ERR_NOMEM, "out of memory");
-        } else {
-            mapping = true;
-            val = mapping_json(&doc, v); /* NULL when it is not a mapping of plain values */
-        }
-        if (st == GLM_OK && !val && !mapping) st = glm_err(GLM_ERR_NOMEM, "out of memory");
-        if (st == GLM_OK) st = fn(ctx, path, line, key, val, mapping);
-        free(val);
-    }
-    if (st == GLM_OK && one_document) { /* a second document ("---") would be ignored silently */
-        yaml_document_t doc2;
-        if (yaml_parser_load(&p, &doc2)) {
-            if (yaml_document_get_root_node(&doc2))
-                st = glm_err(GLM_ERR_ARG, "%s:%zu: a second YAML document (after \"---\"): glmtune reads one; hint: "
-                             "put every setting in one document", path, p.mark.line);
-            yaml_document_delete(&doc2);
-        }
-    }
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&p);
-    fclose(f);
-    return st;
 }
 
 /* One key of a training config: scalars and lists as the command line takes them; a mapping is
@@ -1238,7 +600,7 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
         long ci = find_opt("config");
         GLM_TRY(set_value(o, (size_t)ci, config, GLM_SRC_CLI, "--config"));
     }
-    glm_arg_opt tab[N_OPTS + 1];
+    glm_arg_opt tab[GLM_TRAIN_OPTS_MAX + 1];
     cli_ctx ctx = {o, NULL};
     cli_table(tab, &ctx);
     const glm_arg_cmd cmd = {.name = "train", .opts = tab, .n_opts = N_OPTS + 1, .unknown = cli_key, .user = &ctx,

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "common/status.h"
+#include "common/yaml.h"
 
 typedef enum { GLM_OPT_INT, GLM_OPT_FLOAT, GLM_OPT_STRING, GLM_OPT_BOOL, GLM_OPT_LIST } glm_opt_type;
 
@@ -151,18 +152,6 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv);
 /* Reads a YAML config into o (source CONFIG; fields already set from the command line are not
  * overwritten). Errors as glm_opts_parse. */
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path);
-
-/* One key of a YAML config for glm_yaml_config_each: val is the scalar's text, a list's items
- * joined with commas, or for a mapping (mapping true) its JSON text when every value is a plain
- * scalar (numbers stay numbers), else NULL. line is the key's line (1-based) in path. */
-typedef glm_status (*glm_yaml_key_fn)(void *ctx, const char *path, int line, const char *key, const char *val,
-                                      bool mapping);
-/* Reads the LLaMA-Factory-style YAML config at path (one mapping of keys; an empty file has no
- * keys) and calls fn for each key in file order, stopping at its first error. one_document: a
- * second document after "---" is an error (train), rather than ignored. Errors: GLM_ERR_IO
- * (open), GLM_ERR_FORMAT (bad YAML, not a mapping, a non-scalar key, a list of non-scalars, with
- * file:line), GLM_ERR_ARG (second document), GLM_ERR_NOMEM, or fn's. */
-glm_status glm_yaml_config_each(const char *path, bool one_document, glm_yaml_key_fn fn, void *ctx);
 
 /* Sets one option from text by kebab name or snake key (source src). Errors: GLM_ERR_ARG. */
 glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, glm_opt_src src);

@@ -286,14 +286,14 @@ static glm_status check_resume_data(const run_state *rs, const train_settings *t
     return glm_err(GLM_ERR_MISMATCH, "%s: the checkpoint was trained on other data than --data %s holds now (data "
                    "fingerprint %s, now %s: the shards were re-tokenized or replaced since): its saved position would "
                    "continue on different rows; hint: resume with the shards it was trained on, or start a new run on "
-                   "these (another --output-dir, or --overwrite-output-dir)", ckpt, ts->data, saved, now);
+                   "these (another --output-dir, or --overwrite-output-dir)", ckpt, ts->opt.data, saved, now);
 }
 
 static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
     if (rs->be->rank != 0) return GLM_OK; /* only rank 0 writes (every rank holds the same state) */
     json_t *pos = loader_pos(&rs->data);
     glm_ckpt_save_args a = {
-        .output_dir = ts->output_dir,
+        .output_dir = ts->opt.output_dir,
         .step = rs->step,
         .epoch = (double)rs->data.epoch + (double)rs->data.cursor / (double)rs->data.n_units,
         .be = rs->model->be,
@@ -305,13 +305,13 @@ static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
         .sched = &rs->sched,
         .settings = rs->settings,
         .log_history = rs->history,
-        .save_total_limit = (int)ts->save_total_limit,
+        .save_total_limit = (int)ts->opt.save_total_limit,
         .max_steps = rs->total_steps,
         .logging_steps = rs->logging_steps,
         .eval_steps = rs->eval_steps,
         .save_steps = rs->save_steps,
-        .train_batch_size = ts->per_device_train_batch_size,
-        .num_train_epochs = ts->num_train_epochs,
+        .train_batch_size = ts->opt.per_device_train_batch_size,
+        .num_train_epochs = ts->opt.num_train_epochs,
         .num_input_tokens_seen = rs->tokens_seen,
     };
     char *dir = NULL;
@@ -397,8 +397,8 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
  * tokenize): stage pt trains plain text, sft conversations; a mismatch trains other targets than the
  * YAML says, so it is said in one line (the shards decide the targets). Silent when unknown. */
 static void check_stage(const train_settings *ts) {
-    if (!ts->stage || !ts->data || !glm_is_dir(ts->data)) return;
-    char *rp = glm_path_join(ts->data, "report.json");
+    if (!ts->opt.stage || !ts->opt.data || !glm_is_dir(ts->opt.data)) return;
+    char *rp = glm_path_join(ts->opt.data, "report.json");
     json_error_t je;
     json_t *r = rp ? json_load_file(rp, 0, &je) : NULL;
     free(rp);
@@ -408,20 +408,20 @@ static void check_stage(const train_settings *ts) {
         const char *k;
         json_t *v;
         json_object_foreach(lay, k, v) all += json_integer_value(v);
-        if (!strcmp(ts->stage, "sft") && text > 0 && text == all)
+        if (!strcmp(ts->opt.stage, "sft") && text > 0 && text == all)
             glm_log_warn("stage: sft, but the shards in %s hold plain text (tokenized as pretraining text, stage pt): "
                          "every token is a target, not only the replies; hint: stage: pt, or tokenize chat data",
-                         ts->data);
-        else if (!strcmp(ts->stage, "pt") && text < all)
+                         ts->opt.data);
+        else if (!strcmp(ts->opt.stage, "pt") && text < all)
             glm_log_warn("stage: pt, but %lld of the %lld samples in %s are conversations with targets on the replies "
                          "only (stage sft); hint: tokenize with stage: pt (--format text), or stage: sft",
-                         (long long)(all - text), (long long)all, ts->data);
+                         (long long)(all - text), (long long)all, ts->opt.data);
     }
     json_decref(r);
 }
 
-/* The memory plan of this run from config.json and the shards' manifest alone, before any weight is
- * read; sets --max-gpu-memory as the backend's hard cap on everything the process holds on the
+/* The memory plan of this run from config.json and the training shards (rs->data, opened) alone,
+ * before any weight is read; sets --max-gpu-memory as the backend's hard cap on everything the process holds on the
  * device. A plan that does not fit the budget (the cap less the CUDA context and library workspaces
  * the process already holds, or without a cap what the device has free) is an error that names its
  * total, the budget and what to change: a run that went on would stop out of memory mid-step. */
@@ -436,50 +436,38 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
         if (st) return glm_err_context(st, "--max-gpu-memory %g", ts->max_gpu_gib);
     }
     glm_config cfg;
-    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
-    glm_loader l;
-    GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
-    const int T = (int)l.T;
-    const uint64_t group_rows = (l.n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
-    glm_loader_close(&l);
-    int B = (int)ts->per_device_train_batch_size;
+    GLM_TRY(glm_config_load(ts->opt.model, ts->opt.rope_theta, &cfg));
+    const glm_loader *l = &rs->data; /* opened (and every shard checked) once, before this */
+    const int T = (int)l->T;
+    const uint64_t group_rows = (l->n_rows + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
+    int B = (int)ts->opt.per_device_train_batch_size;
     if ((uint64_t)B > group_rows) B = (int)group_rows; /* as setup() sizes the step */
-    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+    glm_lora_config lc = {(int)ts->opt.lora_rank, (float)ts->opt.lora_alpha, (float)ts->opt.lora_dropout, ts->opt.use_rslora,
                           ts->lora_target};
     glm_lora_info li;
     GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
-    glm_scratch_shape sh;
-    size_t need = 0, ws = 0;
-    glm_scratch_shape_for(&cfg, rs->cp, be->world, B, T, 1, 0, &sh);
-    sh.fp8 = ts->fp8;
-    if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate, as glm_model_plan */
-    size_t fr = 0, tot = 0, use = 0, peak = 0;
-    glm_be_mem_info(be, &fr, &tot, &use, &peak);
-    double budget = (double)fr + (double)use - G; /* as glm_model_budget */
-    if (ts->max_gpu_gib > 0) {
-        double capped = ts->max_gpu_gib * G - (double)glm_be_mem_overhead(be);
-        if (budget <= 0 || capped < budget) budget = capped;
-    }
-    const int W = be->world;
-    glm_plan_opts o = train_plan_opts(ts, cpu, W, rs->cp, glm_local_ranks(), budget, need, ws);
+    /* as the model will plan its step (glm_model_prepare below): the same request */
+    glm_plan_request rq = train_plan_request(ts, &cfg, &li, B, T, be->world, rs->cp, be, 0);
     glm_plan p;
-    glm_plan_make(&cfg, &li, B, T, 1, &o, &p);
+    glm_plan_basis basis;
+    GLM_TRY(glm_plan_request_make(&rq, &p, &basis));
     if (p.fits) return GLM_OK;
+    const double budget = basis.opts.budget;
     char hints[512];
     int n = snprintf(hints, sizeof hints, "%s", ts->quant_bits == 4 ? "" : "--quantization-bit 4 (a 4-bit base, QLoRA), ");
-    glm_plan_opts oo = o;
-    oo.offload = 1;
+    glm_plan_request ro = rq;
+    ro.opts.offload = 1;
     glm_plan po;
-    glm_plan_make(&cfg, &li, B, T, 1, &oo, &po);
+    GLM_TRY(glm_plan_request_make(&ro, &po, NULL));
     if (!cpu && po.fits)
         n += snprintf(hints + n, sizeof hints - (size_t)n, "a machine with %.1f GiB of host memory free for the layer inputs "
-                      "(offloaded, they would fit; %.1f GiB is available here), ", po.host / G, o.host_budget / G);
+                      "(offloaded, they would fit; %.1f GiB is available here), ", po.host / G, basis.opts.host_budget / G);
     if (rs->cp <= 1) n += snprintf(hints + n, sizeof hints - (size_t)n, "--context-parallel N with --gpus N, ");
     snprintf(hints + n, sizeof hints - (size_t)n, "a shorter --seq-len (rows of %d tokens now)%s", T,
              ts->max_gpu_gib > 0 ? ", or a larger --max-gpu-memory" : "");
     return glm_err(GLM_ERR_NOMEM, "%s: the memory plan for %d x %d tokens takes %.2f GiB and the budget is %.2f GiB (%s%s); "
                    "nothing was loaded; hint: %s (glmtune train --dry-run prints the plan)",
-                   ts->model, B, T, p.total / G, budget / G,
+                   ts->opt.model, B, T, p.total / G, budget / G,
                    ts->max_gpu_gib > 0 ? "--max-gpu-memory" : "the device's free memory",
                    !cpu && ts->max_gpu_gib > 0 ? " less the CUDA context and library workspaces" : "", hints);
 }
@@ -488,20 +476,17 @@ static glm_status check_plan(const run_state *rs, const train_settings *ts) {
  * and the RoPE table rounded to bf16 when asked (transformers' table after .to(torch.bfloat16)). */
 static glm_status load_model(run_state *rs, const train_settings *ts) {
     const glm_backend *be = rs->be;
-    glm_base_format bf = {0, GLM_WF_NF4, 0, ts->fp8};
+    const glm_base_format bf = train_base_format(ts);
     if (ts->fp8)
         glm_log_info("--base-dtype fp8: the frozen linear layers quantized to FP8 E4M3 (a scale per output channel) while "
                      "loading, their GEMMs %s", strcmp(be->name, "cpu") ? "on FP8 tensor cores"
                      : "emulated on the CPU (the same quantization, products summed in double: the reference the GPU's "
                        "FP8 tensor cores are tested against, not fast)");
     if (ts->quant_bits == 4) {
-        bf.quant_bits = 4;
-        bf.q4 = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
-        bf.double_quant = ts->double_quant;
         glm_log_info("QLoRA: the frozen linear layers quantized to %s%s while loading (bitsandbytes' 4-bit format)",
                      glm_wformat_name(bf.q4), bf.double_quant ? " with double quantization" : "");
     }
-    GLM_TRY(glm_model_load_fmt(ts->model, be, ts->rope_theta, ts->shard_base && be->world > 1, &bf, &rs->model));
+    GLM_TRY(glm_model_load_fmt(ts->opt.model, be, ts->opt.rope_theta, ts->opt.shard_base && be->world > 1, &bf, &rs->model));
     if (ts->rope_inv_freq_bf16) { /* the table a transformers model uses after .to(torch.bfloat16) */
         int half = rs->model->cfg.rope_dim / 2;
         float *t = malloc(sizeof(float) * (size_t)half);
@@ -521,39 +506,39 @@ static glm_status load_model(run_state *rs, const train_settings *ts) {
     return GLM_OK;
 }
 
-/* The training shards (checked against the model and --seq-len) and the evaluation rows: the val
+/* The training shards (opened before check_plan; checked here against the model and --seq-len) and
+ * the evaluation rows: the val
  * split of --eval-data (else all its rows), or of the training shards when evaluation is asked for
  * without eval data. */
 static glm_status open_data(run_state *rs, const train_settings *ts) {
-    GLM_TRY(glm_loader_open(&rs->data, ts->data, "train", (uint64_t)ts->seed, true));
-    GLM_TRY(check_data(&rs->data, ts->data, rs->model, ts->model, ts->seq_len));
+    GLM_TRY(check_data(&rs->data, ts->opt.data, rs->model, ts->opt.model, ts->opt.seq_len));
     if (ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->data));
     if (ts->eval_from_val) {
         /* evaluation asked for without eval_data: the val split of the training shards, as LLaMA-Factory
          * evaluates on the split val_size made; none: said once, and training goes on */
         glm_loader_close(&rs->eval);
-        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false);
+        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->opt.seed, false);
         if (ev != GLM_OK && ev != GLM_ERR_ARG) return ev; /* a val split that is there but broken */
         if (ev == GLM_OK) {
-            GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
-            glm_log_info("evaluation (eval_strategy %s): the val split of %s, %llu rows", ts->eval_strategy, ts->eval_data,
+            GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->opt.model, (int64_t)rs->data.T));
+            glm_log_info("evaluation (eval_strategy %s): the val split of %s, %llu rows", ts->opt.eval_strategy, ts->eval_data,
                          (unsigned long long)rs->eval.n_rows);
             rs->has_eval = true;
         } else {
             glm_log_warn("evaluation was asked for (eval_strategy %s) but %s has no val split and no eval_dataset / "
                          "eval_data is given: no evaluation will run; hint: tokenize with val_size (--val-size), or give "
-                         "eval_dataset (--eval-data)", ts->eval_strategy, ts->eval_data);
+                         "eval_dataset (--eval-data)", ts->opt.eval_strategy, ts->eval_data);
         }
     } else if (ts->eval_data && *ts->eval_data) {
         /* the val split of a tokenize output (--val-size), or, when it has none, all of its rows */
-        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->seed, false);
+        glm_status ev = glm_loader_open(&rs->eval, ts->eval_data, "val", (uint64_t)ts->opt.seed, false);
         if (ev != GLM_OK && ev != GLM_ERR_ARG) return ev; /* a val split that is there but broken */
         if (ev != GLM_OK) {
-            GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "train", (uint64_t)ts->seed, false));
+            GLM_TRY(glm_loader_open(&rs->eval, ts->eval_data, "train", (uint64_t)ts->opt.seed, false));
             glm_log_info("%s has no val split: evaluating on all of its %llu rows", ts->eval_data,
                          (unsigned long long)rs->eval.n_rows);
         }
-        GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->model, (int64_t)rs->data.T));
+        GLM_TRY(check_data(&rs->eval, ts->eval_data, rs->model, ts->opt.model, (int64_t)rs->data.T));
         rs->has_eval = true;
     }
     if (rs->has_eval && ts->by_sample) GLM_TRY(glm_loader_by_document(&rs->eval));
@@ -563,13 +548,13 @@ static glm_status open_data(run_state *rs, const train_settings *ts) {
 /* The LoRA adapter (fresh, or --init-adapter's weights) and its AdamW state. */
 static glm_status init_adapter(run_state *rs, const train_settings *ts) {
     const glm_backend *be = rs->be;
-    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+    glm_lora_config lc = {(int)ts->opt.lora_rank, (float)ts->opt.lora_alpha, (float)ts->opt.lora_dropout, ts->opt.use_rslora,
                           ts->lora_target};
-    GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->seed, &rs->lora));
-    if (ts->init_adapter && *ts->init_adapter) GLM_TRY(glm_lora_load_peft(rs->lora, ts->init_adapter));
+    GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->opt.seed, &rs->lora));
+    if (ts->opt.init_adapter && *ts->opt.init_adapter) GLM_TRY(glm_lora_load_peft(rs->lora, ts->opt.init_adapter));
     rs->params = glm_lora_params(rs->lora, &rs->n_params);
-    glm_adamw_cfg ac = {ts->adam_beta1, ts->adam_beta2, ts->adam_epsilon, ts->weight_decay, ts->max_grad_norm,
-                        ts->loraplus_lr_ratio};
+    glm_adamw_cfg ac = {ts->opt.adam_beta1, ts->opt.adam_beta2, ts->opt.adam_epsilon, ts->opt.weight_decay, ts->opt.max_grad_norm,
+                        ts->opt.loraplus_lr_ratio};
     GLM_TRY(glm_optim_init(&rs->optim, be, rs->params, (size_t)rs->n_params, &ac));
     return GLM_OK;
 }
@@ -581,37 +566,37 @@ static glm_status plan_steps(run_state *rs, const train_settings *ts, uint64_t *
     /* steps per epoch as transformers' Trainer counts them (trainer.py, set_initial_training_values, 4.46+):
      * ceil(len(dataloader) / accumulation) with len(dataloader) = ceil(units / (batch x ranks)), which is
      * ceil(units / (batch x accumulation x ranks)); units are rows (packing) or samples (packing false) */
-    uint64_t global_rows = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * rs->dp);
+    uint64_t global_rows = (uint64_t)(ts->opt.per_device_train_batch_size * ts->opt.gradient_accumulation_steps * rs->dp);
     uint64_t steps_per_epoch = (rs->data.n_units + global_rows - 1) / global_rows;
     *rows_per_step = global_rows;
     *epoch_steps = steps_per_epoch;
-    rs->total_steps = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)steps_per_epoch);
+    rs->total_steps = ts->opt.max_steps > 0 ? ts->opt.max_steps : (int64_t)ceil(ts->opt.num_train_epochs * (double)steps_per_epoch);
     if (rs->total_steps <= 0)
         return glm_err(GLM_ERR_ARG, "nothing to train: max_steps %lld, num_train_epochs %g; hint: --max-steps N",
-                       (long long)ts->max_steps, ts->num_train_epochs);
+                       (long long)ts->opt.max_steps, ts->opt.num_train_epochs);
     glm_sched_type st;
-    GLM_TRY(glm_sched_parse_type(ts->lr_scheduler_type, &st));
-    GLM_TRY(glm_sched_init(&rs->sched, st, ts->learning_rate, rs->total_steps, ts->warmup_steps, ts->warmup_ratio,
-                           ts->min_lr, ts->min_lr_rate));
-    if (ts->loraplus_lr_ratio > 0)
-        glm_log_info("LoRA+: the lora_B weights learn at %g x the learning rate", ts->loraplus_lr_ratio);
+    GLM_TRY(glm_sched_parse_type(ts->opt.lr_scheduler_type, &st));
+    GLM_TRY(glm_sched_init(&rs->sched, st, ts->opt.learning_rate, rs->total_steps, ts->opt.warmup_steps, ts->opt.warmup_ratio,
+                           ts->opt.min_lr, ts->opt.min_lr_rate));
+    if (ts->opt.loraplus_lr_ratio > 0)
+        glm_log_info("LoRA+: the lora_B weights learn at %g x the learning rate", ts->opt.loraplus_lr_ratio);
     /* a micro-batch larger than the data never fills: the buffers and the memory plan are for the rows a
      * group can get (each step then takes the whole epoch, as the Trainer's last, short batch does) */
     uint64_t group_rows = (rs->data.n_units + (uint64_t)rs->dp - 1) / (uint64_t)rs->dp;
-    int B_eff = (int)ts->per_device_train_batch_size;
+    int B_eff = (int)ts->opt.per_device_train_batch_size;
     if ((uint64_t)B_eff > group_rows) {
         B_eff = (int)group_rows;
         glm_log_warn("--per-device-train-batch-size %lld is more than the %llu %s(s) %s: every step takes all of "
                      "them (one epoch per step); hint: a smaller batch, or more data",
-                     (long long)ts->per_device_train_batch_size, (unsigned long long)group_rows,
+                     (long long)ts->opt.per_device_train_batch_size, (unsigned long long)group_rows,
                      ts->by_sample ? "sample" : "row", rs->dp > 1 ? "each data-parallel group gets" : "in the data");
     }
-    if (global_rows > rs->data.n_units && (uint64_t)B_eff == (uint64_t)ts->per_device_train_batch_size)
+    if (global_rows > rs->data.n_units && (uint64_t)B_eff == (uint64_t)ts->opt.per_device_train_batch_size)
         glm_log_warn("--gradient-accumulation-steps %lld: %llu %s(s) per optimizer step (%lld x %lld%s) is more than the "
                      "%llu in the data: every step takes all of them (one epoch per step, fewer micro-batches); hint: a "
-                     "smaller --gradient-accumulation-steps, or more data", (long long)ts->gradient_accumulation_steps,
+                     "smaller --gradient-accumulation-steps, or more data", (long long)ts->opt.gradient_accumulation_steps,
                      (unsigned long long)global_rows, ts->by_sample ? "sample" : "row",
-                     (long long)ts->per_device_train_batch_size, (long long)ts->gradient_accumulation_steps,
+                     (long long)ts->opt.per_device_train_batch_size, (long long)ts->opt.gradient_accumulation_steps,
                      rs->dp > 1 ? " x the data-parallel groups" : "", (unsigned long long)rs->data.n_units);
     if (global_rows > rs->data.n_units) global_rows = rs->data.n_units;
     *rows_per_step = global_rows;
@@ -639,10 +624,10 @@ static glm_status plan_steps(run_state *rs, const train_settings *ts, uint64_t *
     }
     /* logging_steps / save_steps / eval_steps below 1: ratios of the run's steps (transformers: ceil(ratio x
      * max_steps)) */
-    rs->logging_steps = ts->logging_ratio > 0 ? (int64_t)ceil(ts->logging_ratio * (double)rs->total_steps) : ts->logging_steps;
-    rs->save_steps = ts->save_ratio > 0 ? (int64_t)ceil(ts->save_ratio * (double)rs->total_steps) : ts->save_steps;
+    rs->logging_steps = ts->opt.logging_ratio > 0 ? (int64_t)ceil(ts->opt.logging_ratio * (double)rs->total_steps) : ts->opt.logging_steps;
+    rs->save_steps = ts->opt.save_ratio > 0 ? (int64_t)ceil(ts->opt.save_ratio * (double)rs->total_steps) : ts->opt.save_steps;
     rs->eval_steps = ts->eval_ratio > 0 ? (int64_t)ceil(ts->eval_ratio * (double)rs->total_steps) : ts->eval_steps;
-    if (ts->logging_ratio > 0 || ts->save_ratio > 0 || ts->eval_ratio > 0)
+    if (ts->opt.logging_ratio > 0 || ts->opt.save_ratio > 0 || ts->eval_ratio > 0)
         glm_log_info("of %lld steps: logging every %lld, saving every %lld, evaluating every %lld",
                      (long long)rs->total_steps, (long long)rs->logging_steps, (long long)rs->save_steps,
                      (long long)rs->eval_steps);
@@ -655,24 +640,24 @@ static glm_status open_outputs(run_state *rs, const train_settings *ts) {
     const glm_backend *be = rs->be;
     size_t nt = target_names(rs->lora, rs->targets);
     /* adapter_config.json names the base by its absolute path, valid from any directory */
-    rs->base_path = realpath(ts->model, NULL);
+    rs->base_path = realpath(ts->opt.model, NULL);
     /* alpha and dropout as the user gave them (doubles: 0.1, not the float 0.100000001...) */
-    rs->acfg = (glm_adapter_cfg){rs->lora->r, ts->lora_alpha, ts->lora_dropout, rs->targets, nt,
-                                 rs->lora->use_rslora, rs->base_path ? rs->base_path : ts->model};
+    rs->acfg = (glm_adapter_cfg){rs->lora->r, ts->opt.lora_alpha, ts->opt.lora_dropout, rs->targets, nt,
+                                 rs->lora->use_rslora, rs->base_path ? rs->base_path : ts->opt.model};
     json_error_t je;
     rs->settings = ts->settings_json ? json_loads(ts->settings_json, 0, &je) : json_object();
     if (!rs->settings) rs->settings = json_object();
     rs->history = json_array();
     if (be->rank == 0) {
-        GLM_TRY(glm_mkdir_p(ts->output_dir));
-        GLM_TRY(glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs->out_lock)); /* a fresh directory: locked once made */
+        GLM_TRY(glm_mkdir_p(ts->opt.output_dir));
+        GLM_TRY(glm_lock_dir(ts->opt.output_dir, "glmtune train", "--output-dir", &rs->out_lock)); /* a fresh directory: locked once made */
     }
     return GLM_OK;
 }
 
 /* The run's two summary lines: the model, and the adapter with the data and the schedule. */
 static void log_run(const run_state *rs, const train_settings *ts, uint64_t global_rows, uint64_t steps_per_epoch) {
-    glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->model,
+    glm_log_info("model %s: %s layout, L=%d C=%d H=%d Hkv=%d F=%d V=%d, rope base %g", ts->opt.model,
                  glm_layout_name(rs->model->cfg.layout), rs->model->cfg.L, rs->model->cfg.C, rs->model->cfg.H,
                  rs->model->cfg.Hkv, rs->model->cfg.F, rs->model->cfg.V, rs->model->cfg.rope_base);
     int64_t np = 0;
@@ -689,10 +674,12 @@ static void log_run(const run_state *rs, const train_settings *ts, uint64_t glob
 static glm_status setup(run_state *rs, const train_settings *ts) {
     if (rs->be->rank == 0) check_stage(ts);
     const glm_backend *be = rs->be;
+    /* the training shards, read and checked once: their row length and count size the plan */
+    GLM_TRY(glm_loader_open(&rs->data, ts->opt.data, "train", (uint64_t)ts->opt.seed, true));
     GLM_TRY(check_plan(rs, ts));
-    if (ts->shard_base && be->world > 1)
+    if (ts->opt.shard_base && be->world > 1)
         glm_log_info("--shard-base: each of the %d ranks holds 1/%d of the frozen base weights", be->world, be->world);
-    else if (ts->shard_base)
+    else if (ts->opt.shard_base)
         glm_log_warn("--shard-base with one rank: nothing to shard; the base is held whole");
     GLM_TRY(load_model(rs, ts));
     GLM_TRY(open_data(rs, ts));
@@ -705,16 +692,14 @@ static glm_status setup(run_state *rs, const train_settings *ts) {
     if (rs->cp > 1) {
         glm_cp_layout L;
         glm_cp_layout_make(rs->bb.T, rs->cp, rs->cp_comm->rank, &L);
-        rs->model->cp = rs->cp;
-        rs->model->cp_comm = rs->cp_comm;
         glm_log_info("context parallel: each row of %u tokens over %d ranks (%d data-parallel group%s of %d): chunks of %d "
                      "tokens, rank c of a group holding chunks c and %d-c%s", (unsigned)rs->bb.T, rs->cp, rs->dp,
                      rs->dp > 1 ? "s" : "", rs->cp, L.S, 2 * rs->cp - 1,
                      L.Tp > L.T ? "; rows padded with untargeted tokens to a multiple of 2 x the ranks" : "");
     }
     /* the step's buffers now, by the memory plan: an out-of-memory shows here, with the plan */
-    rs->model->max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0;
-    rs->model->optimizer = 1;
+    glm_model_options mo = train_model_options(ts, rs->cp, rs->cp_comm);
+    GLM_TRY(glm_model_set_options(rs->model, &mo));
     glm_plan plan;
     GLM_TRY(glm_model_prepare(rs->model, rs->lora, rs->bb.B, rs->bb.T, 1,
                               (glm_ckpt_mode)ts->ckpt_mode, &plan));
@@ -770,13 +755,13 @@ static glm_status save_final_state(run_state *rs, const train_settings *ts, doub
                             seconds, "train_samples_per_second", (double)rows_done / sec, "train_steps_per_second",
                             (double)steps_done / sec);
     if (hist && sum) json_array_append_new(hist, sum);
-    glm_ckpt_save_args a = {.output_dir = ts->output_dir, .step = rs->step, .epoch = epoch, .log_history = hist,
+    glm_ckpt_save_args a = {.output_dir = ts->opt.output_dir, .step = rs->step, .epoch = epoch, .log_history = hist,
                             .max_steps = rs->total_steps, .logging_steps = rs->logging_steps,
                             .eval_steps = rs->eval_steps, .save_steps = rs->save_steps,
-                            .train_batch_size = ts->per_device_train_batch_size,
-                            .num_train_epochs = ts->num_train_epochs, .num_input_tokens_seen = rs->tokens_seen};
+                            .train_batch_size = ts->opt.per_device_train_batch_size,
+                            .num_train_epochs = ts->opt.num_train_epochs, .num_input_tokens_seen = rs->tokens_seen};
     json_t *st = hist ? glm_trainer_state_json(&a) : NULL;
-    char *p = glm_path_join(ts->output_dir, "trainer_state.json");
+    char *p = glm_path_join(ts->opt.output_dir, "trainer_state.json");
     glm_status s = st && p ? glm_json_write_file(p, st, 2) : glm_err(GLM_ERR_NOMEM, "out of memory (trainer_state.json)");
     free(p);
     json_decref(st);
@@ -877,7 +862,7 @@ static glm_status prefetch_next(void *user) {
 static glm_status step_passes(run_state *rs, const train_settings *ts, const uint64_t *rows, uint32_t got, uint64_t *mine,
                               int64_t n_global, double *loss_sum, double *tokens) {
     const glm_backend *be = rs->be;
-    int B = (int)ts->per_device_train_batch_size, W = be->world, DP = rs->dp;
+    int B = (int)ts->opt.per_device_train_batch_size, W = be->world, DP = rs->dp;
     uint32_t n_mine = rows_of_rank(rs, rows, got, mine);
     uint32_t most = DP > 1 ? (got + (uint32_t)DP - 1) / (uint32_t)DP : n_mine;
     uint32_t n_micro = (most + (uint32_t)B - 1) / (uint32_t)B;
@@ -898,18 +883,14 @@ static glm_status step_passes(run_state *rs, const train_settings *ts, const uin
         int64_t k = 0;
         /* the dropout seed of the step: every micro-batch and rank share it, the masks follow the tokens'
          * keys (their places in the data, batch_fill) */
-        uint64_t dseed = mix64((uint64_t)ts->seed, (uint64_t)rs->step);
+        uint64_t dseed = mix64((uint64_t)ts->opt.seed, (uint64_t)rs->step);
         bool last = micro + 1 == n_micro;
-        if (W > 1 && last) {
-            rs->model->grad_ready = bucket_ready;
-            rs->model->grad_ready_user = rs;
-        }
+        if (W > 1 && last) glm_model_set_grad_ready(rs->model, bucket_ready, rs);
         rs->pf_micro = micro;
-        rs->model->next_batch = prefetch_next;
-        rs->model->next_batch_user = rs;
+        glm_model_set_next_batch(rs->model, prefetch_next, rs);
         s = glm_model_step(rs->model, rs->lora, &b, (float)(1.0 / (double)n_global), 1, ts->ckpt_mode, dseed, &ls, &k);
-        rs->model->grad_ready = NULL;
-        rs->model->next_batch = NULL;
+        glm_model_set_grad_ready(rs->model, NULL, NULL);
+        glm_model_set_next_batch(rs->model, NULL, NULL);
         rs->n_micro_run++;
         *loss_sum += ls;
         if (n) *tokens += (rs->data.by_doc ? (double)rs->bb.T : (double)n * rs->data.T) / rs->cp;
@@ -931,10 +912,10 @@ static int strategy_mode(const char *s) {
  * (adapter_config.json + adapter_model.safetensors), as LLaMA-Factory's trainer.save_model() leaves it. */
 static glm_status save_final_adapter(run_state *rs, const train_settings *ts) {
     if (rs->be->rank != 0) return GLM_OK;
-    glm_status s = glm_adapter_write_files(ts->output_dir, rs->model->be, rs->params, (size_t)rs->n_params, &rs->acfg,
+    glm_status s = glm_adapter_write_files(ts->opt.output_dir, rs->model->be, rs->params, (size_t)rs->n_params, &rs->acfg,
                                            GLM_ST_F32);
     if (s == GLM_OK) glm_log_info("save_strategy no: the final adapter is in %s (adapter_config.json, "
-                                  "adapter_model.safetensors)", ts->output_dir);
+                                  "adapter_model.safetensors)", ts->opt.output_dir);
     return s;
 }
 
@@ -975,7 +956,7 @@ static glm_status join_ranks(run_state *rs, const train_settings *ts) {
      * collective (NCCL 2.22+; an explicit NCCL_RUNTIME_CONNECT is kept) */
     if (ts->max_gpu_gib > 0) setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     glm_status s = dist_detect(&rs->dist);
-    if (s == GLM_OK) s = dist_backend(ts->device, ts->comm_timeout, &rs->dist, &rs->be);
+    if (s == GLM_OK) s = dist_backend(ts->device, ts->opt.comm_timeout, &rs->dist, &rs->be);
     if (s != GLM_OK) return s;
     const glm_backend *be = rs->be;
     const int rank = be->rank, W = be->world;
@@ -1016,18 +997,18 @@ static glm_status join_ranks(run_state *rs, const train_settings *ts) {
 static glm_status open_metrics(const run_state *rs, const train_settings *ts, train_loop *tl) {
     glm_status s = GLM_OK;
     if (!ts->resume) { /* a fresh run: no metrics of an earlier run in this directory */
-        char *old = glm_path_join(ts->output_dir, "metrics.jsonl");
+        char *old = glm_path_join(ts->opt.output_dir, "metrics.jsonl");
         unlink(old);
         free(old);
     }
     if (ts->resume) { /* the points after the checkpoint are superseded by this run */
         int64_t dropped = 0;
-        s = glm_metrics_truncate(ts->output_dir, rs->step, &dropped);
+        s = glm_metrics_truncate(ts->opt.output_dir, rs->step, &dropped);
         if (s == GLM_OK && dropped)
             glm_log_info("metrics.jsonl: removed %lld line(s) logged after step %lld by the run being resumed",
                          (long long)dropped, (long long)rs->step);
     }
-    if (s == GLM_OK) s = glm_metrics_open(&tl->mx, ts->output_dir, true);
+    if (s == GLM_OK) s = glm_metrics_open(&tl->mx, ts->opt.output_dir, true);
     tl->mx_open = s == GLM_OK;
     if (s == GLM_OK && ts->resume) s = glm_metrics_restart(&tl->mx, rs->step); /* TensorBoard drops the superseded points */
     /* a fresh run's first event file starts with a START marker too: TensorBoard's Python loader
@@ -1040,8 +1021,8 @@ static glm_status open_metrics(const run_state *rs, const train_settings *ts, tr
  * false when a buffer could not be allocated. */
 static bool loop_init(run_state *rs, const train_settings *ts, train_loop *tl) {
     const int W = rs->be->world;
-    tl->B = (int)ts->per_device_train_batch_size;
-    int accum = (int)ts->gradient_accumulation_steps;
+    tl->B = (int)ts->opt.per_device_train_batch_size;
+    int accum = (int)ts->opt.gradient_accumulation_steps;
     tl->global_rows = (uint32_t)(tl->B * accum * rs->dp);
     tl->rows = calloc(tl->global_rows, sizeof *tl->rows);
     tl->mine = calloc(tl->global_rows, sizeof *tl->mine);
@@ -1051,9 +1032,9 @@ static bool loop_init(run_state *rs, const train_settings *ts, train_loop *tl) {
     tl->ranks_stats = calloc(3 * (size_t)W, sizeof(double));
     tl->tps_rank = calloc((size_t)W, sizeof(double));
     tl->start_step = rs->step;
-    tl->save_mode = strategy_mode(ts->save_strategy);
-    tl->eval_mode = strategy_mode(ts->eval_strategy);
-    tl->log_mode = strategy_mode(ts->logging_strategy);
+    tl->save_mode = strategy_mode(ts->opt.save_strategy);
+    tl->eval_mode = strategy_mode(ts->opt.eval_strategy);
+    tl->log_mode = strategy_mode(ts->opt.logging_strategy);
     tl->save_on = tl->save_mode != 2;
     tl->t_start = glm_now();
     tl->tty = isatty(2) && !ts->quiet && rs->be->rank == 0;
@@ -1089,8 +1070,8 @@ static glm_status log_step(run_state *rs, const train_settings *ts, train_loop *
     tl->run_losses++;
     /* transformers' DefaultFlowCallback: steps: every logging_steps (and the first with logging_first_step);
      * epoch: at each epoch's end; no: never. glmtune also logs the last step (the end of the curve). */
-    bool log_now = tl->log_mode == 0   ? rs->step % rs->logging_steps == 0 || r->last || (ts->logging_first_step && rs->step == 1)
-                   : tl->log_mode == 1 ? r->epoch_end || r->last || (ts->logging_first_step && rs->step == 1)
+    bool log_now = tl->log_mode == 0   ? rs->step % rs->logging_steps == 0 || r->last || (ts->opt.logging_first_step && rs->step == 1)
+                   : tl->log_mode == 1 ? r->epoch_end || r->last || (ts->opt.logging_first_step && rs->step == 1)
                                        : false;
     /* loss: the window's mean (transformers logs tr_loss / steps since the last log); grad_norm: this
      * step's, as transformers logs the last step's grad_norm (trainer.py _maybe_log_save_evaluate) */
@@ -1204,8 +1185,8 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
     /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
      * takes the same skip / stop decisions below */
     if ((s = glm_comm_all_reduce_host(be, &loss_sum, 1)) != GLM_OK) return s;
-    if (ts->dump_grads && *ts->dump_grads && rs->step == tl->start_step && tl->start_step == 0 && be->rank == 0)
-        if ((s = dump_grads(be, ts->dump_grads, rs->params, rs->n_params)) != GLM_OK) return s;
+    if (ts->opt.dump_grads && *ts->opt.dump_grads && rs->step == tl->start_step && tl->start_step == 0 && be->rank == 0)
+        if ((s = dump_grads(be, ts->opt.dump_grads, rs->params, rs->n_params)) != GLM_OK) return s;
     double loss = loss_sum / (double)n_global, gnorm;
     /* from the all-reduced gradients: the same bits on every rank */
     if ((s = glm_grad_norm(&rs->optim, rs->params, (size_t)rs->n_params, &gnorm)) != GLM_OK) return s;
@@ -1216,7 +1197,7 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
         tl->nonfinite_total++;
         glm_log_warn("step %lld: non-finite %s (%g); the update is skipped (%lld in a row)", (long long)rs->step,
                      isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? gnorm : loss, (long long)tl->nonfinite_run);
-        if (tl->nonfinite_run >= ts->max_nonfinite) {
+        if (tl->nonfinite_run >= ts->opt.max_nonfinite) {
             s = glm_err(GLM_ERR_NUMERIC, "%lld steps in a row had a non-finite loss or gradient norm; stopping. hint: "
                         "lower --learning-rate, check the data with glmtune inspect, or resume from the last "
                         "checkpoint", (long long)tl->nonfinite_run);
@@ -1256,8 +1237,8 @@ static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop
     if (s == GLM_OK && rs->step == tl->start_step && rs->step >= rs->total_steps)
         glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs->step, (long long)rs->total_steps);
     if (tl->mx_open) glm_metrics_close(&tl->mx);
-    if (s == GLM_OK && rank == 0 && json_array_size(rs->history)) s = train_plot_history(rs->history, ts->output_dir);
-    if (s == GLM_OK && strategy_mode(ts->save_strategy) == 2 && rs->step > tl->start_step) s = save_final_adapter(rs, ts);
+    if (s == GLM_OK && rank == 0 && json_array_size(rs->history)) s = train_plot_history(rs->history, ts->opt.output_dir);
+    if (s == GLM_OK && strategy_mode(ts->opt.save_strategy) == 2 && rs->step > tl->start_step) s = save_final_adapter(rs, ts);
     if (s == GLM_OK && rank == 0)
         s = save_final_state(rs, ts, tl->run_loss_sum, tl->run_losses, glm_now() - tl->t_start, rs->step - tl->start_step,
                              tl->rows_total);
@@ -1266,8 +1247,8 @@ static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop
     if (s == GLM_OK && !ts->quiet)
         glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
                      "export-adapter --checkpoint %s -o DIR)", (long long)(rs->step - tl->start_step),
-                     (long long)tl->tokens_total, W > 1 ? " on this rank" : "", glm_now() - tl->t_start, ts->output_dir,
-                     ts->output_dir);
+                     (long long)tl->tokens_total, W > 1 ? " on this rank" : "", glm_now() - tl->t_start, ts->opt.output_dir,
+                     ts->opt.output_dir);
     if (s == GLM_OK && rs->model && rs->n_micro_run)
         glm_log_debug("%lld of %lld micro-batches were uploaded during the previous one's backward, %lld were still on the "
                       "device from an earlier step (the others, uploaded by their own step: %s)",
@@ -1286,7 +1267,7 @@ glm_status train_run(const train_settings *ts) {
     const glm_backend *be = rs.be;
     const int rank = be->rank;
     /* rank 0 locks the directory (when it exists), clears it if asked; the others wait */
-    if (rank == 0) s = glm_lock_dir(ts->output_dir, "glmtune train", "--output-dir", &rs.out_lock);
+    if (rank == 0) s = glm_lock_dir(ts->opt.output_dir, "glmtune train", "--output-dir", &rs.out_lock);
     s = agree(be, rank == 0 && s == GLM_OK ? train_check_output_dir(ts) : s);
     if (s == GLM_OK) s = agree(be, setup(&rs, ts));
     train_loop tl;

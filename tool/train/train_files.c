@@ -24,11 +24,6 @@
 #include "lora/model/model.h"
 #include "lora/model/plan.h"
 
-/* The CUDA context and library workspaces (cuBLAS, cuDNN) a run holds beside its plan, in GiB, as
- * measured on an H200 with CUDA 13.0 (0.94 to 0.97 GiB, bench --max-seq-len): what a dry run
- * without a GPU takes off --max-gpu-memory, as a run takes off the overhead it measures. */
-#define GLM_DRY_CUDA_OVERHEAD_GIB 0.97
-
 /* A fresh run refuses an output directory that holds an earlier run (its checkpoints and metrics
  * would mix with the new ones), unless --overwrite-output-dir clears them. A resumed run checks
  * that its checkpoint exists (train_resume_path's errors), before anything loads or is created. */
@@ -40,18 +35,27 @@ glm_status train_check_seq_len(const glm_loader *l, const char *what, int64_t wa
     return GLM_OK;
 }
 
-glm_plan_opts train_plan_opts(const train_settings *ts, int cpu, int world, int cp, int local_ranks, double budget,
-                              size_t need, size_t ws) {
-    const int eb = cpu ? 4 : 2; /* the CPU backend holds f32, CUDA bf16 (weights and activations alike) */
-    glm_wformat base = eb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
-    if (ts->fp8) base = GLM_WF_FP8_E4M3;
-    else if (ts->quant_bits == 4) base = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
-    return (glm_plan_opts){.mode = (glm_ckpt_mode)ts->ckpt_mode, .budget = budget, .act_bytes = eb, .weight_bytes = eb,
-                           .lora_shadow = !cpu, .optimizer = 1, .shard_world = ts->shard_base && world > 1 ? world : 0,
-                           .cp = cp, .acc_bytes = cpu ? 8 : 4, /* the ring's accumulators: CPU f64, CUDA f32 */
-                           .host_budget = cpu ? 0 : glm_host_budget(local_ranks), .base_format = base,
-                           .double_quant = ts->quant_bits == 4 && ts->double_quant,
-                           .scratch = need > 0 ? (double)need : 0, .attn_ws = (double)ws};
+glm_base_format train_base_format(const train_settings *ts) {
+    glm_base_format bf = {0, GLM_WF_NF4, 0, ts->fp8};
+    if (ts->quant_bits == 4) {
+        bf.quant_bits = 4;
+        bf.q4 = ts->quant_type && !strcmp(ts->quant_type, "fp4") ? GLM_WF_FP4 : GLM_WF_NF4;
+        bf.double_quant = ts->double_quant;
+    }
+    return bf;
+}
+
+glm_plan_request train_plan_request(const train_settings *ts, const glm_config *cfg, const glm_lora_info *li, int B,
+                                    int T, int world, int cp, const glm_backend *be, int local_ranks) {
+    return (glm_plan_request){.cfg = cfg, .lora = li, .B = B, .T = T, .backward = 1, .mode = (glm_ckpt_mode)ts->ckpt_mode,
+                              .fmt = train_base_format(ts), .opts = train_model_options(ts, cp, NULL), .world = world,
+                              .shard_world = glm_shard_world(ts->opt.shard_base, world), .local_ranks = local_ranks,
+                              .be = be, .describe_cuda = !be};
+}
+
+glm_model_options train_model_options(const train_settings *ts, int cp, const glm_backend *cp_comm) {
+    return (glm_model_options){.max_bytes = ts->max_gpu_gib > 0 ? ts->max_gpu_gib * 1073741824.0 : 0, .optimizer = 1,
+                               .cp = cp > 1 ? cp : 0, .cp_comm = cp > 1 ? cp_comm : NULL};
 }
 
 glm_status train_check_output_dir(const train_settings *ts) {
@@ -61,30 +65,30 @@ glm_status train_check_output_dir(const train_settings *ts) {
         free(path);
         return s;
     }
-    char *ckpt = NULL, *metrics = glm_path_join(ts->output_dir, "metrics.jsonl");
+    char *ckpt = NULL, *metrics = glm_path_join(ts->opt.output_dir, "metrics.jsonl");
     int64_t step = -1;
-    glm_status s = glm_is_dir(ts->output_dir) ? glm_ckpt_latest(ts->output_dir, &ckpt, &step) : GLM_OK;
-    char *tstate = glm_path_join(ts->output_dir, "trainer_state.json");
+    glm_status s = glm_is_dir(ts->opt.output_dir) ? glm_ckpt_latest(ts->opt.output_dir, &ckpt, &step) : GLM_OK;
+    char *tstate = glm_path_join(ts->opt.output_dir, "trainer_state.json");
     bool earlier = s == GLM_OK && (ckpt || glm_is_file(metrics) || glm_is_file(tstate));
     free(tstate);
-    if (earlier && !ts->overwrite_output_dir) {
+    if (earlier && !ts->opt.overwrite_output_dir) {
         s = glm_err(GLM_ERR_ARG, "%s holds an earlier run (%s); hint: --resume-from-checkpoint to continue it, "
-                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->output_dir,
+                    "--overwrite-output-dir to start afresh there, or another --output-dir", ts->opt.output_dir,
                     ckpt ? ckpt : "metrics.jsonl");
     } else if (earlier) {
-        DIR *d = opendir(ts->output_dir);
+        DIR *d = opendir(ts->opt.output_dir);
         struct dirent *e;
         while (d && (e = readdir(d))) {
             if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
                 strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
                 strcmp(e->d_name, "trainer_state.json"))
                 continue;
-            char *p = glm_path_join(ts->output_dir, e->d_name);
+            char *p = glm_path_join(ts->opt.output_dir, e->d_name);
             glm_rmtree(p);
             free(p);
         }
         if (d) closedir(d);
-        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->output_dir);
+        glm_log_info("--overwrite-output-dir: removed the earlier run's checkpoints and metrics in %s", ts->opt.output_dir);
     }
     free(ckpt);
     free(metrics);
@@ -98,7 +102,7 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
     int64_t step;
     const char *dir = r;
     if (!*r || !strcmp(r, "latest") || !strcmp(r, "true")) {
-        dir = ts->output_dir;
+        dir = ts->opt.output_dir;
     } else {
         if (glm_ckpt_is_dir(r)) {
             *path = strdup(r);
@@ -116,7 +120,7 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
     if (!glm_is_dir(dir))
         return glm_err(GLM_ERR_IO, "--resume-from-checkpoint: %s does not exist%s; hint: give a checkpoint-N directory "
                        "or the output directory of the run to continue, or start afresh without "
-                       "--resume-from-checkpoint", dir, dir == ts->output_dir ? " (the output directory)" : "");
+                       "--resume-from-checkpoint", dir, dir == ts->opt.output_dir ? " (the output directory)" : "");
     GLM_TRY(glm_ckpt_latest(dir, path, &step));
     if (!*path)
         return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: no complete checkpoint in %s; hint: give a checkpoint-N "
@@ -191,26 +195,26 @@ static glm_status pick_backend(const train_settings *ts, const glm_backend **out
 
 glm_status train_dry_run(const train_settings *ts, int *fits) {
     glm_config cfg;
-    GLM_TRY(glm_config_load(ts->model, ts->rope_theta, &cfg));
+    GLM_TRY(glm_config_load(ts->opt.model, ts->opt.rope_theta, &cfg));
     if (ts->fp8) GLM_TRY(glm_fp8_dims_check(&cfg)); /* as the run refuses it */
-    int64_t T = ts->seq_len;
+    int64_t T = ts->opt.seq_len;
     int W = ts->dry_run_world > 1 ? ts->dry_run_world : 1, cp = ts->context_parallel > 1 ? ts->context_parallel : 1;
     if (cp > 1 && W == 1) W = cp; /* --context-parallel N alone: one group of N ranks */
-    int B_plan = (int)ts->per_device_train_batch_size;
+    int B_plan = (int)ts->opt.per_device_train_batch_size;
     char schedule[512] = "";
-    if (ts->data && *ts->data) {
+    if (ts->opt.data && *ts->opt.data) {
         glm_loader l;
-        GLM_TRY(glm_loader_open(&l, ts->data, "train", (uint64_t)ts->seed, false));
+        GLM_TRY(glm_loader_open(&l, ts->opt.data, "train", (uint64_t)ts->opt.seed, false));
         T = l.T;
-        glm_status s = train_check_seq_len(&l, ts->data, ts->seq_len); /* as the run refuses it */
+        glm_status s = train_check_seq_len(&l, ts->opt.data, ts->opt.seq_len); /* as the run refuses it */
         if (s == GLM_OK && ts->by_sample) s = glm_loader_by_document(&l);
         if (s == GLM_OK) {
             /* the run's step arithmetic (train.c setup): units per optimizer step = batch x accumulation x
              * data-parallel groups; steps per epoch = ceil(units / that), as transformers counts them */
             int dp = W % cp ? 1 : W / cp;
-            uint64_t per_step = (uint64_t)(ts->per_device_train_batch_size * ts->gradient_accumulation_steps * dp);
+            uint64_t per_step = (uint64_t)(ts->opt.per_device_train_batch_size * ts->opt.gradient_accumulation_steps * dp);
             uint64_t spe = (l.n_units + per_step - 1) / per_step;
-            int64_t total = ts->max_steps > 0 ? ts->max_steps : (int64_t)ceil(ts->num_train_epochs * (double)spe);
+            int64_t total = ts->opt.max_steps > 0 ? ts->opt.max_steps : (int64_t)ceil(ts->opt.num_train_epochs * (double)spe);
             snprintf(schedule, sizeof schedule, "schedule: %llu %s, %llu per optimizer step, %llu steps per epoch, %lld "
                      "optimizer steps\n", (unsigned long long)l.n_units, ts->by_sample ? "samples" : "rows",
                      (unsigned long long)per_step, (unsigned long long)spe, (long long)total);
@@ -223,8 +227,8 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         glm_loader_close(&l);
         GLM_TRY(s);
         if (ts->eval_data && *ts->eval_data && !ts->eval_from_val) { /* the run opens it: its val split, else all rows */
-            glm_status ev = glm_loader_open(&l, ts->eval_data, "val", (uint64_t)ts->seed, false);
-            if (ev == GLM_ERR_ARG) ev = glm_loader_open(&l, ts->eval_data, "train", (uint64_t)ts->seed, false);
+            glm_status ev = glm_loader_open(&l, ts->eval_data, "val", (uint64_t)ts->opt.seed, false);
+            if (ev == GLM_ERR_ARG) ev = glm_loader_open(&l, ts->eval_data, "train", (uint64_t)ts->opt.seed, false);
             GLM_TRY(ev);
             glm_loader_close(&l);
         }
@@ -233,7 +237,7 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (W % cp)
         return glm_err(GLM_ERR_ARG, "--context-parallel %d does not divide the %d ranks of --gpus / --nproc; hint: --gpus %d "
                        "(or a multiple), or a --context-parallel that divides %d", cp, W, cp, W);
-    glm_lora_config lc = {(int)ts->lora_rank, (float)ts->lora_alpha, (float)ts->lora_dropout, ts->use_rslora,
+    glm_lora_config lc = {(int)ts->opt.lora_rank, (float)ts->opt.lora_alpha, (float)ts->opt.lora_dropout, ts->opt.use_rslora,
                           ts->lora_target};
     glm_lora_info li;
     GLM_TRY(glm_lora_info_for(&cfg, &lc, &li));
@@ -248,12 +252,11 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     if (!strcmp(ts->device, "auto") && !have_gpu && !(ts->max_gpu_gib > 0)) cpu = 1;
     const glm_backend *be = NULL;
     char devname[320] = "";
-    double budget = 0, fr_gib = 0, tot_gib = 0;
+    double fr_gib = 0, tot_gib = 0;
     if (cpu || have_gpu) {
         GLM_TRY(pick_backend(ts, &be));
         size_t fr = 0, tot = 0, use = 0, peak = 0;
         glm_be_mem_info(be, &fr, &tot, &use, &peak);
-        budget = (double)fr + (double)use - 1073741824.0;
         fr_gib = fr / 1073741824.0;
         tot_gib = tot / 1073741824.0;
 #ifdef GLMTUNE_HAVE_CUDA
@@ -266,37 +269,23 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     } else {
         snprintf(devname, sizeof devname, "a CUDA GPU (none here: planned from --max-gpu-memory)");
     }
-    /* with a GPU here: the scratch its backend says the step needs (cuDNN asked for its workspace), and
-     * under a cap the CUDA context and library workspaces the process holds come off it, as a run plans */
-    size_t need = 0, ws = 0, overhead = 0;
-    if (be) {
-        glm_scratch_shape sh;
-        glm_scratch_shape_for(&cfg, cp, W, (int)ts->per_device_train_batch_size, (int)T, 1, 0, &sh);
-        sh.fp8 = ts->fp8;
-        if (glm_be_scratch_need(be, &sh, &need, &ws) != GLM_OK) need = ws = 0; /* the planner's estimate */
-        overhead = glm_be_mem_overhead(be);
-    }
-    /* no GPU here: the CUDA context and library workspaces a run will hold as measured on an H200
-       (CUDA 13.0, cuBLAS, cuDNN 9: 0.94 to 0.97 GiB in bench --max-seq-len), and the attention
-       GLMTUNE_ATTENTION asks for (as the CUDA backend reads it) */
-    int no_attn_lib = 0;
-    if (!be && !cpu) {
-        overhead = (size_t)(GLM_DRY_CUDA_OVERHEAD_GIB * 1073741824.0);
-        const char *attn_env;
-        const int mode = glm_attention_env(&attn_env);
-        if (mode < 0) return glm_err(GLM_ERR_ARG, "GLMTUNE_ATTENTION=%s: " GLM_ATTENTION_ENV_HINT, attn_env);
-        no_attn_lib = mode == GLM_ATTN_OWN;
-    }
-    if (ts->max_gpu_gib > 0 && (budget <= 0 || ts->max_gpu_gib * 1073741824.0 - (double)overhead < budget))
-        budget = ts->max_gpu_gib * 1073741824.0 - (double)overhead;
-    const int cap_below_overhead = ts->max_gpu_gib > 0 && budget <= 0;
-    if (cap_below_overhead) budget = 1; /* nothing left (0 would mean "no budget" to the planner) */
-    int eb = cpu ? 4 : 2;
-    /* on a GPU the layer inputs go to host memory when that is what makes the step fit (as a run plans it) */
-    glm_plan_opts o = train_plan_opts(ts, cpu, W, cp, W, budget, need, ws);
-    o.no_attn_lib = no_attn_lib;
+    /* the run's own request (lora/model/model_plan.h): with a device here, its free memory, the scratch
+     * its backend says the step needs (cuDNN asked for its workspace) and under a cap the CUDA context
+     * and library workspaces the process holds; without a GPU here, the CUDA backend described (the
+     * overhead as measured on an H200, the planner's scratch estimate, the attention GLMTUNE_ATTENTION
+     * asks for); on a GPU the layer inputs go to host memory when that is what makes the step fit */
+    glm_plan_request rq = train_plan_request(ts, &cfg, &li, B_plan, (int)T, W, cp, be, W);
     glm_plan p;
-    glm_plan_make(&cfg, &li, B_plan, (int)T, 1, &o, &p);
+    glm_plan_basis basis;
+    glm_status ps = glm_plan_request_make(&rq, &p, &basis);
+#ifdef GLMTUNE_HAVE_CUDA
+    if (ps && be && !strcmp(be->name, "cuda")) glm_backend_cuda_close(be);
+#endif
+    GLM_TRY(ps);
+    const glm_plan_opts o = basis.opts;
+    const double budget = o.budget, overhead = basis.overhead;
+    const int cap_below_overhead = basis.cap_below_overhead, no_attn_lib = !be && o.no_attn_lib;
+    int eb = o.act_bytes;
     if (schedule[0]) printf("%s", schedule);
     printf("device: %s", devname);
     if (be) printf(" (%.1f GiB free of %.1f)", fr_gib, tot_gib);
@@ -313,18 +302,18 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
         printf("(no GPU here, so the plan is the CPU backend's; --max-gpu-memory G plans for a GPU of G GiB: 22 for a 24 "
                "GB card)\n");
     if (no_attn_lib) printf("attention: glmtune's kernels (GLMTUNE_ATTENTION=glmtune): no library workspace planned\n");
-    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->model, cfg.L, cfg.C,
+    printf("model: %s, %d layers, C %d, F %d, V %d; LoRA r=%d, %lld trainable parameters\n", ts->opt.model, cfg.L, cfg.C,
            cfg.F, cfg.V, li.r, (long long)li.params);
-    const long long mb = (long long)ts->per_device_train_batch_size, ga = (long long)ts->gradient_accumulation_steps;
+    const long long mb = (long long)ts->opt.per_device_train_batch_size, ga = (long long)ts->opt.gradient_accumulation_steps;
     if (cp > 1)
         printf("context parallel: %d ranks per row, %d data-parallel group%s (%d ranks), each rank planned as below "
                "(micro-batch %lld row%s per group; global batch %lld x %lld accumulation x %d group%s = %lld row%s)%s\n",
                cp, W / cp, W / cp > 1 ? "s" : "", W, mb, mb == 1 ? "" : "s", mb, ga, W / cp, W / cp > 1 ? "s" : "",
-               mb * ga * (W / cp), mb * ga * (W / cp) == 1 ? "" : "s", ts->shard_base ? "; --shard-base" : "");
+               mb * ga * (W / cp), mb * ga * (W / cp) == 1 ? "" : "s", ts->opt.shard_base ? "; --shard-base" : "");
     else if (W > 1)
         printf("data parallel: %d ranks, each planned as below (micro-batch %lld per rank; global batch %lld x %lld "
-               "accumulation x %d ranks = %lld rows)%s\n", W, mb, mb, ga, W, mb * ga * W, ts->shard_base ? "; --shard-base" : "");
-    else if (ts->shard_base)
+               "accumulation x %d ranks = %lld rows)%s\n", W, mb, mb, ga, W, mb * ga * W, ts->opt.shard_base ? "; --shard-base" : "");
+    else if (ts->opt.shard_base)
         printf("--shard-base with one rank: nothing to shard (give --gpus N or --nproc N)\n");
     glm_plan_print(&p, &cfg, stdout);
     if (overhead)
@@ -344,14 +333,16 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                p.offload ? "; this plan uses it" : "");
     if (cp > 1) { /* the longest row for this many ranks and this memory, with and without offloading */
         const double G = 1073741824.0;
-        int B = (int)ts->per_device_train_batch_size;
+        int B = (int)ts->opt.per_device_train_batch_size;
         int64_t step = 2048 * (int64_t)cp, cap = (int64_t)1 << 28;
         glm_plan best, best_off;
-        glm_plan_opts og = o, oo = o;
-        og.host_budget = 0; /* on the GPUs only */
-        oo.offload = 1;
-        int64_t tmax = glm_plan_longest(&cfg, &li, B, 1, &og, step, cap, &best);
-        int64_t tmax_off = glm_plan_longest(&cfg, &li, B, 1, &oo, step, cap, &best_off);
+        glm_plan_request rg = rq, ro = rq;
+        rg.B = ro.B = B;
+        rg.opts.offload = -1; /* on the GPUs only */
+        ro.opts.offload = 1;
+        int64_t tmax = 0, tmax_off = 0;
+        GLM_TRY(glm_plan_request_longest(&rg, step, cap, &tmax, &best));
+        GLM_TRY(glm_plan_request_longest(&ro, step, cap, &tmax_off, &best_off));
         printf("longest row that fits %d rank%s of %.0f GiB with --context-parallel %d (micro-batch %d, gradient "
                "checkpointing %s, in steps of %lld tokens):\n", cp, cp > 1 ? "s" : "",
                ts->max_gpu_gib > 0 ? ts->max_gpu_gib : budget / G, cp, B,
@@ -370,9 +361,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                                                    "that much)" : "");
         if (!p.fits) { /* the requested row with the fewest layer inputs offloaded that make it fit (host memory unbounded) */
             glm_plan po;
-            glm_plan_opts of = o;
-            of.host_budget = 1e18;
-            glm_plan_make(&cfg, &li, B, (int)T, 1, &of, &po);
+            glm_plan_request rf = rq;
+            rf.B = B;
+            rf.host_budget = 1e18;
+            GLM_TRY(glm_plan_request_make(&rf, &po, NULL));
             printf("  %lld tokens (--seq-len) with offloading: %s (%.2f GiB per rank on the GPU, %.1f GiB of host memory per "
                    "rank%s)\n", (long long)T, po.fits ? "fits" : "does not fit either",
                    po.total / G, po.host / G,
@@ -381,9 +373,10 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
     }
     if (W > 1) { /* the step's communication (lora/model/comm_plan.h) */
         glm_comm_plan_in ci = {.cfg = &cfg, .lora_params = li.params, .plan = &p, .world = W, .cp = cp,
-                               .shard_base = ts->shard_base, .accum = (int)ts->gradient_accumulation_steps,
-                               .act_bytes = eb, .acc_bytes = cpu ? 8 : 4, .weight_bytes = eb, .base_format = o.base_format,
-                               .double_quant = o.double_quant, .tflops = ts->gpu_tflops};
+                               .shard_base = ts->opt.shard_base, .accum = (int)ts->opt.gradient_accumulation_steps,
+                               .act_bytes = eb, .acc_bytes = o.acc_bytes, .weight_bytes = o.weight_bytes,
+                               .base_format = o.base_format,
+                               .double_quant = o.double_quant, .tflops = ts->opt.gpu_tflops};
         glm_comm_plan cpn;
         glm_comm_plan_make(&ci, &cpn);
         glm_link links[3] = {{"NVLink 4 (450 GB/s)", GLM_LINK_NVLINK_GBPS},
@@ -391,14 +384,14 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
                              {"PCIe 4.0 x16 (32 GB/s)", GLM_LINK_PCIE4_GBPS}};
         char lname[64];
         int nl = 3;
-        if (ts->interconnect_gbps > 0) {
-            snprintf(lname, sizeof lname, "--interconnect-gbps %g", ts->interconnect_gbps);
-            links[0] = (glm_link){lname, ts->interconnect_gbps};
+        if (ts->opt.interconnect_gbps > 0) {
+            snprintf(lname, sizeof lname, "--interconnect-gbps %g", ts->opt.interconnect_gbps);
+            links[0] = (glm_link){lname, ts->opt.interconnect_gbps};
             nl = 1;
         }
         if (cpu) printf("(--device cpu: the ranks talk over MPI; the times below are for GPUs at these links)\n");
         glm_comm_plan_print(&ci, &cpn, links, nl, stdout);
-    } else if (ts->interconnect_gbps > 0 || ts->gpu_tflops > 0) {
+    } else if (ts->opt.interconnect_gbps > 0 || ts->opt.gpu_tflops > 0) {
         printf("--interconnect-gbps / --gpu-tflops: not used with one rank (no communication to time)\n");
     }
 #ifdef GLMTUNE_HAVE_CUDA

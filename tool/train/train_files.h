@@ -8,6 +8,8 @@
 
 #include "common/status.h"
 #include "dataset/loader.h"
+#include "lora/model/model.h"
+#include "lora/model/model_plan.h"
 #include "lora/model/plan.h"
 #include "tool/train/train.h"
 
@@ -30,14 +32,23 @@ void train_warn_changed_settings(const json_t *saved, const json_t *now);
  * for (want_seq_len > 0; 0: whatever the shards have). Errors: GLM_ERR_MISMATCH with the hint. */
 glm_status train_check_seq_len(const glm_loader *l, const char *what, int64_t want_seq_len);
 
-/* The memory planner's options for a run of settings ts (train's own plan and its --dry-run, so the
- * two plan alike): the checkpointing mode, the base's format (bf16/f32, 4-bit, fp8), sharding over
- * `world` ranks, context parallel `cp`, byte sizes of the CPU (cpu != 0: f32) or CUDA (bf16)
- * backend, the layer-input offload within the host memory of `local_ranks` ranks of this machine
- * (GPU only), the GPU budget in bytes, and the backend's scratch `need` and the attention library's
- * workspace `ws` in bytes (0: the planner's estimate). */
-glm_plan_opts train_plan_opts(const train_settings *ts, int cpu, int world, int cp, int local_ranks, double budget,
-                              size_t need, size_t ws);
+/* The frozen base's format the settings ask for: --quantization-bit 4 (nf4 or fp4 by
+ * --quantization-type, --double-quantization), --base-dtype fp8, else dense. */
+glm_base_format train_base_format(const train_settings *ts);
+
+/* The plan request (lora/model/model_plan.h) of a training step of settings ts: B rows of T tokens
+ * with the adapter li, the model's options train_model_options gives the run, the base's format,
+ * sharding (--shard-base) over `world` ranks, context parallel `cp` (<= 1: off), the host memory
+ * of `local_ranks` ranks of this machine (0: as the launcher's environment says), on the live
+ * backend be, or be NULL: a CUDA GPU described (a dry run without one). check_plan and the dry
+ * run plan through it, with the options the run gives the model, so they plan what it will. */
+glm_plan_request train_plan_request(const train_settings *ts, const glm_config *cfg, const glm_lora_info *li, int B,
+                                    int T, int world, int cp, const glm_backend *be, int local_ranks);
+
+/* The model's options for a run of settings ts (lora/model/model.h): the --max-gpu-memory cap in
+ * bytes, AdamW's moments counted, context parallel over cp ranks of cp_comm (cp <= 1: off); the
+ * chunks and the offload the planner's. check_plan and the dry run plan with the same options. */
+glm_model_options train_model_options(const train_settings *ts, int cp, const glm_backend *cp_comm);
 
 /* Writes <dir>/loss_curve.svg from a log_history array (train "loss" and "eval_loss" by "step").
  * Errors: GLM_ERR_NOMEM, glm_plot_loss_svg's. */
