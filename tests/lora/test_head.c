@@ -23,6 +23,7 @@
 #include "lora/model/head.h"
 #include "lora/model/model.h"
 #include "tests/check.h"
+#include "tests/model_opt.h"
 #include "tests/golden_batch.h"
 
 /* The per-document head: c[b * T + doc] per document of row b. */
@@ -148,7 +149,7 @@ int main(void) {
     glm_lora_config lc = {.r = 4, .alpha = 8, .dropout = 0, .use_rslora = false, .targets = "all"};
     if (m) CHECK(glm_lora_create(m, &lc, 1, &l) == GLM_OK && glm_lora_load_peft(l, adir) == GLM_OK, "adapter: %s", glm_errmsg());
     if (!m || !l) goto out;
-    m->loss_chunk = 7; /* chunks of the head, some without targets */
+    MODEL_OPT(m, loss_chunk, 7); /* chunks of the head, some without targets */
     glm_batch b = golden_batch(&g, 0, g.B);
     const int64_t N = (int64_t)g.B * g.T;
     int32_t *lab = labels_of(&b);

@@ -16,6 +16,7 @@
 #include "lora/model/model.h"
 #include "lora/model/step_internal.h"
 #include "tests/check.h"
+#include "tests/model_opt.h"
 #include "tests/golden_batch.h"
 
 /* The attention override: the backend's attention over the call's documents, counted. */
@@ -119,8 +120,8 @@ int main(void) {
     glm_lora_config lc = {.r = 4, .alpha = 8, .dropout = 0, .use_rslora = false, .targets = "all"};
     if (m) CHECK(glm_lora_create(m, &lc, 1, &l) == GLM_OK && glm_lora_load_peft(l, adir) == GLM_OK, "adapter: %s", glm_errmsg());
     if (m && l) {
-        m->loss_chunk = 7;
-        m->mlp_chunk = 5; /* chunks of the token-local ops, the last one partial */
+        MODEL_OPT(m, loss_chunk, 7);
+        MODEL_OPT(m, mlp_chunk, 5); /* chunks of the token-local ops, the last one partial */
         glm_batch b = golden_batch(&g, 0, g.B);
         const int64_t NV = (int64_t)g.B * g.T * m->cfg.V;
         float *ref = malloc((size_t)NV * 4), *got = malloc((size_t)NV * 4);
