@@ -1,4 +1,4 @@
-/* common/fileio.h: durable writes (temp name, fsync, rename, fsync dir; DESIGN.md §4),
+/* common/fileio.h: durable writes (temp name, fsync, rename, fsync dir; docs/design.md §4),
  * whole-file reads, read-only mmap, directories. */
 #ifndef GLM_FILEIO_H
 #define GLM_FILEIO_H

@@ -1,4 +1,4 @@
-/* common/progress.h: a progress display for long work (DESIGN.md §4): count, rate, ETA.
+/* common/progress.h: a progress display for long work (docs/design.md §4): count, rate, ETA.
  * On a terminal (stderr is a tty) one line redrawn at most 10 times a second; otherwise a
  * plain line at most every 30 s, so logs stay quiet. Thread-safe: workers may call
  * glm_progress_add() concurrently. */

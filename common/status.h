@@ -1,4 +1,4 @@
-/* common/status.h: status codes and the thread-local error message (DESIGN.md §4).
+/* common/status.h: status codes and the thread-local error message (docs/design.md §4).
  *
  * Library code never exits: a function that can fail returns glm_status and, on failure,
  * records a one-line message with glm_err(). Only tool/ turns a status into an exit code

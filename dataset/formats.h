@@ -1,4 +1,4 @@
-/* dataset/formats.h: one JSON record -> a normalized GLM-4 conversation (DESIGN.md §2).
+/* dataset/formats.h: one JSON record -> a normalized GLM-4 conversation (docs/design.md §2).
  *
  * Output messages follow GLM-4's chat format (THUDM GLM-4 finetune/README.md, the
  * chat_template of glm-4-9b-chat's tokenizer_config.json): an array of

@@ -2,7 +2,7 @@
  *
  * The input arrives in blocks of any size (a 100 MB array on one line never has to be in memory);
  * the splitter tracks strings, backslash escapes and bracket depth, and returns the bytes of one
- * record at a time, which the caller hands to jansson (DESIGN.md §7: "jansson parses one value
+ * record at a time, which the caller hands to jansson (docs/design.md §8: "jansson parses one value
  * from memory; a 100 MB single-line array needs a streaming splitter").
  *
  * Layout is detected from the content, never from a file name:

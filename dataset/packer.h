@@ -1,4 +1,4 @@
-/* dataset/packer.h: best-fit packing of documents into rows of T tokens (DESIGN.md §2).
+/* dataset/packer.h: best-fit packing of documents into rows of T tokens (docs/design.md §2).
  *
  * Documents are never split. Documents are buffered until `window_tokens` tokens are pending;
  * then the window is packed best-fit-decreasing (longest first, ties in arrival order; each

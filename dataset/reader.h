@@ -1,4 +1,4 @@
-/* dataset/reader.h: corpus inputs -> JSON records, streamed (DESIGN.md §2).
+/* dataset/reader.h: corpus inputs -> JSON records, streamed (docs/design.md §2).
  *
  * Inputs are files, folders (walked recursively in sorted order, hidden names skipped) and glob
  * patterns. Every file goes through libarchive in blocks: plain or compressed single files

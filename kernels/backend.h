@@ -1,4 +1,4 @@
-/* kernels/backend.h: the backend interface (DESIGN.md §4), as callers see it: the entry points
+/* kernels/backend.h: the backend interface (docs/design.md §4), as callers see it: the entry points
  * glm_be_<op> (below; communication in kernels/comm.h), which check the arguments once and call
  * the op table (kernels/backend_table.h) that the CPU reference backend (kernels/cpu/) and CUDA
  * (kernels/cuda/) implement. The model code in lora/ calls only these entry points, so the same
@@ -23,7 +23,7 @@
  * double accumulators for every other reduction (norms, dot products in attention, softmax sums,
  * cross-entropy, sumsq). Each op says where it rounds.
  *
- * Shapes use the named dims of DESIGN.md: N = number of tokens (B*T rows, row-major), C hidden,
+ * Shapes use the named dims of docs/design.md: N = number of tokens (B*T rows, row-major), C hidden,
  * H query heads, Hkv KV groups, Dh head dim, F FFN width, V vocab, r LoRA rank. */
 #ifndef GLM_KERNELS_BACKEND_H
 #define GLM_KERNELS_BACKEND_H

@@ -1,4 +1,4 @@
-/* kernels/quant4.h: the 4-bit (QLoRA) frozen-weight format, bitsandbytes' layout (DESIGN.md §7),
+/* kernels/quant4.h: the 4-bit (QLoRA) frozen-weight format, bitsandbytes' layout (docs/design.md §7),
  * and its CPU reference (kernels/cpu/quant4.c). The CUDA kernels (kernels/cuda/quant4_cuda.h)
  * produce the same bits.
  *

@@ -1,4 +1,4 @@
-/* kernels/weight.h: a frozen base weight as every part of glmtune sees it (DESIGN.md §7): its
+/* kernels/weight.h: a frozen base weight as every part of glmtune sees it (docs/design.md §7): its
  * format, its buffers and its logical shape, in one descriptor.
  *
  * Formats

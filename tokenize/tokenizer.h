@@ -1,7 +1,7 @@
 /* tokenize/tokenizer.h: GLM tokenizers (tiktoken BPE for GLM-4, SentencePiece for ChatGLM-style
  * vocabularies) behind one interface.
  *
- * Token ids are uint32 everywhere (DESIGN.md §4). A loaded tokenizer is immutable: encode/decode
+ * Token ids are uint32 everywhere (docs/design.md §4). A loaded tokenizer is immutable: encode/decode
  * and every query may be called concurrently from many threads on one tokenizer. */
 #ifndef GLM_TOKENIZER_H
 #define GLM_TOKENIZER_H

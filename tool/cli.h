@@ -7,7 +7,7 @@
 
 #include "common/status.h"
 
-/* Exit codes (DESIGN.md §4). */
+/* Exit codes (docs/design.md §4). */
 enum { GLM_EXIT_OK = 0, GLM_EXIT_FAIL = 1, GLM_EXIT_USAGE = 2 };
 
 /* 1 when arg is exactly `name` (the top level's own words: help, --version). The subcommands

@@ -1,7 +1,7 @@
 /* glmtune bench: "how fast will this train on my GPU, and will it fit": random bf16 weights of a
  * GLM-4 shape made directly in GPU memory (no checkpoint, no disk), a LoRA adapter and AdamW, then
  * timed training steps (forward, loss, backward, gradient norm, AdamW) at each sequence length,
- * and a table: tokens/s, useful TFLOP/s and MFU (DESIGN.md §6), peak memory, the memory plan and
+ * and a table: tokens/s, useful TFLOP/s and MFU (docs/design.md §6), peak memory, the memory plan and
  * the time per phase. The batch is one document of T tokens per row with the second half of the
  * tokens as targets, as ../shared/bench/hf_bench.py measures transformers + PEFT. */
 #include <jansson.h>
@@ -198,7 +198,7 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Useful FLOP per token (DESIGN.md §6): 4 N_matmul + 6 L T H Dh. */
+/* Useful FLOP per token (docs/design.md §6): 4 N_matmul + 6 L T H Dh. */
 static double useful_flop_per_token(const glm_config *c, int64_t T) {
     double C = c->C, qd = (double)c->H * c->Dh, nm = (double)c->L * (glm_config_qkv_rows(c) * C + qd * C + 3.0 * c->F * C) +
                                                      (double)c->V * C;

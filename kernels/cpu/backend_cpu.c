@@ -1,6 +1,6 @@
 /* kernels/cpu/backend_cpu.c: the CPU reference backend (fp32 storage, cblas_sgemm, double
  * accumulators for reductions). It is the specification the CUDA backend is tested against
- * (DESIGN.md §4); clarity beats speed here. See kernels/backend.h for each op's contract. */
+ * (docs/design.md §4); clarity beats speed here. See kernels/backend.h for each op's contract. */
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>

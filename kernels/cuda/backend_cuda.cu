@@ -1,5 +1,5 @@
 /* kernels/cuda/backend_cuda.cu: the CUDA backend's state, memory, profiling and op table
- * (DESIGN.md §4 precision contract; each op's contract is in kernels/backend.h, each kernel
+ * (docs/design.md §4 precision contract; each op's contract is in kernels/backend.h, each kernel
  * family in its own file, see kernels/cuda/cuda_common.cuh).
  *
  * Storage: base weights and activations bf16 (be->weight_dtype = be->act_dtype = GLM_DT_BF16);

@@ -2,7 +2,7 @@
  * For a frozen linear y = x W^T with W [out, in], a target module adds
  *     y += scaling * dropout(x) A^T B^T,   A = lora_A [r, in], B = lora_B [out, r],
  * scaling = alpha / r, or alpha / sqrt(r) with rsLoRA (Kalajdzievski 2023; PEFT use_rslora).
- * Module names are the checkpoint layout's own (DESIGN.md §3; the linears of its family row,
+ * Module names are the checkpoint layout's own (docs/design.md §3; the linears of its family row,
  * lora/model/family.h):
  *   chatglm: query_key_value, dense (self_attention.dense only), dense_h_to_4h, dense_4h_to_h
  *   hf:      q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj

@@ -162,7 +162,7 @@ void glm_comm_plan_print(const glm_comm_plan_in *in, const glm_comm_plan *o, con
             in->tflops > 0 ? in->tflops : GLM_DEFAULT_GPU_TFLOPS,
             in->tflops > 0 && in->tflops != GLM_DEFAULT_GPU_TFLOPS
                 ? " (--gpu-tflops)"
-                : " (default: glmtune's measured 11,986 tokens/s at 8k on one H200, DESIGN.md §6; --gpu-tflops)");
+                : " (default: glmtune's measured 11,986 tokens/s at 8k on one H200, docs/design.md §6; --gpu-tflops)");
     for (int i = 0; i < nl && i < 8; i++) {
         double e = ex[i][0] + ex[i][1] + ex[i][2];
         double comm = (o->all_reduce + o->all_gather + o->ring_kv + o->ring_dkv) / (links[i].gbps * 1e9);

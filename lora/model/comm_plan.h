@@ -19,7 +19,7 @@
  *                         act elements; a layer the plan recomputes in full sends them again in
  *                         its backward; backward n-1 K|V blocks and n dK|dV blocks of acc_bytes
  *                         elements.
- * Times: bytes / (GB/s x 1e9). Compute: the plan's tokens x useful FLOP per token (DESIGN.md §6:
+ * Times: bytes / (GB/s x 1e9). Compute: the plan's tokens x useful FLOP per token (docs/design.md §6:
  * 4 N_matmul + 6 L T H Dh, T the whole row's length) plus its recomputation, at `tflops` useful
  * TFLOP/s; forward a third of the useful work, backward two thirds plus the recomputation.
  * Overlap (what glmtune overlaps): the all-reduce starts layer by layer in the last micro-batch's
@@ -45,7 +45,7 @@ typedef struct glm_link {
 #define GLM_LINK_PCIE5_GBPS 64.0    /* PCIe 5.0 x16, per direction */
 #define GLM_LINK_PCIE4_GBPS 32.0    /* PCIe 4.0 x16, per direction */
 /* Useful TFLOP/s assumed for the compute estimate: glmtune's measured 11,986 tokens/s at 8k on one
- * H200 x 43.5 useful GFLOP per token (DESIGN.md §6), 53% of the card's 989 dense bf16. */
+ * H200 x 43.5 useful GFLOP per token (docs/design.md §6), 53% of the card's 989 dense bf16. */
 #define GLM_DEFAULT_GPU_TFLOPS 521.0
 
 typedef struct glm_comm_plan_in {

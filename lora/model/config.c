@@ -217,7 +217,7 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
     return GLM_OK;
 }
 
-/* The shapes of DESIGN.md §3 (THUDM configs: glm-4-9b-chat-1m, glm-4-9b-chat / glm-4-9b). */
+/* The shapes of docs/design.md §3 (THUDM configs: glm-4-9b-chat-1m, glm-4-9b-chat / glm-4-9b). */
 glm_status glm_config_preset(const char *name, glm_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->layout = GLM_LAYOUT_CHATGLM;

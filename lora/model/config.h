@@ -1,4 +1,4 @@
-/* lora/model/config.h: a GLM-4 checkpoint's config.json, in either layout (DESIGN.md §3):
+/* lora/model/config.h: a GLM-4 checkpoint's config.json, in either layout (docs/design.md §3):
  * THUDM `chatglm` (model_type "chatglm") or transformers `glm` (GlmForCausalLM, "-hf" repos);
  * the keys of each are rows of lora/model/family.h. */
 #ifndef GLM_LORA_CONFIG_H
@@ -35,7 +35,7 @@ typedef struct glm_config {
     bool qkv_bias;     /* add_qkv_bias | attention_bias */
     int64_t max_positions; /* seq_length | max_position_embeddings (0 if absent) */
     bool rope_overridden;  /* rope_base came from rope_theta_override */
-    bool rope_suspect;     /* hf config with rope_theta == 10000: likely wrong (DESIGN §3) */
+    bool rope_suspect;     /* hf config with rope_theta == 10000: likely wrong (docs/design.md §3) */
     /* Special token ids written by glm_config_to_json (pad_token_id, eos_token_id). When
      * has_token_ids is false: GLM-4's own (pad 151329 = <|endoftext|>, eos 151329, 151336,
      * 151338) when they fit the vocabulary, else pad null and no eos. */
@@ -64,7 +64,7 @@ glm_status glm_config_load(const char *dir, double rope_theta_override, glm_conf
 glm_status glm_config_validate(const glm_config *cfg, const char *what);
 
 /* The shape of a known GLM-4 model by name (glm-4-9b-chat-1m, glm-4-9b-chat, glm-4-9b), chatglm
- * layout, as DESIGN.md §3 lists them: for benchmarks and plans without a checkpoint.
+ * layout, as docs/design.md §3 lists them: for benchmarks and plans without a checkpoint.
  * Errors: GLM_ERR_ARG naming the known names. */
 glm_status glm_config_preset(const char *name, glm_config *cfg);
 

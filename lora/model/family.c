@@ -25,7 +25,7 @@ static const char k_gate_up_proj[] = "gate_up_proj";
 static const char k_down_proj[] = "down_proj";
 
 /* llama.cpp's names for architecture "chatglm" (gguf-py constants.py, MODEL_ARCH.CHATGLM): both
- * layouts convert to it, the hf one with separate attn_q / attn_k / attn_v (DESIGN.md §9). */
+ * layouts convert to it, the hf one with separate attn_q / attn_k / attn_v (docs/design.md §9). */
 static const char *const k_gguf[GLM_FT_COUNT] = {
     [GLM_FT_EMBED] = "token_embd",   [GLM_FT_FINAL_NORM] = "output_norm", [GLM_FT_OUTPUT] = "output",
     [GLM_FT_ATTN_NORM] = "attn_norm", [GLM_FT_QKV] = "attn_qkv",           [GLM_FT_Q] = "attn_q",

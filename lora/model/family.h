@@ -1,7 +1,7 @@
 /* lora/model/family.h: the model families glmtune trains, as data: one row per family and
- * checkpoint layout (DESIGN.md §3). A row says which config.json it is (model_type,
+ * checkpoint layout (docs/design.md §3). A row says which config.json it is (model_type,
  * architectures), which config keys hold the shape, the checkpoint's tensor names, the PEFT
- * target modules of its linears, the GGUF names llama.cpp uses for its tensors (DESIGN.md §9),
+ * target modules of its linears, the GGUF names llama.cpp uses for its tensors (docs/design.md §9),
  * the block it is (switches the model code checks), its tokenizer and chat stop ids. Every name
  * the loader (lora/model/model.c), init-model (model_init.c), config.json (config.c), LoRA
  * (lora/adapter/lora.c) and the exports (lora/io/export.c) use comes from here.
@@ -107,7 +107,7 @@ typedef struct glm_family {
     const glm_family_out *written;   /* glm_config_to_json's keys after model_type and architectures */
     size_t n_written;
     int64_t written_max_positions;   /* written when the config has none */
-    /* RoPE base the published configs of this row get wrong (DESIGN.md §3): warn when the base is
+    /* RoPE base the published configs of this row get wrong (docs/design.md §3): warn when the base is
        rope_suspect_base for a model of hidden size rope_suspect_C and rope_suspect_L layers */
     double rope_suspect_base;        /* 0: no warning for this row */
     int rope_suspect_C, rope_suspect_L;
@@ -125,7 +125,7 @@ typedef struct glm_family {
     bool embedding_padding_idx;      /* transformers builds the embedding with padding_idx = pad_token_id
                                         (< vocabulary), and config_class defaults pad_token_id to the
                                         row's pad_token_id */
-    /* GGUF (llama.cpp), DESIGN.md §9 */
+    /* GGUF (llama.cpp), docs/design.md §9 */
     const char *gguf_arch;           /* general.architecture: "chatglm" */
     const char *gguf_layer_prefix;   /* "blk" */
     const char *const *gguf;         /* [GLM_FT_COUNT]: "token_embd", "attn_qkv", ... (the layout's
@@ -140,7 +140,7 @@ typedef struct glm_family {
     int64_t pad_token_id;            /* written when it fits the vocabulary */
     int64_t stop_ids[3];             /* chat stop ids (eos_token_id) */
     int n_stop_ids;
-    const char *target_rule;         /* the training targets' rule (DESIGN.md §3 "Targets") */
+    const char *target_rule;         /* the training targets' rule (docs/design.md §3 "Targets") */
 } glm_family;
 
 /* The row of a layout (never NULL for a valid glm_layout). */

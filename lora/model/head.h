@@ -16,7 +16,7 @@
  * The cost over SFT: one more pass over the output layer's GEMM (phase 1), two small transfers
  * ([N] fp32 each way) and one synchronisation.
  *
- * Preference objectives (DESIGN.md §9) are a head plus a recipe, not another step. DPO (sigmoid):
+ * Preference objectives (docs/design.md §9) are a head plus a recipe, not another step. DPO (sigmoid):
  *   - recipe: pack each pair as two documents of one row (prompt + chosen answer, prompt +
  *     rejected answer; targets on the answers only) and keep, per row, which document is which;
  *   - reference pass: glm_model_logp(m, NULL, batch, ref_logp, NULL): the same model with the

@@ -1,4 +1,4 @@
-/* lora/model/layer.c: a GLM-4 decoder layer's forward over the backend ops (DESIGN.md §3), with
+/* lora/model/layer.c: a GLM-4 decoder layer's forward over the backend ops (docs/design.md §3), with
  * its LoRA adapters: linear layers, the attention half, the MLP, over a glm_layer_ctx
  * (lora/model/step_internal.h), so any driver can run it: the training step, a decode loop.
  *

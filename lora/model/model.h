@@ -1,4 +1,4 @@
-/* lora/model/model.h: the GLM-4 decoder (DESIGN.md §3) over the backend interface, with optional LoRA:
+/* lora/model/model.h: the GLM-4 decoder (docs/design.md §3) over the backend interface, with optional LoRA:
  * forward, target-token cross-entropy and backward to the LoRA weights for a packed batch.
  *
  *   x = embedding(ids)

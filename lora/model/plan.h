@@ -3,7 +3,7 @@
  * LoRA's shape, the micro-batch and a memory budget, so `train --dry-run` can print it without
  * loading a weight.
  *
- * Per layer, one of three activation policies (DESIGN.md §4 "gradient checkpointing"):
+ * Per layer, one of three activation policies (docs/design.md §4 "gradient checkpointing"):
  *   keep       every activation of the layer stays until its backward (no recomputation);
  *   selective  the attention results stay (q/k/v after RoPE, the attention output and its
  *              log-sum-exp, the residual after attention); the norms and the MLP (its gate/up

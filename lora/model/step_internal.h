@@ -106,7 +106,7 @@ typedef struct glm_layer_ctx {
     size_t esz;                   /* bytes of an act element */
 } glm_layer_ctx;
 
-/* One decoder layer l (DESIGN.md §3): x_out [N, C] = x_in + attn(...) + mlp(...), act dtype,
+/* One decoder layer l (docs/design.md §3): x_out [N, C] = x_in + attn(...) + mlp(...), act dtype,
  * OVERWRITTEN (x_out != x_in); activations into cx->acts as its policy keeps them (a FULL layer
  * builds x_mid in x_out, which the MLP then accumulates onto chunk by chunk). Linear layers: y =
  * x W^T (+ bias) + scaling dropout(x) A^T B^T. Errors: the backend's (and cx->attn's). */

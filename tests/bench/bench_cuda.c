@@ -1,5 +1,5 @@
 /* tests/bench/bench_cuda.c: one small benchmark per CUDA kernel family at GLM-4-9B-Chat-1M's
- * shapes (8192 tokens unless stated), against the ceilings measured on the H200 (DESIGN.md §6,
+ * shapes (8192 tokens unless stated), against the ceilings measured on the H200 (docs/design.md §6,
  * device notes): cuBLAS bf16 GEMM ~800 TFLOP/s, cuDNN attention 543 TFLOP/s at 8k, HBM ~4 TB/s
  * (bytes read + written). Each row: the median of 7 timed runs after a warm-up (wall clock around
  * a synchronised run; every kernel here runs far longer than a launch). Random inputs, never

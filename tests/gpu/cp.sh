@@ -13,7 +13,7 @@
 #      plans 2,293,760 tokens at 137 GiB per GPU): the longest L that trained;
 #   3. speed at 256k, 512k and 1M tokens per row on --gpus 8 --context-parallel 8: tokens/s of the
 #      last logging window (all 8 GPUs), peak GPU memory (nvidia-smi every 0.5 s), and MFU =
-#      tokens/s x useful FLOP per token / (8 x 989e12), useful FLOP per token (DESIGN.md §6)
+#      tokens/s x useful FLOP per token / (8 x 989e12), useful FLOP per token (docs/design.md §6)
 #      = 4 x 8.86e9 + 6 L T H Dh (L = 40 layers, H Dh = 4096).
 # Prints a table and writes it, with the machine, the commit and the commands, to
 # docs/bench/$(date +%F)-cp-8xh200.md (commit it with this script). Exit 1 on any failure.
@@ -199,7 +199,7 @@ mkdir -p "$(dirname "$res")"
   echo "# Context parallel on $(nvidia-smi -L | head -1 | sed 's/ (UUID.*//') x $ngpu ($(date +%F))"
   echo
   echo "Commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), tests/gpu/cp.sh (GLM_CP_STEPS=$steps)."
-  echo "MFU = tokens/s x (4 x 8.86e9 + 6 L T H Dh) / (8 x 989e12), DESIGN.md §6."
+  echo "MFU = tokens/s x (4 x 8.86e9 + 6 L T H Dh) / (8 x 989e12), docs/design.md §6."
   echo
   echo "| part | what | ok | value |"
   echo "|---|---|---|---|"

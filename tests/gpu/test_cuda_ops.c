@@ -1,4 +1,4 @@
-/* tests/gpu/test_cuda_ops.c: every op of the CUDA backend against the CPU reference op (DESIGN.md
+/* tests/gpu/test_cuda_ops.c: every op of the CUDA backend against the CPU reference op (docs/design.md
  * §5), through the op table (tests/ops/op_table.h): each entry's cases at GLM-4-9B's real shapes
  * (C 4096, H 32, Hkv 4, Dh 128, F 13696, V 151552 for the cross-entropy chunk) and odd ones, on
  * random inputs (never zeros; values rounded to bf16 so both backends read the same numbers),

@@ -163,7 +163,7 @@ static void test_table(void) {
     CHECK(!strcmp(b, "transformer.encoder.layers.3.self_attention.dense"), "chatglm PEFT module 1: %s", b);
     glm_lora_module_path(GLM_LAYOUT_HF, 3, 0, b, sizeof b);
     CHECK(!strcmp(b, "model.layers.3.self_attn.q_proj"), "hf PEFT module 0: %s", b);
-    /* llama.cpp's chatglm names (DESIGN.md §9) */
+    /* llama.cpp's chatglm names (docs/design.md §9) */
     CHECK(!strcmp(cg->gguf_arch, "chatglm") && !strcmp(hf->gguf_arch, "chatglm"), "GGUF architecture chatglm");
     CHECK(glm_family_gguf_name(cg, GLM_FT_EMBED, 0, false, b, sizeof b) && !strcmp(b, "token_embd.weight"), "gguf %s", b);
     CHECK(glm_family_gguf_name(cg, GLM_FT_FINAL_NORM, 0, false, b, sizeof b) && !strcmp(b, "output_norm.weight"), "gguf %s", b);

@@ -1,4 +1,4 @@
-/* tokenize/template/chat.h: GLM-4 chat encoding for training (DESIGN.md §3, fixtures chat_golden).
+/* tokenize/template/chat.h: GLM-4 chat encoding for training (docs/design.md §3, fixtures chat_golden).
  *
  * A conversation is rendered with the model's chat template (tokenize/template/template.h) and
  * tokenized with special-token strings recognised only where the TEMPLATE produced them:

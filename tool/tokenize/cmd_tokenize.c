@@ -1,6 +1,6 @@
 /* glmtune tokenize: conversation corpora -> packed GLM-4 shards + manifest.json + report.
  *
- * Pipeline (DESIGN.md §2): the reader (dataset/reader.h) streams records from every input in
+ * Pipeline (docs/design.md §2): the reader (dataset/reader.h) streams records from every input in
  * order; batches of records are converted (dataset/formats.h) and rendered + encoded
  * (tokenize/template/chat.h) by a pool of worker threads while the next batch is read; results are
  * consumed in input order, so the output does not depend on the thread count; kept samples go

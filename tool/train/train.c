@@ -1,4 +1,4 @@
-/* tool/train/train.c: the training loop (DESIGN.md §2, §4).
+/* tool/train/train.c: the training loop (docs/design.md §2, §4).
  *
  * One optimizer step = one global batch = per_device_train_batch_size x
  * gradient_accumulation_steps x world rows. The loss of a step is the sum of target-token
@@ -1182,7 +1182,7 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
         for (uint32_t i = 0; i < got; i++) rs->tokens_seen += rs->data.docs[tl->rows[i]].len;
     else
         rs->tokens_seen += (int64_t)got * rs->data.T; /* every rank's rows: the global batch */
-    /* the loss over every rank's target tokens (DESIGN.md §4): all-reduced, so every rank
+    /* the loss over every rank's target tokens (docs/design.md §4): all-reduced, so every rank
      * takes the same skip / stop decisions below */
     if ((s = glm_comm_all_reduce_host(be, &loss_sum, 1)) != GLM_OK) return s;
     if (ts->opt.dump_grads && *ts->opt.dump_grads && rs->step == tl->start_step && tl->start_step == 0 && be->rank == 0)
