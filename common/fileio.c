@@ -162,6 +162,8 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
     GLM_TRY(glm_output_target(path, &target, &through));
     af->path = target;
     af->through = through;
+    struct stat st;
+    af->existed = !through && stat(target, &st) == 0;
     if (through) {
         /* O_APPEND: a regular file behind /dev/stdout (`> file`, `>> file`) is written at its
          * end, not from offset 0 over what the shell or this process put there */
@@ -193,16 +195,24 @@ glm_status glm_afile_open(glm_afile *af, const char *path) {
     return GLM_OK;
 }
 
-/* What a failed write leaves and what to do: the earlier file stays (a temporary file was written). */
+/* What a failed write leaves and what to do: a temporary file was written, so an earlier file of that name
+ * stays as it was, and a new file is not created at all. */
 static const char *write_hint(int e, const glm_afile *af) {
-    if (e == EFBIG)
-        return af->through ? "; hint: the file size limit of this process (ulimit -f) is too low: raise it (ulimit -f "
-                             "unlimited)"
-                           : " (an earlier file of that name is left as it was); hint: the file size limit of this process "
-                             "(ulimit -f) is too low: raise it (ulimit -f unlimited)";
-    if (af->through) return e == ENOSPC ? "; hint: the disk is full" : "";
-    return e == ENOSPC ? " (the disk is full; an earlier file of that name is left as it was); hint: free space (df -h)"
-                       : " (an earlier file of that name is left as it was)";
+    if (e == EFBIG) {
+        if (af->through)
+            return "; hint: the file size limit of this process (ulimit -f) is too low: raise it (ulimit -f unlimited)";
+        return af->existed ? " (the earlier file of that name is left as it was); hint: the file size limit of this "
+                             "process (ulimit -f) is too low: raise it (ulimit -f unlimited)"
+                           : " (the file was not created); hint: the file size limit of this process (ulimit -f) is "
+                             "too low: raise it (ulimit -f unlimited)";
+    }
+    if (af->through) return e == ENOSPC ? " (the disk is full); hint: free space on it (df -h)" : "";
+    if (e == ENOSPC)
+        return af->existed ? " (the disk is full while writing this file; the earlier file of that name is left as it "
+                             "was); hint: free space on that disk (df -h) and run again"
+                           : " (the disk is full while writing this file; it was not created); hint: free space on that "
+                             "disk (df -h) and run again";
+    return af->existed ? " (the earlier file of that name is left as it was)" : " (the file was not created)";
 }
 
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n) {

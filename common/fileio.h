@@ -29,12 +29,18 @@ typedef struct glm_afile {
     char *tmp;        /* temporary name; NULL when written through */
     bool failed;      /* a write failed: commit will refuse */
     bool through;     /* written through (device, FIFO, open descriptor), not renamed */
+    bool existed;     /* a file of that name was there at open (a failed write leaves it as it was) */
 } glm_afile;
 
 /* Opens an output (see glm_afile). Errors: GLM_ERR_IO naming the path (cannot create or open,
  * is a directory, a symbolic link loop), GLM_ERR_NOMEM. */
 glm_status glm_afile_open(glm_afile *af, const char *path);
+/* Writes n bytes. Errors: GLM_ERR_IO naming the file, the system's reason and what the failure
+ * leaves: for a full disk (ENOSPC) "the disk is full", and either that the earlier file of that
+ * name is left as it was or, for a new file, that it was not created; a hint to free space. */
 glm_status glm_afile_write(glm_afile *af, const void *data, size_t n);
+/* Flushes, fsyncs and puts the file in place; errors as glm_afile_write's (a full disk often shows
+ * only here, when the buffered data is flushed). */
 glm_status glm_afile_commit(glm_afile *af);   /* closes; frees af's strings */
 void glm_afile_abort(glm_afile *af);          /* closes, removes the temp file */
 

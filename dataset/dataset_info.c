@@ -135,13 +135,16 @@ static glm_status parse_entry(glm_dsinfo *d, const char *name, const json_t *v,
             if (json_object_get(cols, others[k])) only_prompt = false;
         if (only_prompt && !(e->text_column = strdup(e->prompt))) return glm_err(GLM_ERR_NOMEM, "out of memory");
     }
+    e->ranking = json_is_true(json_object_get(v, "ranking"));
+    e->kto = cols && json_object_get(cols, "kto_tag");
     if (!share && !openai && strcmp(e->formatting, "alpaca") != 0)
         e->unsupported = "its \"formatting\" is not alpaca, sharegpt or openai";
-    else if (json_is_true(json_object_get(v, "ranking")))
+    else if (e->ranking)
         e->unsupported = "it is a ranking (preference / DPO) dataset; glmtune does supervised "
-                         "fine-tuning only";
-    else if (cols && json_object_get(cols, "kto_tag"))
-        e->unsupported = "it is a KTO dataset; glmtune does supervised fine-tuning only";
+                         "fine-tuning only: preference training is not available yet (it is planned: stage: dpo)";
+    else if (e->kto)
+        e->unsupported = "it is a KTO dataset (desirable/undesirable labels); glmtune does supervised fine-tuning "
+                         "only: preference training is not available yet (it is planned: stage: dpo)";
     else if (cols && (json_object_get(cols, "images") || json_object_get(cols, "videos") ||
                       json_object_get(cols, "audios")))
         e->unsupported = "it has image/video/audio columns; glmtune trains text-only models";

@@ -29,6 +29,8 @@ typedef struct glm_dsinfo_entry {
     bool local;         /* path exists */
     char *formatting;   /* "alpaca", "sharegpt" or "openai" */
     const char *unsupported; /* why glmtune cannot read it (static text), or NULL */
+    bool ranking;       /* "ranking": true: preference pairs (DPO); its records are "preference_pair" */
+    bool kto;           /* a "kto_tag" column: KTO's desirable/undesirable label; its records are "kto_label" */
     /* columns (NULL = not used) */
     char *prompt, *query, *response, *history, *system, *tools, *messages;
     /* a pretraining entry (alpaca formatting whose "columns" name only "prompt", as LLaMA-

@@ -848,6 +848,34 @@ static glm_status convert_text(conv *c, const json_t *obj, const char *col) {
     return GLM_OK;
 }
 
+/* ---------------------------------------------------------------- preference data */
+
+#define PREFERENCE_HINT "hint: preference training is not available in glmtune yet (it is planned: stage: dpo)"
+
+/* A record of preference data is not supervised data: trained as SFT, a DPO pair would learn its prompt
+ * (its answers ignored) and a KTO record its answer whatever its label says. Refused, each by its reason:
+ * "preference_pair" for a LLaMA-Factory ranking entry's record or any record with both "chosen" and
+ * "rejected" (LLaMA-Factory's alpaca / sharegpt pairs, TRL's prompt / chosen / rejected); "kto_label" for a
+ * record of an entry with a kto_tag column or any record whose "label" is true/false (LLaMA-Factory's KTO
+ * layout, TRL's unpaired prompt / completion / label). */
+static glm_status check_preference(conv *c, const json_t *obj) {
+    const glm_dsinfo_entry *m = c->map;
+    const json_t *label = json_object_get(obj, "label");
+    if ((m && m->ranking) || (json_object_get(obj, "chosen") && json_object_get(obj, "rejected")))
+        return fail(c, "preference_pair", "a preference pair (a prompt with a \"chosen\" and a \"rejected\" answer%s): "
+                    "not trained, it is not supervised data; " PREFERENCE_HINT "; to fine-tune on the preferred "
+                    "answers, make each record a conversation that ends with its \"chosen\" answer",
+                    m && m->ranking ? ", from a \"ranking\": true dataset_info entry" : "");
+    if ((m && m->kto) || json_is_boolean(label))
+        return fail(c, "kto_label", "a KTO record (its answer labelled %s by %s): not trained, it is not supervised "
+                    "data (its answer would be learned whatever the label says); " PREFERENCE_HINT "; to fine-tune "
+                    "on the desirable answers, keep the records labelled true and drop the label",
+                    json_is_boolean(label) ? (json_is_true(label) ? "desirable (true)" : "undesirable (false)")
+                                           : "desirable or not",
+                    json_is_boolean(label) ? "\"label\"" : "the entry's kto_tag column");
+    return GLM_OK;
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 glm_status glm_record_convert(const glm_record *rec, glm_format fmt, glm_conversation *out,
@@ -879,6 +907,10 @@ glm_status glm_record_convert_ex(const glm_record *rec, const glm_convert_opts *
                          : m && opt->format == GLM_FMT_TEXT && m->prompt ? m->prompt : "text";
     const char *msg_key = NULL;
     glm_format f = opt->format;
+    if (f != GLM_FMT_TEXT && f != GLM_FMT_PRETOKENIZED) {
+        glm_status pst = check_preference(&c, obj);
+        if (pst != GLM_OK) return pst;
+    }
     if (f == GLM_FMT_AUTO && m && m->text_column && opt->chat_only)
         return fail(&c, "pretraining_entry", "dataset \"%s\" of %s is a pretraining entry (columns {\"prompt\": \"%s\"}, "
                     "no response): supervised fine-tuning (stage sft) drops its records, as LLaMA-Factory does; hint: "

@@ -86,7 +86,11 @@ typedef struct glm_convert_opts {
  * Per-record problems return GLM_ERR_FORMAT with *reason set to a short key: "no_messages",
  * "unknown_role", "bad_message", "bad_content", "bad_tools", "bad_tool_call", "bad_loss_flag",
  * "empty_turn", "role_order", "empty_conversation", "unsupported_layout", "no_response",
- * "bad_history", "bad_input_ids", "bad_labels", "no_text", "empty_text"; the thread's message
+ * "bad_history", "bad_input_ids", "bad_labels", "no_text", "empty_text", "preference_pair" (a record of
+ * a "ranking" dataset_info entry, or with both "chosen" and "rejected": DPO data), "kto_label" (a record
+ * of an entry with a kto_tag column, or whose "label" is true/false: KTO data) -- these two unless the
+ * layout is forced to text or pretokenized, each with the hint that preference training is not
+ * available yet; the thread's message
  * (glm_errmsg) says "source:line: record N: what (naming the turn); hint".
  * GLM_ERR_NOMEM on allocation failure. On failure *out holds nothing to free. Thread-safe. */
 glm_status glm_record_convert_ex(const glm_record *rec, const glm_convert_opts *opt,

@@ -314,6 +314,37 @@ static glm_status check_adapter_config(const glm_lora *l, const char *path) {
     return st;
 }
 
+glm_status glm_param_shape_error(const char *file, const char *name, int ndim, const int64_t *shape, const glm_param *p) {
+    char have[96] = "", want[96] = "";
+    for (int d = 0, a = 0; d < ndim && d < 4 && a < 80; d++)
+        a += snprintf(have + a, sizeof have - (size_t)a, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    for (int d = 0, a = 0; d < p->ndim && a < 80; d++)
+        a += snprintf(want + a, sizeof want - (size_t)a, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+    /* lora_A: [r, in_features]; lora_B: [out_features, r] (their AdamW state alike) */
+    int rank_dim = strstr(name, "lora_A") ? 0 : strstr(name, "lora_B") ? 1 : -1;
+    if (ndim != 2 || p->ndim != 2 || rank_dim < 0)
+        return glm_err(GLM_ERR_MISMATCH, "%s: tensor '%s' is [%s], this run has [%s]; hint: it was made for another "
+                       "model or adapter settings: use the model and lora settings it was made with", file, name, have,
+                       want);
+    int feat_dim = 1 - rank_dim;
+    const char *feat = rank_dim == 0 ? "input size (in_features)" : "output size (out_features)";
+    bool rank_differs = shape[rank_dim] != p->shape[rank_dim], feat_differs = shape[feat_dim] != p->shape[feat_dim];
+    char rank_txt[200] = "", feat_txt[400] = "";
+    if (rank_differs)
+        snprintf(rank_txt, sizeof rank_txt, "its LoRA rank is %lld, this run's lora-rank is %lld",
+                 (long long)shape[rank_dim], (long long)p->shape[rank_dim]);
+    if (feat_differs)
+        snprintf(feat_txt, sizeof feat_txt, "the layer's %s is %lld in it and %lld in this model: it was made for a "
+                 "model of another size (hidden_size, ffn_hidden_size or attention heads)", feat,
+                 (long long)shape[feat_dim], (long long)p->shape[feat_dim]);
+    if (feat_differs)
+        return glm_err(GLM_ERR_MISMATCH, "%s: tensor '%s' is [%s], this run has [%s]: %s%s%s; hint: use it with the base "
+                       "model it was trained on (--model, model_name_or_path), or train a new adapter for this model",
+                       file, name, have, want, feat_txt, rank_differs ? ", and " : "", rank_txt);
+    return glm_err(GLM_ERR_MISMATCH, "%s: tensor '%s' is [%s], this run has [%s]: %s; hint: --lora-rank %lld (lora_rank) "
+                   "to match it", file, name, have, want, rank_txt, (long long)shape[rank_dim]);
+}
+
 glm_status glm_lora_load_peft(glm_lora *l, const char *dir) {
     char *cfgp = glm_path_join(dir, "adapter_config.json");
     char *stp = glm_path_join(dir, "adapter_model.safetensors");
@@ -339,6 +370,11 @@ glm_status glm_lora_load_peft(glm_lora *l, const char *dir) {
         glm_param *p = &l->params[i];
         char key[300];
         snprintf(key, sizeof key, "base_model.model.%s", p->name);
+        const glm_st_tensor *t = glm_st_find(set, key);
+        if (t && (t->ndim != 2 || t->shape[0] != p->shape[0] || t->shape[1] != p->shape[1])) {
+            st = glm_param_shape_error(t->file, key, t->ndim, t->shape, p);
+            goto done;
+        }
         if ((st = glm_st_read_f32(set, key, 2, p->shape, host))) goto done;
         if ((st = glm_be_upload(l->be, p->w, host, (size_t)p->numel * 4))) goto done;
     }

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "common/status.h"
+
 typedef struct glm_param {
     char name[256];   /* PEFT key without the "base_model.model." prefix, e.g.
                          "transformer.encoder.layers.0.self_attention.query_key_value.lora_A.weight" */
@@ -19,5 +21,13 @@ typedef struct glm_param {
                          between them (the optimizer then updates them all in one call) */
     int64_t flat_off;
 } glm_param;
+
+/* The error (GLM_ERR_MISMATCH) for a tensor of an adapter or checkpoint file whose shape, `ndim` dims of
+ * `shape`, is not the shape of the run's param p (the tensor `name` in `file`: the param itself or its
+ * AdamW state). It says which dimension differs and what that means: the rank (lora_A's rows,
+ * lora_B's columns: another lora-rank, hinting the rank to use) or a feature size (lora_A's columns
+ * are the layer's input size, lora_B's rows its output size: the file was made for a model of another
+ * size, hidden_size / ffn_hidden_size / heads, naming both sizes). Defined in lora/adapter/lora.c. */
+glm_status glm_param_shape_error(const char *file, const char *name, int ndim, const int64_t *shape, const glm_param *p);
 
 #endif

@@ -542,10 +542,7 @@ static glm_status load_tensor(const glm_st_set *s, const char *file, const char 
         return glm_err(GLM_ERR_MISMATCH, "%s: has no tensor '%s'; hint: the checkpoint was made with "
                                          "a different lora-rank / lora-target or model", file, name);
     if (t->ndim != p->ndim || t->shape[0] != p->shape[0] || (p->ndim > 1 && t->shape[1] != p->shape[1]))
-        return glm_err(GLM_ERR_MISMATCH, "%s: tensor '%s' is [%lld, %lld], this run has [%lld, %lld]; "
-                                         "hint: the checkpoint was made with a different lora-rank",
-                       file, name, (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                       (long long)p->shape[0], (long long)p->shape[1]);
+        return glm_param_shape_error(file, name, t->ndim, t->shape, p);
     return glm_st_read_f32(s, name, p->ndim, p->shape, dst);
 }
 

@@ -73,6 +73,23 @@ static bool hub_id(const char *p) {
     return sl && sl != p && p[0] != '.' && p[0] != '~' && sl[1] && !strchr(sl + 1, '/') && !glm_is_dir(p);
 }
 
+/* A checkpoint whose config.json has a "quantization_config" (GPTQ, AWQ, bitsandbytes, FP8, ... as transformers
+ * writes it) holds packed integer weights under other tensor names (qweight, scales, ...), not the bf16 weights
+ * glmtune reads: refused by its quant_method, with the way glmtune quantizes instead, before a "tensor not found". */
+static glm_status check_not_quantized(json_t *root, const char *path) {
+    json_t *q = json_object_get(root, "quantization_config");
+    if (!q || json_is_null(q)) return GLM_OK;
+    const char *method = json_is_object(q) ? json_string_value(json_object_get(q, "quant_method")) : NULL;
+    json_t *bits = json_is_object(q) ? json_object_get(q, "bits") : NULL;
+    char how[96] = "";
+    if (method && json_is_integer(bits)) snprintf(how, sizeof how, " (%s, %lld-bit)", method, (long long)json_integer_value(bits));
+    else if (method) snprintf(how, sizeof how, " (%s)", method);
+    return glm_err(GLM_ERR_UNSUPPORTED, "%s: the checkpoint is quantized: its quantization_config%s says its weights are "
+                   "stored packed, not as the bf16 weights glmtune reads; hint: use the original bf16 checkpoint of this "
+                   "model (e.g. THUDM/glm-4-9b-chat): glmtune quantizes the frozen base itself when it loads it, with "
+                   "--quantization-bit 4 (QLoRA, bitsandbytes' nf4) or --base-dtype fp8", path, how);
+}
+
 glm_status glm_config_load(const char *dir, double rope_theta_override, glm_config *cfg) {
     size_t dl = strlen(dir);
     char *path = (dl > 5 && !strcmp(dir + dl - 5, ".json")) ? strdup(dir) : glm_path_join(dir, "config.json");
@@ -89,6 +106,7 @@ glm_status glm_config_load(const char *dir, double rope_theta_override, glm_conf
         return st;
     }
     memset(cfg, 0, sizeof(*cfg));
+    if ((st = check_not_quantized(root, path))) goto done;
     const glm_family *f;
     if ((st = glm_family_for_config(root, path, &f))) goto done;
     if ((st = glm_family_check_block(f))) {

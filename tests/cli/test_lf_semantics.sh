@@ -189,6 +189,22 @@ check "default_system: the ids of transformers' rendering with that system messa
 "$G" tokenize --quiet --config "$T/sys.yaml" --model_name_or_path "$TOK" -o "$T/sys2" <(sed -n 2p "$F/chat_golden.jsonl") 2>/dev/null
 got2=$("$G" inspect --json "$T/sys2" 2>/dev/null | grep -o '"ids": *\[[^]]*\]' | head -1 | tr -d ' ' | sed 's/"ids"://')
 check "default_system: a sample with its own system message keeps it" test "$got2" = "$want"
+# default_system with tools: LLaMA-Factory renders `system or default_system` with the tool text in the first
+# turn; the model's chat_template puts the system text after its tool block. Expected: that template
+# rendered by jinja2 as transformers renders it (data/make_tools_system.py), chat_golden's tool case
+# with the system text in its tools' system message. The tools come as a record key (formats.c puts
+# them on an empty system message of their own) or on the sample's own system message.
+shown_text() { "$G" inspect "$1" 2>/dev/null | awk '/^--- sample 0/ {on = 1; next} /^--- [0-9]+ shard/ {on = 0} on' | sed 's/⟦//g; s/⟧//g'; }
+D=$SRC/tests/cli/data
+printf 'stage: sft\ncutoff_len: 512\ndefault_system: You are a weather bot.\n' > "$T/tsys.yaml"
+"$G" tokenize --quiet --config "$T/tsys.yaml" --model_name_or_path "$TOK" -o "$T/tsys" "$D/tools_no_system.jsonl" 2>/dev/null
+check "default_system with tools: rendered with the tools, as the template renders that system message" \
+    cmp -s <(shown_text "$T/tsys") "$D/default_system_tools.expected"
+"$G" tokenize --quiet --tokenizer "$TOK" --default-system "You are a weather bot." -o "$T/tsys_cli" "$D/tools_no_system.jsonl" 2>/dev/null
+check "... the same with --default-system" cmp -s <(shown_text "$T/tsys_cli") "$D/default_system_tools.expected"
+"$G" tokenize --quiet --config "$T/tsys.yaml" --model_name_or_path "$TOK" -o "$T/tsys2" "$D/tools_own_system.jsonl" 2>/dev/null
+check "... a sample with tools and its own system keeps it" \
+    cmp -s <(shown_text "$T/tsys2") "$D/own_system_tools.expected"
 # eval_dataset: its entries are the val split (an entry in dataset too: both splits); val_size excludes it
 L=$F/corpora/llamafactory
 printf 'stage: sft\ndataset: identity\neval_dataset: alpaca_en_demo,identity\nmax_samples: 40\ncutoff_len: 1024\nstreaming: false\ntool_format: glm4\neval_strategy: steps\neval_steps: 2\nmax_steps: 2\nper_device_train_batch_size: 2\n' > "$T/ev.yaml"

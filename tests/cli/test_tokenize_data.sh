@@ -7,7 +7,7 @@
 # file are each selectable, num_samples draws as LLaMA-Factory does, --max-samples; one
 # LLaMA-Factory YAML (tests/fixtures/llamafactory-configs) driving `tokenize --config` and
 # `train --config` with only paths overridden; stage rm/ppo/dpo/kto refused by name; unknown
-# YAML keys; --snake_case spellings.
+# YAML keys; --snake_case spellings; preference data (DPO pairs, KTO labels) dropped by reason, not trained.
 set -uo pipefail
 G=${GLMTUNE:?}
 F=${GLM_FIXTURES:?the test data folder, tests/fixtures}
@@ -157,6 +157,11 @@ sed 's/^stage: sft/stage: dpo/' "$F/llamafactory-configs/qwen3_lora_sft.yaml" > 
 $G tokenize --quiet --config "$T/dpo.yaml" --model_name_or_path "$TOK" --dataset_dir "$F/corpora/llamafactory" -o "$T/dpo" 2>"$T/dpo.log"; rc=$?
 check "tokenize refuses stage: dpo (exit $rc)" test $rc = 1 -a ! -e "$T/dpo"
 check "... by name" grep -q "stage: dpo is refused: it is DPO" "$T/dpo.log"
+check "... with the hint that preference training is planned" grep -q "preference training is not available yet (it is planned: stage: dpo)" "$T/dpo.log"
+sed 's/^stage: sft/stage: kto/' "$F/llamafactory-configs/qwen3_lora_sft.yaml" > "$T/kto.yaml"
+$G tokenize --quiet --config "$T/kto.yaml" --model_name_or_path "$TOK" --dataset_dir "$F/corpora/llamafactory" -o "$T/kto" 2>"$T/kto.log"; rc=$?
+check "tokenize refuses stage: kto, with the hint (exit $rc)" test $rc = 1 -a ! -e "$T/kto" &&
+    grep -q "stage: kto is refused: it is KTO.*preference training is not available yet (it is planned: stage: dpo)" "$T/kto.log"
 $G train --config "$T/dpo.yaml" --model "$T/model" --data "$T/pt" --output-dir "$T/rdpo" 2>"$T/rdpo.log"; rc=$?
 check "train refuses stage: dpo (exit $rc)" test $rc != 0 -a ! -e "$T/rdpo"
 for st in rm ppo kto; do
@@ -164,6 +169,42 @@ for st in rm ppo kto; do
     $G train --config "$T/$st.yaml" --model "$T/model" --data "$T/pt" --output-dir "$T/r$st" 2>"$T/r$st.log"
     check "train refuses stage: $st by name" grep -q "stage: $st is refused" "$T/r$st.log"
 done
+# 8. preference data given to tokenize directly is not trained as SFT: records of preference pairs
+# (LLaMA-Factory's dpo_en_demo layout, its alpaca pairs, TRL's prompt/chosen/rejected) are dropped as
+# preference_pair, KTO records (kto_en_demo's messages + label, TRL's prompt/completion/label) as kto_label,
+# each with the hint; --strict stops at the first; a "ranking" dataset_info entry named by --dataset is refused
+mkdir -p "$T/pref"
+cat > "$T/pref/dpo.json" <<'JSON'
+[
+  {"conversations": [{"from": "human", "value": "Name a primary colour."}], "chosen": {"from": "gpt", "value": "Red."}, "rejected": {"from": "gpt", "value": "Pink."}},
+  {"conversations": [{"from": "human", "value": "2+2?"}, {"from": "gpt", "value": "4"}, {"from": "human", "value": "And 3+3?"}], "chosen": {"from": "gpt", "value": "6"}, "rejected": {"from": "gpt", "value": "7"}},
+  {"instruction": "Say hi.", "input": "", "chosen": "Hi!", "rejected": "No."}
+]
+JSON
+cat > "$T/pref/kto.json" <<'JSON'
+[
+  {"messages": [{"content": "Summarise: the cat sat.", "role": "user"}, {"content": "A cat sat.", "role": "assistant"}], "label": true},
+  {"messages": [{"content": "Summarise: the dog ran.", "role": "user"}, {"content": "Ooh ooh ah ah!", "role": "assistant"}], "label": false}
+]
+JSON
+printf '%s\n' '{"prompt": "The sky is", "chosen": " blue.", "rejected": " green."}' \
+    '{"prompt": "The grass is", "completion": " purple.", "label": false}' > "$T/pref/trl.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}' > "$T/pref/sft.jsonl"
+$G tokenize --tokenizer "$TOK" -o "$T/pref_out" "$T/pref/dpo.json" "$T/pref/kto.json" "$T/pref/trl.jsonl" "$T/pref/sft.jsonl" 2>"$T/pref.log"; rc=$?
+check "preference files: exit 0, only the SFT record kept ($rc)" test $rc = 0 -a "$(jget "$T/pref_out/report.json" records_kept)" = 1
+check "... 4 dropped as preference_pair" grep -q '"preference_pair": *4' "$T/pref_out/report.json"
+check "... 3 dropped as kto_label (the undesirable ones too)" grep -q '"kto_label": *3' "$T/pref_out/report.json"
+check "... the summary names the reason, the file and line, and the hint" \
+    grep -q "dpo.json:2: record 0: a preference pair.*preference training is not available in glmtune yet (it is planned: stage: dpo)" "$T/pref.log"
+check "... and for KTO the label" grep -q "kto.json:.*record 1: a KTO record (its answer labelled undesirable (false)" "$T/pref.log"
+$G tokenize --quiet --strict --tokenizer "$TOK" -o "$T/pref_strict" "$T/pref/kto.json" 2>"$T/pref_strict.log"; rc=$?
+check "--strict: the first KTO record is fatal (exit $rc)" test $rc = 1 -a ! -e "$T/pref_strict" &&
+    grep -q "\[kto_label\]" "$T/pref_strict.log"
+printf '{"pairs": {"file_name": "dpo.json", "ranking": true, "formatting": "sharegpt", "columns": {"messages": "conversations", "chosen": "chosen", "rejected": "rejected"}}, "sft": {"file_name": "sft.jsonl", "formatting": "openai"}}\n' > "$T/pref/dataset_info.json"
+$G tokenize --quiet --tokenizer "$TOK" --dataset-dir "$T/pref" --dataset pairs -o "$T/pref_reg" 2>"$T/pref_reg.log"; rc=$?
+check "a ranking entry named by --dataset: refused with the hint (exit $rc)" test $rc != 0 -a ! -e "$T/pref_reg" &&
+    grep -q 'dataset "pairs" cannot be used: it is a ranking.*(it is planned: stage: dpo)' "$T/pref_reg.log"
+
 printf 'dataset: identity\ncutof_len: 512\n' > "$T/typo.yaml"
 $G tokenize --quiet --config "$T/typo.yaml" --model_name_or_path "$TOK" --dataset_dir "$F/corpora/llamafactory" -o "$T/typo" 2>"$T/typo.log"; rc=$?
 check "an unknown key fails (exit $rc) naming file:line and the close key" grep -q "typo.yaml:2: unknown key 'cutof_len'.*cutoff_len" "$T/typo.log"

@@ -89,6 +89,51 @@ static void test_outputs(const char *dir) {
 
 /* glm_commit_dir: the old directory is replaced as a whole; a symbolic link is followed;
  * leftovers of a killed swap are cleaned, a missing output restored from its ".old" copy. */
+/* A full disk while a regular file is written (its temporary file's descriptor pointed at /dev/full,
+ * which fails writes with ENOSPC): the error names the file, says the disk is full and what is left:
+ * a new file is not created (no "earlier file" that never was), an existing one keeps its content. */
+static void test_disk_full(const char *dir) {
+    int full = open("/dev/full", O_WRONLY);
+    if (full < 0) {
+        printf("  (/dev/full cannot be opened here (%s): the disk-full case is not run)\n", strerror(errno));
+        return;
+    }
+    char *fresh = glm_path_join(dir, "fresh.bin"), *old = glm_path_join(dir, "old.bin");
+    static char big[1 << 20];
+    for (int k = 0; k < 4; k++) {
+        bool existing = k & 1, at_commit = k & 2; /* the error from a large write, or from the flush at commit */
+        const char *path = existing ? old : fresh;
+        if (existing) CHECK(glm_write_file_atomic(old, "old", 3) == GLM_OK, "write old: %s", glm_errmsg());
+        glm_afile af;
+        CHECK(glm_afile_open(&af, path) == GLM_OK, "open %s: %s", path, glm_errmsg());
+        if (!af.f) continue;
+        CHECK(dup2(full, fileno(af.f)) >= 0, "dup2");
+        glm_status st = at_commit ? glm_afile_write(&af, "x", 1) : glm_afile_write(&af, big, sizeof big);
+        if (at_commit) {
+            CHECK(st == GLM_OK, "a buffered byte: %s", glm_errmsg());
+            st = glm_afile_commit(&af);
+        } else {
+            glm_afile_abort(&af);
+        }
+        const char *m = glm_errmsg();
+        CHECK(st == GLM_ERR_IO && strstr(m, path) && strstr(m, "No space left") && strstr(m, "the disk is full") &&
+                  strstr(m, "df -h"), "case %d: the file and a full disk: %s", k, m);
+        if (existing) {
+            char *data = NULL;
+            size_t n = 0;
+            CHECK(strstr(m, "the earlier file of that name is left as it was") != NULL, "case %d: %s", k, m);
+            CHECK(glm_read_file(old, &data, &n) == GLM_OK && n == 3 && !memcmp(data, "old", 3), "the old file kept");
+            free(data);
+        } else {
+            CHECK(!strstr(m, "earlier") && strstr(m, "it was not created"), "case %d: a new file: %s", k, m);
+            CHECK(!glm_is_file(fresh), "the new file does not exist");
+        }
+    }
+    close(full);
+    free(fresh);
+    free(old);
+}
+
 static void test_commit_dir(const char *dir) {
     char *out = glm_path_join(dir, "out"), *tmp = NULL, *f = NULL;
     CHECK(glm_mkdir_p(out) == GLM_OK, "mkdir");
@@ -373,6 +418,7 @@ int main(void) {
           "error names the file: %s", glm_errmsg());
     free(p);
     test_outputs(dir);
+    test_disk_full(dir);
     test_commit_dir(dir);
     test_dir_first_foreign(dir);
     glm_rmtree(dir);

@@ -370,6 +370,69 @@ int main(void) {
                 "bad_content");
     CHECK(strstr(glm_errmsg(), "an integer"), "a big integer is an integer, not text: %s", glm_errmsg());
 
+    /* --- preference data (issue 34): not supervised data, refused record by record with the hint, whatever
+     * layout the rest of the record has; LLaMA-Factory's dpo_en_demo / kto_en_demo records, its alpaca pairs,
+     * TRL's prompt/chosen/rejected (text or conversational) and unpaired prompt/completion/label */
+    static const char *const pairs[] = {
+        "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi!\"}], \"chosen\": {\"from\": \"gpt\", \"value\": "
+        "\"Hello.\"}, \"rejected\": {\"from\": \"gpt\", \"value\": \"Go away.\"}}",
+        "{\"instruction\": \"Add 2 and 2.\", \"input\": \"\", \"chosen\": \"4\", \"rejected\": \"5\"}",
+        "{\"prompt\": \"The sky is\", \"chosen\": \" blue.\", \"rejected\": \" green.\"}",
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"Sky?\"}], \"chosen\": [{\"role\": \"assistant\", "
+        "\"content\": \"Blue.\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"Green.\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"chosen\": {\"role\": \"assistant\", "
+        "\"content\": \"Hello\"}, \"rejected\": {\"role\": \"assistant\", \"content\": \"No\"}}",
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        EXPECT_FAIL(pairs[i], GLM_FMT_AUTO, NULL, "preference_pair");
+        CHECK(strstr(glm_errmsg(), "preference pair") && strstr(glm_errmsg(), "preference training is not available") &&
+                  strstr(glm_errmsg(), "stage: dpo"), "pair %zu: %s", i, glm_errmsg());
+    }
+    EXPECT_FAIL(pairs[0], GLM_FMT_SHAREGPT, NULL, "preference_pair"); /* a forced chat layout too */
+    EXPECT_FAIL(pairs[1], GLM_FMT_ALPACA, NULL, "preference_pair");
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": "
+                "\"A bad answer\"}], \"label\": false}", GLM_FMT_AUTO, NULL, "kto_label");
+    CHECK(strstr(glm_errmsg(), "undesirable (false)") && strstr(glm_errmsg(), "stage: dpo"), "kto false: %s", glm_errmsg());
+    EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": "
+                "\"A\"}], \"label\": true}", GLM_FMT_AUTO, NULL, "kto_label");
+    CHECK(strstr(glm_errmsg(), "desirable (true)"), "kto true: %s", glm_errmsg());
+    EXPECT_FAIL("{\"prompt\": \"The sky is\", \"completion\": \" green.\", \"label\": false}", GLM_FMT_AUTO, NULL,
+                "kto_label");
+    EXPECT_FAIL("{\"instruction\": \"Q\", \"output\": \"A\", \"label\": false}", GLM_FMT_AUTO, NULL, "kto_label");
+    /* not preference data: a label that is not true/false, one of chosen/rejected alone, or a layout forced to
+     * text / pretokenized (the columns say what is trained) */
+    CHECK(conv("{\"instruction\": \"Q\", \"output\": \"A\", \"label\": \"sports\"}", GLM_FMT_AUTO, NULL) == GLM_OK,
+          "a text label is no KTO label: %s", glm_errmsg());
+    CHECK(conv("{\"instruction\": \"Q\", \"output\": \"A\", \"chosen\": \"x\"}", GLM_FMT_AUTO, NULL) == GLM_OK,
+          "chosen alone is no pair: %s", glm_errmsg());
+    CHECK(conv("{\"text\": \"T\", \"label\": true}", GLM_FMT_TEXT, NULL) == GLM_OK && g_conv.format == GLM_FMT_TEXT,
+          "--format text reads the text: %s", glm_errmsg());
+    /* dataset_info entries: "ranking": true, a kto_tag column (any name), refused as such */
+    {
+        json_t *pr = json_loads("{\"pairs\": {\"file_name\": \"p.json\", \"ranking\": true, \"formatting\": "
+                                "\"sharegpt\", \"columns\": {\"messages\": \"conversations\", \"chosen\": \"good\", "
+                                "\"rejected\": \"bad\"}}, \"kto\": {\"file_name\": \"k.json\", \"formatting\": "
+                                "\"sharegpt\", \"columns\": {\"messages\": \"messages\", \"kto_tag\": \"ok\"}, "
+                                "\"tags\": {\"role_tag\": \"role\", \"content_tag\": \"content\", \"user_tag\": \"user\", "
+                                "\"assistant_tag\": \"assistant\"}}}", 0, NULL);
+        glm_dsinfo *pi = NULL;
+        CHECK(glm_dsinfo_from_json(pr, "/tmp/dataset_info.json", &pi) == GLM_OK, "%s", glm_errmsg());
+        json_decref(pr);
+        const glm_dsinfo_entry *pe = pi ? glm_dsinfo_find_name(pi, "pairs") : NULL, *ke = pi ? glm_dsinfo_find_name(pi, "kto") : NULL;
+        CHECK(pe && pe->ranking && !pe->kto && pe->unsupported && strstr(pe->unsupported, "stage: dpo"), "ranking entry");
+        CHECK(ke && ke->kto && !ke->ranking && ke->unsupported && strstr(ke->unsupported, "stage: dpo"), "kto entry");
+        if (pe && ke) {
+            EXPECT_FAIL("{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}], \"good\": {\"from\": "
+                        "\"gpt\", \"value\": \"A\"}, \"bad\": {\"from\": \"gpt\", \"value\": \"B\"}}", GLM_FMT_AUTO, pe,
+                        "preference_pair");
+            CHECK(strstr(glm_errmsg(), "\"ranking\": true"), "ranking named: %s", glm_errmsg());
+            EXPECT_FAIL("{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", "
+                        "\"content\": \"A\"}], \"ok\": 0}", GLM_FMT_AUTO, ke, "kto_label");
+            CHECK(strstr(glm_errmsg(), "kto_tag"), "kto_tag named: %s", glm_errmsg());
+        }
+        glm_dsinfo_free(pi);
+    }
+
     /* --- dataset_info mappings */
     json_t *root = json_loads(
         "{\"chat\": {\"file_name\": \"c.json\", \"formatting\": \"sharegpt\", \"columns\": "

@@ -188,7 +188,16 @@ int main(void) {
     q[1].w = malloc(15 * 4);
     glm_optim_free(&o2);
     CHECK(glm_ckpt_load_weights(&c, NULL, q, 2, NULL) == GLM_ERR_MISMATCH && strstr(glm_errmsg(), "lora_B") &&
-              strstr(glm_errmsg(), "lora-rank"), "shape mismatch: %s", glm_errmsg());
+              strstr(glm_errmsg(), "lora-rank is 3") && strstr(glm_errmsg(), "--lora-rank 2"),
+          "shape mismatch: %s", glm_errmsg());
+    /* a checkpoint of a model of another size: lora_B's out_features 5, this run 7 (the rank the same): the
+     * sizes are named, no lora-rank blamed */
+    q[1].shape[0] = 7, q[1].shape[1] = 2;
+    q[1].numel = 14;
+    CHECK(glm_ckpt_load_weights(&c, NULL, q, 2, NULL) == GLM_ERR_MISMATCH && strstr(glm_errmsg(), "lora_B") &&
+              strstr(glm_errmsg(), "output size (out_features) is 5 in it and 7 in this model") &&
+              strstr(glm_errmsg(), "model of another size") && !strstr(glm_errmsg(), "lora-rank"),
+          "another model size: %s", glm_errmsg());
     glm_ckpt_free(&c);
 
     /* a save killed half way: a partial .tmp dir; and a checkpoint dir without checksums */

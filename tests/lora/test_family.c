@@ -209,6 +209,23 @@ static void test_configs(void) {
     CHECK(glm_config_load(tmp, 0, &c) == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), "GLM-4.5") &&
               strstr(glm_errmsg(), "mixture-of-experts"),
           "GLM-4.5 refused by name: %s", glm_errmsg());
+    /* a GPTQ / AWQ checkpoint (transformers' quantization_config): refused by its quant_method with the way glmtune
+     * quantizes, not "tensor not found" */
+    static const char *const qc[] = {
+        "{\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"desc_act\": false}",
+        "{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 128, \"version\": \"gemm\", \"zero_point\": true}"};
+    for (int i = 0; i < 2; i++) {
+        fresh(i ? GLM_LAYOUT_CHATGLM : GLM_LAYOUT_HF, &t);
+        edit_config(tmp, "quantization_config", qc[i]);
+        const char *name = i ? "awq, 4-bit" : "gptq, 4-bit";
+        st = glm_config_load(tmp, 0, &c);
+        CHECK(st == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), "config.json") && strstr(glm_errmsg(), "quantization_config") &&
+                  strstr(glm_errmsg(), name) && strstr(glm_errmsg(), "bf16 checkpoint") &&
+                  strstr(glm_errmsg(), "--quantization-bit 4") && strstr(glm_errmsg(), "--base-dtype fp8"),
+              "%s checkpoint refused by its quant_method (%d): %s", name, st, glm_errmsg());
+        CHECK(load() == GLM_ERR_UNSUPPORTED && strstr(glm_errmsg(), name), "... by the loader too: %s", glm_errmsg());
+        if (getenv("GLM_TEST_VERBOSE")) printf("quantized: %s\n", glm_errmsg());
+    }
     /* a model_type no row describes, though its keys are the hf layout's */
     fresh(GLM_LAYOUT_HF, &t);
     edit_config(tmp, "model_type", "\"llama\"");

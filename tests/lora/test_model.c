@@ -416,6 +416,45 @@ static void test_targets_and_adapter(void) {
     CHECK(glm_lora_load_peft(l, adir) == GLM_ERR_MISMATCH && strstr(glm_errmsg(), "r is 4"), "adapter r mismatch: %s",
           glm_errmsg());
     glm_lora_free(l);
+    /* an adapter of a model of another size (lora_A's in_features 32, not this model's hidden 64): said so, with
+     * both sizes, not "a different lora-rank" */
+    {
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "/tmp/glm_test_adapter_%d", (int)getpid());
+        glm_rmtree(tmp);
+        glm_mkdir_p(tmp);
+        const char *victim = "base_model.model.transformer.encoder.layers.0.self_attention.query_key_value.lora_A.weight";
+        char *src = glm_path_join(adir, "adapter_model.safetensors"), *dst = glm_path_join(tmp, "adapter_model.safetensors");
+        char *ca = glm_path_join(adir, "adapter_config.json"), *cb = glm_path_join(tmp, "adapter_config.json"), *data = NULL;
+        size_t len = 0;
+        glm_st_set *s = NULL;
+        CHECK(glm_read_file(ca, &data, &len) == GLM_OK && glm_write_file_atomic(cb, data, len) == GLM_OK, "copy config");
+        free(data);
+        if (glm_st_open(src, &s) == GLM_OK) {
+            size_t n = glm_st_count(s);
+            glm_st_tensor *ts = calloc(n, sizeof *ts);
+            for (size_t i = 0; i < n; i++) {
+                ts[i] = *glm_st_at(s, i);
+                if (!strcmp(ts[i].name, victim)) { /* [4, 64] -> [4, 32]: half the bytes */
+                    ts[i].shape[1] /= 2;
+                    ts[i].numel /= 2;
+                    ts[i].nbytes /= 2;
+                }
+            }
+            CHECK(glm_st_write(dst, ts, n, NULL, 0) == GLM_OK, "write the reshaped adapter: %s", glm_errmsg());
+            free(ts);
+            glm_st_close(s);
+        }
+        lc.r = 4;
+        CHECK(glm_lora_create(m, &lc, 1, &l) == GLM_OK, "create r=4");
+        const char *e = glm_lora_load_peft(l, tmp) == GLM_ERR_MISMATCH ? glm_errmsg() : "";
+        CHECK(strstr(e, victim) && strstr(e, "input size") && strstr(e, "32 in it and 64 in this model") &&
+                  strstr(e, "model of another size") && !strstr(e, "lora-rank"),
+              "adapter of another model size: %s", glm_errmsg());
+        glm_lora_free(l);
+        glm_rmtree(tmp);
+        free(src), free(dst), free(ca), free(cb);
+    }
     lc.r = 4;
     lc.use_rslora = true;
     CHECK(glm_lora_create(m, &lc, 1, &l) == GLM_OK && fabsf(l->scaling - 4.0f) < 1e-6f, "rsLoRA scaling alpha/sqrt(r)");

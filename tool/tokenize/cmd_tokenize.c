@@ -193,10 +193,18 @@ static void process_record(batch_ctx *c, job *j, out_buf *ob) {
         }
         json_t *first = json_array_get(conv.messages, 0);
         const char *role0 = json_string_value(json_object_get(first, "role"));
-        if (c->o->default_system && !(role0 && !strcmp(role0, "system"))) {
+        bool has_system = role0 && !strcmp(role0, "system");
+        const char *sys0 = has_system ? json_string_value(json_object_get(first, "content")) : NULL;
+        if (c->o->default_system && !has_system) {
             /* LLaMA-Factory: system = the sample's system or default_system (template.encode) */
             json_array_insert_new(conv.messages, 0,
                                   json_pack("{s:s,s:s}", "role", "system", "content", c->o->default_system));
+            if (j->n_notes < 8) j->notes[j->n_notes++] = "default_system_added";
+        } else if (c->o->default_system && has_system && (!sys0 || !*sys0)) {
+            /* an empty system message: the one that carries the sample's tools (formats.c puts them on a system
+             * message of its own), or a record's "system": "". LLaMA-Factory's `system or default_system` takes
+             * the default there too, rendered with the tools; the chat template puts it after the tool block */
+            json_object_set_new(first, "content", json_string(c->o->default_system));
             if (j->n_notes < 8) j->notes[j->n_notes++] = "default_system_added";
         }
         s = glm_chat_encode(c->tok, c->tpl, conv.messages, (glm_train_on)c->o->train_on, &ob->ids, &ob->tg);

@@ -108,6 +108,13 @@ static glm_status set_key(tok_config *c, const char *path, int line, const char 
     if (!strcmp(key, "stage")) {
         char where[600];
         snprintf(where, sizeof where, "%s:%d", path, line);
+        if (!strcmp(v, "dpo") || !strcmp(v, "kto"))
+            /* preference data is not supervised data: no shards that train would misuse */
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s: stage: %s is refused: it is %s preference optimisation (%s and a "
+                           "reference model), which glmtune does not train; hint: preference training is not available "
+                           "yet (it is planned: stage: dpo); use stage: sft with supervised data, or LLaMA-Factory for %s",
+                           where, v, !strcmp(v, "dpo") ? "DPO" : "KTO",
+                           !strcmp(v, "dpo") ? "chosen/rejected pairs" : "desirable/undesirable labels", v);
         GLM_TRY(glm_stage_check(v, where));
         return get_str(v, &c->stage);
     }
