@@ -68,7 +68,7 @@ typedef struct glm_model_options {
                                   GPU without it, 1 always, -1 never */
     int offload_layers;        /* with offload 1: how many layer inputs (the first ones) go to host memory; 0: all */
     int optimizer;             /* 1: plans count AdamW's two moments per LoRA parameter (training) */
-    int cp;                    /* context parallel over cp ranks of cp_comm (see glm_model.cp); 0 or 1: off */
+    int cp;                    /* context parallel over cp ranks of cp_comm (see glm_model: "Context parallel"); 0 or 1: off */
     const glm_backend *cp_comm;/* with cp > 1: the group's communicator (cp_comm->world == cp) */
 } glm_model_options;
 
@@ -81,13 +81,8 @@ typedef struct glm_model {
     glm_weight out_w;          /* output_layer / lm_head [V, C], dense */
     glm_layer_weights *layers; /* [L] */
     float *inv_freq;           /* RoPE frequencies [rope_dim/2] f32, backend memory (glm_rope_inv_freq) */
-    /* set by glm_model_set_options (glm_model_options says what each means) */
-    int64_t loss_chunk;
-    int64_t mlp_chunk;
-    double max_bytes;
-    int offload;
-    int offload_layers;
-    int optimizer;
+    glm_model_options opt;     /* set by glm_model_set_options (glm_model_options says what each means); context
+                                  parallel (opt.cp, opt.cp_comm): see below */
     int run_layers;            /* > 0: a step runs only layers [0, run_layers) in its forward and backward, with
                                   the whole model's plan and workspace (the memory proof, lora/model/model_prove.h);
                                   0 (default): every layer */
@@ -120,17 +115,15 @@ typedef struct glm_model {
      * after it). Every rank must run the same sequence of steps (the gathers are collectives).
      * 0: every rank holds the whole base. */
     int shard_world;
-    /* Context parallel (--context-parallel, lora/model/ring_attention.h): cp > 1 splits every row of a
-     * batch over the cp ranks of cp_comm (a comm_split group; cp_comm->world == cp, its rank is
+    /* Context parallel (--context-parallel, lora/model/ring_attention.h): opt.cp > 1 splits every row of a
+     * batch over the opt.cp ranks of opt.cp_comm (a comm_split group; cp_comm->world == cp, its rank is
      * this rank's place). glm_model_step then takes whole rows (every rank of the group the same
      * batch: ids, targets, pos and doc of all T tokens, as the loader gives them), computes this
      * rank's 2 chunks of each row (attention as a ring over the group, every other op on the local
      * tokens), and returns this rank's share of the loss sum and target count and ACCUMULATES its
      * share of the LoRA gradients: summed over the group (the trainer all-reduces over the world),
      * they are those of the unsplit rows. Every rank of the group must run the same steps.
-     * glm_model_logits refuses it. 0 or 1: off. Set by glm_model_set_options. */
-    int cp;
-    const glm_backend *cp_comm;
+     * glm_model_logits refuses it. opt.cp 0 or 1: off. Set by glm_model_set_options. */
 } glm_model;
 
 /* Loads config.json (glm_config_load with rope_theta_override, see lora/model/config.h) and the weights
@@ -203,8 +196,8 @@ static inline int glm_shard_world(int shard_base, int world) { return shard_base
 const char *glm_base_format_name(const glm_model *m);
 
 /* The memory budget (bytes) for plans: the device's free memory plus what glmtune already holds,
- * less a 1 GiB margin; with m->max_bytes set (a cap on everything the process holds on the device,
- * as be->set_mem_cap enforces it), at most m->max_bytes less be->mem_overhead (the CUDA context,
+ * less a 1 GiB margin; with m->opt.max_bytes set (a cap on everything the process holds on the device,
+ * as be->set_mem_cap enforces it), at most m->opt.max_bytes less be->mem_overhead (the CUDA context,
  * library handles and workspaces, which no plan buffer holds). */
 double glm_model_budget(const glm_model *m);
 
@@ -244,9 +237,9 @@ const glm_plan *glm_model_current_plan(const glm_model *m);
  * backward reproduce them, and two calls give a token the same mask whatever batch it is in when its key and
  * dropout_seed are the same; the dropout applies to every call with lora->dropout > 0, backward
  * or not (evaluation sets it to 0). A non-finite loss is returned as it is (the trainer counts and
- * skips such steps). With context parallel (m->cp > 1) the batch is whole rows, the attention a
- * ring over m->cp_comm (a collective: every rank of the group makes the same calls) and the sums
- * and gradients this rank's share of them (see glm_model.cp). Errors: GLM_ERR_ARG (bad batch: id
+ * skips such steps). With context parallel (m->opt.cp > 1) the batch is whole rows, the attention a
+ * ring over m->opt.cp_comm (a collective: every rank of the group makes the same calls) and the sums
+ * and gradients this rank's share of them (see glm_model: "Context parallel"). Errors: GLM_ERR_ARG (bad batch: id
  * >= V, a target at the first token of a row or of a document, B or T <= 0; context parallel
  * without its group communicator), backend and communication errors. */
 glm_status glm_model_step(glm_model *m, glm_lora *lora, const glm_batch *batch, float loss_scale, int backward,

@@ -27,7 +27,7 @@ static double budget_of(const glm_backend *be, double described, double max_byte
 
 double glm_model_budget(const glm_model *m) {
     double overhead;
-    return budget_of(m->be, 0, m->max_bytes, &overhead);
+    return budget_of(m->be, 0, m->opt.max_bytes, &overhead);
 }
 
 void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T, int backward, int64_t loss_chunk,
@@ -49,7 +49,7 @@ void glm_scratch_shape_for(const glm_config *c, int cp, int world, int B, int T,
 }
 
 void glm_model_scratch_shape(const glm_model *m, int B, int T, int backward, int64_t loss_chunk, glm_scratch_shape *s) {
-    glm_scratch_shape_for(&m->cfg, m->cp, m->be->world, B, T, backward, loss_chunk, s);
+    glm_scratch_shape_for(&m->cfg, m->opt.cp, m->be->world, B, T, backward, loss_chunk, s);
     s->fp8 = m->fmt.fp8;
 }
 
@@ -187,22 +187,11 @@ glm_status glm_model_set_options(glm_model *m, const glm_model_options *o) {
         return glm_err(GLM_ERR_ARG, "model options: context parallel over %d ranks needs its group communicator of %d "
                        "ranks (got %s of %d)", o->cp, o->cp, o->cp_comm ? "a group" : "no group",
                        o->cp_comm ? o->cp_comm->world : 0);
-    m->loss_chunk = o->loss_chunk;
-    m->mlp_chunk = o->mlp_chunk;
-    m->max_bytes = o->max_bytes;
-    m->offload = o->offload;
-    m->offload_layers = o->offload_layers;
-    m->optimizer = o->optimizer;
-    m->cp = o->cp;
-    m->cp_comm = o->cp_comm;
+    m->opt = *o;
     return GLM_OK;
 }
 
-glm_model_options glm_model_get_options(const glm_model *m) {
-    return (glm_model_options){.loss_chunk = m->loss_chunk, .mlp_chunk = m->mlp_chunk, .max_bytes = m->max_bytes,
-                               .offload = m->offload, .offload_layers = m->offload_layers, .optimizer = m->optimizer,
-                               .cp = m->cp, .cp_comm = m->cp_comm};
-}
+glm_model_options glm_model_get_options(const glm_model *m) { return m->opt; }
 
 void glm_model_set_grad_ready(glm_model *m, glm_status (*fn)(void *user, int layer), void *user) {
     m->grad_ready = fn;

@@ -57,7 +57,7 @@ static glm_status run(glm_model *m, glm_lora *lora, const glm_batch *b, float lo
     if (lora && (lora->L != c->L || lora->be != be))
         return glm_err(GLM_ERR_MISMATCH, "model step: the LoRA adapter was built for another model");
     if (!lora) backward = 0;
-    const int cp = m->cp > 1;
+    const int cp = m->opt.cp > 1;
     GLM_TRY(glm_ws_check_cp(m));
     if (cp && logits_out)
         return glm_err(GLM_ERR_UNSUPPORTED, "model logits with context parallel: each rank holds only its chunks of a row; "

@@ -84,7 +84,7 @@ static glm_status set_fill(const glm_model *m, struct glm_ws *w, int k, const gl
 
 glm_status glm_model_prefetch(glm_model *m, const glm_batch *b) {
     struct glm_ws *w = m->ws;
-    if (!w || w->cp > 1 || m->cp > 1 || !b || b->B <= 0 || b->B > w->B_cap || b->T != w->T || !b->ids || !b->pos || !b->doc)
+    if (!w || w->cp > 1 || m->opt.cp > 1 || !b || b->B <= 0 || b->B > w->B_cap || b->T != w->T || !b->ids || !b->pos || !b->doc)
         return GLM_OK; /* not for this workspace: the step uploads it */
     const int k = 1 - w->cur;
     if (set_holds(w, k, b) || set_holds(w, w->cur, b)) return GLM_OK;

@@ -232,7 +232,7 @@ struct glm_ws {
     int TL, cp;
     double max_bytes;
     int64_t mlp_over, loss_over;
-    int offload_over;        /* m->offload and m->offload_layers when the workspace was made */
+    int offload_over;        /* m->opt.offload and m->opt.offload_layers when the workspace was made */
     int plan_offload_layers;
     size_t esz;
     void **buf[GLM_BUF_COUNT]; /* plan.buf[id].count buffers each */
@@ -265,7 +265,7 @@ struct glm_ws {
 /* Frees the workspace (NULL: nothing) and everything it allocated. */
 void glm_ws_free(struct glm_ws *w);
 
-/* Context parallel needs the group's communicator of m->cp ranks. Errors: GLM_ERR_ARG. */
+/* Context parallel needs the group's communicator of m->opt.cp ranks. Errors: GLM_ERR_ARG. */
 glm_status glm_ws_check_cp(const glm_model *m);
 
 /* m->ws for a call of B rows of T tokens: the current workspace when it fits (shape, mode,

@@ -175,8 +175,8 @@ static glm_status ws_bind_batches(struct glm_ws *w, const glm_plan *p) {
 static void ws_bind_ring(const glm_model *m, struct glm_ws *w, const glm_plan *p) {
     glm_ring *R = &w->ring;
     R->be = w->be;
-    R->comm = m->cp_comm;
-    glm_cp_layout_make(p->T, p->cp, m->cp_comm->rank, &R->L);
+    R->comm = m->opt.cp_comm;
+    glm_cp_layout_make(p->T, p->cp, m->opt.cp_comm->rank, &R->L);
     R->B = p->B;
     R->H = m->cfg.H;
     R->Hkv = m->cfg.Hkv;
@@ -208,11 +208,11 @@ static glm_status ws_create(glm_model *m, const glm_lora *lora, const glm_plan *
     w->TL = (int)p->T_local;
     w->cp = p->cp;
     w->backward = p->backward;
-    w->max_bytes = m->max_bytes;
-    w->mlp_over = m->mlp_chunk;
-    w->loss_over = m->loss_chunk;
-    w->offload_over = m->offload;
-    w->plan_offload_layers = m->offload_layers;
+    w->max_bytes = m->opt.max_bytes;
+    w->mlp_over = m->opt.mlp_chunk;
+    w->loss_over = m->opt.loss_chunk;
+    w->offload_over = m->opt.offload;
+    w->plan_offload_layers = m->opt.offload_layers;
     w->esz = glm_dtype_size(be->act_dtype);
     glm_status st = ws_alloc_table(w, p, m->cfg.L);
     if (!st) st = ws_bind_layers(w, p, m->cfg.L);
@@ -252,11 +252,11 @@ static glm_status oom_context(glm_status st, const glm_model *m, const glm_plan 
 
 glm_status glm_ws_ensure(glm_model *m, glm_lora *lora, int B, int T, int backward, glm_ckpt_mode mode, int dropout) {
     struct glm_ws *w = m->ws;
-    if (w && w->T == T && w->cp == (m->cp > 1 ? m->cp : 0) && (w->cp == 0 || w->ring.comm == m->cp_comm) && B <= w->B_cap &&
+    if (w && w->T == T && w->cp == (m->opt.cp > 1 ? m->opt.cp : 0) && (w->cp == 0 || w->ring.comm == m->opt.cp_comm) && B <= w->B_cap &&
         (!backward || w->backward) && (w->mode == mode || !backward) && (!lora || w->lora == lora) &&
         (!dropout || GLM_WB(w, GLM_BUF_LORA_DROP)) &&
-        w->max_bytes == m->max_bytes && w->mlp_over == m->mlp_chunk && w->loss_over == m->loss_chunk &&
-        w->offload_over == m->offload && w->plan_offload_layers == m->offload_layers)
+        w->max_bytes == m->opt.max_bytes && w->mlp_over == m->opt.mlp_chunk && w->loss_over == m->opt.loss_chunk &&
+        w->offload_over == m->opt.offload && w->plan_offload_layers == m->opt.offload_layers)
         return GLM_OK;
     glm_ws_free(m->ws);
     m->ws = NULL;
@@ -267,9 +267,9 @@ glm_status glm_ws_ensure(glm_model *m, glm_lora *lora, int B, int T, int backwar
 }
 
 glm_status glm_ws_check_cp(const glm_model *m) {
-    if (m->cp > 1 && (!m->cp_comm || m->cp_comm->world != m->cp))
+    if (m->opt.cp > 1 && (!m->opt.cp_comm || m->opt.cp_comm->world != m->opt.cp))
         return glm_err(GLM_ERR_ARG, "model step: context parallel over %d ranks needs their group communicator (cp_comm "
-                       "of %d ranks)", m->cp, m->cp_comm ? m->cp_comm->world : 0);
+                       "of %d ranks)", m->opt.cp, m->opt.cp_comm ? m->opt.cp_comm->world : 0);
     return GLM_OK;
 }
 

@@ -326,7 +326,7 @@ int main(int argc, char **argv) {
     {
         glm_model_options mo = glm_model_get_options(cp.m);
         mo.cp = cpn + 1;
-        CHECK(glm_model_set_options(cp.m, &mo) == GLM_ERR_ARG && strstr(glm_errmsg(), "group") && cp.m->cp == cpn,
+        CHECK(glm_model_set_options(cp.m, &mo) == GLM_ERR_ARG && strstr(glm_errmsg(), "group") && cp.m->opt.cp == cpn,
               "a group communicator of the wrong size is refused: %s", glm_errmsg());
     }
     {
