@@ -63,7 +63,10 @@ static inline int run(const char *fmt, ...) {
         fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
         char *log = NULL;
         size_t n;
-        if (asprintf(&lp, "%s/cmd.log", tmp) >= 0 && glm_read_file(lp, &log, &n) == GLM_OK) fputs(log, stderr);
+        if (asprintf(&lp, "%s/cmd.log", tmp) >= 0) {
+            if (glm_read_file(lp, &log, &n) == GLM_OK) fputs(log, stderr);
+            free(lp);
+        }
         free(log);
     }
     free(cmd);
@@ -142,11 +145,26 @@ static inline int same_file(const char *a, const char *b) {
     return same;
 }
 
-/* tmp/name (malloc'd). */
-static inline char *path(const char *name) {
-    char *p;
-    if (asprintf(&p, "%s/%s", tmp, name) < 0) return NULL;
+/* The strings path() and fmt() return stay allocated for the test program's life, reachable from
+ * here (so that LeakSanitizer, tests/sanitize.sh, sees no leak); a test makes a few dozen. */
+static char *kept_[512];
+static int n_kept_;
+static inline char *keep(char *p) {
+    if (p && n_kept_ < (int)(sizeof kept_ / sizeof kept_[0])) kept_[n_kept_++] = p;
     return p;
 }
+
+/* printf into a kept string (NULL when out of memory). */
+static inline __attribute__((format(printf, 1, 2))) char *fmt(const char *f, ...) {
+    char *p;
+    va_list ap;
+    va_start(ap, f);
+    int n = vasprintf(&p, f, ap);
+    va_end(ap);
+    return n < 0 ? NULL : keep(p);
+}
+
+/* tmp/name (a kept string). */
+static inline char *path(const char *name) { return fmt("%s/%s", tmp, name); }
 
 #endif

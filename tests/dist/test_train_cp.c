@@ -93,8 +93,8 @@ static double eval_at(json_t *m, int step) {
 
 static void compare(const char *what, const char *ref, const char *run_) {
     char *gr = path(ref), *gd = path(run_), *fr, *fd, *er, *ed, *ar, *ad;
-    asprintf(&fr, "%s.grads", gr);
-    asprintf(&fd, "%s.grads", gd);
+    fr = fmt("%s.grads", gr);
+    fd = fmt("%s.grads", gd);
     int cnt = 0;
     double d = max_rel_diff(fd, fr, &cnt);
     CHECK(d < TOL_GRAD && cnt == 16, "%s: step 1 gradients: worst tensor rel diff %.3g over %d tensors", what, d, cnt);
@@ -111,12 +111,12 @@ static void compare(const char *what, const char *ref, const char *run_) {
           json_array_size(md));
     json_decref(mr);
     json_decref(md);
-    asprintf(&er, "%s-adapter", gr);
-    asprintf(&ed, "%s-adapter", gd);
+    er = fmt("%s-adapter", gr);
+    ed = fmt("%s-adapter", gd);
     CHECK(run("%s export-adapter --checkpoint %s -o %s", G, gr, er) == 0 && run("%s export-adapter --checkpoint %s -o %s", G, gd, ed) == 0,
           "%s: export both", what);
-    asprintf(&ar, "%s/adapter_model.safetensors", er);
-    asprintf(&ad, "%s/adapter_model.safetensors", ed);
+    ar = fmt("%s/adapter_model.safetensors", er);
+    ad = fmt("%s/adapter_model.safetensors", ed);
     d = max_rel_diff(ad, ar, &cnt);
     CHECK(d < TOL_ADAPTER && cnt == 16, "%s: adapters after 2 steps: max rel diff %.3g", what, d);
     free(gr), free(gd), free(fr), free(fd), free(er), free(ed), free(ar), free(ad);
@@ -137,11 +137,11 @@ int main(void) {
     int rc = train_test_begin("/tmp/glmcp.XXXXXX");
     if (rc) return rc;
     char *fix, *jsonl = path("docs.jsonl"), *shards = path("shards"), *common;
-    asprintf(&fix, "%s/tiny-glm4/chatglm", data_dir);
+    fix = fmt("%s/tiny-glm4/chatglm", data_dir);
     write_docs(jsonl);
     CHECK(run("%s tokenize --quiet --seq-len 50 -o %s %s", G, shards, jsonl) == 0, "tokenize");
     check_rows(shards);
-    asprintf(&common, "--model %s --init-adapter %s/adapter_init --data %s --lora-target all --lora-rank 4 --lora-alpha 8 "
+    common = fmt("--model %s --init-adapter %s/adapter_init --data %s --lora-target all --lora-rank 4 --lora-alpha 8 "
                       "--lora-dropout 0 --learning-rate 1e-3 --weight-decay 0.01 --lr-scheduler-type constant "
                       "--logging-steps 1 --seed 5 --device cpu --per-device-train-batch-size 1 --max-steps 2 --eval-data %s --eval-steps 2",
              fix, fix, shards, shards);

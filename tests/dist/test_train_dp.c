@@ -32,7 +32,7 @@
 /* The golden rows (both documents of both rows), written twice, as pre-tokenized JSONL. */
 static void write_rows(const char *fix, const char *jsonl) {
     char *gold;
-    asprintf(&gold, "%s/golden.safetensors", fix);
+    gold = fmt("%s/golden.safetensors", fix);
     glm_st_set *g;
     if (glm_st_open(gold, &g) != GLM_OK) {
         CHECK(0, "open %s: %s", gold, glm_errmsg());
@@ -49,10 +49,10 @@ static void write_rows(const char *fix, const char *jsonl) {
  * step's loss within 1e-6, the final adapters within 1e-5 (three AdamW steps on top). */
 static void compare(const char *what, const char *ref, const char *dp, int steps, int ranks) {
     char *gr, *gd, *ar, *ad, *er, *ed;
-    asprintf(&gr, "%s/%s.grads", tmp, ref);
-    asprintf(&gd, "%s/%s.grads", tmp, dp);
-    asprintf(&ar, "%s/%s", tmp, ref);
-    asprintf(&ad, "%s/%s", tmp, dp);
+    gr = fmt("%s/%s.grads", tmp, ref);
+    gd = fmt("%s/%s.grads", tmp, dp);
+    ar = fmt("%s/%s", tmp, ref);
+    ad = fmt("%s/%s", tmp, dp);
     int cnt = 0;
     double d = max_rel_diff(gd, gr, &cnt);
     CHECK(d < 1e-6 && cnt == 16, "%s: step 1 gradients: max rel diff %.3g over %d tensors", what, d, cnt);
@@ -71,13 +71,13 @@ static void compare(const char *what, const char *ref, const char *dp, int steps
                   share < 1, "%s: per-rank tokens/s and the communication share are logged", what);
     json_decref(mr);
     json_decref(md);
-    asprintf(&er, "%s/%s-adapter", tmp, ref);
-    asprintf(&ed, "%s/%s-adapter", tmp, dp);
+    er = fmt("%s/%s-adapter", tmp, ref);
+    ed = fmt("%s/%s-adapter", tmp, dp);
     CHECK(run("%s export-adapter --checkpoint %s -o %s", G, ar, er) == 0 && run("%s export-adapter --checkpoint %s -o %s", G, ad, ed) == 0,
           "%s: export both", what);
     char *pr, *pd;
-    asprintf(&pr, "%s/adapter_model.safetensors", er);
-    asprintf(&pd, "%s/adapter_model.safetensors", ed);
+    pr = fmt("%s/adapter_model.safetensors", er);
+    pd = fmt("%s/adapter_model.safetensors", ed);
     d = max_rel_diff(pd, pr, &cnt);
     CHECK(d < 1e-5 && cnt == 16, "%s: adapters after %d steps: max rel diff %.3g", what, steps, d);
     free(gr), free(gd), free(ar), free(ad), free(er), free(ed), free(pr), free(pd);
@@ -88,10 +88,10 @@ int main(void) {
     int rc = train_test_begin("/tmp/glmdp.XXXXXX");
     if (rc) return rc;
     char *fix, *jsonl = path("rows.jsonl"), *shards = path("shards"), *common;
-    asprintf(&fix, "%s/tiny-glm4/chatglm", data_dir);
+    fix = fmt("%s/tiny-glm4/chatglm", data_dir);
     write_rows(fix, jsonl);
     CHECK(run("%s tokenize --quiet --seq-len 48 -o %s %s", G, shards, jsonl) == 0, "tokenize");
-    asprintf(&common, "--model %s --init-adapter %s/adapter_init --data %s --lora-target all --lora-rank 4 --lora-alpha 8 "
+    common = fmt("--model %s --init-adapter %s/adapter_init --data %s --lora-target all --lora-rank 4 --lora-alpha 8 "
                       "--lora-dropout 0 --learning-rate 1e-3 --weight-decay 0.01 --lr-scheduler-type constant "
                       "--logging-steps 1 --seed 5 --device cpu --quiet", fix, fix, shards);
     struct {
@@ -132,8 +132,8 @@ int main(void) {
     compare("dropout 0.1, packing false: 2 ranks x 1 sample vs 1 rank x 2", "ref-b2-drop-nopack", "dp-b1-drop-nopack", 3, 2);
     {   /* and the dropout is on: its gradients differ from the run without it */
         char *a, *b;
-        asprintf(&a, "%s/ref-b2.grads", tmp);
-        asprintf(&b, "%s/ref-b2-drop.grads", tmp);
+        a = fmt("%s/ref-b2.grads", tmp);
+        b = fmt("%s/ref-b2-drop.grads", tmp);
         int cnt = 0;
         double d = max_rel_diff(b, a, &cnt);
         CHECK(d > 1e-3, "dropout 0.1 changes the step 1 gradients (max rel diff %.3g from dropout 0)", d);
@@ -142,7 +142,7 @@ int main(void) {
     /* one TensorBoard file: only rank 0 writes */
     char *runs_dir = path("dp-b1/runs");
     char *ls;
-    asprintf(&ls, "test $(ls %s | wc -l) -eq 1", runs_dir);
+    ls = fmt("test $(ls %s | wc -l) -eq 1", runs_dir);
     CHECK(system(ls) == 0, "one event file in %s", runs_dir);
 
     /* resume across ranks: 8 steps straight == 4 + resume + 4 */
@@ -168,8 +168,8 @@ int main(void) {
     CHECK(run("%s export-adapter --checkpoint %s -o %s", G, a, ea) == 0 && run("%s export-adapter --checkpoint %s -o %s", G, b, eb) == 0,
           "export both");
     char *pa, *pb;
-    asprintf(&pa, "%s/adapter_model.safetensors", ea);
-    asprintf(&pb, "%s/adapter_model.safetensors", eb);
+    pa = fmt("%s/adapter_model.safetensors", ea);
+    pb = fmt("%s/adapter_model.safetensors", eb);
     CHECK(same_file(pa, pb), "the resumed run's adapter is bit-identical to the straight run's");
     if (!check_failed_) glm_rmtree(tmp);
     else fprintf(stderr, "outputs kept in %s\n", tmp);
