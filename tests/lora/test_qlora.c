@@ -3,7 +3,10 @@
  * equals bit for bit a step on a checkpoint whose linear matrices bitsandbytes 0.50.2 quantized and
  * dequantized to bf16 (tests/fixtures/bnb4/tiny-chatglm-nf4*, made by make_qlora_tiny.py): the
  * dequantized weights, the loss and every LoRA gradient. Also: the layer weights really are
- * 4-bit (their bytes), sharding's format helpers, and the plan's count of them. */
+ * 4-bit (their bytes), sharding's format helpers, and the plan's count of them; the hf layout
+ * (nf4 and fp4, with and without double quantization) quantizes q_proj, k_proj and v_proj one by
+ * one into segments of query_key_value (hf_segments), and the plan counts the bytes the load
+ * allocates in both layouts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
