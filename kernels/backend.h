@@ -174,13 +174,16 @@ static inline glm_status glm_be_fill_normal(const glm_backend *be, void *dst, gl
     return be->fill_normal(be, dst, dt, n, mean, std, seed, stream);
 }
 
+/* be->weight_quantize / weight_dequantize of each segment of a weight stacked from several
+ * source tensors (kernels/weight.h "Segments": glm_weight_quantize, glm_weight_dequantize); of the
+ * weight itself otherwise. */
 static inline glm_status glm_be_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, glm_dtype st) {
-    return be->weight_quantize(be, dst, src, st);
+    return glm_weight_quantize(be, dst, src, (int)st);
 }
 
 static inline glm_status glm_be_weight_dequantize(const glm_backend *be, void *dst, glm_dtype dt,
                                                   const glm_weight *src) {
-    return be->weight_dequantize(be, dst, dt, src);
+    return glm_weight_dequantize(be, dst, (int)dt, src);
 }
 
 static inline glm_status glm_be_fp8_quantize(const glm_backend *be, uint8_t *q, float *scale, const void *x, int64_t ldx,

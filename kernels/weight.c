@@ -77,6 +77,95 @@ int64_t glm_weight_shard_elems(glm_wformat f, int64_t n, int world) {
     return s;
 }
 
+/* ---------------------------------------------------------------------------- segments */
+
+#define SEG_GROUP ((int64_t)GLM_Q4_BLOCKSIZE * GLM_Q4_DQ_BLOCKSIZE)
+
+int glm_wsegs_count(glm_wformat f, const glm_wsegs *s) {
+    return glm_wformat_packed(f) && s && s->n >= 2 ? (s->n < GLM_WSEG_MAX ? s->n : GLM_WSEG_MAX) : 1;
+}
+
+int64_t glm_weight_seg_start(glm_wformat f, const glm_wsegs *s, int64_t cols, int i) {
+    int k = glm_wsegs_count(f, s);
+    int64_t at = 0;
+    for (int j = 0; j < i && j < k - 1; j++) at += (s->rows[j] * cols + SEG_GROUP - 1) / SEG_GROUP * SEG_GROUP;
+    return at;
+}
+
+int64_t glm_weight_stored_elems(glm_wformat f, const glm_wsegs *s, int64_t rows, int64_t cols) {
+    int k = glm_wsegs_count(f, s);
+    if (k == 1) return rows * cols;
+    return glm_weight_seg_start(f, s, cols, k - 1) + s->rows[k - 1] * cols;
+}
+
+int64_t glm_weight_whole_elems(const glm_weight *w) { return glm_weight_stored_elems(w->fmt, &w->segs, w->rows, w->cols); }
+
+glm_weight_bytes_t glm_weight_seg_bytes(glm_wformat f, int64_t n, int double_quant, const glm_wsegs *s) {
+    glm_weight_bytes_t b = glm_weight_bytes(f, n, double_quant);
+    b.offset *= (size_t)glm_wsegs_count(f, s);
+    return b;
+}
+
+glm_status glm_weight_seg(const glm_weight *w, int i, glm_weight *out) {
+    const int k = glm_wsegs_count(w->fmt, &w->segs);
+    if (i < 0 || i >= k)
+        return glm_err(GLM_ERR_ARG, "weight segment %d of %d", i, k);
+    if (k == 1) {
+        *out = *w;
+        return GLM_OK;
+    }
+    if (w->n != glm_weight_whole_elems(w))
+        return glm_err(GLM_ERR_ARG, "a %s weight [%lld, %lld] of %d segments holds %lld of its %lld stored elements (a "
+                       "shard: gather it first)", glm_wformat_name(w->fmt), (long long)w->rows, (long long)w->cols, k,
+                       (long long)w->n, (long long)glm_weight_whole_elems(w));
+    const int64_t at = glm_weight_seg_start(w->fmt, &w->segs, w->cols, i);
+    const glm_weight_bytes_t b = glm_weight_bytes(w->fmt, at, w->double_quant); /* the buffers before it */
+    *out = *w;
+    memset(&out->segs, 0, sizeof out->segs);
+    out->rows = w->segs.rows[i];
+    out->n = out->rows * w->cols;
+    out->data = w->data ? (char *)w->data + b.data : NULL;
+    out->absmax = w->absmax ? (char *)w->absmax + b.absmax : NULL;
+    out->absmax2 = w->absmax2 ? (float *)((char *)w->absmax2 + b.absmax2) : NULL;
+    out->offset = w->offset ? w->offset + i : NULL;
+    return GLM_OK;
+}
+
+glm_status glm_weight_quantize(const glm_backend *be, glm_weight *dst, const void *src, int st) {
+    const int k = glm_wsegs_count(dst->fmt, &dst->segs);
+    if (k == 1) return be->weight_quantize(be, dst, src, (glm_dtype)st);
+    const int64_t stored = glm_weight_whole_elems(dst);
+    if (stored != dst->rows * dst->cols) { /* padding between segments: zero codes, zero absmax */
+        glm_weight_bytes_t b = glm_weight_bytes(dst->fmt, stored, dst->double_quant);
+        GLM_TRY(glm_be_zero(be, dst->data, b.data));
+        GLM_TRY(glm_be_zero(be, dst->absmax, b.absmax));
+        if (b.absmax2) GLM_TRY(glm_be_zero(be, dst->absmax2, b.absmax2));
+    }
+    const size_t es = glm_dtype_size((glm_dtype)st);
+    int64_t row = 0;
+    for (int i = 0; i < k; i++) {
+        glm_weight seg;
+        GLM_TRY(glm_weight_seg(dst, i, &seg));
+        GLM_TRY(be->weight_quantize(be, &seg, (const char *)src + (size_t)(row * dst->cols) * es, (glm_dtype)st));
+        row += seg.rows;
+    }
+    return GLM_OK;
+}
+
+glm_status glm_weight_dequantize(const glm_backend *be, void *dst, int dt, const glm_weight *src) {
+    const int k = glm_wsegs_count(src->fmt, &src->segs);
+    if (k == 1) return be->weight_dequantize(be, dst, (glm_dtype)dt, src);
+    const size_t es = glm_dtype_size((glm_dtype)dt);
+    int64_t row = 0;
+    for (int i = 0; i < k; i++) {
+        glm_weight seg;
+        GLM_TRY(glm_weight_seg(src, i, &seg));
+        GLM_TRY(be->weight_dequantize(be, (char *)dst + (size_t)(row * src->cols) * es, (glm_dtype)dt, &seg));
+        row += seg.rows;
+    }
+    return GLM_OK;
+}
+
 static glm_dtype dense_dtype(glm_wformat f) { return f == GLM_WF_BF16 ? GLM_DT_BF16 : GLM_DT_F32; }
 
 glm_status glm_base_matmul(const glm_backend *be, int transpose, int64_t M, const void *x, int64_t ldx, const glm_weight *W,

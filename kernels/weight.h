@@ -26,7 +26,21 @@
  * Sharding (--shard-base): a rank holds `n` consecutive elements of the flattened tensor starting
  * at element `first`; for a 4-bit format shards are whole double-quantization groups
  * (glm_weight_shard_elems), so a shard's codes, absmax and absmax2 are contiguous slices of the
- * whole tensor's and all-gathering them gives the whole tensor's buffers. */
+ * whole tensor's and all-gathering them gives the whole tensor's buffers.
+ *
+ * Segments (4-bit only): a matrix the model holds as one but the checkpoint stores as several
+ * tensors stacked by rows (the hf layout's q_proj, k_proj and v_proj in query_key_value) is
+ * quantized source by source, as bitsandbytes quantizes each nn.Linear: each segment has its own
+ * blocks of 64, its own offset (double quantization's mean) and its own groups of 256 blocks.
+ * The stored buffers are those of one flattened 4-bit tensor of glm_weight_stored_elems elements
+ * in which segment i starts at element glm_weight_seg_start (every segment but the first at a
+ * whole double-quantization group: 64 x 256 elements; the elements between two segments are
+ * padding, zero codes never dequantized; GLM-4-9B's q, k and v are whole groups, so it has no
+ * padding); `offset` holds one f32 per segment. A segment is then a 4-bit tensor of its own
+ * (glm_weight_seg), sharding cuts the stored array as it cuts any 4-bit tensor (whole groups), and
+ * dequantizing (glm_weight_dequantize) writes each segment's rows where they sit in the dense
+ * [rows, cols] matrix. Dense and fp8 weights ignore segments (their values do not depend on how
+ * rows are grouped). */
 #ifndef GLM_KERNELS_WEIGHT_H
 #define GLM_KERNELS_WEIGHT_H
 
@@ -43,6 +57,14 @@ typedef enum {
     GLM_WF_FP8_E4M3 = 4, /* FP8 E4M3 with one f32 scale per row */
 } glm_wformat;
 
+#define GLM_WSEG_MAX 3 /* source tensors of one weight, at most */
+
+/* The source tensors a weight is stacked from (kernels/weight.h "Segments"). */
+typedef struct glm_wsegs {
+    int n;                      /* 0 or 1: one tensor, quantized as one; 2 .. GLM_WSEG_MAX: n sources */
+    int64_t rows[GLM_WSEG_MAX]; /* the rows of each source, in order (they add up to the weight's rows) */
+} glm_wsegs;
+
 typedef struct glm_weight {
     glm_wformat fmt;
     int64_t rows, cols; /* logical shape [rows (out features), cols (in features)] of the whole tensor */
@@ -54,6 +76,7 @@ typedef struct glm_weight {
                            whole tensor: a shard holds the whole tensor's); else NULL */
     int double_quant;   /* 1: absmax double-quantized */
     void *data_t;       /* fp8 in a layer's backward: the codes transposed, [cols, rows] (a working copy); else NULL */
+    glm_wsegs segs;     /* 4-bit: the sources quantized one by one (n 0: the whole tensor as one); else n 0 */
 } glm_weight;
 
 /* The scratch the CUDA backend's fp8_matmul takes whatever the shapes (it quantizes the activation
@@ -99,5 +122,41 @@ double glm_weight_slot_bytes(glm_wformat f, int64_t n, int double_quant);
  * rounded up to whole double-quantization groups (64 x 256 elements) for a 4-bit format; the
  * last shard is padded with zeros. world <= 1: n. */
 int64_t glm_weight_shard_elems(glm_wformat f, int64_t n, int world);
+
+/* ---- segments (4-bit weights stacked from several source tensors) ---- */
+
+/* The number of segments of a weight of format f with sources s: s->n for a 4-bit format with
+ * s->n >= 2, else 1 (s may be NULL). */
+int glm_wsegs_count(glm_wformat f, const glm_wsegs *s);
+/* The stored element where segment i (0 <= i < glm_wsegs_count) of a [rows, cols] weight begins:
+ * 0 for i = 0, else the previous segment's start plus its rows x cols rounded up to whole
+ * double-quantization groups (64 x 256 elements). */
+int64_t glm_weight_seg_start(glm_wformat f, const glm_wsegs *s, int64_t cols, int i);
+/* Elements of the stored array of a whole [rows, cols] weight: rows x cols for one segment, else
+ * the last segment's start plus its elements (what glm_weight_bytes, glm_weight_shard_elems and
+ * the planner count for it). */
+int64_t glm_weight_stored_elems(glm_wformat f, const glm_wsegs *s, int64_t rows, int64_t cols);
+/* The same of weight w (w's format, segments and shape). */
+int64_t glm_weight_whole_elems(const glm_weight *w);
+/* glm_weight_bytes of n stored elements, with one f32 offset per segment under double
+ * quantization (a shard holds every segment's offset). */
+glm_weight_bytes_t glm_weight_seg_bytes(glm_wformat f, int64_t n, int double_quant, const glm_wsegs *s);
+
+/* Segment i of the whole weight w (w->n = glm_weight_whole_elems(w)) as a 4-bit weight of its own
+ * in *out: its rows, cols, rows x cols elements and pointers into w's buffers (codes, absmax,
+ * absmax2 at its start; offset + i); no segments. A weight of one segment gives itself (i = 0).
+ * Errors: GLM_ERR_ARG (i out of range, or w a shard). */
+glm_status glm_weight_seg(const glm_weight *w, int i, glm_weight *out);
+
+struct glm_backend;
+/* be->weight_quantize of each segment of dst from its rows of src (a dense [rows, cols] matrix of
+ * dtype st, a glm_dtype), after zeroing dst's buffers when it has padding between segments; one call for a
+ * weight of one segment (its behaviour unchanged). dst is whole (dst->n = glm_weight_whole_elems).
+ * Errors: those of be->weight_quantize, GLM_ERR_ARG (a segmented shard). */
+glm_status glm_weight_quantize(const struct glm_backend *be, glm_weight *dst, const void *src, int st);
+/* be->weight_dequantize of each segment of src into its rows of dst (a dense [rows, cols] matrix
+ * of dtype dt, a glm_dtype), one call (one CUDA launch) per segment; one call of src->n elements for a weight
+ * of one segment. Errors: those of be->weight_dequantize, GLM_ERR_ARG (a segmented shard). */
+glm_status glm_weight_dequantize(const struct glm_backend *be, void *dst, int dt, const glm_weight *src);
 
 #endif

@@ -8,8 +8,8 @@
 
 /* Bytes of one rank's shard of a [rows, cols] matrix in format f over `world` ranks (the model
  * holds glm_weight_shard_elems elements; a 4-bit shard its codes, absmax and absmax2). */
-static double shard_bytes(glm_wformat f, int64_t rows, int64_t cols, int world, int dq) {
-    int64_t sn = glm_weight_shard_elems(f, rows * cols, world);
+static double shard_bytes(glm_wformat f, int64_t rows, int64_t cols, int world, int dq, const glm_wsegs *segs) {
+    int64_t sn = glm_weight_shard_elems(f, glm_weight_stored_elems(f, segs, rows, cols), world);
     glm_weight_bytes_t b = glm_weight_bytes(f, sn, glm_wformat_packed(f) ? dq : 0);
     return (double)b.data + (double)b.absmax + (double)b.absmax2;
 }
@@ -23,13 +23,14 @@ void glm_comm_plan_make(const glm_comm_plan_in *in, glm_comm_plan *o) {
     o->all_reduce = glm_comm_all_reduce_bytes(4.0 * (double)in->lora_params, W);
     if (in->shard_base && W > 1) {
         const int64_t C = c->C, qkv = glm_config_qkv_rows(c), hd = (int64_t)c->H * c->Dh, F = c->F;
-        double layer = shard_bytes(in->base_format, qkv, C, W, in->double_quant) +
-                       shard_bytes(in->base_format, C, hd, W, in->double_quant) +
-                       shard_bytes(in->base_format, 2 * F, C, W, in->double_quant) +
-                       shard_bytes(in->base_format, C, F, W, in->double_quant);
+        const glm_wsegs qs = glm_plan_qkv_segs(c, in->base_format); /* hf: q, k, v quantized apart */
+        double layer = shard_bytes(in->base_format, qkv, C, W, in->double_quant, &qs) +
+                       shard_bytes(in->base_format, C, hd, W, in->double_quant, NULL) +
+                       shard_bytes(in->base_format, 2 * F, C, W, in->double_quant, NULL) +
+                       shard_bytes(in->base_format, C, F, W, in->double_quant, NULL);
         glm_wformat dense = in->weight_bytes == 2 ? GLM_WF_BF16 : GLM_WF_F32;
         o->gather_layer = glm_comm_all_gather_bytes(layer, W);
-        o->gather_big = glm_comm_all_gather_bytes(shard_bytes(dense, c->V, C, W, 0), W);
+        o->gather_big = glm_comm_all_gather_bytes(shard_bytes(dense, c->V, C, W, 0, NULL), W);
         o->gathers_fwd = L > 2 ? L - 2 : 0;
         o->gathers_bwd = L > 2 ? L - 2 : 0;
         o->all_gather = A * ((o->gathers_fwd + o->gathers_bwd) * o->gather_layer + 2 * o->gather_big);

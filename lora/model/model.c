@@ -103,17 +103,19 @@ static glm_wformat linear_fmt(const glm_model *m) {
 
 static glm_wformat dense_fmt(const glm_backend *be) { return be->weight_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32; }
 
-/* Allocates w's buffers for n elements of format f (shape rows x cols). */
+/* Allocates w's buffers for n stored elements of format f (shape rows x cols; a 4-bit weight in the
+ * segments segs, NULL: one). */
 static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat f, int64_t rows, int64_t cols, int64_t n,
-                               int dq, const char *what) {
+                               int dq, const glm_wsegs *segs, const char *what) {
     memset(w, 0, sizeof *w);
     w->fmt = f;
     w->rows = rows;
     w->cols = cols;
     w->n = n;
     w->double_quant = glm_wformat_packed(f) && dq;
-    glm_weight_bytes_t b = n == rows * cols ? glm_weight_matrix_bytes(f, rows, cols, w->double_quant)
-                                            : glm_weight_bytes(f, n, w->double_quant);
+    if (glm_wsegs_count(f, segs) > 1) w->segs = *segs;
+    glm_weight_bytes_t b = n == rows * cols && !glm_wformat_packed(f) ? glm_weight_matrix_bytes(f, rows, cols, w->double_quant)
+                                                                     : glm_weight_seg_bytes(f, n, w->double_quant, &w->segs);
     GLM_TRY(glm_be_alloc(be, b.data, what, &w->data));
     if (b.absmax) GLM_TRY(glm_be_alloc(be, b.absmax, what, &w->absmax));
     if (b.absmax2) GLM_TRY(glm_be_alloc(be, b.absmax2, what, (void **)&w->absmax2));
@@ -121,22 +123,25 @@ static glm_status weight_alloc(const glm_backend *be, glm_weight *w, glm_wformat
     return GLM_OK;
 }
 
-/* Quantizes the dense matrix src (rows x cols, dtype be->weight_dtype, in backend memory) into w:
- * whole, or with sharding over `world` ranks this rank's shard (the whole tensor quantized into
- * `tmp`, then the shard's slices copied: a shard is whole double-quantization groups). */
+/* Quantizes the dense matrix src (rows x cols, dtype be->weight_dtype, in backend memory) into w,
+ * a 4-bit one segment by segment (segs: the checkpoint's source tensors, NULL: one; kernels/weight.h
+ * "Segments"): whole, or with sharding over `world` ranks this rank's shard (the whole tensor
+ * quantized into `tmp`, then the shard's slices of the stored array copied: a shard is whole
+ * double-quantization groups, and holds every segment's offset). */
 static glm_status quantize_matrix(const glm_backend *be, glm_weight *w, glm_wformat f, int dq, int64_t rows, int64_t cols,
-                                  const void *src, int world, int rank, const char *what) {
-    const int64_t n = rows * cols;
+                                  const glm_wsegs *segs, const void *src, int world, int rank, const char *what) {
+    const int64_t n = glm_weight_stored_elems(f, segs, rows, cols);
     if (world <= 1) {
-        GLM_TRY(weight_alloc(be, w, f, rows, cols, n, dq, what));
+        GLM_TRY(weight_alloc(be, w, f, rows, cols, n, dq, segs, what));
         return glm_be_weight_quantize(be, w, src, be->weight_dtype);
     }
     glm_weight whole;
-    glm_status st = weight_alloc(be, &whole, f, rows, cols, n, dq, what);
+    glm_status st = weight_alloc(be, &whole, f, rows, cols, n, dq, segs, what);
     if (!st) st = glm_be_weight_quantize(be, &whole, src, be->weight_dtype);
     const int64_t sn = glm_weight_shard_elems(f, n, world), first = (int64_t)rank * sn;
-    if (!st) st = weight_alloc(be, w, f, rows, cols, sn, dq, what);
-    if (!st && w->offset) st = glm_be_copy(be, w->offset, whole.offset, sizeof(float)); /* the whole tensor's mean */
+    if (!st) st = weight_alloc(be, w, f, rows, cols, sn, dq, segs, what);
+    if (!st && w->offset) /* the whole tensor's means, one a segment */
+        st = glm_be_copy(be, w->offset, whole.offset, sizeof(float) * (size_t)glm_wsegs_count(f, &w->segs));
     if (!st) {
         glm_weight_bytes_t hb = glm_weight_bytes(f, n, whole.double_quant), sb = glm_weight_bytes(f, sn, w->double_quant),
                            fb = glm_weight_bytes(f, first, w->double_quant);
@@ -196,14 +201,15 @@ static glm_status ld_upload(loader *ld, const char *what, int64_t n, void **dst)
 
 /* A matrix [d0, d1] (in ld->host) in `fmt`: dense whole, dense sharded (this rank's shard of
  * glm_weight_shard_elems elements, zero-padded past the tensor's end), or 4-bit / fp8 (quantized on
- * the backend from the dense upload). */
-static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int64_t d1, glm_wformat fmt, glm_weight *dst) {
+ * the backend from the dense upload; a 4-bit one source tensor by source tensor, segs, NULL: one). */
+static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int64_t d1, glm_wformat fmt,
+                                   const glm_wsegs *segs, glm_weight *dst) {
     const glm_backend *be = ld->be;
     const int64_t n = d0 * d1;
     if (ld->dry) return GLM_OK;
     if (glm_wformat_quantized(fmt)) {
         GLM_TRY(glm_be_upload_f32(be, ld->dev, be->weight_dtype, ld->host, n));
-        return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, ld->dev, ld->world, ld->rank, what);
+        return quantize_matrix(be, dst, fmt, ld->dq, d0, d1, segs, ld->dev, ld->world, ld->rank, what);
     }
     int64_t sn = glm_weight_shard_elems(fmt, n, ld->world);
     if (ld->world > 1) { /* the shard at the front of the scratch (the scratch holds the whole tensor, and sn <= n) */
@@ -213,7 +219,7 @@ static glm_status ld_upload_weight(loader *ld, const char *what, int64_t d0, int
         memmove(ld->host, ld->host + first, (size_t)have * sizeof(float));
         memset(ld->host + have, 0, (size_t)(sn - have) * sizeof(float));
     }
-    GLM_TRY(weight_alloc(be, dst, fmt, d0, d1, sn, 0, what));
+    GLM_TRY(weight_alloc(be, dst, fmt, d0, d1, sn, 0, NULL, what));
     return glm_be_upload_f32(be, dst->data, be->weight_dtype, ld->host, sn);
 }
 
@@ -226,13 +232,13 @@ static glm_status ld_tensor(loader *ld, const char *name, int ndim, int64_t d0, 
 /* One linear matrix of a layer (the base format; sharded when the loader shards). */
 static glm_status ld_matrix(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
     GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
-    return ld_upload_weight(ld, name, d0, d1, ld->fmt, dst);
+    return ld_upload_weight(ld, name, d0, d1, ld->fmt, NULL, dst);
 }
 
 /* The embedding or the output layer: dense (sharded when the loader shards). */
 static glm_status ld_big(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
     GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
-    return ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), dst);
+    return ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), NULL, dst);
 }
 
 /* The name of tensor t of layer l for messages: its module path, and for the fused query_key_value
@@ -246,12 +252,14 @@ static const char *tensor_label(const glm_family *f, glm_family_tensor t, int l,
 }
 
 /* Reads every tensor of the model's family row (lora/model/family.h) into m, in the row's names:
- * the fused query_key_value, or q_proj, k_proj and v_proj stacked into it. */
+ * the fused query_key_value, or q_proj, k_proj and v_proj stacked into it (a 4-bit base quantizes
+ * them one by one, as bitsandbytes quantizes each of the checkpoint's linears: glm_plan_qkv_segs). */
 static glm_status load_weights(glm_model *m, loader *ld) {
     const glm_config *c = &m->cfg;
     const glm_family *f = glm_family_get(c->layout);
     int64_t C = c->C, F = c->F, V = c->V, qd = (int64_t)c->H * c->Dh, kd = (int64_t)c->Hkv * c->Dh;
     int64_t Dqkv = qd + 2 * kd;
+    const glm_wsegs qkv_segs = glm_plan_qkv_segs(c, ld->fmt);
     char n[256];
 #define W(t, l) (glm_family_tensor_name(f, t, l, false, n, sizeof n), n)
 #define BIAS(t, l) (glm_family_tensor_name(f, t, l, true, n, sizeof n), n)
@@ -268,7 +276,7 @@ static glm_status load_weights(glm_model *m, loader *ld) {
             GLM_TRY(ld_read(ld, W(GLM_FT_K, l), 2, kd, C, qd * C));
             GLM_TRY(ld_read(ld, W(GLM_FT_V, l), 2, kd, C, (qd + kd) * C));
             GLM_TRY(ld_upload_weight(ld, tensor_label(f, GLM_FT_QKV, l, false, what, sizeof what), Dqkv, C, ld->fmt,
-                                     &w->wqkv));
+                                     &qkv_segs, &w->wqkv));
             if (c->qkv_bias) {
                 GLM_TRY(ld_read(ld, BIAS(GLM_FT_Q, l), 1, qd, 0, 0));
                 GLM_TRY(ld_read(ld, BIAS(GLM_FT_K, l), 1, kd, 0, qd));
@@ -395,16 +403,16 @@ static glm_status rnd_tensor(glm_model *m, const char *what, int64_t n, float me
 }
 
 /* A matrix [rows, cols] of format f: dense, filled where it lives; 4-bit or fp8, filled into the
- * dense scratch `tmp` and quantized from there. */
-static glm_status rnd_matrix(glm_model *m, const char *what, glm_wformat f, int64_t rows, int64_t cols, float std,
-                             uint64_t seed, uint64_t *stream, void *tmp, glm_weight *dst) {
+ * dense scratch `tmp` and quantized from there (a 4-bit one in the segments segs, NULL: one). */
+static glm_status rnd_matrix(glm_model *m, const char *what, glm_wformat f, const glm_wsegs *segs, int64_t rows,
+                             int64_t cols, float std, uint64_t seed, uint64_t *stream, void *tmp, glm_weight *dst) {
     const glm_backend *be = m->be;
     if (!glm_wformat_quantized(f)) {
-        GLM_TRY(weight_alloc(be, dst, f, rows, cols, rows * cols, 0, what));
+        GLM_TRY(weight_alloc(be, dst, f, rows, cols, rows * cols, 0, NULL, what));
         return glm_be_fill_normal(be, dst->data, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++);
     }
     GLM_TRY(glm_be_fill_normal(be, tmp, be->weight_dtype, rows * cols, 0.0f, std, seed, (*stream)++));
-    return quantize_matrix(be, dst, f, m->fmt.double_quant, rows, cols, tmp, 1, 0, what);
+    return quantize_matrix(be, dst, f, m->fmt.double_quant, rows, cols, segs, tmp, 1, 0, what);
 }
 
 glm_status glm_model_create_random(const glm_config *cfg, const glm_backend *be, uint64_t seed, glm_model **out) {
@@ -433,21 +441,22 @@ glm_status glm_model_create_random_fmt(const glm_config *cfg, const glm_backend 
     }
     uint64_t sm = 1;
     const float sc = (float)(1.0 / sqrt((double)C)), sq = (float)(1.0 / sqrt((double)qd)), sf = (float)(1.0 / sqrt((double)F));
-    if (!st) st = rnd_matrix(m, "embedding", df, V, C, 0.5f, seed, &sm, NULL, &m->embed);
+    if (!st) st = rnd_matrix(m, "embedding", df, NULL, V, C, 0.5f, seed, &sm, NULL, &m->embed);
     if (!st) st = rnd_tensor(m, "final norm", C, 1.0f, 0.1f, seed, &sm, &m->final_ln);
-    if (!st) st = rnd_matrix(m, "output layer", df, V, C, sc, seed, &sm, NULL, &m->out_w);
+    if (!st) st = rnd_matrix(m, "output layer", df, NULL, V, C, sc, seed, &sm, NULL, &m->out_w);
     const glm_family *fam = glm_family_get(c->layout);
+    const glm_wsegs qkv_segs = glm_plan_qkv_segs(c, lf);
     char lb[300];
 #define LABEL(t, bias) tensor_label(fam, t, l, bias, lb, sizeof lb)
     for (int l = 0; l < c->L && !st; l++) {
         glm_layer_weights *w = &m->layers[l];
         if (!st) st = rnd_tensor(m, LABEL(GLM_FT_ATTN_NORM, false), C, 1.0f, 0.1f, seed, &sm, &w->ln1);
-        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_QKV, false), lf, Dqkv, C, sc, seed, &sm, tmp, &w->wqkv);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_QKV, false), lf, &qkv_segs, Dqkv, C, sc, seed, &sm, tmp, &w->wqkv);
         if (!st && c->qkv_bias) st = rnd_tensor(m, LABEL(GLM_FT_QKV, true), Dqkv, 0.0f, 0.1f, seed, &sm, &w->bqkv);
-        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_O, false), lf, C, qd, sq, seed, &sm, tmp, &w->wo);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_O, false), lf, NULL, C, qd, sq, seed, &sm, tmp, &w->wo);
         if (!st) st = rnd_tensor(m, LABEL(GLM_FT_FFN_NORM, false), C, 1.0f, 0.1f, seed, &sm, &w->ln2);
-        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_GATE_UP, false), lf, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
-        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_DOWN, false), lf, C, F, sf, seed, &sm, tmp, &w->w2);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_GATE_UP, false), lf, NULL, 2 * F, C, sc, seed, &sm, tmp, &w->w1);
+        if (!st) st = rnd_matrix(m, LABEL(GLM_FT_DOWN, false), lf, NULL, C, F, sf, seed, &sm, tmp, &w->w2);
     }
 #undef LABEL
     if (!st) st = glm_be_sync(be);

@@ -150,7 +150,9 @@ glm_status glm_model_load_dist(const char *dir, const glm_backend *be, double ro
                                glm_model **out);
 /* glm_model_load_dist with the linear matrices in format `fmt` (NULL: dense): a 4-bit format is
  * quantized while loading (be->weight_quantize of each bf16 matrix, flattened, as bitsandbytes'
- * quantize_4bit does: deterministic, the same bits on every backend), fp8 likewise (per row).
+ * quantize_4bit does: deterministic, the same bits on every backend; per checkpoint tensor, so the
+ * hf layout's q_proj, k_proj and v_proj are quantized one by one into segments of query_key_value,
+ * glm_plan_qkv_segs), fp8 likewise (per row).
  * Errors: as glm_model_load, GLM_ERR_ARG (an invalid format), GLM_ERR_UNSUPPORTED (fp8 on a backend
  * without FP8, with --shard-base, or with a matrix dimension that is not a multiple of 16). */
 glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rope_theta_override, int shard_base,

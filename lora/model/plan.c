@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/meminfo.h"
+#include "lora/model/family.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -129,6 +130,15 @@ static double bufs_of(const glm_plan *p, glm_buf_cat cat) {
     return t;
 }
 
+glm_wsegs glm_plan_qkv_segs(const glm_config *c, glm_wformat f) {
+    glm_wsegs s = {0, {0, 0, 0}};
+    if (!glm_wformat_packed(f) || glm_family_get(c->layout)->qkv_fused) return s;
+    s.n = 3;
+    s.rows[0] = (int64_t)c->H * c->Dh;
+    s.rows[1] = s.rows[2] = (int64_t)c->Hkv * c->Dh;
+    return s;
+}
+
 /* The linear matrices of a layer: query_key_value, dense, dense_h_to_4h, dense_4h_to_h (elements, and
  * their rows: the output features). */
 static void layer_mats(const glm_config *c, int64_t mats[4], int64_t rows[4]) {
@@ -157,9 +167,12 @@ static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, in
     const glm_wformat lf = linear_format(o, wb), df = wb == 2 ? GLM_WF_BF16 : GLM_WF_F32;
     const int fp8 = lf == GLM_WF_FP8_E4M3;
     double layer = 0, slot = 0, dense = 0, trans = 0;
-    for (int i = 0; i < 4; i++) {
-        int64_t sn = glm_weight_shard_elems(lf, mats[i], W);
-        layer += glm_weight_total_bytes(lf, sn, o->double_quant) + (fp8 ? 4.0 * rows[i] : 0.0);
+    const glm_wsegs qs = glm_plan_qkv_segs(c, lf);
+    for (int i = 0; i < 4; i++) { /* query_key_value: its stored elements and one offset a segment (hf: 3) */
+        const glm_wsegs *sg = i == 0 ? &qs : NULL;
+        int64_t sn = glm_weight_shard_elems(lf, glm_weight_stored_elems(lf, sg, rows[i], mats[i] / rows[i]), W);
+        glm_weight_bytes_t b = glm_weight_seg_bytes(lf, sn, o->double_quant, sg);
+        layer += (double)b.data + (double)b.absmax + (double)b.absmax2 + (double)b.offset + (fp8 ? 4.0 * rows[i] : 0.0);
         slot += glm_weight_slot_bytes(lf, sn * (W > 1 ? W : 1), o->double_quant);
         dense += glm_weight_slot_bytes(e == 2 ? GLM_WF_BF16 : GLM_WF_F32, mats[i], 0);
         trans += glm_weight_slot_bytes(GLM_WF_FP8_E4M3, mats[i], 0);

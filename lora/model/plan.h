@@ -232,6 +232,13 @@ int64_t glm_plan_longest(const glm_config *c, const glm_lora_info *li, int B, in
                          int64_t step, int64_t max_T, glm_plan *best);
 
 /* Bytes per token of one keep layer's and one selective layer's kept activations. */
+/* The source tensors the query_key_value matrix of config c is stacked from when stored in format
+ * f (kernels/weight.h "Segments"): for a 4-bit f and a layout whose checkpoint stores q, k and v
+ * apart (hf: q_proj, k_proj, v_proj) the three, {3, {H Dh, Hkv Dh, Hkv Dh}}, each quantized on its
+ * own as bitsandbytes quantizes them; otherwise none (n 0: one tensor, chatglm's fused
+ * query_key_value quantized as one). The loader and the planner both take it from here. */
+glm_wsegs glm_plan_qkv_segs(const glm_config *c, glm_wformat f);
+
 double glm_plan_bytes_keep(const glm_config *c, int act_bytes);      /* one keep layer, per token */
 double glm_plan_bytes_selective(const glm_config *c, int act_bytes); /* one selective layer, per token */
 

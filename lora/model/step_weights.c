@@ -91,7 +91,7 @@ static glm_status gathered(glm_model *m, struct glm_ws *w, int l, const glm_laye
         glm_weight *d = mat_of(v, i);
         const glm_weight *s = mat_of(&m->layers[l], i);
         char *base = g->slot[k];
-        d->n = d->rows * d->cols; /* the gathered tensor (its padding past the end unused) */
+        d->n = glm_weight_whole_elems(d); /* the gathered stored array (its padding past the end unused) */
         d->data = base + g->off[i][0];
         d->absmax = s->absmax ? base + g->off[i][1] : NULL;
         d->absmax2 = s->absmax2 ? (float *)(base + g->off[i][2]) : NULL;
@@ -143,12 +143,12 @@ glm_status glm_wslots_layer(glm_model *m, struct glm_ws *w, int l, int backward,
         glm_weight *d = mat_of(v, i);
         const glm_weight *s = mat_of((glm_layer_weights *)lw, i);
         glm_weight q = *s;
-        q.n = s->rows * s->cols;
+        q.n = glm_weight_whole_elems(s); /* rows x cols, or a segmented weight's stored array */
         memset(d, 0, sizeof *d);
         d->fmt = be->act_dtype == GLM_DT_BF16 ? GLM_WF_BF16 : GLM_WF_F32;
         d->rows = s->rows;
         d->cols = s->cols;
-        d->n = q.n;
+        d->n = d->rows * d->cols;
         d->data = (char *)g->dense + g->dense_off[i];
         GLM_TRY(glm_be_weight_dequantize(be, d->data, be->act_dtype, &q));
     }

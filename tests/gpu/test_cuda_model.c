@@ -4,7 +4,8 @@
  * checkpoint layouts: logits, loss and every LoRA grad within the bf16 tolerances of
  * tests/gpu/tol.h; the loss also against the float64 golden; gradient checkpointing gives the
  * same grads; LoRA dropout masks agree with the CPU's; the copies that overlap compute (offload,
- * the next batch's upload) change nothing. Prints one line per comparison.
+ * the next batch's upload) change nothing; the hf layout's 4-bit base (segments) the same bytes
+ * as the CPU's. Prints one line per comparison.
  * Exits 77 when there is no CUDA device or no fixtures. */
 #include <math.h>
 #include <stdio.h>
@@ -388,6 +389,55 @@ static void test_overlap_own_kernels(int with_9b) {
 
 /* Usage: test_cuda_model [overlap]  (overlap: only the copy-overlap tests, e.g. under
  * compute-sanitizer) */
+/* The hf layout's 4-bit base (nf4 with double quantization, fp4 without): query_key_value quantized
+ * on the GPU segment by segment (q_proj, k_proj, v_proj each alone, kernels/weight.h "Segments")
+ * and dequantized into the dense slot one launch per segment: every matrix's stored bytes and
+ * dequantized bf16 bits equal the CPU reference's (the checkpoint is bf16, so both quantize the
+ * same values). */
+static void test_hf_q4(void) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/hf", fixtures);
+    for (int k = 0; k < 2; k++) {
+        glm_base_format f = {.quant_bits = 4, .q4 = k ? GLM_WF_FP4 : GLM_WF_NF4, .double_quant = !k};
+        glm_model *c = NULL, *g = NULL;
+        CHECK(glm_model_load_fmt(dir, cpu, 0, 0, &f, &c) == GLM_OK, "cpu hf 4-bit: %s", glm_errmsg());
+        CHECK(glm_model_load_fmt(dir, gpu, 0, 0, &f, &g) == GLM_OK, "gpu hf 4-bit: %s", glm_errmsg());
+        int same_bytes = 1, same_deq = 1, segs = 1;
+        for (int l = 0; c && g && l < c->cfg.L; l++) {
+            const glm_weight *cw[4] = {&c->layers[l].wqkv, &c->layers[l].wo, &c->layers[l].w1, &c->layers[l].w2};
+            const glm_weight *gw[4] = {&g->layers[l].wqkv, &g->layers[l].wo, &g->layers[l].w1, &g->layers[l].w2};
+            segs &= cw[0]->segs.n == 3 && gw[0]->segs.n == 3;
+            for (int i = 0; i < 4; i++) {
+                glm_weight_bytes_t b = glm_weight_seg_bytes(cw[i]->fmt, cw[i]->n, cw[i]->double_quant, &cw[i]->segs);
+                const void *cb[4] = {cw[i]->data, cw[i]->absmax, cw[i]->absmax2, cw[i]->offset};
+                const void *gb[4] = {gw[i]->data, gw[i]->absmax, gw[i]->absmax2, gw[i]->offset};
+                size_t nb[4] = {b.data, b.absmax, b.absmax2, b.offset};
+                for (int j = 0; j < 4; j++) {
+                    if (!nb[j]) continue;
+                    char *h = malloc(nb[j]);
+                    CHECK(glm_be_download(gpu, h, gb[j], nb[j]) == GLM_OK, "download: %s", glm_errmsg());
+                    same_bytes &= !memcmp(h, cb[j], nb[j]);
+                    free(h);
+                }
+                const int64_t n = cw[i]->rows * cw[i]->cols;
+                uint16_t *hc = malloc((size_t)n * 2), *hg = malloc((size_t)n * 2);
+                void *d = NULL;
+                CHECK(glm_be_alloc(gpu, (size_t)n * 2, "dequantized", &d) == GLM_OK, "alloc");
+                CHECK(glm_be_weight_dequantize(gpu, d, GLM_DT_BF16, gw[i]) == GLM_OK, "gpu dequantize: %s", glm_errmsg());
+                CHECK(glm_be_download(gpu, hg, d, (size_t)n * 2) == GLM_OK, "download");
+                CHECK(glm_be_weight_dequantize(cpu, hc, GLM_DT_BF16, cw[i]) == GLM_OK, "cpu dequantize: %s", glm_errmsg());
+                same_deq &= !memcmp(hc, hg, (size_t)n * 2);
+                glm_be_free(gpu, d);
+                free(hc), free(hg);
+            }
+        }
+        CHECK(c && g && segs && same_bytes && same_deq, "hf layout %s: query_key_value in 3 segments; every matrix's 4-bit "
+              "bytes and dequantized bf16 bits on the GPU == the CPU's", k ? "fp4" : "nf4 dq");
+        glm_model_free(c);
+        glm_model_free(g);
+    }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the process dies */
     const int only_overlap = argc > 1 && !strcmp(argv[1], "overlap"), only_qlora = argc > 1 && !strcmp(argv[1], "qlora");
@@ -405,11 +455,12 @@ int main(int argc, char **argv) {
     }
     cpu = glm_backend_cpu();
     if (only_qlora) {
+        test_hf_q4();
         test_9b_shape(1);
         glm_backend_cuda_close(gpu);
         return check_summary("test_cuda_model");
     }
-    if (!only_overlap) test_9b_shape(0), test_9b_shape(1);
+    if (!only_overlap) test_hf_q4(), test_9b_shape(0), test_9b_shape(1);
     test_overlap(gpu, "auto (cuDNN's attention where it is there)", TOL_RERUN_CUDNN);
     test_overlap_own_kernels(!only_overlap);
     if (!only_overlap) {
