@@ -150,7 +150,7 @@ static void test_weight_quantize(const glm_backend *be) {
     for (int64_t i = 0; i < R * C; i++) w[i] = glm_bf16_to_f32(glm_f32_to_bf16(nrand() * (float)(1 + (i / C) % 7)));
     for (int64_t c = 0; c < C; c++) w[5 * C + c] = 0; /* an all-zero row */
     w[3 * C + 11] = -40.0f;                           /* an outlier row */
-    glm_weight W = {GLM_WF_FP8_E4M3, R, C, R * C, codes, scale, NULL, NULL, 0, NULL};
+    glm_weight W = {GLM_WF_FP8_E4M3, R, C, R * C, codes, scale, NULL, NULL, 0, NULL, {0}};
     CHECK(glm_be_weight_quantize(be, &W, w, GLM_DT_F32) == GLM_OK, "%s", glm_errmsg());
     CHECK(glm_be_weight_dequantize(be, deq, GLM_DT_F32, &W) == GLM_OK, "%s", glm_errmsg());
     int bad_scale = 0, bad_max = 0, bad_err = 0, bad_deq = 0;
@@ -179,7 +179,7 @@ static void test_weight_quantize(const glm_backend *be) {
     uint8_t *codes2 = malloc(R * C);
     float *scale2 = malloc(sizeof(float) * R);
     for (int64_t i = 0; i < R * C; i++) wh[i] = glm_f32_to_bf16(w[i]);
-    glm_weight W2 = {GLM_WF_FP8_E4M3, R, C, R * C, codes2, scale2, NULL, NULL, 0, NULL};
+    glm_weight W2 = {GLM_WF_FP8_E4M3, R, C, R * C, codes2, scale2, NULL, NULL, 0, NULL, {0}};
     CHECK(glm_be_weight_quantize(be, &W2, wh, GLM_DT_BF16) == GLM_OK, "%s", glm_errmsg());
     CHECK(!memcmp(codes, codes2, R * C) && !memcmp(scale, scale2, 4 * R), "bf16 and f32 sources give the same bytes");
     w[7] = NAN;
@@ -276,7 +276,7 @@ static void test_gemm(const glm_backend *be) {
     for (int64_t i = 0; i < M * ldx; i++) x[i] = nrand();
     for (int64_t i = 0; i < N * K; i++) wf[i] = nrand() * 0.05f * (float)(1 + i % 3);
     for (int64_t i = 0; i < M * ldy; i++) y0[i] = nrand();
-    glm_weight W = {GLM_WF_FP8_E4M3, N, K, N * K, wq, ws, NULL, NULL, 0, NULL};
+    glm_weight W = {GLM_WF_FP8_E4M3, N, K, N * K, wq, ws, NULL, NULL, 0, NULL, {0}};
     CHECK(glm_be_weight_quantize(be, &W, wf, GLM_DT_F32) == GLM_OK, "%s", glm_errmsg());
     /* forward, beta 0 and beta 1 */
     for (int beta = 0; beta <= 1; beta++) {
