@@ -91,11 +91,11 @@ static void test_weight(int64_t R, int64_t C) {
     for (int64_t i = 0; i < R * C; i++) w[i] = bfrand(0.02f * (float)(1 + (i / C) % 5));
     if (R > 3)
         for (int64_t c = 0; c < C; c++) w[3 * C + c] = 0; /* an all-zero row */
-    glm_weight Wc = {GLM_WF_FP8_E4M3, R, C, R * C, qc, scc, NULL, NULL, 0, NULL};
+    glm_weight Wc = {GLM_WF_FP8_E4M3, R, C, R * C, qc, scc, NULL, NULL, 0, NULL, {0}};
     CHECK(glm_be_weight_quantize(cpu, &Wc, w, GLM_DT_F32) == GLM_OK, "cpu: %s", glm_errmsg());
     CHECK(glm_be_weight_dequantize(cpu, dqc, GLM_DT_BF16, &Wc) == GLM_OK, "cpu: %s", glm_errmsg());
     void *src = gpu_bf16(w, R * C);
-    glm_weight Wg = {GLM_WF_FP8_E4M3, R, C, R * C, gpu_bytes(NULL, R * C), gpu_bytes(NULL, 4 * R), NULL, NULL, 0, NULL};
+    glm_weight Wg = {GLM_WF_FP8_E4M3, R, C, R * C, gpu_bytes(NULL, R * C), gpu_bytes(NULL, 4 * R), NULL, NULL, 0, NULL, {0}};
     void *dq = gpu_bytes(NULL, 2 * R * C);
     CHECK(glm_be_weight_quantize(gpu, &Wg, src, GLM_DT_BF16) == GLM_OK, "cuda: %s", glm_errmsg());
     CHECK(glm_be_weight_dequantize(gpu, dq, GLM_DT_BF16, &Wg) == GLM_OK, "cuda: %s", glm_errmsg());
@@ -168,7 +168,7 @@ static void test_gemm(const char *cfg, int64_t M, int64_t N, int64_t K, int bwd,
     for (int64_t i = 0; i < M * ldy; i++) yc[i] = bfrand(0.5f);
     float *y0 = malloc(sizeof(float) * M * ldy); /* y before the GEMM: the product term is c - beta y0 */
     memcpy(y0, yc, sizeof(float) * M * ldy);
-    glm_weight W = {GLM_WF_FP8_E4M3, N, K, N * K, wq, ws, NULL, NULL, 0, NULL};
+    glm_weight W = {GLM_WF_FP8_E4M3, N, K, N * K, wq, ws, NULL, NULL, 0, NULL, {0}};
     CHECK(glm_be_weight_quantize(cpu, &W, wf, GLM_DT_F32) == GLM_OK, "cpu: %s", glm_errmsg());
     const int kind = bwd ? GLM_FP8_GRAD_KIND : GLM_FP8_E4M3;
     void *xd = gpu_bf16(x, M * ldx), *wd = gpu_bytes(wq, N * K), *sd = gpu_bytes(ws, 4 * N), *md = gpu_bytes(mul, 4 * K);
