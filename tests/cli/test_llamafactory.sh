@@ -57,7 +57,9 @@ done
 # (set_initial_training_values, 4.46+): ceil(epochs x ceil(ceil(samples / batch) / accum)).
 tf_steps() { awk -v n="$1" -v b="$2" -v g="$3" -v e="$4" 'function ceil(x) { return x == int(x) ? x : int(x) + 1 }
     BEGIN { dl = ceil(n / b); u = int(dl / g) + (dl % g > 0); if (u < 1) u = 1; print ceil(e * u) }'; }
-L=$F/corpora/llamafactory
+# LLaMA-Factory's demo data: the fixtures' subset (alpaca_en_demo: 250 of its 999 records), or the whole
+# of it in GLM_LF_CORPORA (identity + alpaca_en_demo = 1090 samples: 411 steps, LLaMA-Factory's own count)
+L=${GLM_LF_CORPORA:-$F/corpora/llamafactory}
 n_alpaca=$(grep -c '"instruction":' "$L/alpaca_en_demo.json"); n_identity=$(grep -c '"instruction":' "$L/identity.json")
 N=$(( (n_alpaca < 1000 ? n_alpaca : 1000) + (n_identity < 1000 ? n_identity : 1000) ))
 EXP=$(tf_steps $N 1 8 3)
@@ -69,6 +71,24 @@ for name in llama3_lora_sft qwen3_lora_sft; do
     check "$name: $N samples, $EXP optimizer steps as LLaMA-Factory counts them ($(grep schedule "$T/$name.dry"))" \
         grep -q "schedule: $N samples, 8 per optimizer step, [0-9]* steps per epoch, $EXP optimizer steps" "$T/$name.dry"
 done
+[ "$N" != 1090 ] || check "the whole demo data: 411 optimizer steps, as LLaMA-Factory gives (got $EXP)" test "$EXP" = 411
+# the same run as LLaMA-Factory's examples/train_lora/qwen3_lora_sft.sh, a llamafactory-cli line pasted with the
+# paths changed (and the YAML's dataset and cutoff_len): its keys (--stage, --do_train, --finetuning_type) mean
+# LLaMA-Factory's defaults as a YAML does, packing false among them, so the same steps; the packing choice is said
+"$G" train --model_name_or_path "$T/model" --trust_remote_code --stage sft --do_train --finetuning_type lora --lora_rank 8 \
+    --lora_target all --dataset "$T/qwen3_lora_sft-data" --template qwen3 --cutoff_len 2048 --max_samples 1000 --overwrite_cache \
+    --preprocessing_num_workers 16 --dataloader_num_workers 4 --output_dir "$T/cli-steps" --logging_steps 10 --save_steps 500 \
+    --plot_loss --overwrite_output_dir --save_only_model false --report_to none --per_device_train_batch_size 1 \
+    --gradient_accumulation_steps 8 --learning_rate 1e-4 --num_train_epochs 3.0 --lr_scheduler_type cosine --warmup_ratio 0.1 \
+    --bf16 --ddp_timeout 180000000 --device cpu --dry-run >"$T/cli.dry" 2>"$T/cli.dry.log"
+check "pasted llamafactory-cli line: $N samples, $EXP optimizer steps ($(grep schedule "$T/cli.dry"))" \
+    grep -q "schedule: $N samples, 8 per optimizer step, [0-9]* steps per epoch, $EXP optimizer steps" "$T/cli.dry"
+check "... packing false said in one line, with LLaMA-Factory's rule as the reason" \
+    test "$(grep -c "packing: false: LLaMA-Factory's default for stage sft" "$T/cli.dry.log")" = 1
+check "... and that LLaMA-Factory's defaults apply" grep -q "^  packing  *= false  *(LLaMA-Factory/transformers default)" "$T/cli.dry.log"
+"$G" train --model "$T/model" --data "$T/qwen3_lora_sft-data" --device cpu --dry-run >/dev/null 2>"$T/own.dry.log"
+check "glmtune's own command line: packed rows, said in one line with the hint" \
+    grep -q "packing: true: glmtune's default on a command line without --config or LLaMA-Factory keys.*--packing false" "$T/own.dry.log"
 "$G" train --config "$F/llamafactory-configs/qwen3_lora_pretrain.yaml" --model_name_or_path "$T/model" --dataset "$T/shards" \
     --output_dir "$T/pt-steps" --device cpu --dry-run >"$T/pt.dry" 2>"$T/pt.dry.log"
 check "qwen3_lora_pretrain: stage pt packs rows (LLaMA-Factory's default packing for pt)" grep -q "schedule: [0-9]* rows" "$T/pt.dry"

@@ -278,6 +278,10 @@ static glm_status key_special(glm_train_opts *o, const char *key, const char *va
         return glm_err(GLM_ERR_UNSUPPORTED, "%s: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
                        "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)", where, val);
     }
+    /* LLaMA-Factory's method keys on the command line: a pasted llamafactory-cli line (its defaults apply) */
+    static const char *const lf_method[] = {"stage", "do_train", "finetuning_type"};
+    for (size_t k = 0; k < sizeof lf_method / sizeof *lf_method; k++)
+        if (src == GLM_SRC_CLI && !strcmp(key, lf_method[k]) && !o->lf_cli_key) o->lf_cli_key = lf_method[k];
     if (!strcmp(key, "stage")) {
         GLM_TRY(glm_stage_check(val, where));
         if (src == GLM_SRC_CONFIG && o->stage) return GLM_OK; /* the command line's wins */
@@ -583,6 +587,30 @@ static glm_status lf_defaults(glm_train_opts *o) {
     return GLM_OK;
 }
 
+/* The packing choice in one line: packed rows or batches of samples, and why (where the value came from). */
+static void packing_note(const glm_train_opts *o) {
+    long pi = find_opt("packing");
+    const char *st = o->stage ? o->stage : "sft";
+    const char *what = o->packing ? "micro-batches of packed rows (several samples per row; glmtune never lets a sample "
+                                    "attend to another, LLaMA-Factory's packing without neat_packing does)"
+                                  : "each micro-batch is per_device_train_batch_size samples, as LLaMA-Factory batches them";
+    switch (o->src[pi]) {
+    case GLM_SRC_LF:
+        glm_log_info("packing: %s: LLaMA-Factory's default for stage %s (its parser sets packing = stage == pt when it is "
+                     "unset): %s", o->packing ? "true" : "false", st, what);
+        break;
+    case GLM_SRC_DEFAULT:
+        glm_log_info("packing: %s: glmtune's default on a command line without --config or LLaMA-Factory keys: %s; hint: "
+                     "--packing false batches samples as LLaMA-Factory's SFT does", o->packing ? "true" : "false", what);
+        break;
+    default:
+        glm_log_info("packing: %s: %s%s: %s", o->packing ? "true" : "false",
+                     o->neat_packing ? "neat_packing " : "", o->src[pi] == GLM_SRC_CONFIG ? "set by the config" :
+                     "set on the command line", what);
+        break;
+    }
+}
+
 glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
     GLM_TRY(glm_opts_defaults(o));
     /* first --config, so that the command line overrides it */
@@ -606,11 +634,12 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
     const glm_arg_cmd cmd = {.name = "train", .opts = tab, .n_opts = N_OPTS + 1, .unknown = cli_key, .user = &ctx,
                              .help_continues = true};
     GLM_TRY(glm_args_parse(&cmd, argc, argv, &o->help));
-    if (config) GLM_TRY(lf_defaults(o));
-    long pi = find_opt("packing");
-    if (o->packing && o->src[pi] != GLM_SRC_DEFAULT && !o->neat_packing)
-        glm_log_info("packing: true: rows packed with several samples; glmtune never lets a sample attend to another "
-                     "(LLaMA-Factory's packing without neat_packing does)");
+    if (!config && o->lf_cli_key && !o->help)
+        glm_log_info("--%s: a llamafactory-cli line: what it leaves out takes LLaMA-Factory's / transformers' defaults, "
+                     "as in a YAML (packing = stage == pt, per_device_train_batch_size 8, learning_rate 5e-5, "
+                     "logging_steps 500, ...; the settings dump marks each)", o->lf_cli_key);
+    if (config || o->lf_cli_key) GLM_TRY(lf_defaults(o));
+    if (!o->help) packing_note(o);
     return GLM_OK;
 }
 
