@@ -551,7 +551,13 @@ static glm_status init_adapter(run_state *rs, const train_settings *ts) {
     glm_lora_config lc = {(int)ts->opt.lora_rank, (float)ts->opt.lora_alpha, (float)ts->opt.lora_dropout, ts->opt.use_rslora,
                           ts->lora_target};
     GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->opt.seed, &rs->lora));
-    if (ts->opt.init_adapter && *ts->opt.init_adapter) GLM_TRY(glm_lora_load_peft(rs->lora, ts->opt.init_adapter));
+    if (ts->opt.init_adapter && *ts->opt.init_adapter) { /* an adapter, a checkpoint, or a run's output directory */
+        char *dir = NULL;
+        glm_status s = train_init_adapter_path(ts->opt.init_adapter, &dir);
+        if (s == GLM_OK) s = glm_lora_load_peft(rs->lora, dir);
+        free(dir);
+        GLM_TRY(s);
+    }
     rs->params = glm_lora_params(rs->lora, &rs->n_params);
     glm_adamw_cfg ac = {ts->opt.adam_beta1, ts->opt.adam_beta2, ts->opt.adam_epsilon, ts->opt.weight_decay, ts->opt.max_grad_norm,
                         ts->opt.loraplus_lr_ratio};
@@ -908,15 +914,18 @@ static int strategy_mode(const char *s) {
     return !s || !strcmp(s, "steps") ? 0 : !strcmp(s, "epoch") ? 1 : 2;
 }
 
-/* save_strategy no: no checkpoint was written; the final adapter goes to output_dir as PEFT files
- * (adapter_config.json + adapter_model.safetensors), as LLaMA-Factory's trainer.save_model() leaves it. */
+/* The end of every run: the final adapter goes to output_dir itself as PEFT files (adapter_config.json +
+ * adapter_model.safetensors, each written aside and renamed into place), as LLaMA-Factory's
+ * trainer.save_model() leaves it, so the YAMLs that chain on it (adapter_name_or_path: saves/.../sft for
+ * merging, inference, DPO after SFT) and --init-adapter find it there. */
 static glm_status save_final_adapter(run_state *rs, const train_settings *ts) {
     if (rs->be->rank != 0) return GLM_OK;
     glm_status s = glm_adapter_write_files(ts->opt.output_dir, rs->model->be, rs->params, (size_t)rs->n_params, &rs->acfg,
                                            GLM_ST_F32);
-    if (s == GLM_OK) glm_log_info("save_strategy no: the final adapter is in %s (adapter_config.json, "
-                                  "adapter_model.safetensors)", ts->opt.output_dir);
-    return s;
+    if (s == GLM_OK && !ts->quiet)
+        glm_log_info("the final adapter (step %lld) is in %s (adapter_config.json, adapter_model.safetensors)",
+                     (long long)rs->step, ts->opt.output_dir);
+    return s == GLM_OK ? s : glm_err_context(s, "writing the final adapter into %s", ts->opt.output_dir);
 }
 
 /* The training loop's state beside run_state: the step's row buffers, the run's counters, the
@@ -1230,7 +1239,7 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
 }
 
 /* The run's end, whatever s says: the status line ended, metrics closed; on success the loss
- * plot, the final adapter (save_strategy no), trainer_state.json and the summary lines. */
+ * plot, the final adapter in output_dir, trainer_state.json and the summary lines. */
 static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop *tl, glm_status s) {
     const int rank = rs->be->rank, W = rs->be->world;
     if (rank == 0) glm_log_status_end();
@@ -1238,15 +1247,15 @@ static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop
         glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs->step, (long long)rs->total_steps);
     if (tl->mx_open) glm_metrics_close(&tl->mx);
     if (s == GLM_OK && rank == 0 && json_array_size(rs->history)) s = train_plot_history(rs->history, ts->opt.output_dir);
-    if (s == GLM_OK && strategy_mode(ts->opt.save_strategy) == 2 && rs->step > tl->start_step) s = save_final_adapter(rs, ts);
+    if (s == GLM_OK) s = save_final_adapter(rs, ts);
     if (s == GLM_OK && rank == 0)
         s = save_final_state(rs, ts, tl->run_loss_sum, tl->run_losses, glm_now() - tl->t_start, rs->step - tl->start_step,
                              tl->rows_total);
     if (tl->nonfinite_total)
         glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)tl->nonfinite_total);
     if (s == GLM_OK && !ts->quiet)
-        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
-                     "export-adapter --checkpoint %s -o DIR)", (long long)(rs->step - tl->start_step),
+        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; the adapter and checkpoints in %s (merge with glmtune "
+                     "export-adapter --checkpoint %s --merge -o DIR)", (long long)(rs->step - tl->start_step),
                      (long long)tl->tokens_total, W > 1 ? " on this rank" : "", glm_now() - tl->t_start, ts->opt.output_dir,
                      ts->opt.output_dir);
     if (s == GLM_OK && rs->model && rs->n_micro_run)

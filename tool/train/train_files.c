@@ -81,7 +81,8 @@ glm_status train_check_output_dir(const train_settings *ts) {
         while (d && (e = readdir(d))) {
             if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
                 strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
-                strcmp(e->d_name, "trainer_state.json"))
+                strcmp(e->d_name, "trainer_state.json") && strcmp(e->d_name, "adapter_config.json") &&
+                strcmp(e->d_name, "adapter_model.safetensors"))
                 continue;
             char *p = glm_path_join(ts->opt.output_dir, e->d_name);
             glm_rmtree(p);
@@ -93,6 +94,36 @@ glm_status train_check_output_dir(const train_settings *ts) {
     free(ckpt);
     free(metrics);
     return s;
+}
+
+glm_status train_init_adapter_path(const char *given, char **path) {
+    *path = NULL;
+    if (!glm_is_dir(given))
+        return glm_err(GLM_ERR_IO, "--init-adapter %s: %s; hint: a PEFT adapter directory (adapter_config.json + "
+                       "adapter_model.safetensors), a checkpoint-N, or the --output-dir of a glmtune train run", given,
+                       glm_is_file(given) ? "a file, not a directory" : "no such directory");
+    char *cfg = glm_path_join(given, "adapter_config.json"), *st = glm_path_join(given, "adapter_model.safetensors");
+    char *ts = glm_path_join(given, "trainer_state.json");
+    bool adapter = cfg && st && glm_is_file(cfg) && glm_is_file(st);
+    bool run = ts && glm_is_file(ts) && !glm_ckpt_is_dir(given); /* an output directory, not a checkpoint-N */
+    free(cfg);
+    free(st);
+    free(ts);
+    if (adapter) {
+        if (run) glm_log_info("--init-adapter %s: a training run's output directory: its final adapter (adapter_config.json, "
+                              "adapter_model.safetensors there)", given);
+        *path = strdup(given);
+        return *path ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    int64_t step = -1;
+    GLM_TRY(glm_ckpt_latest(given, path, &step));
+    if (!*path)
+        return glm_err(GLM_ERR_IO, "--init-adapter %s holds no adapter (adapter_config.json + adapter_model.safetensors) "
+                       "and no complete checkpoint-N; hint: a PEFT adapter directory (glmtune export-adapter writes one), "
+                       "a checkpoint-N, or the --output-dir of a glmtune train run", given);
+    glm_log_info("--init-adapter %s: a training run's output directory without a final adapter: its newest checkpoint, %s "
+                 "(step %lld)", given, *path, (long long)step);
+    return GLM_OK;
 }
 
 /* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
