@@ -500,7 +500,76 @@ static glm_status yaml_train_key(void *ctx, const char *path, int line, const ch
     return st;
 }
 
+/* What a LLaMA-Factory YAML is for, from its keys: a training file, or one of the others (merge,
+ * chat/inference, eval, predict, a v1 file), which `glmtune train` refuses with its equivalent. */
+typedef struct {
+    char export_dir[256], adapter[256], infer_backend[64], task[64], model_class[64], line_key[64];
+    bool do_predict, do_train, stage, dataset, output_dir, template_, model;
+    int line;
+} yaml_kind;
+
+static glm_status yaml_kind_key(void *ctx, const char *path, int line, const char *key, const char *val, bool mapping) {
+    (void)path;
+    (void)mapping;
+    yaml_kind *k = ctx;
+    const char *v = val ? val : "";
+    bool b = false;
+#define KEEP(name, buf)                                                                                                \
+    if (!strcmp(key, name) && !is_null(v)) {                                                                           \
+        snprintf(k->buf, sizeof k->buf, "%s", v);                                                                      \
+        if (!k->line) k->line = line, snprintf(k->line_key, sizeof k->line_key, "%s", key);                            \
+    }
+    KEEP("export_dir", export_dir)
+    KEEP("infer_backend", infer_backend)
+    KEEP("task", task)
+    KEEP("model_class", model_class)
+#undef KEEP
+    if (!strcmp(key, "adapter_name_or_path")) snprintf(k->adapter, sizeof k->adapter, "%s", v);
+    if (!strcmp(key, "do_predict") && parse_bool(v, &b) && b) k->do_predict = true;
+    if (!strcmp(key, "do_train") && parse_bool(v, &b) && b) k->do_train = true;
+    k->stage |= !strcmp(key, "stage");
+    k->dataset |= !strcmp(key, "dataset") || !strcmp(key, "train_dataset");
+    k->output_dir |= !strcmp(key, "output_dir");
+    k->template_ |= !strcmp(key, "template");
+    k->model |= !strcmp(key, "model_name_or_path");
+    return GLM_OK;
+}
+
+/* Refuses a YAML that is not for training (LLaMA-Factory's merge, inference, eval, predict and v1
+ * files) with the glmtune equivalent, or says there is none yet. */
+static glm_status yaml_check_kind(const char *path) {
+    yaml_kind k;
+    memset(&k, 0, sizeof k);
+    GLM_TRY(glm_yaml_config_each(path, true, yaml_kind_key, &k));
+    const char *ad = *k.adapter ? k.adapter : "<adapter_name_or_path>";
+    if (*k.model_class)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: model_class: %s: a LLaMA-Factory v1 file (model, peft_config, "
+                       "train_dataset, micro_batch_size), which glmtune does not read; hint: write it with the keys of "
+                       "LLaMA-Factory's examples/train_lora/*.yaml (model_name_or_path, stage: sft, finetuning_type: lora, "
+                       "lora_rank, dataset, per_device_train_batch_size, ...)", path, k.line, k.model_class);
+    if (*k.export_dir)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: export_dir: %s: a LLaMA-Factory merge (export) file, not a training "
+                       "one; glmtune's merge: glmtune export-adapter --checkpoint %s --merge -o %s", path, k.line,
+                       k.export_dir, ad, k.export_dir);
+    if (*k.task)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: task: %s: a LLaMA-Factory benchmark evaluation file (llamafactory-cli "
+                       "eval); glmtune has no benchmark evaluation yet (train's eval_strategy gives the eval loss on a val "
+                       "split)", path, k.line, k.task);
+    if (k.do_predict && !k.do_train)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: do_predict: true without do_train: a LLaMA-Factory prediction file "
+                       "(generation over eval_dataset); glmtune has no prediction yet: generation is planned", path);
+    bool template_only = !k.stage && !k.do_train && !k.dataset && !k.output_dir && (k.template_ || *k.adapter) && k.model;
+    if (*k.infer_backend || template_only)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s%s%s: a LLaMA-Factory chat / inference file (llamafactory-cli chat, webchat, "
+                       "api): glmtune has no generation yet (it is planned); hint: serve the adapter %s with vLLM, or merge it "
+                       "first: glmtune export-adapter --checkpoint %s --merge -o DIR", path,
+                       *k.infer_backend ? ": infer_backend: " : " (model and template, nothing to train)",
+                       *k.infer_backend ? k.infer_backend : "", ad, ad);
+    return GLM_OK;
+}
+
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
+    GLM_TRY(yaml_check_kind(path));
     return glm_yaml_config_each(path, true, yaml_train_key, o);
 }
 
