@@ -225,6 +225,20 @@ for n in 1090 1001; do
   done
 done
 
+# ---- 5b. tokenized_path: LLaMA-Factory trains from it when it exists; glmtune tokenize --config writes it
+mkdir -p "$T/tp"; cp "$F/corpora/llamafactory/identity.json" "$T/tp/"
+printf '{"identity": {"file_name": "identity.json"}}\n' > "$T/tp/dataset_info.json"
+printf 'stage: sft\ndo_train: true\nfinetuning_type: lora\ndataset: identity\ncutoff_len: 1024\ntokenized_path: %s\nmax_steps: 2\n' "$T/tp-shards" > "$T/tp.yaml"
+"$G" train --config "$T/tp.yaml" --model_name_or_path "$T/model" --device cpu --output_dir "$T/tp-out" --dry-run >/dev/null 2>"$T/tp0.log"
+check "tokenized_path not there yet: says that glmtune tokenize --config writes it" grep -q "tokenized_path: $T/tp-shards does not exist yet: LLaMA-Factory would tokenize the dataset and save it there; .*glmtune tokenize --config $T/tp.yaml" "$T/tp0.log"
+"$G" tokenize --quiet --config "$T/tp.yaml" --model_name_or_path "$TOKS" --dataset_dir "$T/tp" 2>/dev/null
+check "glmtune tokenize --config writes the shards to tokenized_path" test -f "$T/tp-shards/manifest.json"
+"$G" train --config "$T/tp.yaml" --model_name_or_path "$T/model" --device cpu --output_dir "$T/tp-out" 2>"$T/tp1.log"; rc=$?
+check "train --config reads tokenized_path's shards (exit $rc), with no --dataset" test $rc = 0 -a "$(global_step "$T/tp-out" 2>/dev/null)" = 2
+check "... and says so" grep -q "tokenized_path: $T/tp-shards holds shards (manifest.json): train reads them, as LLaMA-Factory loads its tokenized_path (dataset identity is not read again)" "$T/tp1.log"
+"$G" train --config "$T/tp.yaml" --model_name_or_path "$T/model" --device cpu --dataset "$T/shards" --output_dir "$T/tp-out2" --dry-run >/dev/null 2>"$T/tp2.log"
+check "... the command line's --dataset wins, said" grep -q "holds shards, but the command line's --dataset $T/shards is read instead" "$T/tp2.log"
+
 # ---- 6. stage sft and a pretraining entry; a YAML without dataset
 mkdir -p "$T/pt"
 cp "$F/corpora/llamafactory/identity.json" "$T/pt/"

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/args.h"
 #include "common/fileio.h"
@@ -199,6 +200,8 @@ glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, 
 void glm_opts_free(glm_train_opts *o) {
     free(o->stage);
     o->stage = NULL;
+    free(o->tokenized_path);
+    o->tokenized_path = NULL;
     for (size_t i = 0; i < N_OPTS; i++) {
         void *field = (char *)o + k_opts[i].offset;
         if (k_opts[i].type == GLM_OPT_STRING) {
@@ -288,6 +291,13 @@ static glm_status key_special(glm_train_opts *o, const char *key, const char *va
         free(o->stage);
         o->stage = strdup(val);
         return o->stage ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    if (!strcmp(key, "tokenized_path")) { /* LLaMA-Factory trains from it when it exists (tokenized_path_note) */
+        if (is_null(val) || (src == GLM_SRC_CONFIG && o->tokenized_path)) return GLM_OK; /* the command line's wins */
+        free(o->tokenized_path);
+        o->tokenized_path = strdup(val);
+        o->tokenized_line = src == GLM_SRC_CONFIG ? o->yaml_line : 0;
+        return o->tokenized_path ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
     }
     if (!strcmp(key, "neat_packing")) { /* LLaMA-Factory: packing without attention across documents */
         if (!parse_bool(val, &b) && !is_null(val))
@@ -656,6 +666,39 @@ static glm_status lf_defaults(glm_train_opts *o) {
     return GLM_OK;
 }
 
+/* tokenized_path, as LLaMA-Factory reads it: shards there (manifest.json) are the training data unless
+ * the command line names --dataset; a path that does not exist yet is made by `glmtune tokenize --config`
+ * (LLaMA-Factory tokenizes and saves there itself); anything else there is not read. One line says which. */
+static glm_status tokenized_path_note(glm_train_opts *o) {
+    const char *tp = o->tokenized_path;
+    char where[300];
+    if (o->tokenized_line) snprintf(where, sizeof where, "%s:%d: tokenized_path", o->config, o->tokenized_line);
+    else snprintf(where, sizeof where, "--tokenized_path");
+    long di = find_opt("data");
+    char *man = glm_path_join(tp, "manifest.json");
+    bool shards = man && glm_is_file(man);
+    free(man);
+    if (shards && o->src[di] == GLM_SRC_CLI && o->data && strcmp(o->data, tp)) {
+        glm_log_info("%s: %s holds shards, but the command line's --dataset %s is read instead", where, tp, o->data);
+    } else if (shards) {
+        if (o->data && strcmp(o->data, tp))
+            glm_log_info("%s: %s holds shards (manifest.json): train reads them, as LLaMA-Factory loads its "
+                         "tokenized_path (dataset %s is not read again)", where, tp, o->data);
+        else
+            glm_log_info("%s: %s holds shards (manifest.json): train reads them", where, tp);
+        GLM_TRY(set_value(o, (size_t)di, tp, o->tokenized_line ? GLM_SRC_CONFIG : GLM_SRC_CLI, where));
+    } else if (access(tp, F_OK) != 0) {
+        glm_log_info("%s: %s does not exist yet: LLaMA-Factory would tokenize the dataset and save it there; glmtune "
+                     "tokenizes in its own step: `glmtune tokenize --config %s --model_name_or_path MODEL` writes the "
+                     "shards to %s, which train then reads", where, tp, o->config ? o->config : "FILE.yaml", tp);
+    } else {
+        glm_log_warn("%s: %s holds no glmtune shards (no manifest.json; a dataset LLaMA-Factory saved is not read "
+                     "here): not used; hint: `glmtune tokenize --config %s` writes shards there (to a new or empty "
+                     "directory)", where, tp, o->config ? o->config : "FILE.yaml");
+    }
+    return GLM_OK;
+}
+
 /* The packing choice in one line: packed rows or batches of samples, and why (where the value came from). */
 static void packing_note(const glm_train_opts *o) {
     long pi = find_opt("packing");
@@ -708,6 +751,7 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
                      "as in a YAML (packing = stage == pt, per_device_train_batch_size 8, learning_rate 5e-5, "
                      "logging_steps 500, ...; the settings dump marks each)", o->lf_cli_key);
     if (config || o->lf_cli_key) GLM_TRY(lf_defaults(o));
+    if (o->tokenized_path && !o->help) GLM_TRY(tokenized_path_note(o));
     if (!o->help) packing_note(o);
     return GLM_OK;
 }
