@@ -206,7 +206,7 @@ $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps $((latest 
     --resume-from-checkpoint 2>"$T/e11"; rc=$?
 check "resume after the kill (exit $rc)" test $rc = 0 -a -d "$T/kill/checkpoint-$((latest + 1))"
 
-# Ctrl-C / SIGTERM of a single-process run: it says so, names what stays, and dies of the signal
+# Ctrl-C / SIGTERM of a single-process run: it says so, names what stays, and exits with 128 + the signal
 for sig in INT TERM; do
   env --default-signal=INT,TERM $G train $TR --model "$FIX" --output-dir "$T/int$sig" --max-steps 100000 --save-steps 1 \
       2>"$T/int$sig.log" &
@@ -215,7 +215,12 @@ for sig in INT TERM; do
   kill -$sig $pid; wait $pid; rc=$?
   want=$((128 + $(kill -l $sig)))
   check "SIG$sig of train: exit $rc (want $want)" test $rc = $want
-  check "... says it was interrupted and what stays" has "$T/int$sig.log" "interrupted: stopping; the checkpoints in"
+  if [ $sig = INT ]; then
+    check "... says it was interrupted and what stays" has "$T/int$sig.log" "interrupted: stopping; the checkpoints in"
+  else # SIGTERM (a Slurm preemption): the step ends, a checkpoint of it is written (tests/cli/test_train_signal.sh)
+    check "... says it stops after the step with a checkpoint" has "$T/int$sig.log" "asked to stop (SIGTERM/SIGUSR1): finishing the current optimizer step"
+    check "... and where the checkpoint is" has "$T/int$sig.log" "stopped by SIGTERM after step [0-9]* of 100000: checkpoint-[0-9]* is in $T/int$sig"
+  fi
   check "... the last checkpoint exports" $G export-adapter --checkpoint "$T/int$sig" -o "$T/int$sig-x"
 done
 
