@@ -109,6 +109,21 @@ yaml "$T/nosave.yaml" "per_device_train_batch_size: 4" "max_steps: 3" "save_stra
 check "save_strategy no: no checkpoint" test -z "$(ls -d "$T/nosave"/checkpoint-* 2>/dev/null)"
 check "... the final adapter in output_dir" test -f "$T/nosave/adapter_config.json" -a -f "$T/nosave/adapter_model.safetensors"
 check "logging_strategy no: no loss logged" test -z "$(steps_with "$T/nosave" loss)"
+# every run leaves its final adapter in output_dir (LLaMA-Factory's trainer.save_model()), the last step's weights
+check "save_strategy steps: the final adapter in output_dir too" test -f "$T/sft/adapter_config.json" -a -f "$T/sft/adapter_model.safetensors"
+check "... the weights of the last step ($exp)" cmp -s "$T/sft/adapter_model.safetensors" "$T/sft/checkpoint-$exp/adapter_model.safetensors"
+# the YAMLs that chain on it (adapter_name_or_path: saves/.../sft): the run directory gives its final adapter,
+# or, without one (a run cut short), its newest checkpoint; each said in one line
+yaml "$T/chain.yaml" "adapter_name_or_path: $T/sft" "max_steps: 1" "per_device_train_batch_size: 4"
+"$G" train --config "$T/chain.yaml" $P --dataset "$T/shards" --output_dir "$T/chain" 2>"$T/chain.log"
+check "adapter_name_or_path: a run directory trains from its final adapter" grep -q "init-adapter $T/sft: a training run's output directory: its final adapter" "$T/chain.log"
+cp -r "$T/sft" "$T/sft_cut"; rm -f "$T/sft_cut/adapter_config.json" "$T/sft_cut/adapter_model.safetensors"
+"$G" train --config "$T/chain.yaml" $P --dataset "$T/shards" --output_dir "$T/chain2" --adapter_name_or_path "$T/sft_cut" 2>"$T/chain2.log"
+check "... a run directory without one: its newest checkpoint" grep -q "without a final adapter: its newest checkpoint, $T/sft_cut/checkpoint-$exp" "$T/chain2.log"
+check "... which trains" test -f "$T/chain2/adapter_model.safetensors"
+mkdir -p "$T/empty_run"
+"$G" train --config "$T/chain.yaml" $P --dataset "$T/shards" --output_dir "$T/chain3" --adapter_name_or_path "$T/empty_run" 2>"$T/chain3.log"
+check "... a directory with neither: an error with the hint" grep -q "holds no adapter .* and no complete checkpoint-N; hint" "$T/chain3.log"
 
 # ---- 4. defaults of a YAML that leaves keys out, and ratios
 yaml "$T/bare.yaml" "max_steps: 8" "logging_steps: 0.25"
@@ -225,6 +240,20 @@ for n in 1090 1001; do
     check "val_size 0.1 of $n samples (seed $seed): $((n - nt)) train, $nt val" test "$(splits "$T/vs$n-$seed")" = "\"train\":{\"samples\":$((n - nt)) \"val\":{\"samples\":$nt "
   done
 done
+
+# ---- 5b. tokenized_path: LLaMA-Factory trains from it when it exists; glmtune tokenize --config writes it
+mkdir -p "$T/tp"; cp "$F/corpora/llamafactory/identity.json" "$T/tp/"
+printf '{"identity": {"file_name": "identity.json"}}\n' > "$T/tp/dataset_info.json"
+printf 'stage: sft\ndo_train: true\nfinetuning_type: lora\ndataset: identity\ncutoff_len: 1024\ntokenized_path: %s\nmax_steps: 2\n' "$T/tp-shards" > "$T/tp.yaml"
+"$G" train --config "$T/tp.yaml" --model_name_or_path "$T/model" --device cpu --output_dir "$T/tp-out" --dry-run >/dev/null 2>"$T/tp0.log"
+check "tokenized_path not there yet: says that glmtune tokenize --config writes it" grep -q "tokenized_path: $T/tp-shards does not exist yet: LLaMA-Factory would tokenize the dataset and save it there; .*glmtune tokenize --config $T/tp.yaml" "$T/tp0.log"
+"$G" tokenize --quiet --config "$T/tp.yaml" --model_name_or_path "$TOKS" --dataset_dir "$T/tp" 2>/dev/null
+check "glmtune tokenize --config writes the shards to tokenized_path" test -f "$T/tp-shards/manifest.json"
+"$G" train --config "$T/tp.yaml" --model_name_or_path "$T/model" --device cpu --output_dir "$T/tp-out" 2>"$T/tp1.log"; rc=$?
+check "train --config reads tokenized_path's shards (exit $rc), with no --dataset" test $rc = 0 -a "$(global_step "$T/tp-out" 2>/dev/null)" = 2
+check "... and says so" grep -q "tokenized_path: $T/tp-shards holds shards (manifest.json): train reads them, as LLaMA-Factory loads its tokenized_path (dataset identity is not read again)" "$T/tp1.log"
+"$G" train --config "$T/tp.yaml" --model_name_or_path "$T/model" --device cpu --dataset "$T/shards" --output_dir "$T/tp-out2" --dry-run >/dev/null 2>"$T/tp2.log"
+check "... the command line's --dataset wins, said" grep -q "holds shards, but the command line's --dataset $T/shards is read instead" "$T/tp2.log"
 
 # ---- 6. stage sft and a pretraining entry; a YAML without dataset
 mkdir -p "$T/pt"

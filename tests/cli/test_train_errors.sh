@@ -206,7 +206,7 @@ $G train $TR --model "$T/bigmodel" --output-dir "$T/kill" --max-steps $((latest 
     --resume-from-checkpoint 2>"$T/e11"; rc=$?
 check "resume after the kill (exit $rc)" test $rc = 0 -a -d "$T/kill/checkpoint-$((latest + 1))"
 
-# Ctrl-C / SIGTERM of a single-process run: it says so, names what stays, and dies of the signal
+# Ctrl-C / SIGTERM of a single-process run: it says so, names what stays, and exits with 128 + the signal
 for sig in INT TERM; do
   env --default-signal=INT,TERM $G train $TR --model "$FIX" --output-dir "$T/int$sig" --max-steps 100000 --save-steps 1 \
       2>"$T/int$sig.log" &
@@ -215,7 +215,12 @@ for sig in INT TERM; do
   kill -$sig $pid; wait $pid; rc=$?
   want=$((128 + $(kill -l $sig)))
   check "SIG$sig of train: exit $rc (want $want)" test $rc = $want
-  check "... says it was interrupted and what stays" has "$T/int$sig.log" "interrupted: stopping; the checkpoints in"
+  if [ $sig = INT ]; then
+    check "... says it was interrupted and what stays" has "$T/int$sig.log" "interrupted: stopping; the checkpoints in"
+  else # SIGTERM (a Slurm preemption): the step ends, a checkpoint of it is written (tests/cli/test_train_signal.sh)
+    check "... says it stops after the step with a checkpoint" has "$T/int$sig.log" "asked to stop (SIGTERM/SIGUSR1): finishing the current optimizer step"
+    check "... and where the checkpoint is" has "$T/int$sig.log" "stopped by SIGTERM after step [0-9]* of 100000: checkpoint-[0-9]* is in $T/int$sig"
+  fi
   check "... the last checkpoint exports" $G export-adapter --checkpoint "$T/int$sig" -o "$T/int$sig-x"
 done
 
@@ -234,6 +239,30 @@ check "export-adapter -o dir/: exit 0 ($rc)" test $rc = 0 -a -f "$T/sladapter/ad
 $G tokenize --quiet --seq-len 128 -o "" "$T/data.jsonl" 2>"$T/sl5"; rc=$?
 check "tokenize -o '': exit 2 ($rc)" test $rc = 2
 check "... says it is empty" has "$T/sl5" "is empty"
+
+# --dry-run plans the rows a micro-batch can really have: min(per_device_train_batch_size, the shard set's rows)
+ROWS=$(tr -d ' \n' < "$T/shards/manifest.json" | grep -o '"train":{[^}]*"rows":[0-9]*' | grep -o '[0-9]*$')
+$G train $TR --model "$FIX" --per-device-train-batch-size 512 --dry-run >"$T/big.dry" 2>/dev/null
+$G train $TR --model "$FIX" --per-device-train-batch-size "$ROWS" --dry-run >"$T/rows.dry" 2>/dev/null
+check "dry run, batch 512 on $ROWS rows: says the micro-batch is $ROWS rows" has "$T/big.dry" "micro-batch: $ROWS rows, not per_device_train_batch_size 512: the shards hold $ROWS rows"
+check "... and plans $ROWS rows, as the run uses ($(grep 'memory plan' "$T/big.dry"))" has "$T/big.dry" "memory plan: $ROWS x 128 tokens"
+check "... the same peak as batch $ROWS" test "$(grep 'predicted peak' "$T/big.dry")" = "$(grep 'predicted peak' "$T/rows.dry")"
+# resuming into a read-only output directory: refused before the model loads, with a hint (as another user,
+# since root writes anywhere; skipped where that cannot be done)
+$G train $TR --model "$FIX" --output-dir "$T/ro" --max-steps 2 2>/dev/null
+chmod -R a-w "$T/ro"; chmod a+rx "$T"
+AS=""; [ "$(id -u)" = 0 ] && AS="setpriv --reuid=65534 --regid=65534 --clear-groups"
+if [ -d "$T/ro/checkpoint-2" ] && $AS test -r "$FIX/config.json" -a ! -w "$T/ro" 2>/dev/null; then
+    $AS $G train $TR --model "$FIX" --output-dir "$T/ro" --max-steps 4 --resume-from-checkpoint 2>"$T/ro.log" >/dev/null; rc=$?
+    check "resume into a read-only output directory: refused (exit $rc)" test $rc = 1
+    check "... saying so, with the hint" has "$T/ro.log" "output-dir $T/ro is not writable (Permission denied): the resumed run .*hint: .*--output-dir NEW --resume-from-checkpoint $T/ro/checkpoint-N"
+    check "... before the model loads" test -z "$(grep -e 'layout, L=' -e 'resuming from' "$T/ro.log")"
+    $AS $G train $TR --model "$FIX" --output-dir "$T/ro/new" --max-steps 1 2>"$T/ro2.log" >/dev/null
+    check "a fresh run under a read-only directory: refused, naming it" has "$T/ro2.log" "$T/ro (where --output-dir $T/ro/new would be made) is not writable"
+else
+    echo "SKIPPED: the read-only output directory checks (cannot run as another user here)"
+fi
+chmod -R u+w "$T/ro"
 
 echo "test_train_errors: $pass passed, $fail failed"
 [ $fail = 0 ] && rm -rf "$T"

@@ -15,32 +15,54 @@
 #include "tool/train/launch.h"
 #include "tool/train/train.h"
 
-/* Ctrl-C (SIGINT) or SIGTERM of a single-process run: the process ends at once, as before (a
- * checkpoint is written aside and renamed, so none is ever half-written), but says so first and
- * names what stays: write(2) and a constant message prepared beforehand are all a handler may
- * use. A signal the caller ignores stays ignored. Ranks of --nproc / --gpus runs are left alone:
- * their supervisor reports the interrupt once. */
-static char g_interrupt_msg[1200];
-static size_t g_interrupt_len;
+/* Ctrl-C (SIGINT) of a single-process run: the process ends at once, as before (a checkpoint is
+ * written aside and renamed, so none is ever half-written), but says so first and names what stays:
+ * write(2) and a constant message prepared beforehand are all a handler may use. Ranks of --nproc /
+ * --gpus runs are left to the default: their supervisor reports the interrupt once.
+ * SIGTERM and SIGUSR1 (a Slurm preemption or time limit; `sbatch --signal=USR1@120`), in every
+ * training process, ranks included: finish the current optimizer step, write a checkpoint of it, and
+ * exit with 128 + the signal (train_request_stop; the ranks agree on the step in its all-reduce); a
+ * second one ends the process at once. A signal the caller ignores stays ignored. */
+static char g_interrupt_msg[1200], g_stop_msg[1200];
+static size_t g_interrupt_len, g_stop_len;
+static volatile sig_atomic_t g_stop_asked;
 static void on_interrupt(int sig) {
     ssize_t w = write(2, g_interrupt_msg, g_interrupt_len);
     (void)w;
     signal(sig, SIG_DFL);
     raise(sig);
 }
-static void catch_interrupt(const char *output_dir) {
+static void on_stop(int sig) {
+    if (g_stop_asked) { /* asked again: stop now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop_asked = 1;
+    ssize_t w = write(2, g_stop_msg, g_stop_len);
+    (void)w;
+    train_request_stop(sig);
+}
+static void set_handler(int sig, void (*h)(int)) {
+    struct sigaction sa = {0}, old;
+    if (sigaction(sig, NULL, &old) != 0 || old.sa_handler == SIG_IGN) return;
+    sa.sa_handler = h;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+}
+static void catch_signals(const char *output_dir, bool single, bool quiet_rank) {
+    const char *dir = output_dir ? output_dir : "the output directory";
     int n = snprintf(g_interrupt_msg, sizeof g_interrupt_msg,
                      "\nglmtune: interrupted: stopping; the checkpoints in %s stay as they are (resume with "
-                     "--resume-from-checkpoint)\n", output_dir ? output_dir : "the output directory");
+                     "--resume-from-checkpoint)\n", dir);
     g_interrupt_len = n < 0 ? 0 : (size_t)n < sizeof g_interrupt_msg ? (size_t)n : sizeof g_interrupt_msg - 1;
-    const int sigs[2] = {SIGINT, SIGTERM};
-    for (int i = 0; i < 2; i++) {
-        struct sigaction sa = {0}, old;
-        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue;
-        sa.sa_handler = on_interrupt;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
+    n = quiet_rank ? 0 : snprintf(g_stop_msg, sizeof g_stop_msg,
+                                  "\nglmtune: asked to stop (SIGTERM/SIGUSR1): finishing the current optimizer step, then "
+                                  "a checkpoint in %s and exit (again: stop at once)\n", dir);
+    g_stop_len = n < 0 ? 0 : (size_t)n < sizeof g_stop_msg ? (size_t)n : sizeof g_stop_msg - 1;
+    if (single) set_handler(SIGINT, on_interrupt);
+    set_handler(SIGTERM, on_stop);
+    set_handler(SIGUSR1, on_stop);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -185,9 +207,13 @@ int cmd_train(int argc, char **argv) {
         if (s) return cli_fail(s);
         return fits ? GLM_EXIT_OK : GLM_EXIT_FAIL;
     }
-    if (dist_detect(&di) == GLM_OK && di.world <= 1) catch_interrupt(ts.opt.output_dir);
+    bool single = dist_detect(&di) != GLM_OK || di.world <= 1;
+    catch_signals(ts.opt.output_dir, single, !single && di.rank > 0);
     s = train_run(&ts);
     free(ts.settings_json);
     glm_opts_free(&o);
+    /* stopped by SIGTERM / SIGUSR1 with a checkpoint: 128 + the signal; a rank of glmtune's supervisor exits 0 (under
+     * mpirun a non-zero status would abort the other ranks), and the supervisor reports 128 + what it received */
+    if (s == GLM_OK && train_stopped_by()) return getenv("GLMTUNE_SUPERVISED") ? GLM_EXIT_OK : 128 + train_stopped_by();
     return s == GLM_OK ? GLM_EXIT_OK : cli_fail(s);
 }

@@ -18,8 +18,11 @@
 #include "kernels/backend.h"
 #include "tool/cli.h"
 
-static volatile sig_atomic_t g_sig;
-static void on_signal(int s) { g_sig = s; }
+static volatile sig_atomic_t g_sig, g_nsig;
+static void on_signal(int s) {
+    g_sig = s;
+    g_nsig++;
+}
 static void on_alarm(int s) { (void)s; }
 
 static double mono(void) {
@@ -54,16 +57,18 @@ static void kill_live(launch_child *c, int n, int sig) {
 }
 
 int launch_supervise(launch_child *c, int n, double grace_s) {
-    struct sigaction sa, old_int, old_term, old_alrm;
+    struct sigaction sa, old_int, old_term, old_usr1, old_alrm;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: waitpid returns EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
     sa.sa_handler = on_alarm;
     sigaction(SIGALRM, &sa, &old_alrm);
     g_sig = 0;
-    int live = 0, code = 0, first_fail = -1, stopping = 0;
+    g_nsig = 0;
+    int live = 0, code = 0, first_fail = -1, stopping = 0, saving = 0;
     double kill_at = 0;
     const pid_t self = getpid();
     for (int i = 0; i < n; i++) {
@@ -78,6 +83,7 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
             if (getppid() != self) _exit(128 + SIGTERM); /* it died before prctl */
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
+            signal(SIGUSR1, SIG_DFL);
             for (char **e = c[i].env; e && *e; e++) putenv(*e);
             execvp(c[i].argv[0], c[i].argv);
             fprintf(stderr, "glmtune: cannot start %s (%s): %s\n", c[i].name, c[i].argv[0], strerror(errno));
@@ -101,11 +107,20 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
         kill_at = mono() + grace_s;
     }
     while (live > 0) {
-        if (g_sig && !stopping) {
+        if (g_sig && !stopping && !saving && g_sig != SIGINT && g_nsig == 1) {
+            /* SIGTERM / SIGUSR1: the ranks finish the step, save and stop; no deadline here */
+            char w[64];
+            glm_log_warn("%s: asking %s to finish the current optimizer step, write a checkpoint and stop (a second "
+                         "signal stops at once)", g_sig == SIGTERM ? "SIGTERM" : "SIGUSR1", live_names(c, n, live, w, sizeof w));
+            for (int i = 0; i < n; i++)
+                if (!c[i].ended && c[i].pid > 0) kill(c[i].pid, c[i].stop_sig ? c[i].stop_sig : g_sig);
+            saving = g_sig;
+        }
+        if (g_sig && !stopping && (!saving || g_nsig > 1)) {
             char w[64];
             glm_log_error("interrupted (%s): stopping %s; the last checkpoint stays as it is", strsignal(g_sig),
                           live_names(c, n, live, w, sizeof w));
-            kill_live(c, n, SIGTERM);
+            kill_live(c, n, SIGINT);
             stopping = 1;
             kill_at = mono() + grace_s;
         }
@@ -135,7 +150,8 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
         c[i].ended = 1;
         c[i].status = st;
         live--;
-        if (failed(&c[i]) && first_fail < 0) {
+        bool as_asked = saving && WIFEXITED(st) && WEXITSTATUS(st) == 128 + (c[i].stop_sig ? c[i].stop_sig : saving);
+        if (failed(&c[i]) && !as_asked && first_fail < 0) {
             first_fail = i;
             if (!stopping) {
                 char d[256];
@@ -152,8 +168,10 @@ int launch_supervise(launch_child *c, int n, double grace_s) {
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
     sigaction(SIGALRM, &old_alrm, NULL);
-    if (g_sig) code = 128 + g_sig;
+    if (saving && !stopping && first_fail < 0) code = 128 + saving; /* the ranks stopped as asked, with a checkpoint */
+    else if (g_sig && (!saving || stopping)) code = 128 + g_sig;
     else if (first_fail >= 0) code = WIFEXITED(c[first_fail].status) && WEXITSTATUS(c[first_fail].status) ? WEXITSTATUS(c[first_fail].status) : 1;
     return code;
 }
@@ -267,7 +285,7 @@ int launch_train(int argc, char **argv, const char *gpus, int nproc, int quiet) 
         char *env[3] = {"GLMTUNE_SUPERVISED=1", NULL, NULL}; /* the ranks: the settings' notes are printed here */
         if (!getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
             env[1] = "OMPI_MCA_btl_vader_single_copy_mechanism=none";
-        launch_child ch = {.argv = av, .env = env};
+        launch_child ch = {.argv = av, .env = env, .stop_sig = SIGUSR1}; /* mpirun forwards SIGUSR1 to the ranks */
         snprintf(ch.name, sizeof ch.name, "mpirun (%d CPU ranks)", nproc);
         if (!quiet) glm_log_info("starting %d CPU ranks under mpirun", nproc);
         int code = launch_supervise(&ch, 1, 10.0);

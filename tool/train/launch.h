@@ -27,15 +27,21 @@ typedef struct launch_child {
     pid_t pid;        /* filled by launch_supervise */
     int status;       /* waitpid status once it ended */
     int ended;
+    int stop_sig;     /* what asks it to finish its step, save a checkpoint and stop: 0, the signal received
+                         (SIGTERM / SIGUSR1); mpirun: SIGUSR1, which it forwards to the ranks (SIGTERM it
+                         turns into killing them) */
 } launch_child;
 
 /* Starts every child (fork + execvp, in this process group, with the extra environment), then
  * waits. When a child ends with a failure (non-zero exit or a signal) while others run, prints
  * "<name> (pid P) exited with status S | was killed by signal K (name); stopping the other N
  * worker(s)" and sends them SIGTERM, then SIGKILL to those still alive `grace_s` seconds later.
- * SIGINT / SIGTERM to this process are forwarded as SIGTERM to every child (the same grace,
- * then SIGKILL). Returns the exit code for the command: 0 when every child exited 0; 128 + the
- * signal when interrupted; else the first failed child's exit code (1 when it was killed). A child
+ * SIGINT to this process is forwarded as SIGINT to every child (the same grace, then SIGKILL).
+ * SIGTERM / SIGUSR1 (a Slurm preemption, `sbatch --signal`) ask the run to save and stop: each child
+ * gets its stop_sig (or the signal itself), and this process waits for them without a deadline of its
+ * own (the ranks finish the current step and write a checkpoint first); a second signal then stops
+ * them as SIGINT does. Returns the exit code for the command: 0 when every child exited 0; 128 + the
+ * signal when interrupted or stopped; else the first failed child's exit code (1 when it was killed). A child
  * that cannot start (exec fails) counts as failed with status 127. Never returns before every
  * child has ended. */
 int launch_supervise(launch_child *c, int n, double grace_s);

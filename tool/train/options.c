@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/args.h"
 #include "common/fileio.h"
@@ -199,6 +200,8 @@ glm_status glm_opts_set(glm_train_opts *o, const char *name, const char *value, 
 void glm_opts_free(glm_train_opts *o) {
     free(o->stage);
     o->stage = NULL;
+    free(o->tokenized_path);
+    o->tokenized_path = NULL;
     for (size_t i = 0; i < N_OPTS; i++) {
         void *field = (char *)o + k_opts[i].offset;
         if (k_opts[i].type == GLM_OPT_STRING) {
@@ -278,12 +281,23 @@ static glm_status key_special(glm_train_opts *o, const char *key, const char *va
         return glm_err(GLM_ERR_UNSUPPORTED, "%s: fp16: %s is refused: fp16 LoRA training of GLM-4 is widely reported to "
                        "diverge (loss 0 or NaN); glmtune trains in bf16; hint: remove fp16 (bf16 is used)", where, val);
     }
+    /* LLaMA-Factory's method keys on the command line: a pasted llamafactory-cli line (its defaults apply) */
+    static const char *const lf_method[] = {"stage", "do_train", "finetuning_type"};
+    for (size_t k = 0; k < sizeof lf_method / sizeof *lf_method; k++)
+        if (src == GLM_SRC_CLI && !strcmp(key, lf_method[k]) && !o->lf_cli_key) o->lf_cli_key = lf_method[k];
     if (!strcmp(key, "stage")) {
         GLM_TRY(glm_stage_check(val, where));
         if (src == GLM_SRC_CONFIG && o->stage) return GLM_OK; /* the command line's wins */
         free(o->stage);
         o->stage = strdup(val);
         return o->stage ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    if (!strcmp(key, "tokenized_path")) { /* LLaMA-Factory trains from it when it exists (tokenized_path_note) */
+        if (is_null(val) || (src == GLM_SRC_CONFIG && o->tokenized_path)) return GLM_OK; /* the command line's wins */
+        free(o->tokenized_path);
+        o->tokenized_path = strdup(val);
+        o->tokenized_line = src == GLM_SRC_CONFIG ? o->yaml_line : 0;
+        return o->tokenized_path ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
     }
     if (!strcmp(key, "neat_packing")) { /* LLaMA-Factory: packing without attention across documents */
         if (!parse_bool(val, &b) && !is_null(val))
@@ -496,7 +510,76 @@ static glm_status yaml_train_key(void *ctx, const char *path, int line, const ch
     return st;
 }
 
+/* What a LLaMA-Factory YAML is for, from its keys: a training file, or one of the others (merge,
+ * chat/inference, eval, predict, a v1 file), which `glmtune train` refuses with its equivalent. */
+typedef struct {
+    char export_dir[256], adapter[256], infer_backend[64], task[64], model_class[64], line_key[64];
+    bool do_predict, do_train, stage, dataset, output_dir, template_, model;
+    int line;
+} yaml_kind;
+
+static glm_status yaml_kind_key(void *ctx, const char *path, int line, const char *key, const char *val, bool mapping) {
+    (void)path;
+    (void)mapping;
+    yaml_kind *k = ctx;
+    const char *v = val ? val : "";
+    bool b = false;
+#define KEEP(name, buf)                                                                                                \
+    if (!strcmp(key, name) && !is_null(v)) {                                                                           \
+        snprintf(k->buf, sizeof k->buf, "%s", v);                                                                      \
+        if (!k->line) k->line = line, snprintf(k->line_key, sizeof k->line_key, "%s", key);                            \
+    }
+    KEEP("export_dir", export_dir)
+    KEEP("infer_backend", infer_backend)
+    KEEP("task", task)
+    KEEP("model_class", model_class)
+#undef KEEP
+    if (!strcmp(key, "adapter_name_or_path")) snprintf(k->adapter, sizeof k->adapter, "%s", v);
+    if (!strcmp(key, "do_predict") && parse_bool(v, &b) && b) k->do_predict = true;
+    if (!strcmp(key, "do_train") && parse_bool(v, &b) && b) k->do_train = true;
+    k->stage |= !strcmp(key, "stage");
+    k->dataset |= !strcmp(key, "dataset") || !strcmp(key, "train_dataset");
+    k->output_dir |= !strcmp(key, "output_dir");
+    k->template_ |= !strcmp(key, "template");
+    k->model |= !strcmp(key, "model_name_or_path");
+    return GLM_OK;
+}
+
+/* Refuses a YAML that is not for training (LLaMA-Factory's merge, inference, eval, predict and v1
+ * files) with the glmtune equivalent, or says there is none yet. */
+static glm_status yaml_check_kind(const char *path) {
+    yaml_kind k;
+    memset(&k, 0, sizeof k);
+    GLM_TRY(glm_yaml_config_each(path, true, yaml_kind_key, &k));
+    const char *ad = *k.adapter ? k.adapter : "<adapter_name_or_path>";
+    if (*k.model_class)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: model_class: %s: a LLaMA-Factory v1 file (model, peft_config, "
+                       "train_dataset, micro_batch_size), which glmtune does not read; hint: write it with the keys of "
+                       "LLaMA-Factory's examples/train_lora/*.yaml (model_name_or_path, stage: sft, finetuning_type: lora, "
+                       "lora_rank, dataset, per_device_train_batch_size, ...)", path, k.line, k.model_class);
+    if (*k.export_dir)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: export_dir: %s: a LLaMA-Factory merge (export) file, not a training "
+                       "one; glmtune's merge: glmtune export-adapter --checkpoint %s --merge -o %s", path, k.line,
+                       k.export_dir, ad, k.export_dir);
+    if (*k.task)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s:%d: task: %s: a LLaMA-Factory benchmark evaluation file (llamafactory-cli "
+                       "eval); glmtune has no benchmark evaluation yet (train's eval_strategy gives the eval loss on a val "
+                       "split)", path, k.line, k.task);
+    if (k.do_predict && !k.do_train)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s: do_predict: true without do_train: a LLaMA-Factory prediction file "
+                       "(generation over eval_dataset); glmtune has no prediction yet: generation is planned", path);
+    bool template_only = !k.stage && !k.do_train && !k.dataset && !k.output_dir && (k.template_ || *k.adapter) && k.model;
+    if (*k.infer_backend || template_only)
+        return glm_err(GLM_ERR_UNSUPPORTED, "%s%s%s: a LLaMA-Factory chat / inference file (llamafactory-cli chat, webchat, "
+                       "api): glmtune has no generation yet (it is planned); hint: serve the adapter %s with vLLM, or merge it "
+                       "first: glmtune export-adapter --checkpoint %s --merge -o DIR", path,
+                       *k.infer_backend ? ": infer_backend: " : " (model and template, nothing to train)",
+                       *k.infer_backend ? k.infer_backend : "", ad, ad);
+    return GLM_OK;
+}
+
 glm_status glm_opts_load_yaml(glm_train_opts *o, const char *path) {
+    GLM_TRY(yaml_check_kind(path));
     return glm_yaml_config_each(path, true, yaml_train_key, o);
 }
 
@@ -583,6 +666,63 @@ static glm_status lf_defaults(glm_train_opts *o) {
     return GLM_OK;
 }
 
+/* tokenized_path, as LLaMA-Factory reads it: shards there (manifest.json) are the training data unless
+ * the command line names --dataset; a path that does not exist yet is made by `glmtune tokenize --config`
+ * (LLaMA-Factory tokenizes and saves there itself); anything else there is not read. One line says which. */
+static glm_status tokenized_path_note(glm_train_opts *o) {
+    const char *tp = o->tokenized_path;
+    char where[300];
+    if (o->tokenized_line) snprintf(where, sizeof where, "%s:%d: tokenized_path", o->config, o->tokenized_line);
+    else snprintf(where, sizeof where, "--tokenized_path");
+    long di = find_opt("data");
+    char *man = glm_path_join(tp, "manifest.json");
+    bool shards = man && glm_is_file(man);
+    free(man);
+    if (shards && o->src[di] == GLM_SRC_CLI && o->data && strcmp(o->data, tp)) {
+        glm_log_info("%s: %s holds shards, but the command line's --dataset %s is read instead", where, tp, o->data);
+    } else if (shards) {
+        if (o->data && strcmp(o->data, tp))
+            glm_log_info("%s: %s holds shards (manifest.json): train reads them, as LLaMA-Factory loads its "
+                         "tokenized_path (dataset %s is not read again)", where, tp, o->data);
+        else
+            glm_log_info("%s: %s holds shards (manifest.json): train reads them", where, tp);
+        GLM_TRY(set_value(o, (size_t)di, tp, o->tokenized_line ? GLM_SRC_CONFIG : GLM_SRC_CLI, where));
+    } else if (access(tp, F_OK) != 0) {
+        glm_log_info("%s: %s does not exist yet: LLaMA-Factory would tokenize the dataset and save it there; glmtune "
+                     "tokenizes in its own step: `glmtune tokenize --config %s --model_name_or_path MODEL` writes the "
+                     "shards to %s, which train then reads", where, tp, o->config ? o->config : "FILE.yaml", tp);
+    } else {
+        glm_log_warn("%s: %s holds no glmtune shards (no manifest.json; a dataset LLaMA-Factory saved is not read "
+                     "here): not used; hint: `glmtune tokenize --config %s` writes shards there (to a new or empty "
+                     "directory)", where, tp, o->config ? o->config : "FILE.yaml");
+    }
+    return GLM_OK;
+}
+
+/* The packing choice in one line: packed rows or batches of samples, and why (where the value came from). */
+static void packing_note(const glm_train_opts *o) {
+    long pi = find_opt("packing");
+    const char *st = o->stage ? o->stage : "sft";
+    const char *what = o->packing ? "micro-batches of packed rows (several samples per row; glmtune never lets a sample "
+                                    "attend to another, LLaMA-Factory's packing without neat_packing does)"
+                                  : "each micro-batch is per_device_train_batch_size samples, as LLaMA-Factory batches them";
+    switch (o->src[pi]) {
+    case GLM_SRC_LF:
+        glm_log_info("packing: %s: LLaMA-Factory's default for stage %s (its parser sets packing = stage == pt when it is "
+                     "unset): %s", o->packing ? "true" : "false", st, what);
+        break;
+    case GLM_SRC_DEFAULT:
+        glm_log_info("packing: %s: glmtune's default on a command line without --config or LLaMA-Factory keys: %s; hint: "
+                     "--packing false batches samples as LLaMA-Factory's SFT does", o->packing ? "true" : "false", what);
+        break;
+    default:
+        glm_log_info("packing: %s: %s%s: %s", o->packing ? "true" : "false",
+                     o->neat_packing ? "neat_packing " : "", o->src[pi] == GLM_SRC_CONFIG ? "set by the config" :
+                     "set on the command line", what);
+        break;
+    }
+}
+
 glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
     GLM_TRY(glm_opts_defaults(o));
     /* first --config, so that the command line overrides it */
@@ -606,11 +746,13 @@ glm_status glm_opts_parse(glm_train_opts *o, int argc, char **argv) {
     const glm_arg_cmd cmd = {.name = "train", .opts = tab, .n_opts = N_OPTS + 1, .unknown = cli_key, .user = &ctx,
                              .help_continues = true};
     GLM_TRY(glm_args_parse(&cmd, argc, argv, &o->help));
-    if (config) GLM_TRY(lf_defaults(o));
-    long pi = find_opt("packing");
-    if (o->packing && o->src[pi] != GLM_SRC_DEFAULT && !o->neat_packing)
-        glm_log_info("packing: true: rows packed with several samples; glmtune never lets a sample attend to another "
-                     "(LLaMA-Factory's packing without neat_packing does)");
+    if (!config && o->lf_cli_key && !o->help)
+        glm_log_info("--%s: a llamafactory-cli line: what it leaves out takes LLaMA-Factory's / transformers' defaults, "
+                     "as in a YAML (packing = stage == pt, per_device_train_batch_size 8, learning_rate 5e-5, "
+                     "logging_steps 500, ...; the settings dump marks each)", o->lf_cli_key);
+    if (config || o->lf_cli_key) GLM_TRY(lf_defaults(o));
+    if (o->tokenized_path && !o->help) GLM_TRY(tokenized_path_note(o));
+    if (!o->help) packing_note(o);
     return GLM_OK;
 }
 

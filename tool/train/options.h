@@ -94,6 +94,11 @@ typedef struct glm_train_opts {
     /* not in the table */
     char *stage;                        /* LLaMA-Factory's stage (sft | pt) when given, else NULL */
     bool neat_packing;                  /* LLaMA-Factory's neat_packing: true was given */
+    char *tokenized_path;               /* LLaMA-Factory's tokenized_path (the YAML's or the command line's), or NULL */
+    int tokenized_line;                 /* its line in the config (0: the command line) */
+    const char *lf_cli_key;             /* the first LLaMA-Factory method key on the command line (stage, do_train,
+                                           finetuning_type): a pasted llamafactory-cli line, which takes
+                                           LLaMA-Factory's defaults as a YAML does; NULL when none (static text) */
     double logging_ratio, save_ratio, eval_ratio; /* *_steps given below 1: a ratio of the run's steps; 0: none */
     unsigned char src[64];              /* glm_opt_src per table entry */
     int line[64];                       /* the --config line that set a table entry (0: not from the config), for
@@ -136,11 +141,17 @@ void glm_opts_free(glm_train_opts *o);
  * quantization_bit, stage other than sft/pt, an optim other than the AdamW ones, ...).
  * YAML: a mapping of keys to scalars, lists (for lora_target) or, for lr_scheduler_kwargs, a
  * mapping; null keeps the default. Precedence: defaults < YAML < command line.
- * With --config, an option that neither the YAML nor the command line sets takes LLaMA-Factory's /
- * transformers' TrainingArguments default (source GLM_SRC_LF), since that is what the file means
+ * With --config, or a command line that names LLaMA-Factory's method keys (--stage, --do_train,
+ * --finetuning_type: a pasted `llamafactory-cli train` line; o->lf_cli_key names the first), an
+ * option that neither the YAML nor the command line sets takes LLaMA-Factory's / transformers'
+ * TrainingArguments default (source GLM_SRC_LF), since that is what the file or line means
  * there: learning_rate 5e-5, per_device_train_batch_size 8, logging_steps 500, save_steps 500,
  * eval_strategy no, eval_steps = logging_steps, packing = (stage == pt), lr_scheduler_type linear,
  * ... (transformers 4.5x training_args.py; LLaMA-Factory hparams/parser.py for packing).
+ * The packing choice is always logged in one line: packed or not, and why (the source of the value).
+ * tokenized_path (LLaMA-Factory trains from it when it exists): when it holds shards (manifest.json)
+ * and the command line names no --dataset, train reads them, in place of the YAML's dataset, and says
+ * so; when it does not exist, a line says that `glmtune tokenize --config` writes the shards there.
  * logging_steps / save_steps / eval_steps below 1 are ratios of the run's total steps
  * (o->logging_ratio, ...; the step count is then 0 until the run resolves it: ceil(ratio x steps)).
  * Errors: GLM_ERR_ARG naming the flag/key (and file:line for YAML) with a close known name when

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,7 +262,15 @@ typedef struct {
     const glm_backend *cp_comm; /* the group's communicator (comm_split; NULL without context parallel) */
     int n_buckets_started; /* layers whose gradient all-reduce the backward started this step */
     int out_lock;          /* rank 0: the output directory's lock (glm_lock_dir), or -1 */
+    int64_t saved_step;    /* the step of the last checkpoint this run wrote (-1: none) */
 } run_state;
+
+/* A stop asked for by a signal (train_request_stop), and the one honoured (train_stopped_by). */
+static volatile sig_atomic_t g_stop_sig;
+static int g_stopped_sig;
+
+void train_request_stop(int sig) { g_stop_sig = sig; }
+int train_stopped_by(void) { return g_stopped_sig; }
 
 static json_t *loader_pos(const glm_loader *l) {
     char fp[24];
@@ -290,6 +299,7 @@ static glm_status check_resume_data(const run_state *rs, const train_settings *t
 }
 
 static glm_status save_checkpoint(run_state *rs, const train_settings *ts) {
+    rs->saved_step = rs->step;
     if (rs->be->rank != 0) return GLM_OK; /* only rank 0 writes (every rank holds the same state) */
     json_t *pos = loader_pos(&rs->data);
     glm_ckpt_save_args a = {
@@ -551,7 +561,13 @@ static glm_status init_adapter(run_state *rs, const train_settings *ts) {
     glm_lora_config lc = {(int)ts->opt.lora_rank, (float)ts->opt.lora_alpha, (float)ts->opt.lora_dropout, ts->opt.use_rslora,
                           ts->lora_target};
     GLM_TRY(glm_lora_create(rs->model, &lc, (uint64_t)ts->opt.seed, &rs->lora));
-    if (ts->opt.init_adapter && *ts->opt.init_adapter) GLM_TRY(glm_lora_load_peft(rs->lora, ts->opt.init_adapter));
+    if (ts->opt.init_adapter && *ts->opt.init_adapter) { /* an adapter, a checkpoint, or a run's output directory */
+        char *dir = NULL;
+        glm_status s = train_init_adapter_path(ts->opt.init_adapter, &dir);
+        if (s == GLM_OK) s = glm_lora_load_peft(rs->lora, dir);
+        free(dir);
+        GLM_TRY(s);
+    }
     rs->params = glm_lora_params(rs->lora, &rs->n_params);
     glm_adamw_cfg ac = {ts->opt.adam_beta1, ts->opt.adam_beta2, ts->opt.adam_epsilon, ts->opt.weight_decay, ts->opt.max_grad_norm,
                         ts->opt.loraplus_lr_ratio};
@@ -908,15 +924,18 @@ static int strategy_mode(const char *s) {
     return !s || !strcmp(s, "steps") ? 0 : !strcmp(s, "epoch") ? 1 : 2;
 }
 
-/* save_strategy no: no checkpoint was written; the final adapter goes to output_dir as PEFT files
- * (adapter_config.json + adapter_model.safetensors), as LLaMA-Factory's trainer.save_model() leaves it. */
+/* The end of every run: the final adapter goes to output_dir itself as PEFT files (adapter_config.json +
+ * adapter_model.safetensors, each written aside and renamed into place), as LLaMA-Factory's
+ * trainer.save_model() leaves it, so the YAMLs that chain on it (adapter_name_or_path: saves/.../sft for
+ * merging, inference, DPO after SFT) and --init-adapter find it there. */
 static glm_status save_final_adapter(run_state *rs, const train_settings *ts) {
     if (rs->be->rank != 0) return GLM_OK;
     glm_status s = glm_adapter_write_files(ts->opt.output_dir, rs->model->be, rs->params, (size_t)rs->n_params, &rs->acfg,
                                            GLM_ST_F32);
-    if (s == GLM_OK) glm_log_info("save_strategy no: the final adapter is in %s (adapter_config.json, "
-                                  "adapter_model.safetensors)", ts->opt.output_dir);
-    return s;
+    if (s == GLM_OK && !ts->quiet)
+        glm_log_info("the final adapter (step %lld) is in %s (adapter_config.json, adapter_model.safetensors)",
+                     (long long)rs->step, ts->opt.output_dir);
+    return s == GLM_OK ? s : glm_err_context(s, "writing the final adapter into %s", ts->opt.output_dir);
 }
 
 /* The training loop's state beside run_state: the step's row buffers, the run's counters, the
@@ -933,6 +952,7 @@ typedef struct {
     int save_mode, eval_mode, log_mode;
     bool save_on, tty;
     bool agreed_failure;            /* the error (if any) was decided alike on every rank */
+    int stop_sig;                   /* a rank was asked to stop (SIGTERM, SIGUSR1): the signal; every rank agrees */
     double t_start, run_loss_sum;
     int64_t tokens_total, rows_total, run_losses;
     log_window win;
@@ -1184,7 +1204,12 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
         rs->tokens_seen += (int64_t)got * rs->data.T; /* every rank's rows: the global batch */
     /* the loss over every rank's target tokens (docs/design.md §4): all-reduced, so every rank
      * takes the same skip / stop decisions below */
-    if ((s = glm_comm_all_reduce_host(be, &loss_sum, 1)) != GLM_OK) return s;
+    /* ... with whether a rank was asked to stop (and by which signal), so all ranks stop after this step */
+    int asked = g_stop_sig;
+    double red[3] = {loss_sum, asked ? 1.0 : 0.0, (double)asked};
+    if ((s = glm_comm_all_reduce_host(be, red, 3)) != GLM_OK) return s;
+    loss_sum = red[0];
+    if (red[1] > 0) tl->stop_sig = (int)lround(red[2] / red[1]);
     if (ts->opt.dump_grads && *ts->opt.dump_grads && rs->step == tl->start_step && tl->start_step == 0 && be->rank == 0)
         if ((s = dump_grads(be, ts->opt.dump_grads, rs->params, rs->n_params)) != GLM_OK) return s;
     double loss = loss_sum / (double)n_global, gnorm;
@@ -1226,11 +1251,12 @@ static glm_status train_step(run_state *rs, const train_settings *ts, train_loop
                     : tl->save_mode == 1 ? r.epoch_end || r.last
                                          : false;
     if (s == GLM_OK && save_now) s = save_checkpoint(rs, ts);
+    if (s == GLM_OK && tl->stop_sig && rs->saved_step != rs->step) s = save_checkpoint(rs, ts); /* whatever the strategy */
     return s;
 }
 
 /* The run's end, whatever s says: the status line ended, metrics closed; on success the loss
- * plot, the final adapter (save_strategy no), trainer_state.json and the summary lines. */
+ * plot, the final adapter in output_dir, trainer_state.json and the summary lines. */
 static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop *tl, glm_status s) {
     const int rank = rs->be->rank, W = rs->be->world;
     if (rank == 0) glm_log_status_end();
@@ -1238,15 +1264,28 @@ static glm_status finish_run(run_state *rs, const train_settings *ts, train_loop
         glm_log_info("nothing to do: the run already has %lld of %lld steps", (long long)rs->step, (long long)rs->total_steps);
     if (tl->mx_open) glm_metrics_close(&tl->mx);
     if (s == GLM_OK && rank == 0 && json_array_size(rs->history)) s = train_plot_history(rs->history, ts->opt.output_dir);
-    if (s == GLM_OK && strategy_mode(ts->opt.save_strategy) == 2 && rs->step > tl->start_step) s = save_final_adapter(rs, ts);
+    if (s == GLM_OK && tl->stop_sig) { /* stopped early: the checkpoint holds the state; there is no final adapter */
+        g_stopped_sig = tl->stop_sig;
+        if (rank == 0) /* ranks that glmtune's supervisor started exit 0: it reports 128 + the signal it got */
+        {
+            char code[32] = "";
+            if (!getenv("GLMTUNE_SUPERVISED")) snprintf(code, sizeof code, " (exit status %d)", 128 + tl->stop_sig);
+            glm_log_warn("stopped by %s after step %lld of %lld: checkpoint-%lld is in %s; resume with "
+                         "--resume-from-checkpoint%s",
+                         tl->stop_sig == SIGTERM ? "SIGTERM" : tl->stop_sig == SIGUSR1 ? "SIGUSR1" : strsignal(tl->stop_sig),
+                         (long long)rs->step, (long long)rs->total_steps, (long long)rs->step, ts->opt.output_dir, code);
+        }
+        return s;
+    }
+    if (s == GLM_OK) s = save_final_adapter(rs, ts);
     if (s == GLM_OK && rank == 0)
         s = save_final_state(rs, ts, tl->run_loss_sum, tl->run_losses, glm_now() - tl->t_start, rs->step - tl->start_step,
                              tl->rows_total);
     if (tl->nonfinite_total)
         glm_log_warn("%lld steps were skipped for a non-finite loss or gradient norm", (long long)tl->nonfinite_total);
     if (s == GLM_OK && !ts->quiet)
-        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; adapter checkpoints in %s (export with glmtune "
-                     "export-adapter --checkpoint %s -o DIR)", (long long)(rs->step - tl->start_step),
+        glm_log_info("done: %lld steps, %lld tokens%s in %.1f s; the adapter and checkpoints in %s (merge with glmtune "
+                     "export-adapter --checkpoint %s --merge -o DIR)", (long long)(rs->step - tl->start_step),
                      (long long)tl->tokens_total, W > 1 ? " on this rank" : "", glm_now() - tl->t_start, ts->opt.output_dir,
                      ts->opt.output_dir);
     if (s == GLM_OK && rs->model && rs->n_micro_run)
@@ -1278,7 +1317,8 @@ glm_status train_run(const train_settings *ts) {
         s = glm_err(GLM_ERR_NOMEM, "out of memory (%u rows per step)", tl.global_rows);
     tl.agreed_failure = s != GLM_OK; /* setup failures were agreed: every rank stops by itself */
     if (s == GLM_OK) glm_comm_wait_ms(be, 1);
-    while (s == GLM_OK && rs.step < rs.total_steps) s = train_step(&rs, ts, &tl);
+    rs.saved_step = -1;
+    while (s == GLM_OK && rs.step < rs.total_steps && !tl.stop_sig) s = train_step(&rs, ts, &tl);
     if (s != GLM_OK && be->world > 1 && !tl.agreed_failure) {
         /* an error on this rank alone: the others may be waiting in a collective; stop them all */
         glm_log_error("%s; stopping every rank", glm_errmsg());

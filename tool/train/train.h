@@ -37,8 +37,19 @@ typedef struct train_settings {
     bool eval_from_val;       /* evaluate on the val split of data (asked for evaluation, no eval_data) */
 } train_settings;
 
-/* Runs (or resumes) a training run. Errors: any glm_status with its message. */
+/* Runs (or resumes) a training run. A stop asked for by train_request_stop (SIGTERM, SIGUSR1) ends it
+ * after the current optimizer step with a checkpoint of that step: every rank learns of the request in
+ * the step's loss all-reduce, so all ranks stop after the same step; it returns GLM_OK and
+ * train_stopped_by() says which signal. Errors: any glm_status with its message. */
 glm_status train_run(const train_settings *ts);
+
+/* Asks the run to stop after the current optimizer step, saving a checkpoint first (sig: the signal
+ * that asked, for the exit status). Async-signal-safe: it only sets a flag. */
+void train_request_stop(int sig);
+
+/* After train_run: the signal whose stop it honoured (a checkpoint of the step it reached was
+ * written, the final adapter not), else 0. The command exits with 128 + it (143 for SIGTERM). */
+int train_stopped_by(void);
 
 /* --dry-run: the memory plan for the settings (model config, LoRA targets, the shards' row
  * length, the GPU's free memory or max_gpu_gib) printed to stdout, without loading weights.

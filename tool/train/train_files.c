@@ -4,6 +4,7 @@
 #include "tool/train/train_files.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,42 @@ glm_model_options train_model_options(const train_settings *ts, int cp, const gl
                                .cp = cp > 1 ? cp : 0, .cp_comm = cp > 1 ? cp_comm : NULL};
 }
 
+/* The output directory (or, when it does not exist yet, the nearest directory above it, where it will be
+ * made) must be writable: checkpoints, metrics and the adapter go there. Said before the model loads. */
+static glm_status check_writable(const char *out, bool resume) {
+    char *p = strdup(out);
+    if (!p) return glm_err(GLM_ERR_NOMEM, "out of memory");
+    while (!glm_is_dir(p)) { /* the nearest existing directory above */
+        char *sl = strrchr(p, '/');
+        if (!sl) {
+            strcpy(p, ".");
+            break;
+        }
+        if (sl == p) sl[1] = 0;
+        else *sl = 0;
+        if (!strcmp(p, "/")) break;
+    }
+    glm_status s = GLM_OK;
+    if (access(p, W_OK | X_OK) != 0) {
+        int e = errno;
+        char where[600];
+        if (!strcmp(p, out)) snprintf(where, sizeof where, "--output-dir %s", out);
+        else snprintf(where, sizeof where, "%s (where --output-dir %s would be made)", p, out);
+        if (resume)
+            s = glm_err(GLM_ERR_IO, "%s is not writable (%s): the resumed run writes its checkpoints, metrics and final "
+                        "adapter there; hint: make it writable (chmod u+w, or a read-write mount), or resume into "
+                        "another directory: --output-dir NEW --resume-from-checkpoint %s/checkpoint-N", where, strerror(e),
+                        out);
+        else
+            s = glm_err(GLM_ERR_IO, "%s is not writable (%s): the run writes its checkpoints, metrics and adapter there; "
+                        "hint: choose a writable --output-dir, or make it writable", where, strerror(e));
+    }
+    free(p);
+    return s;
+}
+
 glm_status train_check_output_dir(const train_settings *ts) {
+    GLM_TRY(check_writable(ts->opt.output_dir, ts->resume != NULL));
     if (ts->resume) { /* the checkpoint must exist: said now, before the model loads */
         char *path = NULL;
         glm_status s = train_resume_path(ts, &path);
@@ -81,7 +117,8 @@ glm_status train_check_output_dir(const train_settings *ts) {
         while (d && (e = readdir(d))) {
             if (strncmp(e->d_name, "checkpoint-", 11) && strcmp(e->d_name, "metrics.jsonl") &&
                 strcmp(e->d_name, "runs") && strcmp(e->d_name, "loss_curve.svg") &&
-                strcmp(e->d_name, "trainer_state.json"))
+                strcmp(e->d_name, "trainer_state.json") && strcmp(e->d_name, "adapter_config.json") &&
+                strcmp(e->d_name, "adapter_model.safetensors"))
                 continue;
             char *p = glm_path_join(ts->opt.output_dir, e->d_name);
             glm_rmtree(p);
@@ -93,6 +130,36 @@ glm_status train_check_output_dir(const train_settings *ts) {
     free(ckpt);
     free(metrics);
     return s;
+}
+
+glm_status train_init_adapter_path(const char *given, char **path) {
+    *path = NULL;
+    if (!glm_is_dir(given))
+        return glm_err(GLM_ERR_IO, "--init-adapter %s: %s; hint: a PEFT adapter directory (adapter_config.json + "
+                       "adapter_model.safetensors), a checkpoint-N, or the --output-dir of a glmtune train run", given,
+                       glm_is_file(given) ? "a file, not a directory" : "no such directory");
+    char *cfg = glm_path_join(given, "adapter_config.json"), *st = glm_path_join(given, "adapter_model.safetensors");
+    char *ts = glm_path_join(given, "trainer_state.json");
+    bool adapter = cfg && st && glm_is_file(cfg) && glm_is_file(st);
+    bool run = ts && glm_is_file(ts) && !glm_ckpt_is_dir(given); /* an output directory, not a checkpoint-N */
+    free(cfg);
+    free(st);
+    free(ts);
+    if (adapter) {
+        if (run) glm_log_info("--init-adapter %s: a training run's output directory: its final adapter (adapter_config.json, "
+                              "adapter_model.safetensors there)", given);
+        *path = strdup(given);
+        return *path ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory");
+    }
+    int64_t step = -1;
+    GLM_TRY(glm_ckpt_latest(given, path, &step));
+    if (!*path)
+        return glm_err(GLM_ERR_IO, "--init-adapter %s holds no adapter (adapter_config.json + adapter_model.safetensors) "
+                       "and no complete checkpoint-N; hint: a PEFT adapter directory (glmtune export-adapter writes one), "
+                       "a checkpoint-N, or the --output-dir of a glmtune train run", given);
+    glm_log_info("--init-adapter %s: a training run's output directory without a final adapter: its newest checkpoint, %s "
+                 "(step %lld)", given, *path, (long long)step);
+    return GLM_OK;
 }
 
 /* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
@@ -218,10 +285,19 @@ glm_status train_dry_run(const train_settings *ts, int *fits) {
             snprintf(schedule, sizeof schedule, "schedule: %llu %s, %llu per optimizer step, %llu steps per epoch, %lld "
                      "optimizer steps\n", (unsigned long long)l.n_units, ts->by_sample ? "samples" : "rows",
                      (unsigned long long)per_step, (unsigned long long)spe, (long long)total);
+            /* a micro-batch has at most the units a data-parallel group gets (train.c plan_steps: B_eff) */
+            uint64_t group = (l.n_units + (uint64_t)dp - 1) / (uint64_t)dp;
+            uint64_t b = (uint64_t)B_plan < group ? (uint64_t)B_plan : group;
+            if (b < (uint64_t)B_plan)
+                snprintf(schedule + strlen(schedule), sizeof schedule - strlen(schedule),
+                         "micro-batch: %llu %s, not per_device_train_batch_size %d: the shards hold %llu %s%s\n",
+                         (unsigned long long)b, ts->by_sample ? "samples" : "rows", B_plan, (unsigned long long)group,
+                         ts->by_sample ? "samples" : "rows", dp > 1 ? " per data-parallel group" : "");
             if (ts->by_sample) { /* the run's one row of B samples */
-                uint64_t b = (uint64_t)B_plan < l.n_units ? (uint64_t)B_plan : l.n_units;
                 T = (int64_t)glm_loader_longest_docs(&l, (uint32_t)b);
                 B_plan = 1;
+            } else {
+                B_plan = (int)b;
             }
         }
         glm_loader_close(&l);

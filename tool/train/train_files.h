@@ -15,7 +15,7 @@
 
 /* A fresh run (no ts->resume) refuses an output directory that holds an earlier run (checkpoints,
  * metrics.jsonl, trainer_state.json), with a hint, unless ts->overwrite_output_dir, which removes
- * them. A resumed run only checks that its checkpoint exists (train_resume_path). Errors:
+ * them (and the earlier run's final adapter files). A resumed run only checks that its checkpoint exists (train_resume_path). Errors:
  * GLM_ERR_ARG (an earlier run there, no checkpoint to resume), GLM_ERR_IO. */
 glm_status train_check_output_dir(const train_settings *ts);
 
@@ -23,6 +23,14 @@ glm_status train_check_output_dir(const train_settings *ts);
  * output_dir; a checkpoint directory; or another output directory (its newest). *path is malloc'd.
  * Errors: GLM_ERR_ARG when there is no complete checkpoint (with what to do). */
 glm_status train_resume_path(const train_settings *ts, char **path);
+
+/* Resolves --init-adapter (adapter_name_or_path): a PEFT adapter directory (adapter_config.json +
+ * adapter_model.safetensors: a checkpoint-N, an export, or a run's output directory, which holds its
+ * final adapter) is itself; a training output directory without one (a run cut short, or written by
+ * an older glmtune) gives its newest complete checkpoint. A run directory is noted in one line (which
+ * adapter it gives). *path is malloc'd. Errors: GLM_ERR_IO (no such directory, or neither an adapter
+ * nor a run with a checkpoint there, with the hint), glm_ckpt_latest's. */
+glm_status train_init_adapter_path(const char *given, char **path);
 
 /* Logs a warning for each training setting whose value differs between the checkpoint's saved
  * settings and this run's (both JSON objects; anything else is ignored). */
