@@ -488,6 +488,9 @@ static void test_merged(const char *fx, bool hf) {
     char *s = gr_str_of(&r, "general.type");
     CHECK(s && !strcmp(s, "model"), "general.type model");
     free(s);
+    s = gr_str_of(&r, "general.name");
+    CHECK(s && !strcmp(s, hf ? "hf" : "chatglm"), "general.name: the base directory's name (%s)", s ? s : "none");
+    free(s);
     CHECK(gr_key(&r, "tokenizer.ggml.merges") != NULL, "the tokenizer is in the file");
     /* every tensor: GGUF name <- checkpoint name, written out here */
     glm_st_set *bs = NULL;
