@@ -270,11 +270,10 @@ static glm_status model_tensors(const glm_family *f, const glm_config *cfg, cons
 static glm_status model_keys(glm_gguf *g, const glm_family *f, const glm_config *cfg, const char *base_dir) {
     char key[128];
 #define ARCH_KEY(k) (snprintf(key, sizeof key, "%s." k, f->gguf_arch), key)
-    char dir[4096], name[256]; /* general.name: the base directory's name */
+    char dir[4096]; /* general.name: the base directory's name */
     snprintf(dir, sizeof dir, "%s", base_dir);
     glm_path_strip_slash(dir);
-    const char *slash = strrchr(dir, '/');
-    snprintf(name, sizeof name, "%s", slash && slash[1] ? slash + 1 : dir);
+    const char *slash = strrchr(dir, '/'), *name = slash && slash[1] ? slash + 1 : dir;
     GLM_TRY(glm_gguf_kv_str(g, "general.name", name));
     int64_t ctx = cfg->max_positions > 0 ? cfg->max_positions : f->written_max_positions;
     GLM_TRY(glm_gguf_kv_u32(g, ARCH_KEY("context_length"), (uint32_t)ctx));
