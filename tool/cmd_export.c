@@ -1,5 +1,6 @@
 /* glmtune export-adapter: a training checkpoint -> a PEFT adapter directory, or with --merge the
- * full model W + scaling * B A in the base checkpoint's layout and sharding. */
+ * full model W + scaling * B A in the base checkpoint's layout and sharding; --format gguf: the
+ * same as GGUF files for llama.cpp and Ollama (lora/io/gguf_export.h). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <jansson.h>
@@ -19,16 +20,22 @@
 #include "lora/model/config.h"
 #include "lora/model/family.h"
 #include "lora/io/export.h"
+#include "lora/io/gguf_export.h"
 #include "common/safetensors.h"
 #include "tool/cli.h"
+#include "tool/export_vocab.h"
 
 static const char *USAGE =
-    "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--dtype fp32|bf16|fp16] [--merge [--base MODEL]]";
+    "usage: glmtune export-adapter --checkpoint DIR -o OUTDIR [--format peft|gguf] [--dtype fp32|bf16|fp16|q8_0]\n"
+    "                              [--merge [--base MODEL] [--tokenizer DIR]]";
 static const char *ABOUT =
     "DIR is a checkpoint directory (checkpoint-N) or a training output directory (its latest\n"
     "checkpoint, which must be complete: a corrupt one is an error, not a fallback). Writes OUTDIR\n"
     "with adapter_config.json and adapter_model.safetensors (keys\n"
-    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n";
+    "base_model.model.<module>.lora_A.weight / .lora_B.weight), loadable by PEFT and transformers.\n"
+    "--format gguf writes llama.cpp's format instead: OUTDIR/adapter.gguf (llama-cli --lora), or with\n"
+    "--merge OUTDIR/model.gguf (the merged model with its tokenizer; --dtype q8_0 quantizes it) and an\n"
+    "Ollama Modelfile beside it (ollama create NAME -f OUTDIR/Modelfile).\n";
 static const char *EPILOG =
     "vLLM: adapters of the THUDM (chatglm) layout load in vLLM on every module (ChatGLMForCausalLM\n"
     "supports LoRA on query_key_value, dense, dense_h_to_4h, dense_4h_to_h). Adapters of the -hf\n"
@@ -114,10 +121,12 @@ static glm_status same_shape(const char *base, const char *trained_on) {
 static bool export_file(const char *dir, const char *name, void *merge_p) {
     (void)dir;
     bool merge = *(const bool *)merge_p;
-    static const char *const adapter[] = {"adapter_config.json", "adapter_model.safetensors", "README.md"};
+    static const char *const adapter[] = {"adapter_config.json", "adapter_model.safetensors", "README.md",
+                                          GLM_GGUF_ADAPTER_FILE};
     static const char *const model[] = {"config.json", "generation_config.json", "tokenizer.model",
                                         "tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
-                                        "added_tokens.json", "model.safetensors.index.json"};
+                                        "added_tokens.json", "model.safetensors.index.json", GLM_GGUF_MODEL_FILE,
+                                        GLM_GGUF_MODELFILE};
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof adapter / sizeof *adapter; i++)
         if (!strcmp(name, adapter[i])) return true;
@@ -155,7 +164,9 @@ static glm_status check_outdir(const char *out, bool merge, const char *base, co
 
 /* What one export writes: the adapter, or with merge the merged model. */
 typedef struct export_job {
-    bool merge;
+    bool merge, gguf;
+    int gguf_type;                     /* glm_ggml_type, or GLM_GGUF_SAME_TYPE */
+    const glm_gguf_vocab *vocab;       /* gguf with merge */
     bool out_made;                     /* -o was made by this export (removed again when it fails) */
     const char *out, *dir, *base, *dtype_s;
     const glm_param *params;
@@ -168,7 +179,17 @@ typedef struct export_job {
 
 static glm_status export_write(const export_job *j) {
     glm_status s;
-    if (!j->merge) {
+    if (j->gguf && !j->merge) {
+        s = glm_gguf_export_adapter(j->out, NULL, j->params, j->n, j->ac, (glm_ggml_type)j->gguf_type);
+        if (s == GLM_OK)
+            glm_log_info("wrote the GGUF adapter of %s (%zu tensors, %s) to %s/%s", j->dir, j->n,
+                         glm_ggml_type_name((glm_ggml_type)j->gguf_type), j->out, GLM_GGUF_ADAPTER_FILE);
+    } else if (j->gguf) {
+        s = glm_gguf_export_merged(j->base, j->out, NULL, j->params, j->n, j->scaling, j->gguf_type, j->vocab);
+        if (s == GLM_OK)
+            glm_log_info("wrote %s merged with the adapter of %s (scaling %g) as %s/%s, with an Ollama %s", j->base,
+                         j->dir, j->scaling, j->out, GLM_GGUF_MODEL_FILE, GLM_GGUF_MODELFILE);
+    } else if (!j->merge) {
         s = glm_export_adapter(j->out, NULL, j->params, j->n, j->ac, j->dt);
         if (s == GLM_OK)
             glm_log_info("wrote the PEFT adapter of %s (%zu tensors, %s) to %s", j->dir, j->n, j->dtype_s, j->out);
@@ -261,7 +282,7 @@ static int export_guarded(const export_job *j) {
 }
 
 int cmd_export_adapter(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL, *dtype_s = "fp32", *base = NULL;
+    const char *ckpt = NULL, *out = NULL, *dtype_s = "fp32", *base = NULL, *format = "peft", *tok_dir = NULL;
     bool merge = false, dtype_given = false, help = false;
     const glm_arg_opt opts[] = {
         {.name = "checkpoint", .type = GLM_ARG_STRING, .dest = &ckpt, .metavar = "DIR",
@@ -269,15 +290,22 @@ int cmd_export_adapter(int argc, char **argv) {
                  "checkpoint, which must be complete)"},
         {.name = "output", .short_name = 'o', .type = GLM_ARG_STRING, .dest = &out, .metavar = "OUTDIR",
          .help = "the directory to write (replaced as a whole: a new or empty one, or an earlier export)"},
-        {.name = "dtype", .type = GLM_ARG_STRING, .dest = &dtype_s, .metavar = "fp32|bf16|fp16", .given = &dtype_given,
-         .help = "the adapter's dtype: fp32 (default), bf16 or fp16 (also float32, bfloat16, float16); with --merge, "
-                 "the merged model's (default there: the base checkpoint's)"},
+        {.name = "format", .type = GLM_ARG_STRING, .dest = &format, .metavar = "peft|gguf",
+         .help = "peft (default): safetensors for PEFT, transformers and vLLM; gguf: llama.cpp's format "
+                 "(adapter.gguf, or with --merge model.gguf and an Ollama Modelfile)"},
+        {.name = "dtype", .type = GLM_ARG_STRING, .dest = &dtype_s, .metavar = "fp32|bf16|fp16|q8_0", .given = &dtype_given,
+         .help = "the adapter's dtype: fp32 (default), bf16 or fp16 (also float32, bfloat16, float16, f32, f16); with "
+                 "--merge, the merged model's (default there: the base checkpoint's); --format gguf --merge also takes "
+                 "q8_0 (llama.cpp's 8-bit blocks)"},
         {.name = "merge", .type = GLM_ARG_FLAG, .dest = &merge,
          .help = "write the whole model instead: every adapted weight becomes W + scaling * B A, in the base "
                  "checkpoint's layout, shard files and dtype (or --dtype), with its config, tokenizer and generation "
                  "files copied"},
         {.name = "base", .type = GLM_ARG_STRING, .dest = &base, .metavar = "MODEL",
          .help = "--merge: the base model to merge into (default: the run's --model, named by the checkpoint)"},
+        {.name = "tokenizer", .type = GLM_ARG_STRING, .dest = &tok_dir, .metavar = "DIR",
+         .help = "--format gguf --merge: the tokenizer to put in the model file (tokenizer.model and "
+                 "tokenizer_config.json; default: the base model's directory)"},
     };
     const glm_arg_cmd cmd = {.name = "export-adapter", .usage = USAGE, .about = ABOUT, .epilog = EPILOG, .opts = opts,
                              .n_opts = sizeof opts / sizeof *opts};
@@ -299,12 +327,25 @@ int cmd_export_adapter(int argc, char **argv) {
         out = glm_path_strip_slash(outbuf);
     }
     if (s == GLM_OK && base && !merge) s = glm_err(GLM_ERR_ARG, "--base is only used with --merge");
-    glm_st_dtype dt = GLM_ST_F32;
+    bool gguf = false;
     if (s == GLM_OK) {
-        if (!strcmp(dtype_s, "fp32") || !strcmp(dtype_s, "float32")) dt = GLM_ST_F32;
-        else if (!strcmp(dtype_s, "bf16") || !strcmp(dtype_s, "bfloat16")) dt = GLM_ST_BF16;
-        else if (!strcmp(dtype_s, "fp16") || !strcmp(dtype_s, "float16")) dt = GLM_ST_F16;
-        else s = glm_err(GLM_ERR_ARG, "--dtype: expected fp32, bf16 or fp16, got \"%s\"", dtype_s);
+        if (!strcmp(format, "gguf")) gguf = true;
+        else if (strcmp(format, "peft")) s = glm_err(GLM_ERR_ARG, "--format: expected peft or gguf, got \"%s\"", format);
+    }
+    if (s == GLM_OK && tok_dir && !(gguf && merge))
+        s = glm_err(GLM_ERR_ARG, "--tokenizer is only used with --format gguf --merge (the model file carries the tokenizer)");
+    glm_st_dtype dt = GLM_ST_F32;
+    glm_ggml_type gt = GLM_GGML_F32;
+    if (s == GLM_OK) {
+        if (!strcmp(dtype_s, "fp32") || !strcmp(dtype_s, "float32") || !strcmp(dtype_s, "f32")) dt = GLM_ST_F32, gt = GLM_GGML_F32;
+        else if (!strcmp(dtype_s, "bf16") || !strcmp(dtype_s, "bfloat16")) dt = GLM_ST_BF16, gt = GLM_GGML_BF16;
+        else if (!strcmp(dtype_s, "fp16") || !strcmp(dtype_s, "float16") || !strcmp(dtype_s, "f16")) dt = GLM_ST_F16, gt = GLM_GGML_F16;
+        else if (!strcmp(dtype_s, "q8_0") && gguf && merge) gt = GLM_GGML_Q8_0;
+        else if (!strcmp(dtype_s, "q8_0"))
+            s = glm_err(GLM_ERR_ARG, "--dtype q8_0 is for a merged GGUF model; hint: --format gguf --merge --dtype q8_0 (an "
+                        "adapter stays f32, f16 or bf16)");
+        else s = glm_err(GLM_ERR_ARG, "--dtype: expected fp32, bf16 or fp16%s, got \"%s\"", gguf && merge ? " or q8_0" : "",
+                         dtype_s);
     }
     if (s != GLM_OK) return cli_fail(s);
 
@@ -387,7 +428,7 @@ int cmd_export_adapter(int argc, char **argv) {
         ac.base_model_name_or_path = json_string_value(json_object_get(cfg, "base_model_name_or_path"));
         if (ac.r < 1) s = glm_err(GLM_ERR_FORMAT, "%s: \"r\" must be a positive integer", cfg_path);
     }
-    if (s == GLM_OK && !merge) {
+    if (s == GLM_OK && !merge && !gguf) {
         for (size_t i = 0; i < ac.n_targets; i++) /* a module the family table says vLLM does not load */
             for (int r = 0; r < glm_family_count(); r++) {
                 const glm_family *f = glm_family_at(r);
@@ -397,7 +438,7 @@ int cmd_export_adapter(int argc, char **argv) {
                                      "(see --help); hint: for vLLM, train with --lora-target vllm or export with --merge",
                                      f->linear_names[k], f->layout_name);
             }
-    } else if (s == GLM_OK) {
+    } else if (s == GLM_OK && merge) {
         const char *b = base ? base : ac.base_model_name_or_path;
         if (!b) s = glm_err(GLM_ERR_ARG, "--merge: the checkpoint does not name its base model; hint: --base MODEL_DIR");
         if (s == GLM_OK && base && ac.base_model_name_or_path) s = same_shape(base, ac.base_model_name_or_path);
@@ -417,11 +458,27 @@ int cmd_export_adapter(int argc, char **argv) {
         job.base = b;
         job.scaling = scaling;
     }
+    export_vocab ev = {0};
+    if (s == GLM_OK && gguf && merge) { /* the tokenizer, read before any file is written */
+        glm_config bc;
+        s = glm_config_load(job.base, 0, &bc);
+        if (s == GLM_OK) s = export_vocab_load(tok_dir ? tok_dir : job.base, bc.V, &ev);
+        if (s == GLM_OK) glm_gguf_vocab_use_family(&ev.v, glm_family_get(bc.layout));
+        if (s != GLM_OK && !tok_dir && s != GLM_ERR_NOMEM) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", glm_errmsg());
+            s = glm_err(s, "%s; hint: a GGUF model carries its tokenizer: --tokenizer DIR (a directory with GLM-4's "
+                        "tokenizer.model and tokenizer_config.json)", why);
+        }
+        job.vocab = &ev.v;
+    }
     int rc = GLM_EXIT_OK;
     if (s == GLM_OK) {
         job.out = out, job.dir = dir, job.dtype_s = dtype_s, job.merge = merge;
         job.params = params, job.n = n, job.ac = &ac, job.dt = dt;
         job.merge_dtype = dtype_given ? (int)dt : GLM_EXPORT_SAME_DTYPE;
+        job.gguf = gguf;
+        job.gguf_type = dtype_given || !merge ? (int)gt : GLM_GGUF_SAME_TYPE;
         job.out_made = out_made;
         rc = export_guarded(&job);
     } else {
@@ -429,6 +486,7 @@ int cmd_export_adapter(int argc, char **argv) {
     }
     if (rc != GLM_EXIT_OK && out_made) rmdir(out); /* made by this export, still empty: absent again */
     if (out_lock >= 0) close(out_lock);
+    export_vocab_free(&ev);
     for (size_t i = 0; i < n; i++) free(params[i].w);
     free(params);
     free(targets);

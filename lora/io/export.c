@@ -162,18 +162,36 @@ static glm_status make_tmpdir(const char *outdir, char **tmp) {
     return st;
 }
 
-glm_status glm_export_adapter(const char *outdir_in, const struct glm_backend *be,
-                              const glm_param *params, size_t n, const glm_adapter_cfg *c,
-                              glm_st_dtype dtype) {
+glm_status glm_export_dir(const char *outdir_in, glm_status (*fill)(const char *tmpdir, void *arg), void *arg) {
     char *tmp = NULL, *outdir = NULL;
     GLM_TRY(glm_output_target_dir(outdir_in, &outdir)); /* a symbolic link: its target is replaced */
     glm_status st = make_tmpdir(outdir, &tmp);
-    if (st == GLM_OK) st = glm_adapter_write_files(tmp, be, params, n, c, dtype);
+    if (st == GLM_OK) st = fill(tmp, arg);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
     if (st != GLM_OK && tmp) glm_rmtree(tmp);
     free(tmp);
     free(outdir);
     return st;
+}
+
+typedef struct {
+    const struct glm_backend *be;
+    const glm_param *params;
+    size_t n;
+    const glm_adapter_cfg *c;
+    glm_st_dtype dtype;
+} adapter_job;
+
+static glm_status fill_adapter(const char *tmp, void *arg) {
+    const adapter_job *j = arg;
+    return glm_adapter_write_files(tmp, j->be, j->params, j->n, j->c, j->dtype);
+}
+
+glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,
+                              const glm_param *params, size_t n, const glm_adapter_cfg *c,
+                              glm_st_dtype dtype) {
+    adapter_job j = {be, params, n, c, dtype};
+    return glm_export_dir(outdir, fill_adapter, &j);
 }
 
 /* ------------------------------------------------------------------ merge */
@@ -262,6 +280,46 @@ static glm_status convert_tensor(const glm_st_tensor *t, int dtype, glm_st_tenso
     return GLM_OK;
 }
 
+/* The LoRA params of base tensor t ("<module>.weight"): *ia, *ib (-1: none); returns the length
+ * of "<module>". */
+static size_t lora_pair(const glm_st_tensor *t, const glm_param *params, size_t n, long *ia, long *ib) {
+    size_t len = strlen(t->name), mlen = len > 7 ? len - 7 : 0;
+    *ia = *ib = -1;
+    if (len >= 8 && strcmp(t->name + len - 7, ".weight") == 0) {
+        *ia = find_param(params, n, t->name, mlen, ".lora_A.weight");
+        *ib = find_param(params, n, t->name, mlen, ".lora_B.weight");
+    }
+    return mlen;
+}
+
+glm_status glm_export_merged_f32(const glm_st_tensor *t, const struct glm_backend *be, const glm_param *params,
+                                 size_t n, double scaling, bool *used, float *out) {
+    long ia, ib;
+    size_t mlen = lora_pair(t, params, n, &ia, &ib);
+    if ((ia >= 0) != (ib >= 0))
+        return glm_err(GLM_ERR_MISMATCH, "module %.*s has only one of lora_A / lora_B", (int)mlen, t->name);
+    const glm_param *A = ia >= 0 ? &params[ia] : NULL, *B = ib >= 0 ? &params[ib] : NULL;
+    int64_t r = A ? A->shape[0] : 0;
+    if (A && (t->ndim != 2 || B->shape[1] != r || B->shape[0] != t->shape[0] || A->shape[1] != t->shape[1]))
+        return glm_err(GLM_ERR_MISMATCH,
+                       "%s: module %.*s: base weight [%lld, %lld] does not fit lora_B [%lld, %lld] "
+                       "@ lora_A [%lld, %lld]",
+                       t->file, (int)mlen, t->name, (long long)t->shape[0],
+                       (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)B->shape[0],
+                       (long long)B->shape[1], (long long)A->shape[0], (long long)A->shape[1]);
+    GLM_TRY(glm_st_to_f32(t->dtype, t->data, (size_t)t->numel, out));
+    if (!A) return GLM_OK;
+    float *a = malloc((size_t)A->numel * sizeof(float)), *b = malloc((size_t)B->numel * sizeof(float));
+    glm_status st = (a && b) ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
+    if (st == GLM_OK) st = glm_param_download(be, A, a);
+    if (st == GLM_OK) st = glm_param_download(be, B, b);
+    if (st == GLM_OK) st = merge_into(out, a, b, t->shape[0], t->shape[1], r, scaling);
+    if (st == GLM_OK && used) used[ia] = used[ib] = true;
+    free(a);
+    free(b);
+    return st;
+}
+
 /* Builds the merged version of base tensor t (an adapted "<module>.weight"): fills *buf
  * (malloc'd, dtype dt) or leaves it NULL when t is not adapted. */
 static glm_status merge_tensor(const glm_st_tensor *t, const struct glm_backend *be,
@@ -269,38 +327,15 @@ static glm_status merge_tensor(const glm_st_tensor *t, const struct glm_backend 
                                bool *used, glm_st_tensor *outt, void **buf) {
     *buf = NULL;
     *outt = *t;
-    size_t len = strlen(t->name);
-    long ia = -1, ib = -1;
-    size_t mlen = len > 7 ? len - 7 : 0;
-    if (len >= 8 && strcmp(t->name + len - 7, ".weight") == 0) {
-        ia = find_param(params, n, t->name, mlen, ".lora_A.weight");
-        ib = find_param(params, n, t->name, mlen, ".lora_B.weight");
-    }
-    if (ia < 0 && ib < 0) return convert_tensor(t, dtype, outt, buf);
-    if (ia < 0 || ib < 0)
-        return glm_err(GLM_ERR_MISMATCH, "module %.*s has only one of lora_A / lora_B", (int)mlen, t->name);
-    const glm_param *A = &params[ia], *B = &params[ib];
-    int64_t r = A->shape[0];
-    if (t->ndim != 2 || B->shape[1] != r || B->shape[0] != t->shape[0] || A->shape[1] != t->shape[1])
-        return glm_err(GLM_ERR_MISMATCH,
-                       "%s: module %.*s: base weight [%lld, %lld] does not fit lora_B [%lld, %lld] "
-                       "@ lora_A [%lld, %lld]",
-                       t->file, (int)mlen, t->name, (long long)t->shape[0],
-                       (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)B->shape[0],
-                       (long long)B->shape[1], (long long)A->shape[0], (long long)A->shape[1]);
-    used[ia] = used[ib] = true;
+    long ia, ib;
+    lora_pair(t, params, n, &ia, &ib);
+    if (ia < 0 && ib < 0) return convert_tensor(t, dtype, outt, buf); /* not adapted: a copy (or a conversion) */
     glm_st_dtype dt = dtype == GLM_EXPORT_SAME_DTYPE ? t->dtype : (glm_st_dtype)dtype;
     float *w = malloc((size_t)t->numel * sizeof(float));
-    float *a = malloc((size_t)A->numel * sizeof(float)), *b = malloc((size_t)B->numel * sizeof(float));
-    glm_status st = (w && a && b) ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
-    if (st == GLM_OK) st = glm_st_to_f32(t->dtype, t->data, (size_t)t->numel, w);
-    if (st == GLM_OK) st = glm_param_download(be, A, a);
-    if (st == GLM_OK) st = glm_param_download(be, B, b);
-    if (st == GLM_OK) {
-        st = merge_into(w, a, b, t->shape[0], t->shape[1], r, scaling);
-        if (st == GLM_OK) *buf = malloc((size_t)t->numel * glm_st_dtype_size(dt));
-        if (st == GLM_OK && !*buf) st = glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
-    }
+    glm_status st = w ? GLM_OK : glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
+    if (st == GLM_OK) st = glm_export_merged_f32(t, be, params, n, scaling, used, w);
+    if (st == GLM_OK) *buf = malloc((size_t)t->numel * glm_st_dtype_size(dt));
+    if (st == GLM_OK && !*buf) st = glm_err(GLM_ERR_NOMEM, "out of memory merging %s", t->name);
     if (st == GLM_OK) st = glm_st_from_f32(dt, w, (size_t)t->numel, *buf);
     if (st == GLM_OK) {
         outt->dtype = dt;
@@ -311,8 +346,6 @@ static glm_status merge_tensor(const glm_st_tensor *t, const struct glm_backend 
         *buf = NULL;
     }
     free(w);
-    free(a);
-    free(b);
     return st;
 }
 

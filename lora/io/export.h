@@ -51,6 +51,12 @@ glm_status glm_adapter_write_files(const char *dir, const struct glm_backend *be
                                    const glm_param *params, size_t n, const glm_adapter_cfg *c,
                                    glm_st_dtype dtype);
 
+/* Writes the directory `outdir` as a whole: fill(tmpdir, arg) writes its files into a fresh
+ * "<outdir>.tmp.<pid>" beside it (leftovers of killed exports there are removed first), then
+ * glm_commit_dir renames it over `outdir` (a symbolic link's target is replaced); on failure the
+ * temporary directory is removed and any previous `outdir` stays. Errors: fill's, GLM_ERR_IO. */
+glm_status glm_export_dir(const char *outdir, glm_status (*fill)(const char *tmpdir, void *arg), void *arg);
+
 /* A PEFT adapter directory at `outdir`, written as a whole: the files go to "<outdir>.tmp.<pid>",
  * then glm_commit_dir renames it over `outdir` (a kill leaves any previous `outdir` intact).
  * Errors as glm_adapter_write_files. */
@@ -81,6 +87,15 @@ glm_status glm_export_adapter(const char *outdir, const struct glm_backend *be,
 glm_status glm_export_merged(const char *base_dir, const char *outdir,
                              const struct glm_backend *be, const glm_param *params, size_t n,
                              double scaling, int dtype);
+
+/* Base tensor t as float32 into `out` (t->numel floats), merged as glm_export_merged merges it
+ * when params adapt it ("<module>.lora_A.weight" / ".lora_B.weight" beside t's "<module>.weight":
+ * W + scaling * (B @ A), B@A accumulated in double, one rounding to float32); used (n flags, or
+ * NULL) marks the two params consumed. The one merge of every export format (safetensors here,
+ * GGUF in gguf_export.c). Errors: GLM_ERR_MISMATCH (only one of A / B, shapes that do not fit,
+ * naming the module), GLM_ERR_UNSUPPORTED (t not floating point), GLM_ERR_NOMEM. */
+glm_status glm_export_merged_f32(const glm_st_tensor *t, const struct glm_backend *be, const glm_param *params,
+                                 size_t n, double scaling, bool *used, float *out);
 
 /* Copies params[i].w (numel floats) to host memory `dst` (through be->download, or memcpy when
  * be is NULL). Shared with checkpoint.c. */
