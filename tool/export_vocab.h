@@ -1,6 +1,6 @@
 /* tool/export_vocab.h: the tokenizer of a model directory laid out for a GGUF model file, for
- * glmtune export-adapter --format gguf --merge (and its tests). A file of its own: tokenize/'s
- * tokenizer.h and lora/model/family.h both name glm_tokenizer_kind, so no file includes both. */
+ * glmtune export-adapter --format gguf --merge (and its tests): tool/ is where tokenize/ (the
+ * tokenizer) and lora/ (the GGUF writer) meet, as dependencies point one way. */
 #ifndef GLM_TOOL_EXPORT_VOCAB_H
 #define GLM_TOOL_EXPORT_VOCAB_H
 

@@ -13,7 +13,7 @@
  * table (convert_hf_to_gguf.py ChatGLMModel.set_vocab: model "gpt2"; the pre-tokenizer named
  * "glm4" in src/llama-vocab.cpp splits with GLM-4's regex: docs/design.md §9). */
 static const struct {
-    int kind; /* glm_tokenizer_kind */
+    int kind; /* glm_family_tokenizer */
     const char *model, *pre;
 } k_forms[] = {
     {GLM_TOKENIZER_TIKTOKEN_GLM4, "gpt2", "glm4"},

@@ -31,7 +31,7 @@ struct glm_family;
 
 /* GLM-4 tokens; the caller's memory. */
 typedef struct glm_gguf_vocab {
-    int kind;                        /* the family row's glm_tokenizer_kind (lora/model/family.h) */
+    int kind;                        /* the family row's glm_family_tokenizer (lora/model/family.h) */
     size_t n_ranks;                  /* ordinary tokens: ids 0 .. n_ranks-1, the tiktoken ranks */
     const char *const *rank_bytes;   /* their bytes */
     const size_t *rank_len;

@@ -81,7 +81,7 @@ typedef enum {
 
 typedef enum {
     GLM_TOKENIZER_TIKTOKEN_GLM4 = 0, /* tokenizer.model: base64 token and rank per line, GLM-4's specials */
-} glm_tokenizer_kind;
+} glm_family_tokenizer;
 
 #define GLM_FAMILY_MAX_LINEARS 6
 
@@ -136,7 +136,7 @@ typedef struct glm_family {
     bool tied_embeddings;            /* the output layer is the embedding */
     bool fused_gate_up;              /* one [gate | up] matrix */
     /* tokenizer and chat */
-    glm_tokenizer_kind tokenizer;
+    glm_family_tokenizer tokenizer;
     int64_t pad_token_id;            /* written when it fits the vocabulary */
     int64_t stop_ids[3];             /* chat stop ids (eos_token_id) */
     int n_stop_ids;
