@@ -80,7 +80,7 @@ struct glm_backend {
     glm_status (*zero)(const glm_backend *be, void *p, size_t bytes);
     /* Backend -> backend copy of `bytes` bytes (regions must not overlap). */
     glm_status (*copy)(const glm_backend *be, void *dst, const void *src, size_t bytes);
-    /* Host memory for activations offloaded during a step (lora/model/model_step.c): page-locked on
+    /* Host memory for activations offloaded during a step (lora/model/step_ws.c): page-locked on
      * CUDA (cudaMallocHost), so that the async copies below run at full PCIe speed without a
      * staging copy; plain malloc on the CPU. Errors: GLM_ERR_NOMEM naming `what`. host_free(NULL)
      * is a no-op. */

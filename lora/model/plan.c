@@ -159,7 +159,7 @@ static glm_wformat linear_format(const glm_plan_opts *o, int wb) {
  * and the bias whole), and the working copies: gather slots (two layers' four matrices in their
  * stored format and one [V, C]) with sharding, one layer dequantized to act dtype with a 4-bit base,
  * one layer's codes transposed for the backward with an fp8 base (1 byte per weight and an f32 scale
- * per row). The model allocates the same (lora/model/model.c, lora/model/model_step.c) from glm_weight_bytes and
+ * per row). The model allocates the same (lora/model/model.c, lora/model/step_weights.c) from glm_weight_bytes and
  * glm_weight_matrix_bytes. */
 static double base_bytes(const glm_config *c, const glm_plan_opts *o, int wb, int e, int W, glm_plan *p) {
     int64_t mats[4], rows[4];

@@ -79,7 +79,7 @@ typedef struct glm_plan_opts {
 } glm_plan_opts;
 
 /* The step's buffers, each sized by the plan (glm_plan.buf) and allocated from it by the model's
- * workspace (lora/model/model_step.c): the plan is the one place where a buffer's size is decided. */
+ * workspace (lora/model/step_ws.c): the plan is the one place where a buffer's size is decided. */
 typedef enum {
     /* layer inputs (the checkpoints; [N, C] act each) */
     GLM_BUF_X,          /* on the device: count = layer inputs kept there */

@@ -58,7 +58,7 @@ static double rel(const void *a, const void *b, int64_t n) {
 }
 
 /* out = layer l of model m applied to x [N, C] (one causal document, positions 0 .. N-1): the ops
- * the model's forward calls (lora/model/model_step.c), with no LoRA; q/k/v in qkv, the rest in the
+ * the model's forward calls (lora/model/layer.c), with no LoRA; q/k/v in qkv, the rest in the
  * buffers given */
 static void layer_out(const glm_model *m, int l, const void *x, void *out, void *xn, float *rstd, void *qkv, void *o,
                       float *lse, void *h, void *a, const int32_t *pos, const int32_t *doc, int64_t N) {
