@@ -53,6 +53,18 @@ static void best_eval(const json_t *hist, double *best, int64_t *step) {
     }
 }
 
+/* transformers' stateful_callbacks as its Trainer writes them at a save: the TrainerControl
+ * record {"args": its five flags, "attributes": {}} (TrainerControl.state()); the Trainer restores
+ * control from it on resume (TrainerControl.from_state, a KeyError when it is missing). At a save
+ * should_save is set and the log / evaluate flags already cleared; should_training_stop is set
+ * at the last step. Keys sorted, as its save_to_json writes them. */
+static json_t *stateful_callbacks(const glm_ckpt_save_args *a) {
+    bool last = a->max_steps > 0 && a->step >= a->max_steps;
+    return json_pack("{s:{s:{s:b,s:b,s:b,s:b,s:b},s:{}}}", "TrainerControl", "args", "should_epoch_stop", 0,
+                     "should_evaluate", 0, "should_log", 0, "should_save", 1, "should_training_stop", (int)last,
+                     "attributes");
+}
+
 json_t *glm_trainer_state_json(const glm_ckpt_save_args *a) {
     json_t *o = json_object();
     if (!o) return NULL;
@@ -76,7 +88,7 @@ json_t *glm_trainer_state_json(const glm_ckpt_save_args *a) {
     json_object_set_new(o, "num_input_tokens_seen", json_integer(a->num_input_tokens_seen));
     json_object_set_new(o, "num_train_epochs", json_real(a->num_train_epochs));
     json_object_set_new(o, "save_steps", json_integer(a->save_steps));
-    json_object_set_new(o, "stateful_callbacks", json_object());
+    json_object_set_new(o, "stateful_callbacks", stateful_callbacks(a));
     json_object_set_new(o, "total_flos", json_real(0.0));
     json_object_set_new(o, "train_batch_size", json_integer(a->train_batch_size));
     json_object_set_new(o, "trial_name", json_null());

@@ -67,7 +67,10 @@ typedef struct glm_ckpt_save_args {
 /* transformers' TrainerState as a JSON object (new reference), from the arguments of a save:
  * best_metric / best_global_step / best_model_checkpoint from the lowest "eval_loss" in
  * log_history (null when there is none; the checkpoint named is output_dir/checkpoint-<step>),
- * total_flos 0 (not counted), stateful_callbacks {}. NULL when out of memory. */
+ * total_flos 0 (not counted), stateful_callbacks {"TrainerControl": {"args": {should_epoch_stop,
+ * should_evaluate, should_log false, should_save true, should_training_stop (step >= max_steps > 0)},
+ * "attributes": {}}} as transformers' Trainer writes it (its resume restores TrainerControl from
+ * there). NULL when out of memory. */
 json_t *glm_trainer_state_json(const glm_ckpt_save_args *a);
 
 /* Saves a checkpoint as described above; *out_dir (if not NULL) receives the final path

@@ -85,6 +85,16 @@ done
 check "trainer_state.json has every TrainerState field" test $ok = 1
 check "... and no other (glmtune's state is in glmtune_state.json)" test "$(grep -c '"format"\|"data_loader"\|"rng"' "$T/win/checkpoint-7/trainer_state.json")" = 0 -a -f "$T/win/checkpoint-7/glmtune_state.json"
 check "log_history entries as transformers writes them" grep -q '"loss":[0-9.e-]*,"grad_norm":[0-9.e-]*,"learning_rate":[0-9.e-]*,"epoch":[0-9.e-]*,"step":3}' <(tr -d ' \n' < "$T/win/checkpoint-7/trainer_state.json")
+# the Trainer's resume: TrainerControl.from_state(state.stateful_callbacks["TrainerControl"]) = TrainerControl(**args), then attributes
+python3 - "$T/win" <<'PY' 2>"$T/sc.err"; rc=$?
+import json, sys
+for p, stop in ((sys.argv[1] + "/checkpoint-7/trainer_state.json", True), (sys.argv[1] + "/trainer_state.json", True)):
+    tc = json.load(open(p))["stateful_callbacks"]["TrainerControl"]
+    assert sorted(tc) == ["args", "attributes"] and tc["attributes"] == {}, p
+    assert tc["args"] == {"should_epoch_stop": False, "should_evaluate": False, "should_log": False,
+                          "should_save": True, "should_training_stop": stop}, (p, tc)
+PY
+check "stateful_callbacks holds transformers' TrainerControl record ($rc: $(tail -1 "$T/sc.err"))" test $rc = 0
 check "output_dir/trainer_state.json ends with the run summary" grep -q '"train_runtime"' "$T/win/trainer_state.json"
 if python3 -c 'import transformers' 2>/dev/null; then
     python3 - "$T/win" <<'PY' 2>"$T/ts.err"; rc=$?

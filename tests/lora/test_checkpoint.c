@@ -117,6 +117,26 @@ int main(void) {
           "latest = 30");
     free(latest);
 
+    /* trainer_state.json's stateful_callbacks as transformers' Trainer writes them: its resume takes
+     * stateful_callbacks["TrainerControl"] and builds TrainerControl(**args) with attributes set */
+    for (int64_t st = 7; st <= 10; st += 3) {
+        glm_ckpt_save_args ta = {.output_dir = out, .step = st, .max_steps = 10};
+        json_t *ts = glm_trainer_state_json(&ta);
+        json_t *tc = json_object_get(json_object_get(ts, "stateful_callbacks"), "TrainerControl");
+        json_t *args = json_object_get(tc, "args"), *attr = json_object_get(tc, "attributes");
+        static const char *const flags[] = {"should_epoch_stop", "should_evaluate", "should_log", "should_save",
+                                            "should_training_stop"};
+        bool ok = json_is_object(args) && json_object_size(args) == 5 && json_is_object(attr) &&
+                  json_object_size(attr) == 0 && json_object_size(tc) == 2;
+        for (int k = 0; ok && k < 5; k++) ok = json_is_boolean(json_object_get(args, flags[k]));
+        CHECK(ok, "step %lld: stateful_callbacks.TrainerControl is {args: the five flags, attributes: {}}", (long long)st);
+        CHECK(ok && json_is_true(json_object_get(args, "should_save")) &&
+                  json_is_false(json_object_get(args, "should_log")) &&
+                  json_is_true(json_object_get(args, "should_training_stop")) == (st == 10),
+              "step %lld of 10: should_save, and should_training_stop only at the last step", (long long)st);
+        json_decref(ts);
+    }
+
     /* load round trip */
     glm_ckpt c;
     CHECK(glm_ckpt_load(c30, &c) == GLM_OK, "load: %s", glm_errmsg());
