@@ -119,6 +119,14 @@ $G train $TR --model "$FIX" --output-dir "$T/nores" --max-steps 1 --resume-from-
 check "resume from a path that does not exist: exit != 0 ($rc)" test $rc != 0
 check "... says it does not exist" has "$T/e10b" "nope/checkpoint-9 does not exist"
 check "... and creates no output directory" test ! -e "$T/nores"
+# a transformers / LLaMA-Factory checkpoint-N: adapter and trainer_state.json, no glmtune_state.json nor checksums.txt
+mkdir -p "$T/hf-run" && cp -r "$T/ck/checkpoint-2" "$T/hf-run/checkpoint-2" && rm "$T/hf-run/checkpoint-2/glmtune_state.json" "$T/hf-run/checkpoint-2/checksums.txt"
+$G train $TR --model "$FIX" --output-dir "$T/hfres" --max-steps 1 --resume-from-checkpoint "$T/hf-run/checkpoint-2" 2>"$T/e10c"; rc=$?
+check "resume from a transformers checkpoint: exit != 0 ($rc)" test $rc != 0
+check "... says it is not a glmtune checkpoint, with the --init-adapter hint" has "$T/e10c" "hf-run/checkpoint-2 is not a glmtune checkpoint (no glmtune_state.json).*hint: use --init-adapter $T/hf-run/checkpoint-2 to start from its adapter"
+check "... not an interrupted save" sh -c '! grep -q interrupted "$0"' "$T/e10c"
+$G train $TR --model "$FIX" --output-dir "$T/hfinit" --max-steps 1 --init-adapter "$T/hf-run/checkpoint-2" 2>"$T/e10d"; rc=$?
+check "... and --init-adapter takes it (exit $rc)" test $rc = 0
 
 cat > "$T/big.json" <<'JSON'
 {"model_type": "chatglm", "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4, "multi_query_group_num": 2,

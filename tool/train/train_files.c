@@ -162,6 +162,20 @@ glm_status train_init_adapter_path(const char *given, char **path) {
     return GLM_OK;
 }
 
+/* A checkpoint another trainer wrote (transformers' Trainer, LLaMA-Factory): an adapter and a
+ * trainer_state.json, but neither glmtune's checksums.txt nor its glmtune_state.json. */
+static bool foreign_checkpoint(const char *dir) {
+    static const char *const has[] = {"adapter_model.safetensors", "trainer_state.json"},
+                             *const lacks[] = {GLM_CKPT_CHECKSUMS, "glmtune_state.json"};
+    bool yes = true;
+    for (int i = 0; i < 4 && yes; i++) {
+        char *p = glm_path_join(dir, i < 2 ? has[i] : lacks[i - 2]);
+        yes = p && glm_is_file(p) == (i < 2);
+        free(p);
+    }
+    return yes;
+}
+
 /* Resolves --resume-from-checkpoint: "" or "latest" -> the newest checkpoint of output_dir;
  * a checkpoint directory; or another output directory (its newest checkpoint). */
 glm_status train_resume_path(const train_settings *ts, char **path) {
@@ -178,6 +192,10 @@ glm_status train_resume_path(const train_settings *ts, char **path) {
         if (glm_is_file(r))
             return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: %s is a file, not a directory; hint: give a checkpoint-N "
                            "directory or the output directory of the run to continue", r);
+        if (glm_is_dir(r) && foreign_checkpoint(r))
+            return glm_err(GLM_ERR_ARG, "--resume-from-checkpoint: %s is not a glmtune checkpoint (no glmtune_state.json): "
+                           "a transformers or LLaMA-Factory one, whose optimizer state glmtune cannot continue; "
+                           "hint: use --init-adapter %s to start from its adapter", r, r);
         const char *base = strrchr(r, '/');
         base = base && base[1] ? base + 1 : r;
         if (glm_is_dir(r) && !strncmp(base, "checkpoint-", 11)) { /* a checkpoint that is not whole: say why */
