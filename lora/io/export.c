@@ -476,6 +476,39 @@ static glm_status fix_config_pad(const char *dir) {
     return st;
 }
 
+/* The merged model's config.json (copied from the base) gets the family row's key aliases it
+ * lacks (family.h glm_family_alias: vocab_size in the chatglm layout; rope_ratio, layernorm_epsilon,
+ * seq_length in the hf one), from the keys it has (the RoPE base from the row's rope object first),
+ * so that llama.cpp's converter, which reads those names, finds them; the rest stays as it is. */
+static glm_status add_config_aliases(const char *dir) {
+    char *p = glm_path_join(dir, "config.json");
+    json_error_t je;
+    json_t *cfg = p && glm_is_file(p) ? json_load_file(p, JSON_PRESERVE_ORDER, &je) : NULL;
+    const glm_family *fam = NULL;
+    if (json_is_object(cfg) && glm_family_for_config(cfg, p, &fam) != GLM_OK) {
+        glm_err_clear();
+        fam = NULL;
+    }
+    bool changed = false;
+    for (size_t i = 0; fam && i < fam->n_aliases; i++) {
+        const glm_family_alias *a = &fam->aliases[i];
+        const char *src = fam->keys[a->key];
+        json_t *ro = fam->rope_object ? json_object_get(cfg, fam->rope_object) : NULL;
+        json_t *v = a->key == GLM_FK_ROPE && json_is_object(ro) && json_is_number(json_object_get(ro, src))
+                        ? json_object_get(ro, src)
+                        : json_object_get(cfg, src);
+        if (json_object_get(cfg, a->name) || !json_is_number(v)) continue;
+        json_object_set_new(cfg, a->name, a->key == GLM_FK_ROPE
+                                              ? json_real(json_number_value(v) * fam->rope_scale / a->rope_scale)
+                                              : json_deep_copy(v));
+        changed = true;
+    }
+    glm_status st = changed ? write_json(dir, "config.json", cfg) : GLM_OK;
+    json_decref(cfg);
+    free(p);
+    return st;
+}
+
 glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
                              const struct glm_backend *be, const glm_param *params, size_t n,
                              double scaling, int dtype) {
@@ -499,6 +532,7 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
     if (st == GLM_OK) st = copy_side_files(base_dir, tmp);
     if (st == GLM_OK && dtype != GLM_EXPORT_SAME_DTYPE) st = set_config_dtype(tmp, (glm_st_dtype)dtype);
     if (st == GLM_OK) st = fix_config_pad(tmp);
+    if (st == GLM_OK) st = add_config_aliases(tmp);
     if (st == GLM_OK) st = glm_commit_dir(tmp, outdir);
     if (st != GLM_OK && tmp) glm_rmtree(tmp);
     if (st == GLM_OK) glm_log_info("merged %zu LoRA modules into %s", n / 2, outdir);

@@ -208,6 +208,21 @@ glm_status glm_config_to_json(const glm_config *c, char **out) {
         }
         json_object_set_new(o, key, v);
     }
+    for (size_t i = 0; i < f->n_aliases; i++) {
+        const glm_family_alias *a = &f->aliases[i];
+        json_t *v = a->key == GLM_FK_VOCAB  ? json_integer(c->V)
+                    : a->key == GLM_FK_EPS  ? json_real(glm_f32_shortest(c->eps))
+                    : a->key == GLM_FK_ROPE ? json_real(c->rope_base / a->rope_scale)
+                    : a->key == GLM_FK_MAX_POSITIONS
+                        ? json_integer(c->max_positions > 0 ? c->max_positions : f->written_max_positions)
+                        : NULL;
+        if (!v) {
+            json_decref(o);
+            return glm_err(GLM_ERR_INTERNAL, "config.json of the %s layout: alias %s has no value in the family table "
+                           "(lora/model/family.c)", f->layout_name, a->name);
+        }
+        json_object_set_new(o, a->name, v);
+    }
     json_object_set_new(o, "tie_word_embeddings", json_boolean(f->tied_embeddings));
     /* special ids inside the vocabulary, or null */
     int64_t pad = -1, eos[4];

@@ -56,6 +56,12 @@ static const glm_family_out k_hf_written[] = {
     {GLM_FK_MAX_POSITIONS, NULL, NULL}, {-1, "dtype", "\"bfloat16\""},
 };
 
+/* llama.cpp's converter (convert_hf_to_gguf.py, ChatGLMModel) reads vocab_size even when
+ * padded_vocab_size is there, and only THUDM's rope_ratio, layernorm_epsilon and seq_length */
+static const glm_family_alias k_chatglm_aliases[] = {{GLM_FK_VOCAB, "vocab_size", 0}};
+static const glm_family_alias k_hf_aliases[] = {
+    {GLM_FK_ROPE, "rope_ratio", 10000.0}, {GLM_FK_EPS, "layernorm_epsilon", 0}, {GLM_FK_MAX_POSITIONS, "seq_length", 0}};
+
 #define GLM4_TOKENIZER                                                                                   \
     .tokenizer = GLM_TOKENIZER_TIKTOKEN_GLM4, .pad_token_id = 151329, /* <|endoftext|> */               \
         .stop_ids = {151329, 151336, 151338}, /* <|endoftext|> <|user|> <|observation|> */               \
@@ -82,6 +88,8 @@ static const glm_family k_rows[] = {
         .rotary_fraction = 0.5, /* RotaryEmbedding(kv_channels // 2) */
         .written = k_chatglm_written,
         .n_written = sizeof k_chatglm_written / sizeof *k_chatglm_written,
+        .aliases = k_chatglm_aliases,
+        .n_aliases = sizeof k_chatglm_aliases / sizeof *k_chatglm_aliases,
         .written_max_positions = 131072,
         .tensors = {[GLM_FT_EMBED] = {"transformer.embedding", "word_embeddings"},
                     [GLM_FT_FINAL_NORM] = {"transformer.encoder", "final_layernorm"},
@@ -133,6 +141,8 @@ static const glm_family k_rows[] = {
         .rotary_fraction = 0.5,
         .written = k_hf_written,
         .n_written = sizeof k_hf_written / sizeof *k_hf_written,
+        .aliases = k_hf_aliases,
+        .n_aliases = sizeof k_hf_aliases / sizeof *k_hf_aliases,
         .written_max_positions = 131072,
         /* the wrong value ships in the GLM-4-9B -hf configs (C 4096, 40 layers); a small model with
            base 10000 (tests, demos) is taken as it says */

@@ -75,6 +75,16 @@ typedef struct glm_family_out {
     const char *json;
 } glm_family_out;
 
+/* A key that the merged export's and init-model's config.json carry besides the row's own: the
+ * other layout's name of a shape field, for readers that know only that one (llama.cpp's converter
+ * reads THUDM's names, and vocab_size in either layout). Its value is the field's; for GLM_FK_ROPE
+ * the base divided by rope_scale (THUDM's rope_ratio: base / 10000). glmtune's reader ignores it. */
+typedef struct glm_family_alias {
+    int key;            /* a glm_family_key */
+    const char *name;
+    double rope_scale;  /* GLM_FK_ROPE only */
+} glm_family_alias;
+
 typedef enum {
     GLM_ROPE_INTERLEAVED_PAIRS = 0, /* (x[2i], x[2i+1]) of the first rotated channels rotate together */
 } glm_rope_style;
@@ -107,6 +117,8 @@ typedef struct glm_family {
     const glm_family_out *written;   /* glm_config_to_json's keys after model_type and architectures */
     size_t n_written;
     int64_t written_max_positions;   /* written when the config has none */
+    const glm_family_alias *aliases; /* written after the row's keys (merged export, init-model) */
+    size_t n_aliases;
     /* RoPE base the published configs of this row get wrong (docs/design.md §3): warn when the base is
        rope_suspect_base for a model of hidden size rope_suspect_C and rope_suspect_L layers */
     double rope_suspect_base;        /* 0: no warning for this row */

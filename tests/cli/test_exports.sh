@@ -66,6 +66,15 @@ check "--lora-target vllm (hf layout): q, k, v, o, down; no gate_up_proj" grep -
 "$G" export-adapter --checkpoint "$T/vl" -o "$T/vl-adapter" 2>"$T/vl.log"
 check "... its export does not warn" bash -c "! grep -q vLLM '$T/vl.log'"
 "$G" init-model --config "$SRC/samples/model-config.json" -o "$T/thudm" 2>/dev/null
+# init-model's config.json carries the other layout's names llama.cpp's converter reads, with the same values
+python3 - "$T/plain/config.json" "$T/thudm/config.json" <<'PY' 2>"$T/alias.err"; rc=$?
+import json, sys
+h, c = (json.load(open(p)) for p in sys.argv[1:3])
+assert h["rope_ratio"] == h["rope_theta"] / 10000 and h["layernorm_epsilon"] == h["rms_norm_eps"], h
+assert h["seq_length"] == h["max_position_embeddings"] and isinstance(h["seq_length"], int), h
+assert c["vocab_size"] == c["padded_vocab_size"] and "rope_theta" not in c, c
+PY
+check "init-model: hf config.json has rope_ratio, layernorm_epsilon, seq_length; chatglm has vocab_size ($rc: $(tail -1 "$T/alias.err"))" test $rc = 0
 "$G" train --quiet --device cpu --model "$T/thudm" --data "$T/shards" --output-dir "$T/vc" --max-steps 1 --lora-rank 2 --lora-target vllm 2>/dev/null
 check "--lora-target vllm (chatglm layout): all four modules" grep -q '"target_modules":\["query_key_value","dense","dense_h_to_4h","dense_4h_to_h"\]' <(flat "$T/vc/checkpoint-1/adapter_config.json")
 "$G" export-adapter --help > "$T/help.txt"

@@ -10,6 +10,7 @@
 #include "common/fileio.h"
 #include "common/pyjson.h"
 #include "lora/io/export.h"
+#include "lora/model/config.h"
 #include "common/safetensors.h"
 #include "tests/check.h"
 
@@ -265,8 +266,38 @@ static void test_merge(const char *data_dir, const char *layout, const char *mod
     json_decref(i2);
     free(p1);
     free(p2);
-    const char *side[] = {"config.json", "generation_config.json"};
-    for (int i = 0; i < 2; i++) {
+    /* config.json: the base's, plus the layout's aliases for llama.cpp's converter (THUDM's names,
+     * vocab_size) with the base's values; glmtune reads it back the same */
+    asprintf(&p1, "%s/config.json", base);
+    asprintf(&p2, "%s/config.json", out);
+    json_t *c1 = json_load_file(p1, 0, &je), *c2 = json_load_file(p2, 0, &je);
+    const char *k;
+    json_t *v;
+    bool same = c1 && c2;
+    json_object_foreach(c1, k, v) same = same && json_equal(v, json_object_get(c2, k));
+    CHECK(same, "%s: merged config.json keeps every key of the base's", layout);
+    bool chatglm = strcmp(layout, "chatglm") == 0;
+    json_t *want = chatglm ? json_pack("{s:i}", "vocab_size", 512)
+                           : json_pack("{s:f,s:f,s:i}", "rope_ratio", 1.0, "layernorm_epsilon", 1.5625e-07,
+                                       "seq_length", 1048576);
+    CHECK(c2 && json_object_size(c2) == json_object_size(c1) + json_object_size(want), "%s: %zu keys, want %zu + %zu",
+          layout, c2 ? json_object_size(c2) : 0, json_object_size(c1), json_object_size(want));
+    json_object_foreach(want, k, v) {
+        json_t *g = json_object_get(c2, k);
+        CHECK(g && json_is_number(g) && json_number_value(g) == json_number_value(v) &&
+                  json_is_integer(g) == json_is_integer(v), "%s: merged config.json %s = %g (got %s)", layout, k,
+              json_number_value(v), g ? "a value" : "none");
+    }
+    json_decref(want);
+    json_decref(c1);
+    json_decref(c2);
+    glm_config g1, g2;
+    CHECK(glm_config_load(base, 0, &g1) == GLM_OK && glm_config_load(out, 0, &g2) == GLM_OK &&
+              memcmp(&g1, &g2, sizeof g1) == 0, "%s: the merged config.json loads as the base's", layout);
+    free(p1);
+    free(p2);
+    const char *side[] = {"generation_config.json"};
+    for (int i = 0; i < 1; i++) {
         asprintf(&p1, "%s/%s", base, side[i]);
         asprintf(&p2, "%s/%s", out, side[i]);
         if (glm_is_file(p1)) CHECK(files_equal(p1, p2), "%s copied", side[i]);
