@@ -109,7 +109,14 @@ done
 check "export-adapter: unknown option" usage_error export-adapter "did you mean --checkpoint?" --chekpoint c -o o
 check "export-adapter: missing value" usage_error export-adapter "--checkpoint needs a value" -o o --checkpoint
 check "export-adapter: no positional arguments" usage_error export-adapter "unexpected argument 'c'" c
-check "export-adapter: bad dtype" usage_error export-adapter '--dtype: expected fp32, bf16 or fp16, got "int8"' --checkpoint c -o o --dtype int8
+check "export-adapter: bad dtype, every accepted name listed" usage_error export-adapter \
+    '--dtype: expected fp32 (also float32, f32), bf16 (bfloat16) or fp16 (float16, f16); q8_0 with --format gguf --merge only, got "int4"' \
+    --checkpoint c -o o --dtype int4
+check "export-adapter --format gguf --merge: bad dtype names q8_0" usage_error export-adapter \
+    '--dtype: expected fp32 (also float32, f32), bf16 (bfloat16) or fp16 (float16, f16), or q8_0, got "int4"' \
+    --checkpoint c -o o --format gguf --merge --dtype int4
+"$G" --help >"$T/top.help" 2>&1
+check "glmtune --help: export-adapter's line names --format gguf" bash -c "grep -A1 '^  export-adapter ' '$T/top.help' | grep -q -- '--format gguf'"
 
 # --- init-model
 check "init-model --help lists every option" lists init-model config output layout seed tokenizer
