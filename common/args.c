@@ -209,7 +209,7 @@ static glm_status list(const glm_arg_opt *o, const char *flag, const char *v) {
 /* Converts v by o's type into o->dest (which is not NULL). */
 static glm_status store(const glm_arg_opt *o, const char *flag, const char *v) {
     switch (o->type) {
-    case GLM_ARG_FLAG: *(bool *)o->dest = true; return GLM_OK;
+    case GLM_ARG_FLAG:
     case GLM_ARG_BOOL:
         if (!glm_args_parse_bool(v, (bool *)o->dest))
             return glm_err(GLM_ERR_ARG, "%s: expected true or false, got \"%s\"", flag, v);
@@ -328,7 +328,7 @@ glm_status glm_args_parse(const glm_arg_cmd *cmd, int argc, char **argv, bool *h
             o = find_long(cmd, name);
             if (!o && (!strncmp(name, "no-", 3) || !strncmp(name, "no_", 3))) {
                 o = find_long(cmd, name + 3);
-                if (o && o->type != GLM_ARG_BOOL) o = NULL;
+                if (o && o->type != GLM_ARG_BOOL && o->type != GLM_ARG_FLAG) o = NULL;
                 negated = o != NULL;
             }
             if (!o && cmd->unknown) {
@@ -344,12 +344,14 @@ glm_status glm_args_parse(const glm_arg_cmd *cmd, int argc, char **argv, bool *h
                                glm_args_hint(hint, sizeof hint, c, true, cmd->name));
             }
         }
-        if (o->type == GLM_ARG_FLAG || negated) {
+        if (negated) {
             if (val) return glm_err(GLM_ERR_ARG, "%s takes no value; hint: %s alone", flag, flag);
-            GLM_TRY(take(cmd, o, flag, negated ? "false" : NULL));
+            GLM_TRY(take(cmd, o, flag, "false"));
             continue;
         }
-        if (o->type == GLM_ARG_BOOL) {
+        if (o->type == GLM_ARG_BOOL || o->type == GLM_ARG_FLAG) {
+            /* one rule for every boolean: bare, --x=B, or --x B when the next argument is a boolean
+             * word (anything else stays where it is: a positional argument or the next option) */
             bool b;
             if (!val) val = i + 1 < argc && glm_args_parse_bool(argv[i + 1], &b) ? argv[++i] : "true";
         } else if (!val) {

@@ -5,8 +5,9 @@
  * glm_args_parse on its arguments. The engine
  *   - reads `--name VALUE`, `--name=VALUE`, `-n VALUE` (and `-n=VALUE`); a name may be spelled
  *     with underscores for dashes (--max_samples = --max-samples, as LLaMA-Factory spells them);
- *   - reads booleans as the commands always have: `--x` (true), `--x=B` and `--x B` where B is
- *     one of true/yes/on/1 or false/no/off/0 in any case, and `--no-x` (false);
+ *   - reads every boolean option (FLAG and BOOL alike) one way: `--x` (true), `--x=B` and `--x B`
+ *     where B is one of true/yes/on/1 or false/no/off/0 in any case (glm_args_parse_bool; any other
+ *     next argument is not taken: it stays a positional argument), and `--no-x` (false);
  *   - converts and checks the value (integer, non-negative integer, number, choice, comma list;
  *     an optional range), stores it, marks it given and calls the option's hook, in argv order,
  *     and stops at the first error;
@@ -34,8 +35,9 @@
 
 /* What an option takes, and the type of its dest. */
 typedef enum {
-    GLM_ARG_FLAG,   /* no value (`--x=v` is an error); dest: bool, set true */
-    GLM_ARG_BOOL,   /* --x, --x=B, --x B, --no-x (see above); dest: bool */
+    GLM_ARG_FLAG,   /* a boolean read as BOOL is (--x, --x=B, --x B, --no-x); dest: bool; its def is not
+                     * stored (dest keeps the caller's value, false) and the help shows --x alone */
+    GLM_ARG_BOOL,   /* --x, --x=B, --x B, --no-x (see above); dest: bool; the help shows --x, --no-x */
     GLM_ARG_INT,    /* decimal integer, sign allowed; dest: int64_t */
     GLM_ARG_U64,    /* decimal integer >= 0 (no sign); dest: uint64_t */
     GLM_ARG_DOUBLE, /* a number as strtod reads it (nan and inf too, unless a range excludes them); dest: double */
@@ -57,7 +59,7 @@ typedef struct glm_arg_opt glm_arg_opt;
 
 /* Called after an option's value is stored (and for an option without dest, instead of
  * storing). flag: the option as typed, without "=value" ("--cutoff_len", "-o", "--no-strict");
- * value: its text ("true"/"false" for a bare or negated BOOL; NULL for a FLAG); user: the
+ * value: its text (for a FLAG or BOOL: "true" when bare, "false" when negated, else the word given); user: the
  * command's glm_arg_cmd.user. An error stops the parse with it. */
 typedef glm_status (*glm_arg_hook)(const glm_arg_opt *opt, const char *flag, const char *value, void *user);
 

@@ -344,8 +344,8 @@ int cmd_export_adapter(int argc, char **argv) {
         else if (!strcmp(dtype_s, "q8_0"))
             s = glm_err(GLM_ERR_ARG, "--dtype q8_0 is for a merged GGUF model; hint: --format gguf --merge --dtype q8_0 (an "
                         "adapter stays f32, f16 or bf16)");
-        else s = glm_err(GLM_ERR_ARG, "--dtype: expected fp32, bf16 or fp16%s, got \"%s\"", gguf && merge ? " or q8_0" : "",
-                         dtype_s);
+        else s = glm_err(GLM_ERR_ARG, "--dtype: expected fp32 (also float32, f32), bf16 (bfloat16) or fp16 (float16, f16)%s, "
+                         "got \"%s\"", gguf && merge ? ", or q8_0" : "; q8_0 with --format gguf --merge only", dtype_s);
     }
     if (s != GLM_OK) return cli_fail(s);
 

@@ -45,7 +45,8 @@ for a in "--tokenizer t" "--model-name-or-path t" "--model_name_or_path=t" "-o o
          "--chat-template f" "--seq-len 64" "--seq-len=64" "--cutoff-len 64" "--cutoff_len=64" "--train-on last,prompt" \
          "--mask-history" "--mask-history true" "--mask-history=false" "--mask_history" "--train-on-prompt" \
          "--train-on-prompt false" "--train_on_prompt=1" "--keep-reasoning" "--merge-consecutive-turns" \
-         "--merge_consecutive_turns" "--truncate" "--val-size 0.1" "--val-size 20" "--seed 1" "--strict" "--threads 2" \
+         "--merge_consecutive_turns" "--truncate" "--truncate=yes" "--truncate no" "--no-truncate" "--keep-reasoning on" \
+         "--keep_reasoning=0" "--no-keep-reasoning" "--val-size 0.1" "--val-size 20" "--seed 1" "--strict" "--threads 2" \
          "--preprocessing-num-workers 2" "--preprocessing_num_workers=2" "--report r.json" "--shard-rows 10" "--quiet" "-q" \
          "--encode" "--decode" "in.json - other.json"; do
     # shellcheck disable=SC2086
@@ -57,7 +58,8 @@ check "tokenize: missing value" usage_error tokenize "--tokenizer needs a value"
 check "tokenize: bad number" usage_error tokenize '--threads: expected a non-negative integer, got "x"' --threads=x
 check "tokenize: bad number as typed" usage_error tokenize '--cutoff-len: expected a non-negative integer, got "1e3"' --cutoff-len 1e3
 check "tokenize: bad bool" usage_error tokenize '--mask-history: expected true or false, got "maybe"' --mask-history=maybe
-check "tokenize: a flag takes no value" usage_error tokenize "--truncate takes no value" --truncate=yes
+check "tokenize: a negated flag takes no value" usage_error tokenize "--no-truncate takes no value" --no-truncate=yes
+check "tokenize: a flag's bad word" usage_error tokenize '--truncate: expected true or false, got "maybe"' --truncate=maybe
 
 # --x=v and --x v (and the alias) make the same shards
 printf '{"input_ids": [5, 6, 7, 8, 9], "labels": [-100, -100, 7, 8, 9]}\n{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}\n' > "$T/pre.jsonl"
@@ -71,9 +73,21 @@ done
 "$G" tokenize --quiet --seq-len 16 --mask-history true -o "$T/m" "$T/pre.jsonl" 2>"$T/m.err"; rc=$?
 check "--mask-history true: the word is its value, not an input (exit $rc)" test $rc = 0
 
+# every flag reads a bool word as its value (README): --strict yes / --strict=false / --no-strict
+printf '{"input_ids": [5, 6, 7, 8, 9], "labels": [-100, -100, 7, 8, 9]}\n{"input_ids": "x"}\n' > "$T/bad.jsonl"
+"$G" tokenize --quiet --seq-len 16 --strict yes -o "$T/s1" "$T/bad.jsonl" 2>"$T/s1.err"; rc=$?
+check "tokenize --strict yes IN: yes is --strict's value, the bad record is fatal (exit $rc)" \
+    bash -c "[ $rc = 1 ] && grep -q -- '--strict stops' '$T/s1.err' && ! grep -q 'yes: cannot open' '$T/s1.err'"
+for a in "--strict=false" "--no-strict" "--strict off" "--strict 0"; do
+    # shellcheck disable=SC2086
+    "$G" tokenize --quiet --seq-len 16 $a -o "$T/s2" "$T/bad.jsonl" 2>"$T/s2.err"; rc=$?
+    check "tokenize $a IN: not strict, the bad record skipped (exit $rc)" bash -c "[ $rc = 0 ] && [ -f '$T/s2/manifest.json' ]"
+    rm -rf "$T/s2"
+done
+
 # --- inspect
 check "inspect --help lists every option" lists inspect json tokenizer sample samples split
-for a in "--json" "--tokenizer t" "--sample 1" "--sample=1" "--samples 2" "--split val" "--split=val" "out"; do
+for a in "--json" "--json=true" "--json yes out" "--no-json" "--tokenizer t" "--sample 1" "--sample=1" "--samples 2" "--split val" "--split=val" "out"; do
     # shellcheck disable=SC2086
     check "inspect $a" accepts inspect $a
 done
@@ -87,14 +101,22 @@ check "inspect: --x=v as --x v" cmp -s "$T/i1" "$T/i2"
 # --- export-adapter
 check "export-adapter --help lists every option" lists export-adapter checkpoint output dtype merge base
 check "... and still says which vLLM loads what" has "$T/help.export-adapter" "no vLLM version loads one with gate_up_proj"
-for a in "--checkpoint c" "--checkpoint=c" "--output o" "-o o" "-o=o" "--dtype bf16" "--dtype=float16" "--merge" "--base b"; do
+for a in "--checkpoint c" "--checkpoint=c" "--output o" "-o o" "-o=o" "--dtype bf16" "--dtype=float16" "--merge" \
+         "--merge=true" "--merge no" "--no-merge" "--base b"; do
     # shellcheck disable=SC2086
     check "export-adapter $a" accepts export-adapter $a
 done
 check "export-adapter: unknown option" usage_error export-adapter "did you mean --checkpoint?" --chekpoint c -o o
 check "export-adapter: missing value" usage_error export-adapter "--checkpoint needs a value" -o o --checkpoint
 check "export-adapter: no positional arguments" usage_error export-adapter "unexpected argument 'c'" c
-check "export-adapter: bad dtype" usage_error export-adapter '--dtype: expected fp32, bf16 or fp16, got "int8"' --checkpoint c -o o --dtype int8
+check "export-adapter: bad dtype, every accepted name listed" usage_error export-adapter \
+    '--dtype: expected fp32 (also float32, f32), bf16 (bfloat16) or fp16 (float16, f16); q8_0 with --format gguf --merge only, got "int4"' \
+    --checkpoint c -o o --dtype int4
+check "export-adapter --format gguf --merge: bad dtype names q8_0" usage_error export-adapter \
+    '--dtype: expected fp32 (also float32, f32), bf16 (bfloat16) or fp16 (float16, f16), or q8_0, got "int4"' \
+    --checkpoint c -o o --format gguf --merge --dtype int4
+"$G" --help >"$T/top.help" 2>&1
+check "glmtune --help: export-adapter's line names --format gguf" bash -c "grep -A1 '^  export-adapter ' '$T/top.help' | grep -q -- '--format gguf'"
 
 # --- init-model
 check "init-model --help lists every option" lists init-model config output layout seed tokenizer
@@ -113,8 +135,8 @@ check "bench --help lists every option" lists bench shape model config seq-len s
 for a in "--shape glm-4-9b-chat" "--model m" "--config c" "--seq-len 32,48" "--seq-len=32" "--steps 2" "--warmup 0" \
          "--batch-size 2" "--gradient-checkpointing full" "--max-gpu-memory 12,16" "--max-gpu-memory=0.5" "--lora-rank 4" \
          "--lora-alpha 8" "--lora-target all" "--quantization-bit 4" "--quantization-type fp4" "--double-quantization false" \
-         "--double-quantization 1" "--device cpu" "--json" "--max-seq-len" "--seq-step 32" "--max-step-seconds 5" \
-         "--prove-memory"; do
+         "--double-quantization 1" "--device cpu" "--json" "--json=on" "--json false" "--no-json" "--max-seq-len" \
+         "--seq-step 32" "--max-step-seconds 5" "--prove-memory" "--prove-memory=0"; do
     # shellcheck disable=SC2086
     check "bench $a" accepts bench $a
 done

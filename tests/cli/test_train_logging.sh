@@ -36,6 +36,14 @@ vals() { awk -v k="\"$2\": " '{ i = index($0, k); if (!i) next; v = substr($0, i
 # close A B: relative difference below 1e-12 (the same double sums in the same order)
 close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = (b < 0 ? -b : b); exit !(d <= 1e-12 * m + 1e-300) }'; }
 
+# ---- 0. the data line counts samples (documents) as glmtune inspect does, packed rows or not
+insp=$("$G" inspect "$T/shards" | grep -- '^--- .* shard(s): ' | sed 's/^--- [0-9]* shard(s): \([0-9]*\) rows of \([0-9]*\) tokens, \([0-9]*\) samples ---$/\1 rows x \2 tokens, \3 samples/')
+for p in true false; do
+    "$G" train $TR --output-dir "$T/data-$p" --max-steps 1 --packing $p 2>"$T/data-$p.err" >/dev/null
+    check "train --packing $p: data: $insp (inspect's count)" has "$T/data-$p.err" "data: $insp ("
+done
+check "... inspect counts more samples than rows here (packing)" bash -c "echo '$insp' | awk '{ exit !(\$5 > \$1) }'"
+
 # ---- 1. window means against the per-step values
 "$G" train $TR --output-dir "$T/every" --max-steps 7 --logging-steps 1 2>/dev/null
 "$G" train $TR --output-dir "$T/win" --max-steps 7 --logging-steps 3 2>/dev/null

@@ -133,9 +133,29 @@ int main(void) {
     CHECK(run(&o, &help, ARGS("--mask-history=maybe")) == GLM_ERR_ARG &&
               has("--mask-history: expected true or false, got \"maybe\""), "bad bool: %s", glm_errmsg());
     CHECK(run(&o, &help, ARGS("--json", "-s")) == GLM_OK && o.json && o.strict, "flags, short flag");
-    CHECK(run(&o, &help, ARGS("--json=1")) == GLM_ERR_ARG && has("--json takes no value"), "flag=v: %s", glm_errmsg());
-    CHECK(run(&o, &help, ARGS("--no-json")) == GLM_ERR_ARG && has("unknown option --no-json"),
-          "--no- only for bools: %s", glm_errmsg());
+
+    /* a flag (GLM_ARG_FLAG) is read as a bool is: bare, --x=B, --x B, --no-x (README) */
+    CHECK(run(&o, &help, ARGS("--json=1")) == GLM_OK && o.json, "flag=1: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--json=false")) == GLM_OK && !o.json, "flag=false: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--json=ON")) == GLM_OK && o.json, "flag=ON: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--strict", "yes", "in.jsonl")) == GLM_OK && o.strict && o.n_pos == 1 &&
+              !strcmp(o.pos[0], "in.jsonl"), "flag yes consumed: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--strict", "No", "in.jsonl")) == GLM_OK && !o.strict && o.n_pos == 1,
+          "flag No consumed: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--strict", "off")) == GLM_OK && !o.strict && o.n_pos == 0, "flag off: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--strict", "0", "--json", "TRUE")) == GLM_OK && !o.strict && o.json && o.n_pos == 0,
+          "flag 0, flag TRUE: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--strict", "in.jsonl")) == GLM_OK && o.strict && o.n_pos == 1 &&
+              !strcmp(o.pos[0], "in.jsonl"), "a positional after a bare flag stays positional");
+    CHECK(run(&o, &help, ARGS("-s", "false", "x")) == GLM_OK && !o.strict && o.n_pos == 1, "-s false: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--strict", "--no-strict")) == GLM_OK && !o.strict, "--no-flag: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--no_json")) == GLM_OK && !o.json, "--no_flag: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--no-json=true")) == GLM_ERR_ARG && has("--no-json takes no value"),
+          "--no-flag=v: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--json=maybe")) == GLM_ERR_ARG && has("--json: expected true or false, got \"maybe\""),
+          "bad flag word: %s", glm_errmsg());
+    CHECK(run(&o, &help, ARGS("--no-seed")) == GLM_ERR_ARG && has("unknown option --no-seed"),
+          "--no- only for booleans: %s", glm_errmsg());
 
     /* missing values, bare values */
     CHECK(run(&o, &help, ARGS("in", "--tokenizer")) == GLM_ERR_ARG && has("--tokenizer needs a value (PATH)") &&

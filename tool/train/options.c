@@ -597,7 +597,11 @@ typedef struct {
 static glm_status cli_option(const glm_arg_opt *a, const char *flag, const char *value, void *user) {
     cli_ctx *c = user;
     size_t i = (size_t)(a - c->tab);
-    if (i == N_OPTS) return glm_opts_set(c->o, "gradient-checkpointing", "none", GLM_SRC_CLI); /* the bool flag it was */
+    if (i == N_OPTS) { /* the bool flag it was; --no-gradient-checkpointing=false changes nothing */
+        bool b = true;
+        glm_args_parse_bool(value, &b);
+        return b ? glm_opts_set(c->o, "gradient-checkpointing", "none", GLM_SRC_CLI) : GLM_OK;
+    }
     if (!strcmp(k_opts[i].name, "config")) return GLM_OK; /* read before the other options */
     return set_option(c->o, i, flag + 2, value, GLM_SRC_CLI, flag);
 }

@@ -679,10 +679,12 @@ static void log_run(const run_state *rs, const train_settings *ts, uint64_t glob
     int64_t np = 0;
     for (int i = 0; i < rs->n_params; i++) np += rs->params[i].numel;
     const char *unit = ts->by_sample ? "sample" : "row";
+    uint64_t docs = 0; /* the samples (documents) the shards hold, packed rows or not (as glmtune inspect counts) */
+    for (size_t k = 0; k < rs->data.n_shards; k++) docs += rs->data.shards[k].n_docs;
     glm_log_info("LoRA r=%d alpha=%g on %d modules (%lld trainable parameters); data: %llu rows x %u tokens, %llu "
                  "samples (%llu targets); %lld optimizer steps, %llu %s%s each (%llu per epoch)", rs->lora->r,
                  rs->lora->alpha, rs->lora->n_sites, (long long)np, (unsigned long long)rs->data.n_rows, rs->data.T,
-                 (unsigned long long)(rs->data.by_doc ? rs->data.n_docs : rs->data.n_units),
+                 (unsigned long long)docs,
                  (unsigned long long)rs->data.n_targets, (long long)rs->total_steps, (unsigned long long)global_rows, unit,
                  global_rows == 1 ? "" : "s", (unsigned long long)steps_per_epoch);
 }
