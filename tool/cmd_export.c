@@ -395,10 +395,35 @@ int cmd_export_adapter(int argc, char **argv) {
     if (s == GLM_OK) {
         n = glm_st_count(st);
         params = calloc(n ? n : 1, sizeof *params);
+        const glm_family *row = NULL; /* the run's row: the one whose LoRA weights the adapter holds */
+        for (size_t i = 0; i < n && !row; i++)
+            for (int r = 0; r < glm_family_count() && !row; r++) {
+                const char *name = glm_st_at(st, i)->name;
+                if (!strncmp(name, GLM_PEFT_PREFIX, strlen(GLM_PEFT_PREFIX))) name += strlen(GLM_PEFT_PREFIX);
+                if (glm_family_lora_weight(glm_family_at(r), name)) row = glm_family_at(r);
+            }
         for (size_t i = 0; i < n && s == GLM_OK; i++) {
             const glm_st_tensor *t = glm_st_at(st, i);
             const char *name = t->name;
             if (!strncmp(name, GLM_PEFT_PREFIX, strlen(GLM_PEFT_PREFIX))) name += strlen(GLM_PEFT_PREFIX);
+            if (!row || !glm_family_lora_weight(row, name)) { /* it would be copied into the export unchecked */
+                char mods[256] = "";
+                for (int r = 0; r < glm_family_count(); r++) {
+                    const glm_family *f = row ? row : glm_family_at(r);
+                    for (int k = 0; k < f->n_linears; k++)
+                        snprintf(mods + strlen(mods), sizeof mods - strlen(mods), "%s%s", *mods ? ", " : "",
+                                 f->linear_names[k]);
+                    if (row) break;
+                }
+                char rows[96];
+                snprintf(rows, sizeof rows, "%s%s", row ? "the layout " : "any layout, such as ",
+                         row ? row->layout_name : glm_family_at(0)->layout_name);
+                s = glm_err(GLM_ERR_FORMAT, "%s: tensor '%s' is not a LoRA weight (lora_A or lora_B) of a module of %s "
+                            "(%s), and glmtune exports only the LoRA weights it trains; hint: export a checkpoint "
+                            "that glmtune train wrote, unchanged (a checkpoint-N or the --output-dir of the run)", st_path,
+                            t->name, rows, mods);
+                break;
+            }
             glm_param *p = &params[i];
             snprintf(p->name, sizeof p->name, "%s", name);
             if (t->ndim != 2) {

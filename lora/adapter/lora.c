@@ -345,6 +345,35 @@ glm_status glm_param_shape_error(const char *file, const char *name, int ndim, c
                    "to match it", file, name, have, want, rank_txt, (long long)shape[rank_dim]);
 }
 
+/* Every tensor of the adapter file is one of the run's params: one this run does not train (a module
+ * outside --lora-target, a name of no module, a modules_to_save copy of a full weight) would be
+ * dropped from every adapter the run writes. Errors: GLM_ERR_MISMATCH (a LoRA weight of a module the
+ * run does not train) or GLM_ERR_UNSUPPORTED (not a LoRA weight), naming the file and the tensor. */
+static glm_status check_peft_no_extra(const glm_lora *l, const glm_st_set *s, const char *file) {
+    const char *pre = "base_model.model.";
+    for (size_t i = 0; i < glm_st_count(s); i++) {
+        const char *name = glm_st_at(s, i)->name, *k = name;
+        if (!strncmp(k, pre, strlen(pre))) k += strlen(pre);
+        int j = 0;
+        while (j < l->n_params && strcmp(l->params[j].name, k)) j++;
+        if (j < l->n_params) continue;
+        char valid[256];
+        valid_list(l->layout, valid, sizeof valid);
+        if (!strstr(k, ".lora_A.weight") && !strstr(k, ".lora_B.weight"))
+            return glm_err(GLM_ERR_UNSUPPORTED, "%s: holds tensor '%s', which is not a LoRA weight (a modules_to_save "
+                           "copy or another full weight): glmtune trains LoRA only, and starting from this adapter would "
+                           "drop it; hint: an adapter without modules_to_save, of LoRA weights of the modules glmtune trains "
+                           "(--lora-target: %s)",
+                           file, name, valid);
+        char mine[256];
+        target_words(l->layout, l->module_on, mine, sizeof mine);
+        return glm_err(GLM_ERR_MISMATCH, "%s: holds tensor '%s', which this run does not train (it targets { %s}): "
+                       "starting from this adapter would drop it; hint: --lora-target with the adapter's modules, of "
+                       "those glmtune trains (%s)", file, name, mine, valid);
+    }
+    return GLM_OK;
+}
+
 glm_status glm_lora_load_peft(glm_lora *l, const char *dir) {
     char *cfgp = glm_path_join(dir, "adapter_config.json");
     char *stp = glm_path_join(dir, "adapter_model.safetensors");
@@ -378,6 +407,7 @@ glm_status glm_lora_load_peft(glm_lora *l, const char *dir) {
         if ((st = glm_st_read_f32(set, key, 2, p->shape, host))) goto done;
         if ((st = glm_be_upload(l->be, p->w, host, (size_t)p->numel * 4))) goto done;
     }
+    st = check_peft_no_extra(l, set, stp);
 done:
     if (st) glm_err_context(st, "loading LoRA adapter %s", dir);
     free(host);

@@ -14,6 +14,7 @@
 #include "common/pyjson.h"
 #include "kernels/backend.h"
 #include "lora/model/family.h"
+#include "lora/model/model.h"
 
 glm_status glm_param_download(const struct glm_backend *be, const glm_param *p, float *dst) {
     size_t bytes = (size_t)p->numel * sizeof(float);
@@ -526,8 +527,17 @@ glm_status glm_export_merged(const char *base_dir, const char *outdir_in,
         free(outdir);
         return st0;
     }
+    /* the base the model loader takes: a tensor it refuses would be copied into the merged model unmerged */
+    glm_config cfg;
+    glm_status st = glm_config_load(base_dir, 0, &cfg);
+    if (st == GLM_OK) st = glm_model_check_tensors(&cfg, s);
+    if (st != GLM_OK) {
+        free(outdir);
+        glm_st_close(s);
+        return glm_err_context(st, "merging into the base model %s", base_dir);
+    }
     char *tmp = NULL;
-    glm_status st = make_tmpdir(outdir, &tmp);
+    st = make_tmpdir(outdir, &tmp);
     if (st == GLM_OK) st = write_merged(base_dir, tmp, s, be, params, n, scaling, dtype);
     if (st == GLM_OK) st = copy_side_files(base_dir, tmp);
     if (st == GLM_OK && dtype != GLM_EXPORT_SAME_DTYPE) st = set_config_dtype(tmp, (glm_st_dtype)dtype);

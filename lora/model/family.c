@@ -298,3 +298,19 @@ bool glm_family_ignored(const glm_family *f, const char *name) {
         if (!strcmp(name, f->ignored[i])) return true;
     return false;
 }
+
+bool glm_family_lora_weight(const glm_family *f, const char *name) {
+    size_t pl = strlen(f->layer_prefix);
+    if (strncmp(name, f->layer_prefix, pl) || name[pl] != '.' || name[pl + 1] < '0' || name[pl + 1] > '9') return false;
+    long layer = 0;
+    for (const char *d = name + pl + 1; *d >= '0' && *d <= '9'; d++)
+        if ((layer = layer * 10 + (*d - '0')) > 1000000) return false;
+    for (int k = 0; k < f->n_linears; k++) {
+        char path[256];
+        if (!glm_family_module_path(f, f->linears[k], (int)layer, path, sizeof path)) continue;
+        size_t n = strlen(path);
+        if (!strncmp(name, path, n) && (!strcmp(name + n, ".lora_A.weight") || !strcmp(name + n, ".lora_B.weight")))
+            return true;
+    }
+    return false;
+}

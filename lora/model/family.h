@@ -196,4 +196,8 @@ bool glm_family_gguf_name(const glm_family *f, glm_family_tensor t, int layer, b
  * (transformer.rotary_pos_emb.inv_freq). */
 bool glm_family_ignored(const glm_family *f, const char *name);
 
+/* Whether `name` (an adapter tensor without PEFT's "base_model.model.") is a LoRA weight of one of
+ * the row's linears: "<module path of layer N>.lora_A.weight" or ".lora_B.weight". */
+bool glm_family_lora_weight(const glm_family *f, const char *name);
+
 #endif

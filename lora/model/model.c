@@ -238,7 +238,7 @@ static glm_status ld_matrix(loader *ld, const char *name, int64_t d0, int64_t d1
 /* The embedding or the output layer: dense (sharded when the loader shards). */
 static glm_status ld_big(loader *ld, const char *name, int64_t d0, int64_t d1, glm_weight *dst) {
     GLM_TRY(ld_read(ld, name, 2, d0, d1, 0));
-    return ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), NULL, dst);
+    return ld->dry ? GLM_OK : ld_upload_weight(ld, name, d0, d1, dense_fmt(ld->be), NULL, dst); /* a dry run has no backend */
 }
 
 /* The name of tensor t of layer l for messages: its module path, and for the fused query_key_value
@@ -302,28 +302,42 @@ static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const 
  * one its row ignores: a tensor nothing reads belongs to a block glmtune does not run (another
  * model's norms, a bias the config turns off, layers past the config's count), and training
  * without it would be training another model. llama.cpp refuses such files the same way. */
-static glm_status check_consumed(glm_model *m, loader *ld) {
-    const glm_family *f = glm_family_get(m->cfg.layout);
-    ld->dry = true;
-    glm_status st = load_weights(m, ld);
-    ld->dry = false;
-    if (st) return st;
-    qsort(ld->seen, ld->n_seen, sizeof *ld->seen, cmp_name);
-    const glm_st_tensor *first = NULL;
-    size_t extra = 0, nt = glm_st_count(ld->set);
-    for (size_t i = 0; i < nt; i++) {
-        const glm_st_tensor *t = glm_st_at(ld->set, i);
-        if (glm_family_ignored(f, t->name) || bsearch(&t->name, ld->seen, ld->n_seen, sizeof *ld->seen, cmp_name)) continue;
-        if (!first) first = t;
-        extra++;
+glm_status glm_model_check_tensors(const glm_config *c, const glm_st_set *set) {
+    const glm_family *f = glm_family_get(c->layout);
+    glm_model *m = calloc(1, sizeof *m);
+    if (m) m->layers = calloc((size_t)c->L, sizeof *m->layers);
+    if (!m || !m->layers) {
+        free(m);
+        return glm_err(GLM_ERR_NOMEM, "out of memory listing the model's tensors");
     }
-    if (!first) return GLM_OK;
+    m->cfg = *c;
+    loader ld = {0};
+    ld.set = (glm_st_set *)set; /* a dry run reads nothing */
+    ld.dry = true;
+    glm_status st = load_weights(m, &ld);
+    const glm_st_tensor *first = NULL;
+    size_t extra = 0, nt = glm_st_count(set);
+    if (st == GLM_OK) {
+        qsort(ld.seen, ld.n_seen, sizeof *ld.seen, cmp_name);
+        for (size_t i = 0; i < nt; i++) {
+            const glm_st_tensor *t = glm_st_at(set, i);
+            if (glm_family_ignored(f, t->name) || bsearch(&t->name, ld.seen, ld.n_seen, sizeof *ld.seen, cmp_name))
+                continue;
+            if (!first) first = t;
+            extra++;
+        }
+    }
+    for (size_t i = 0; i < ld.n_seen; i++) free(ld.seen[i]);
+    free(ld.seen);
+    free(m->layers);
+    free(m);
+    if (st || !first) return st;
     char more[64] = "";
     if (extra > 1) snprintf(more, sizeof more, " (and %zu more)", extra - 1);
     return glm_err(GLM_ERR_MISMATCH, "%s: tensor '%s'%s is not part of the %s model (model_type \"%s\", %d layers) that "
                    "config.json describes, and glmtune refuses to load a checkpoint in part; hint: check that "
                    "config.json belongs to these weights (its model_type, %s, %s)", first->file, first->name, more,
-                   f->title, f->model_types[0], m->cfg.L, f->keys[GLM_FK_LAYERS], f->keys[GLM_FK_QKV_BIAS]);
+                   f->title, f->model_types[0], c->L, f->keys[GLM_FK_LAYERS], f->keys[GLM_FK_QKV_BIAS]);
 }
 
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out) {
@@ -372,7 +386,7 @@ glm_status glm_model_load_fmt(const char *dir, const glm_backend *be, double rop
     if (!st && glm_wformat_quantized(ld.fmt)) /* the dense matrix a 4-bit or fp8 one is quantized from */
         st = glm_be_alloc(be, (size_t)(qkv > ff ? qkv : ff) * glm_dtype_size(be->weight_dtype), "a matrix to quantize", &ld.dev);
     if (!st) st = glm_st_open(dir, &ld.set);
-    if (st == GLM_OK) st = check_consumed(m, &ld);
+    if (st == GLM_OK) st = glm_model_check_tensors(&m->cfg, ld.set);
     if (st == GLM_OK) st = load_weights(m, &ld);
     if (ld.set) glm_st_close(ld.set);
     for (size_t i = 0; i < ld.n_seen; i++) free(ld.seen[i]);

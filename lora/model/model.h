@@ -139,6 +139,12 @@ typedef struct glm_model {
  * file), GLM_ERR_UNSUPPORTED (dtype; a GLM relative glmtune does not implement, e.g. GLM-4-0414),
  * GLM_ERR_NOMEM. */
 glm_status glm_model_load(const char *dir, const glm_backend *be, double rope_theta_override, glm_model **out);
+/* The check glm_model_load makes of a checkpoint's tensors (set, opened from the directory whose
+ * config.json gave c): every one is a tensor the load reads or one the family row ignores; the
+ * merge of export-adapter makes it of its base too. Errors: GLM_ERR_MISMATCH naming the first
+ * other tensor and its file (and how many more), with a hint; GLM_ERR_NOMEM. */
+struct glm_st_set;
+glm_status glm_model_check_tensors(const glm_config *c, const struct glm_st_set *set);
 /* Whether config c's frozen matrices take the FP8 base: every dimension (hidden, ffn, heads x head
  * dim, qkv rows) a multiple of 16, as FP8 tensor cores need. Errors: GLM_ERR_UNSUPPORTED naming the
  * dimension, with the hint --base-dtype bf16. The loaders check it; so does the dry run. */

@@ -57,6 +57,37 @@ check "adapter_config.json: lora_dropout 0.1, not 0.10000000149011612" grep -q '
 check "... no use_rslora key when false (PEFT <= 0.7 rejects it)" bash -c "! grep -q use_rslora '$T/adapter/adapter_config.json'"
 check "... the checkpoint's copy too" grep -q '"lora_dropout":0.1,' <(flat "$T/run/checkpoint-1/adapter_config.json")
 check "exporting an hf adapter with gate_up_proj warns about vLLM" has "$T/adapter.log" "vLLM does not"
+# a checkpoint whose adapter holds a tensor that is not a LoRA weight of the run's modules (its checksums.txt
+# made to match): refused, naming the tensor, not copied into the export
+add_tensor() { # checkpoint dir, tensor name: the name added to adapter_model.safetensors (f32 [2, 64]), checksums.txt remade
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys, zlib, os
+d, name = sys.argv[1], sys.argv[2]
+p = os.path.join(d, "adapter_model.safetensors")
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), b[8 + n:]
+h[name] = {"dtype": "F32", "shape": [2, 64], "data_offsets": [len(data), len(data) + 512]}
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data + bytes(512))
+c = os.path.join(d, "checksums.txt")
+lines = []
+for ln in open(c).read().splitlines():
+    f = ln.split(" ", 2)[2]
+    x = open(os.path.join(d, f), "rb").read()
+    lines.append("%08x %d %s" % (zlib.crc32(x), len(x), f))
+open(c, "w").write("\n".join(lines) + "\n")
+PY
+}
+for x in base_model.model.foo.bar base_model.model.model.layers.0.self_attn.bogus.lora_A.weight \
+         base_model.model.transformer.encoder.layers.0.self_attention.query_key_value.lora_A.weight; do
+    rm -rf "$T/xck" "$T/xout"; cp -r "$T/run/checkpoint-1" "$T/xck"; add_tensor "$T/xck" "$x"
+    "$G" export-adapter --checkpoint "$T/xck" -o "$T/xout" 2>"$T/x.log"; rc=$?
+    check "export-adapter of a checkpoint holding $x: refused (rc $rc)" test $rc -ne 0
+    check "... naming the tensor and the file" has "$T/x.log" "xck/adapter_model.safetensors: tensor '$x' is not a LoRA weight"
+    check "... nothing exported" test ! -e "$T/xout/adapter_model.safetensors"
+done
 "$G" train --quiet --device cpu --model "$T/base" --data "$T/shards" --output-dir "$T/rs" --max-steps 1 --lora-rank 2 --use-rslora 2>/dev/null
 check "use_rslora true is written" grep -q '"use_rslora":true' <(flat "$T/rs/checkpoint-1/adapter_config.json")
 

@@ -117,6 +117,7 @@ check "... the weights of the last step ($exp)" cmp -s "$T/sft/adapter_model.saf
 yaml "$T/chain.yaml" "adapter_name_or_path: $T/sft" "max_steps: 1" "per_device_train_batch_size: 4"
 "$G" train --config "$T/chain.yaml" $P --dataset "$T/shards" --output_dir "$T/chain" 2>"$T/chain.log"
 check "adapter_name_or_path: a run directory trains from its final adapter" grep -q "init-adapter $T/sft: a training run's output directory: its final adapter" "$T/chain.log"
+check "... and names the adapter the run starts from" grep -q "the run starts from the LoRA adapter in $T/sft (" "$T/chain.log"
 cp -r "$T/sft" "$T/sft_cut"; rm -f "$T/sft_cut/adapter_config.json" "$T/sft_cut/adapter_model.safetensors"
 "$G" train --config "$T/chain.yaml" $P --dataset "$T/shards" --output_dir "$T/chain2" --adapter_name_or_path "$T/sft_cut" 2>"$T/chain2.log"
 check "... a run directory without one: its newest checkpoint" grep -q "without a final adapter: its newest checkpoint, $T/sft_cut/checkpoint-$exp" "$T/chain2.log"

@@ -321,6 +321,49 @@ static void test_merge(const char *data_dir, const char *layout, const char *mod
     free(out);
 }
 
+/* A base the model loader refuses (a tensor of no module, a layer past num_layers) is refused by the
+ * merge with the loader's message, naming the tensor and the file; not copied into the merged model. */
+static void test_merge_refuses_base(const char *data_dir) {
+    char *base = NULL, *adir = NULL;
+    asprintf(&base, "%s/tiny-glm4/chatglm", data_dir);
+    asprintf(&adir, "%s/adapter_init", base);
+    adapter a = load_adapter(adir);
+    const char *extra[2] = {"foo.bar", "transformer.encoder.layers.7.input_layernorm.weight"};
+    static float vals[64];
+    for (int e = 0; e < 2; e++) {
+        char *bad = NULL, *out = NULL, *st_path = NULL, *c1 = NULL, *c2 = NULL, *text = NULL;
+        asprintf(&bad, "%s/bad-base-%d", g_tmp, e);
+        asprintf(&out, "%s/bad-merged-%d", g_tmp, e);
+        glm_mkdir_p(bad);
+        st_path = glm_path_join(bad, "model.safetensors");
+        c1 = glm_path_join(base, "config.json");
+        c2 = glm_path_join(bad, "config.json");
+        size_t len = 0;
+        CHECK(glm_read_file(c1, &text, &len) == GLM_OK && glm_write_file_atomic(c2, text, len) == GLM_OK, "copy config");
+        glm_st_set *bs = NULL;
+        if (glm_st_open(base, &bs) == GLM_OK) {
+            size_t n = glm_st_count(bs);
+            glm_st_tensor *ts = calloc(n + 1, sizeof *ts);
+            for (size_t i = 0; i < n; i++) ts[i] = *glm_st_at(bs, i);
+            ts[n] = (glm_st_tensor){.name = (char *)extra[e], .dtype = GLM_ST_F32, .ndim = 1, .shape = {64},
+                                    .numel = 64, .data = vals, .nbytes = sizeof vals};
+            CHECK(glm_st_write(st_path, ts, n + 1, NULL, 0) == GLM_OK, "write the base: %s", glm_errmsg());
+            free(ts);
+            glm_st_close(bs);
+        }
+        glm_status st = glm_export_merged(bad, out, NULL, a.p, a.n, 2.0, GLM_EXPORT_SAME_DTYPE);
+        const char *msg = st == GLM_ERR_MISMATCH ? glm_errmsg() : "";
+        CHECK(strstr(msg, extra[e]) && strstr(msg, st_path) && strstr(msg, "is not part of the") && strstr(msg, "hint"),
+              "merge onto a base with %s refused: %s", extra[e], glm_errmsg());
+        CHECK(!glm_is_dir(out), "nothing written for a refused base");
+        printf("  merge onto a base with %s: %s\n", extra[e], glm_errmsg());
+        free(bad), free(out), free(st_path), free(c1), free(c2), free(text);
+    }
+    free_adapter(&a);
+    free(base);
+    free(adir);
+}
+
 /* adapter_config.json's text: use_rslora only when true, floats in their shortest form. */
 static void test_config_text(void) {
     const char *targets[] = {"query_key_value"};
@@ -360,6 +403,7 @@ int main(void) {
     test_merge(data_dir, "chatglm", "transformer.encoder.layers.1.self_attention.query_key_value",
                "transformer.embedding.word_embeddings.weight", "hf");
     test_merge(data_dir, "hf", "model.layers.0.self_attn.k_proj", "model.embed_tokens.weight", "chatglm");
+    test_merge_refuses_base(data_dir);
     glm_rmtree(g_tmp);
     return check_summary("test_export");
 }

@@ -455,6 +455,46 @@ static void test_targets_and_adapter(void) {
         glm_rmtree(tmp);
         free(src), free(dst), free(ca), free(cb);
     }
+    /* an adapter holding a tensor the run does not train (a module_to_save copy of output_layer, a name of no
+     * module): refused, naming the tensor and the file, not dropped without a word */
+    {
+        const char *extra[2] = {"base_model.model.transformer.output_layer.weight",
+                                "base_model.model.transformer.encoder.layers.0.self_attention.bogus.lora_A.weight"};
+        const char *want[2] = {"trains LoRA only", "does not train"};
+        for (int e = 0; e < 2; e++) {
+            char tmp[256];
+            snprintf(tmp, sizeof tmp, "/tmp/glm_test_adapter_x%d_%d", e, (int)getpid());
+            glm_rmtree(tmp);
+            glm_mkdir_p(tmp);
+            char *src = glm_path_join(adir, "adapter_model.safetensors"), *dst = glm_path_join(tmp, "adapter_model.safetensors");
+            char *ca = glm_path_join(adir, "adapter_config.json"), *cb = glm_path_join(tmp, "adapter_config.json");
+            char *data = NULL;
+            size_t len = 0;
+            glm_st_set *s = NULL;
+            CHECK(glm_read_file(ca, &data, &len) == GLM_OK && glm_write_file_atomic(cb, data, len) == GLM_OK, "copy config");
+            free(data);
+            static float zeros[64 * 4];
+            if (glm_st_open(src, &s) == GLM_OK) {
+                size_t n = glm_st_count(s);
+                glm_st_tensor *ts = calloc(n + 1, sizeof *ts);
+                for (size_t i = 0; i < n; i++) ts[i] = *glm_st_at(s, i);
+                ts[n] = (glm_st_tensor){.name = (char *)extra[e], .dtype = GLM_ST_F32, .ndim = 2, .shape = {4, 64},
+                                        .numel = 256, .data = zeros, .nbytes = sizeof zeros};
+                CHECK(glm_st_write(dst, ts, n + 1, NULL, 0) == GLM_OK, "write the adapter: %s", glm_errmsg());
+                free(ts);
+                glm_st_close(s);
+            }
+            lc.targets = "all";
+            lc.r = 4;
+            CHECK(glm_lora_create(m, &lc, 1, &l) == GLM_OK, "create r=4");
+            const char *msg = l && glm_lora_load_peft(l, tmp) != GLM_OK ? glm_errmsg() : "";
+            CHECK(strstr(msg, extra[e]) && strstr(msg, dst) && strstr(msg, want[e]) && strstr(msg, "hint"),
+                  "adapter with %s refused: %s", extra[e], msg);
+            glm_lora_free(l);
+            glm_rmtree(tmp);
+            free(src), free(dst), free(ca), free(cb);
+        }
+    }
     lc.r = 4;
     lc.use_rslora = true;
     CHECK(glm_lora_create(m, &lc, 1, &l) == GLM_OK && fabsf(l->scaling - 4.0f) < 1e-6f, "rsLoRA scaling alpha/sqrt(r)");

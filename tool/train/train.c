@@ -565,6 +565,11 @@ static glm_status init_adapter(run_state *rs, const train_settings *ts) {
         char *dir = NULL;
         glm_status s = train_init_adapter_path(ts->opt.init_adapter, &dir);
         if (s == GLM_OK) s = glm_lora_load_peft(rs->lora, dir);
+        if (s == GLM_OK) {
+            int n = 0;
+            glm_lora_params(rs->lora, &n);
+            glm_log_info("--init-adapter: the run starts from the LoRA adapter in %s (%d tensors)", dir, n);
+        }
         free(dir);
         GLM_TRY(s);
     }
