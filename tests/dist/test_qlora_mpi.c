@@ -19,30 +19,15 @@
 #include "lora/adapter/lora.h"
 #include "lora/model/model.h"
 #include "tests/check.h"
+#include "tests/qlora_util.h"
 
-enum { T = 40 };
+enum { T = QLORA_T };
 
 static void make_batch(int V, uint32_t *ids, uint8_t *tg, int32_t *pos, int32_t *doc, glm_batch *b) {
-    uint64_t s = 777;
-    for (int t = 0; t < T; t++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        ids[t] = (uint32_t)((s >> 33) % (uint64_t)V);
-        doc[t] = t < 24 ? 0 : 1;
-        pos[t] = t < 24 ? t : t - 24;
-        tg[t] = pos[t] > 0;
-    }
-    *b = (glm_batch){1, T, ids, tg, pos, doc, NULL};
+    qlora_batch(777, V, ids, tg, pos, doc, b);
 }
 
-static glm_lora *adapter(glm_model *m) {
-    glm_lora_config lc = {.r = 4, .alpha = 8, .dropout = 0, .use_rslora = false, .targets = "all"};
-    glm_lora *l = NULL;
-    CHECK(glm_lora_create(m, &lc, 11, &l) == GLM_OK, "lora: %s", glm_errmsg());
-    if (!l) return NULL;
-    for (int i = 1; i < l->n_params; i += 2)
-        for (int64_t k = 0; k < l->params[i].numel; k++) l->params[i].w[k] = 0.01f * (float)((k * 7 + i) % 13 - 6);
-    return l;
-}
+static glm_lora *adapter(glm_model *m) { return qlora_adapter(m); }
 
 /* The shard's buffer (want bytes) is the whole's from byte `at` (have bytes in all), zero past its end. */
 static int slice_ok(const void *shard, const void *whole, size_t at, size_t want, size_t have) {
